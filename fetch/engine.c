@@ -1,0 +1,700 @@
+/*
+ * The transfer thread (see engine.h). Lock order when it takes locks: queue_lock alone;
+ * flight locks only inside flight.h calls. Streams and the active list belong to the
+ * transfer thread alone.
+ */
+#include "fetch/engine.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fetch/http.h"
+#include "fetch/log.h"
+#include "index/index.h"
+
+/* A reader this far ahead of a stream's position gets a stream of its own. */
+#define FAR_AHEAD_BYTES FLIGHT_CHUNK_BYTES
+/* Record progress in the index at least this often per flight. */
+#define RECORD_EVERY_BYTES (64u << 20)
+#define MAX_WANTED 32
+
+struct stream {
+	struct engine *engine;
+	struct flight *f;
+	CURL *easy;
+	struct curl_slist *headers;
+	uint64_t pos;           /* next byte to write */
+	uint64_t end;           /* exclusive; lowered when a far reader splits the stream */
+	uint64_t attempt_start; /* pos when this request started */
+	uint64_t skip;          /* leading bytes to drop: a 200 answered a ranged request */
+	bool checked;           /* status and headers validated */
+	bool reached_end;
+	bool retryable; /* the status asked for a retry (5xx, 429, 408) */
+	int fatal;      /* -errno decided in a callback; the flight fails with it */
+	char why[160];  /* what went wrong, for the log line */
+	struct http_response resp;
+	char errbuf[CURL_ERROR_SIZE];
+	struct stream *next; /* in f->streams */
+};
+
+struct engine {
+	struct engine_config cfg;
+	struct engine_stats stats;
+	CURLM *multi;
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t queue_lock;
+	/* Guarded by queue_lock. */
+	struct flight *queue;
+	bool stopping;
+
+	/* Transfer thread only. */
+	struct flight **active;
+	size_t n_active;
+	size_t cap_active;
+	unsigned n_transfers;
+	uint64_t rng;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static double next_jitter(struct engine *e)
+{
+	e->rng ^= e->rng << 13;
+	e->rng ^= e->rng >> 7;
+	e->rng ^= e->rng << 17;
+	return (double)(e->rng >> 11) / (double)(1ull << 53);
+}
+
+void engine_config_defaults(struct engine_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->stall_timeout_s = 30;
+	cfg->connect_timeout_s = 10;
+	cfg->max_tries = 6;
+	cfg->max_transfers = 16;
+	cfg->max_streams_per_flight = 4;
+	cfg->backoff_base_ms = 200;
+	cfg->backoff_cap_ms = 5000;
+}
+
+int engine_create(const struct engine_config *cfg, struct engine **out)
+{
+	struct engine *e = calloc(1, sizeof(*e));
+	int rc = -ENOMEM;
+
+	if (!e)
+		goto fail;
+	e->cfg = *cfg;
+	e->multi = curl_multi_init();
+	if (!e->multi)
+		goto fail_engine;
+	pthread_mutex_init(&e->queue_lock, NULL);
+	e->rng = (uint64_t)now_ms() * 2654435761u + (uint64_t)getpid() + 1;
+	*out = e;
+	return 0;
+fail_engine:
+	free(e);
+fail:
+	return rc;
+}
+
+const struct engine_stats *engine_stats(struct engine *e)
+{
+	return &e->stats;
+}
+
+void engine_kick(struct engine *e, struct flight *f)
+{
+	bool queued = false;
+
+	pthread_mutex_lock(&e->queue_lock);
+	if (!f->engine_queued && !e->stopping) {
+		flight_ref(f);
+		f->engine_queued = true;
+		f->engine_next = e->queue;
+		e->queue = f;
+		queued = true;
+	}
+	pthread_mutex_unlock(&e->queue_lock);
+	if (queued)
+		curl_multi_wakeup(e->multi);
+}
+
+/* ---- streams ---------------------------------------------------------------------- */
+
+static void stream_why(struct stream *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void stream_why(struct stream *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->why, sizeof(s->why), fmt, ap);
+	va_end(ap);
+}
+
+/* Decides, once headers are in, whether this response's body may go into the spool. */
+static void check_response(struct stream *s)
+{
+	struct flight *f = s->f;
+	long code = 0;
+
+	s->checked = true;
+	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+	f->last_status = (int)code;
+	if (strncmp(f->url, "file:", 5) == 0)
+		return; /* curl applied the range itself; there are no headers to check */
+	if (code == 206) {
+		if (!s->resp.has_content_range || s->resp.range_start != s->pos) {
+			s->fatal = -EIO;
+			stream_why(
+			    s, "206 with a Content-Range that does not match bytes=%" PRIu64 "-",
+			    s->pos);
+			return;
+		}
+		if (s->resp.range_total_known && s->resp.range_total != f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
+			           s->resp.range_total, f->size);
+			return;
+		}
+	} else if (code == 200) {
+		if (s->resp.has_content_length && s->resp.content_length != f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
+			           s->resp.content_length, f->size);
+			return;
+		}
+		/* The server ignored Range: drop what we already have, keep the rest. */
+		s->skip = s->pos;
+	} else if (code == 408 || code == 429 || code >= 500) {
+		s->retryable = true;
+		stream_why(s, "HTTP %ld", code);
+		return;
+	} else if (code == 412) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s no longer matches)", f->etag);
+		return;
+	} else {
+		s->fatal = -EIO;
+		stream_why(s, "HTTP %ld", code);
+		return;
+	}
+	if (f->etag[0] == '\0') {
+		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
+	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag, f->etag);
+	}
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
+{
+	struct stream *s = userdata;
+	size_t len = size * nitems;
+
+	http_response_header(&s->resp, line, len);
+	return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	struct stream *s = userdata;
+	size_t len = size * nmemb, used = 0;
+	int rc;
+
+	if (!s->checked)
+		check_response(s);
+	if (s->fatal || s->retryable)
+		return CURL_WRITEFUNC_ERROR;
+	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
+	if (s->skip > 0) {
+		used = len < s->skip ? len : (size_t)s->skip;
+		s->skip -= used;
+	}
+	if (used < len && s->pos < s->end) {
+		size_t take = len - used;
+		if (take > s->end - s->pos)
+			take = (size_t)(s->end - s->pos);
+		rc = flight_deliver(s->f, s->pos, data + used, take);
+		if (rc) {
+			s->fatal = rc;
+			stream_why(s, "spool write failed: %s", strerror(-rc));
+			return CURL_WRITEFUNC_ERROR;
+		}
+		s->pos += take;
+		used += take;
+	}
+	if (s->pos >= s->end) {
+		/* Bytes past the object's size are a lie; past a split point they are expected. */
+		if (used < len && s->end == s->f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream sent more than the expected %" PRIu64 " bytes",
+			           s->f->size);
+			return CURL_WRITEFUNC_ERROR;
+		}
+		s->reached_end = true;
+		return used == len ? len : CURL_WRITEFUNC_ERROR;
+	}
+	return len;
+}
+
+static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	char range[64], header[300];
+	int rc = -ENOMEM;
+
+	if (!s)
+		goto fail;
+	s->engine = e;
+	s->f = f;
+	s->pos = s->attempt_start = start;
+	s->end = end;
+	http_response_reset(&s->resp);
+	s->easy = curl_easy_init();
+	if (!s->easy)
+		goto fail_stream;
+	curl_easy_setopt(s->easy, CURLOPT_URL, f->url);
+	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+	curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
+	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(s->easy, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
+	curl_easy_setopt(s->easy, CURLOPT_ERRORBUFFER, s->errbuf);
+	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(s->easy, CURLOPT_CONNECTTIMEOUT, (long)e->cfg.connect_timeout_s);
+	/* A stall is "no byte for stall_timeout_s", headers included. */
+	curl_easy_setopt(s->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(s->easy, CURLOPT_LOW_SPEED_TIME, (long)e->cfg.stall_timeout_s);
+	curl_easy_setopt(s->easy, CURLOPT_USERAGENT, "spoolfs/" SPOOLFS_VERSION);
+	curl_easy_setopt(s->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	if (e->cfg.ca_file)
+		curl_easy_setopt(s->easy, CURLOPT_CAINFO, e->cfg.ca_file);
+	if (start > 0 || end < f->size) {
+		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
+		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);
+	}
+	/* Pin every later request to the version the first response showed us. */
+	if (f->etag[0] != '\0' && !http_etag_is_weak(f->etag)) {
+		snprintf(header, sizeof(header), "If-Match: %s", f->etag);
+		s->headers = curl_slist_append(NULL, header);
+		if (!s->headers)
+			goto fail_easy;
+		curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
+	}
+	if (curl_multi_add_handle(e->multi, s->easy) != CURLM_OK) {
+		rc = -EIO;
+		goto fail_easy;
+	}
+	s->next = f->streams;
+	f->streams = s;
+	f->n_streams++;
+	e->n_transfers++;
+	atomic_fetch_add_explicit(&e->stats.requests, 1, memory_order_relaxed);
+	fetch_log(FETCH_LOG_DEBUG, "%s: GET bytes %" PRIu64 "-%" PRIu64, f->name, start, end);
+	return 0;
+fail_easy:
+	curl_slist_free_all(s->headers);
+	curl_easy_cleanup(s->easy);
+fail_stream:
+	free(s);
+fail:
+	return rc;
+}
+
+static void stream_free(struct engine *e, struct stream *s)
+{
+	struct stream **pp;
+
+	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	s->f->n_streams--;
+	e->n_transfers--;
+	curl_multi_remove_handle(e->multi, s->easy);
+	curl_easy_cleanup(s->easy);
+	curl_slist_free_all(s->headers);
+	free(s);
+}
+
+/* ---- scheduling ------------------------------------------------------------------- */
+
+/* written plus what running streams will write: what nobody needs to ask for again. */
+static int claimed_ranges(struct flight *f, struct index_ranges *claimed)
+{
+	int rc = flight_copy_written(f, claimed);
+
+	for (struct stream *s = f->streams; s && rc == 0; s = s->next)
+		rc = index_ranges_add(claimed, s->pos, s->end);
+	return rc;
+}
+
+static struct stream *stream_covering(struct flight *f, uint64_t off)
+{
+	for (struct stream *s = f->streams; s; s = s->next)
+		if (s->pos <= off && off < s->end)
+			return s;
+	return NULL;
+}
+
+static bool can_start(struct engine *e, struct flight *f)
+{
+	return e->n_transfers < e->cfg.max_transfers &&
+	       f->n_streams < e->cfg.max_streams_per_flight;
+}
+
+/* Starts the streams f needs now: far readers first, then the rest of the object. */
+static void schedule(struct engine *e, struct flight *f)
+{
+	uint64_t wanted[MAX_WANTED], gap_start, gap_end;
+	struct index_ranges claimed;
+	enum flight_state state;
+	unsigned n;
+
+	flight_progress(f, NULL, NULL, &state);
+	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms())
+		return;
+	f->retry_due_ms = 0;
+	index_ranges_init(&claimed);
+	n = flight_wanted_offsets(f, wanted, MAX_WANTED);
+	for (unsigned i = 0; i < n && can_start(e, f); i++) {
+		uint64_t chunk = wanted[i] - wanted[i] % FLIGHT_CHUNK_BYTES;
+		struct stream *s = stream_covering(f, wanted[i]);
+		if (s) {
+			if (wanted[i] - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos)
+				continue;
+			/* Split: the new stream takes the far part, the old one stops there. */
+			if (stream_start(e, f, chunk, s->end) == 0)
+				s->end = chunk;
+			continue;
+		}
+		if (claimed_ranges(f, &claimed))
+			break;
+		if (index_ranges_covers(&claimed, wanted[i], wanted[i] + 1))
+			continue; /* written, withheld until verification */
+		if (index_ranges_next_gap(&claimed, chunk, f->size, &gap_start, &gap_end))
+			stream_start(e, f, gap_start, gap_end);
+	}
+	/* The download belongs to the object: with nobody waiting it still runs to the end. */
+	if (f->n_streams == 0 && e->n_transfers < e->cfg.max_transfers &&
+	    claimed_ranges(f, &claimed) == 0 &&
+	    index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
+		stream_start(e, f, gap_start, gap_end);
+	index_ranges_free(&claimed);
+}
+
+/* ---- flight lifecycle in the engine -------------------------------------------------- */
+
+static void record_progress(struct engine *e, struct flight *f, bool force)
+{
+	struct index_ranges written;
+	uint64_t total;
+	enum flight_state state;
+
+	if (!e->cfg.idx)
+		return;
+	flight_progress(f, &total, NULL, &state);
+	if (state == FLIGHT_FAILED) {
+		index_record_complete(e->cfg.idx, f->key, false);
+		return;
+	}
+	if (!force && total < f->recorded_bytes + RECORD_EVERY_BYTES)
+		return;
+	/* The data must be on disk before the index says it is there. */
+	if (e->cfg.durable && f->spool_fd >= 0 && fdatasync(f->spool_fd) != 0)
+		return;
+	index_ranges_init(&written);
+	if (flight_copy_written(f, &written) == 0 &&
+	    index_record_ranges(e->cfg.idx, f->key, &written) == 0) {
+		f->recorded_bytes = total;
+		if (state == FLIGHT_COMPLETE)
+			index_record_complete(e->cfg.idx, f->key, true);
+	}
+	index_ranges_free(&written);
+}
+
+static void fail_flight(struct engine *e, struct flight *f, int err, const char *why)
+{
+	char url[512];
+
+	fetch_log(FETCH_LOG_ERROR, "%s: download failed (%s) from %s", f->name, why,
+	          fetch_redact_url(f->url, url, sizeof(url)));
+	atomic_fetch_add_explicit(&e->stats.failures, 1, memory_order_relaxed);
+	while (f->streams)
+		stream_free(e, f->streams);
+	flight_fail(f, err);
+	if (e->cfg.on_failed)
+		e->cfg.on_failed(e->cfg.ctx, f);
+}
+
+static int activate(struct engine *e, struct flight *f)
+{
+	int rc;
+
+	if (e->n_active == e->cap_active) {
+		size_t cap = e->cap_active ? e->cap_active * 2 : 16;
+		struct flight **v = realloc(e->active, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		e->active = v;
+		e->cap_active = cap;
+	}
+	f->engine_started = true;
+	flight_ref(f);
+	e->active[e->n_active++] = f;
+	rc = flight_open_spool(f);
+	if (rc) {
+		fail_flight(e, f, rc,
+		            rc == -ENOSPC ? "no space left in the cache directory"
+		                          : "cannot create the spool file");
+		return 0;
+	}
+	if (f->size == 0) {
+		rc = flight_complete_empty(f);
+		if (rc)
+			fail_flight(e, f, rc, "sha256 mismatch");
+	}
+	return 0;
+}
+
+static void on_done(struct engine *e, struct stream *s, CURLcode result)
+{
+	struct flight *f = s->f;
+	uint64_t progress = s->pos - s->attempt_start;
+	char why[200];
+	int fatal;
+
+	if (!s->checked && result == CURLE_OK)
+		check_response(s);
+	if (s->reached_end) {
+		f->failures = 0;
+		stream_free(e, s);
+		record_progress(e, f, true);
+		return;
+	}
+	fatal = s->fatal;
+	if (fatal == 0 && !s->retryable && result == CURLE_OK) {
+		fatal = -EIO;
+		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
+		           s->end);
+	}
+	if (fatal == 0 && !s->retryable) {
+		switch (result) {
+		case CURLE_UNSUPPORTED_PROTOCOL:
+		case CURLE_URL_MALFORMAT:
+		case CURLE_PEER_FAILED_VERIFICATION:
+		case CURLE_SSL_CACERT_BADFILE:
+		case CURLE_FILE_COULDNT_READ_FILE:
+		case CURLE_TOO_MANY_REDIRECTS:
+			fatal = -EIO;
+			break;
+		default:
+			break;
+		}
+		stream_why(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(result));
+	}
+	snprintf(why, sizeof(why), "%s", s->why);
+	int retry_after = s->retryable ? s->resp.retry_after_s : -1;
+	stream_free(e, s);
+	if (fatal) {
+		fail_flight(e, f, fatal, why);
+		return;
+	}
+	if (progress > 0)
+		f->failures = 0;
+	f->failures++;
+	if (f->failures >= e->cfg.max_tries) {
+		char msg[260];
+		snprintf(msg, sizeof(msg), "giving up after %u tries, last: %s", f->failures, why);
+		fail_flight(e, f, -EIO, msg);
+		return;
+	}
+	uint64_t delay = http_backoff_ms(f->failures, e->cfg.backoff_base_ms, e->cfg.backoff_cap_ms,
+	                                 next_jitter(e), retry_after, 4 * e->cfg.backoff_cap_ms);
+	char url[512];
+	uint64_t written = 0;
+	flight_progress(f, &written, NULL, NULL);
+	fetch_log(FETCH_LOG_WARN,
+	          "%s: %s from %s; retry %u in %" PRIu64 " ms (%" PRIu64 " of %" PRIu64
+	          " bytes local)",
+	          f->name, why, fetch_redact_url(f->url, url, sizeof(url)), f->failures, delay,
+	          written, f->size);
+	atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+	/* Other streams of this flight keep going; new ones wait for the backoff. */
+	uint64_t due = now_ms() + delay;
+	if (f->retry_due_ms < due)
+		f->retry_due_ms = due;
+}
+
+/* Drops flights that need nothing more from the engine. */
+static void retire_finished(struct engine *e)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < e->n_active; i++) {
+		struct flight *f = e->active[i];
+		enum flight_state state;
+		flight_progress(f, NULL, NULL, &state);
+		if (state != FLIGHT_ACTIVE && f->n_streams == 0) {
+			if (state == FLIGHT_COMPLETE)
+				atomic_fetch_add_explicit(&e->stats.completed, 1,
+				                          memory_order_relaxed);
+			record_progress(e, f, true);
+			flight_unref(f);
+			continue;
+		}
+		e->active[kept++] = f;
+	}
+	e->n_active = kept;
+}
+
+static void drain_queue(struct engine *e)
+{
+	struct flight *f;
+
+	pthread_mutex_lock(&e->queue_lock);
+	f = e->queue;
+	e->queue = NULL;
+	for (struct flight *q = f; q; q = q->engine_next)
+		q->engine_queued = false;
+	pthread_mutex_unlock(&e->queue_lock);
+	while (f) {
+		struct flight *next = f->engine_next;
+		enum flight_state state;
+		flight_progress(f, NULL, NULL, &state);
+		if (!f->engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)
+			fail_flight(e, f, -ENOMEM, "out of memory");
+		if (f->engine_started)
+			schedule(e, f);
+		flight_unref(f);
+		f = next;
+	}
+}
+
+static void *engine_main(void *arg)
+{
+	struct engine *e = arg;
+	sigset_t all;
+	bool stopping = false;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	while (!stopping) {
+		int running = 0, pending;
+		CURLMsg *msg;
+		long timeout = 1000;
+		uint64_t now;
+
+		drain_queue(e);
+		curl_multi_perform(e->multi, &running);
+		while ((msg = curl_multi_info_read(e->multi, &pending))) {
+			struct stream *s = NULL;
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+			on_done(e, s, msg->data.result);
+		}
+		now = now_ms();
+		for (size_t i = 0; i < e->n_active; i++) {
+			struct flight *f = e->active[i];
+			if (f->retry_due_ms && f->retry_due_ms > now) {
+				if ((long)(f->retry_due_ms - now) < timeout)
+					timeout = (long)(f->retry_due_ms - now);
+				continue;
+			}
+			schedule(e, f);
+			record_progress(e, f, false);
+		}
+		retire_finished(e);
+		curl_multi_poll(e->multi, NULL, 0, timeout > 0 ? (int)timeout : 1, NULL);
+		pthread_mutex_lock(&e->queue_lock);
+		stopping = e->stopping;
+		pthread_mutex_unlock(&e->queue_lock);
+	}
+	return NULL;
+}
+
+int engine_start(struct engine *e)
+{
+	int rc = pthread_create(&e->thread, NULL, engine_main, e);
+
+	if (rc)
+		return -rc;
+	pthread_setname_np(e->thread, "spoolfs-xfer");
+	e->thread_started = true;
+	return 0;
+}
+
+void engine_stop(struct engine *e)
+{
+	pthread_mutex_lock(&e->queue_lock);
+	bool already = e->stopping;
+	e->stopping = true;
+	pthread_mutex_unlock(&e->queue_lock);
+	if (already)
+		return;
+	curl_multi_wakeup(e->multi);
+	if (e->thread_started)
+		pthread_join(e->thread, NULL);
+	/* The thread is gone: this thread now owns the engine's state. */
+	pthread_mutex_lock(&e->queue_lock);
+	struct flight *queued = e->queue;
+	e->queue = NULL;
+	pthread_mutex_unlock(&e->queue_lock);
+	while (queued) {
+		struct flight *next = queued->engine_next;
+		if (!queued->engine_started)
+			flight_fail(queued, -EIO); /* its parked readers must not wait forever */
+		flight_unref(queued);
+		queued = next;
+	}
+	for (size_t i = 0; i < e->n_active; i++) {
+		enum flight_state state;
+		flight_progress(e->active[i], NULL, NULL, &state);
+		if (state == FLIGHT_ACTIVE) {
+			while (e->active[i]->streams)
+				stream_free(e, e->active[i]->streams);
+			record_progress(e, e->active[i], true);
+			flight_fail(e->active[i], -EIO);
+		}
+		flight_unref(e->active[i]);
+	}
+	e->n_active = 0;
+}
+
+void engine_destroy(struct engine *e)
+{
+	if (!e)
+		return;
+	engine_stop(e);
+	curl_multi_cleanup(e->multi);
+	pthread_mutex_destroy(&e->queue_lock);
+	free(e->active);
+	free(e);
+}

@@ -1,0 +1,661 @@
+/*
+ * Flights and the flight table (see flight.h for the contract).
+ *
+ * Lock order: table->lock, then flight->lock. Waiters are collected under the flight lock
+ * into a private list and answered after it is dropped, so a reply (a splice into
+ * /dev/fuse) never runs under a lock.
+ */
+#include "fetch/flight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fetch/log.h"
+
+#define TABLE_BUCKETS 1024
+
+struct flight_table {
+	char *spool_dir;
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	struct table_entry *buckets[TABLE_BUCKETS];
+	uint64_t next_id;
+	struct tainted_key *tainted; /* keys whose last flight failed */
+	unsigned n_tainted;
+};
+
+/* Bounded: past this many, the oldest failures are forgotten (their pages were invalidated
+ * asynchronously long ago). */
+#define TAINTED_MAX 1024
+
+struct tainted_key {
+	char *key;
+	struct tainted_key *next;
+};
+
+struct table_entry {
+	struct flight *flight;
+	struct table_entry *next;
+};
+
+static uint64_t hash_key(const char *key)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+	for (; *key; key++)
+		h = (h ^ (unsigned char)*key) * 1099511628211ull;
+	return h;
+}
+
+int flight_table_create(const char *spool_dir, struct flight_table **out)
+{
+	struct flight_table *table = calloc(1, sizeof(*table));
+	int rc = -ENOMEM;
+
+	if (!table)
+		goto fail;
+	table->spool_dir = strdup(spool_dir);
+	if (!table->spool_dir)
+		goto fail_table;
+	pthread_mutex_init(&table->lock, NULL);
+	table->next_id = 1;
+	*out = table;
+	return 0;
+fail_table:
+	free(table);
+fail:
+	return rc;
+}
+
+void flight_table_destroy(struct flight_table *table)
+{
+	if (!table)
+		return;
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		struct table_entry *e = table->buckets[i];
+		while (e) {
+			struct table_entry *next = e->next;
+			pthread_mutex_lock(&e->flight->lock);
+			e->flight->in_table = false;
+			pthread_mutex_unlock(&e->flight->lock);
+			flight_unref(e->flight);
+			free(e);
+			e = next;
+		}
+	}
+	while (table->tainted) {
+		struct tainted_key *next = table->tainted->next;
+		free(table->tainted->key);
+		free(table->tainted);
+		table->tainted = next;
+	}
+	pthread_mutex_destroy(&table->lock);
+	free(table->spool_dir);
+	free(table);
+}
+
+static struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec,
+                                 uint64_t id)
+{
+	struct flight *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->key = strdup(spec->key);
+	f->url = strdup(spec->url);
+	f->name = strdup(spec->name);
+	if (!f->key || !f->url || !f->name)
+		goto fail;
+	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
+	f->size = spec->size;
+	f->ino = spec->ino;
+	f->id = id;
+	f->table = table;
+	atomic_init(&f->refs, 1);
+	pthread_mutex_init(&f->lock, NULL);
+	f->state = FLIGHT_ACTIVE;
+	f->spool_fd = -1;
+	index_ranges_init(&f->written);
+	index_ranges_init(&f->published);
+	f->hash = EVP_MD_CTX_new();
+	if (!f->hash || EVP_DigestInit_ex(f->hash, EVP_sha256(), NULL) != 1)
+		goto fail;
+	return f;
+fail:
+	EVP_MD_CTX_free(f->hash);
+	free(f->key);
+	free(f->url);
+	free(f->name);
+	free(f);
+	return NULL;
+}
+
+/* True (once) when key's previous flight failed. Caller holds table->lock. */
+static bool take_taint_locked(struct flight_table *table, const char *key)
+{
+	for (struct tainted_key **pp = &table->tainted; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->key, key) == 0) {
+			struct tainted_key *t = *pp;
+			*pp = t->next;
+			table->n_tainted--;
+			free(t->key);
+			free(t);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Caller holds table->lock. Allocation failure only loses the hint. */
+static void taint_locked(struct flight_table *table, const char *key)
+{
+	struct tainted_key *t;
+
+	if (table->n_tainted >= TAINTED_MAX) {
+		while (table->tainted) {
+			t = table->tainted->next;
+			free(table->tainted->key);
+			free(table->tainted);
+			table->tainted = t;
+		}
+		table->n_tainted = 0;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return;
+	t->key = strdup(key);
+	if (!t->key) {
+		free(t);
+		return;
+	}
+	t->next = table->tainted;
+	table->tainted = t;
+	table->n_tainted++;
+}
+
+int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                      struct flight **out, bool *created)
+{
+	uint64_t bucket = hash_key(spec->key) % TABLE_BUCKETS;
+	struct table_entry *e;
+	int rc = 0;
+
+	*created = false;
+	/* One find-or-insert under one lock: two openers can never create two flights. */
+	pthread_mutex_lock(&table->lock);
+	for (e = table->buckets[bucket]; e; e = e->next) {
+		if (strcmp(e->flight->key, spec->key) == 0) {
+			flight_ref(e->flight);
+			*out = e->flight;
+			goto out;
+		}
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	e->flight = flight_new(table, spec, table->next_id);
+	if (!e->flight) {
+		free(e);
+		rc = -ENOMEM;
+		goto out;
+	}
+	table->next_id++;
+	e->flight->after_failure = take_taint_locked(table, spec->key);
+	e->flight->in_table = true; /* no other thread can see it yet */
+	e->next = table->buckets[bucket];
+	table->buckets[bucket] = e;
+	flight_ref(e->flight); /* one for the table, one for the caller */
+	*out = e->flight;
+	*created = true;
+out:
+	pthread_mutex_unlock(&table->lock);
+	return rc;
+}
+
+/*
+ * Takes a failed flight out of the table so the next open starts a new one, and marks its
+ * key so that open drops the kernel's cached pages. No locks held.
+ */
+static void table_remove(struct flight *f)
+{
+	struct flight_table *table = f->table;
+	uint64_t bucket = hash_key(f->key) % TABLE_BUCKETS;
+	struct table_entry **pp, *found = NULL;
+
+	pthread_mutex_lock(&table->lock);
+	for (pp = &table->buckets[bucket]; *pp; pp = &(*pp)->next) {
+		if ((*pp)->flight == f) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	}
+	if (found) {
+		pthread_mutex_lock(&f->lock);
+		f->in_table = false;
+		pthread_mutex_unlock(&f->lock);
+		taint_locked(table, f->key);
+	}
+	pthread_mutex_unlock(&table->lock);
+	if (found) {
+		flight_unref(f);
+		free(found);
+	}
+}
+
+void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete)
+{
+	*flights = 0;
+	*complete = 0;
+	pthread_mutex_lock(&table->lock);
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		for (struct table_entry *e = table->buckets[i]; e; e = e->next) {
+			pthread_mutex_lock(&e->flight->lock);
+			(*flights)++;
+			if (e->flight->state == FLIGHT_COMPLETE)
+				(*complete)++;
+			pthread_mutex_unlock(&e->flight->lock);
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+}
+
+uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
+{
+	uint64_t bucket = hash_key(key) % TABLE_BUCKETS;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&table->lock);
+	for (struct table_entry *e = table->buckets[bucket]; e; e = e->next) {
+		if (strcmp(e->flight->key, key) == 0) {
+			pthread_mutex_lock(&e->flight->lock);
+			bytes = e->flight->published.total;
+			pthread_mutex_unlock(&e->flight->lock);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+	return bytes;
+}
+
+void flight_ref(struct flight *f)
+{
+	atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
+}
+
+void flight_unref(struct flight *f)
+{
+	if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (f->spool_fd >= 0)
+		close(f->spool_fd);
+	index_ranges_free(&f->written);
+	index_ranges_free(&f->published);
+	EVP_MD_CTX_free(f->hash);
+	pthread_mutex_destroy(&f->lock);
+	free(f->spool_path);
+	free(f->key);
+	free(f->url);
+	free(f->name);
+	free(f);
+}
+
+int flight_spool_fd(struct flight *f)
+{
+	int fd;
+
+	pthread_mutex_lock(&f->lock);
+	fd = f->spool_fd;
+	pthread_mutex_unlock(&f->lock);
+	return fd;
+}
+
+/* Caller holds f->lock. */
+static int ready_locked(struct flight *f, uint64_t off, uint64_t len)
+{
+	if (f->state == FLIGHT_FAILED)
+		return f->error;
+	if (off > f->size || len > f->size - off)
+		return -EINVAL;
+	return index_ranges_covers(&f->published, off, off + len) ? 1 : 0;
+}
+
+int flight_ready(struct flight *f, uint64_t off, uint64_t len)
+{
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	rc = ready_locked(f, off, len);
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+int flight_park(struct flight *f, struct flight_waiter *w)
+{
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	if (w->interrupted) {
+		rc = -EINTR;
+		goto out;
+	}
+	rc = ready_locked(f, w->off, w->len);
+	if (rc != 0)
+		goto out;
+	w->prev = NULL;
+	w->next = f->waiters;
+	if (f->waiters)
+		f->waiters->prev = w;
+	f->waiters = w;
+	w->listed = true;
+out:
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+/* Caller holds f->lock. */
+static void unlink_waiter(struct flight *f, struct flight_waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		f->waiters = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	w->next = w->prev = NULL;
+	w->listed = false;
+}
+
+bool flight_unpark(struct flight *f, struct flight_waiter *w)
+{
+	bool removed = false;
+
+	pthread_mutex_lock(&f->lock);
+	if (w->listed) {
+		unlink_waiter(f, w);
+		removed = true;
+	} else {
+		w->interrupted = true;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return removed;
+}
+
+unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	for (struct flight_waiter *w = f->waiters; w && n < max; w = w->next) {
+		uint64_t first = index_ranges_run_end(&f->written, w->off);
+		if (first < w->off + w->len)
+			offsets[n++] = first;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return n;
+}
+
+/*
+ * Moves the waiters that can be answered (all of them once the flight failed) to a private
+ * list. Caller holds f->lock.
+ */
+static struct flight_waiter *collect_locked(struct flight *f)
+{
+	struct flight_waiter *ready = NULL, *w = f->waiters;
+
+	while (w) {
+		struct flight_waiter *next = w->next;
+		if (f->state == FLIGHT_FAILED ||
+		    index_ranges_covers(&f->published, w->off, w->off + w->len)) {
+			unlink_waiter(f, w);
+			w->next = ready;
+			ready = w;
+		}
+		w = next;
+	}
+	return ready;
+}
+
+static void answer(struct flight_waiter *ready, int err)
+{
+	while (ready) {
+		struct flight_waiter *next = ready->next;
+		ready->next = NULL;
+		ready->done(ready, err);
+		ready = next;
+	}
+}
+
+int flight_open_spool(struct flight *f)
+{
+	char *path = NULL;
+	int fd = -1, rc;
+
+	if (asprintf(&path, "%s/%" PRIu64 ".spool", f->table->spool_dir, f->id) < 0) {
+		path = NULL;
+		rc = -ENOMEM;
+		goto fail;
+	}
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	/* Reserve the space now: a cache dir that cannot hold the object fails it at once. */
+	if (f->size > 0) {
+		rc = -posix_fallocate(fd, 0, (off_t)f->size);
+		if (rc == -EOPNOTSUPP || rc == -EINVAL)
+			rc = ftruncate(fd, (off_t)f->size) ? -errno : 0;
+		if (rc)
+			goto fail_unlink;
+	}
+	pthread_mutex_lock(&f->lock);
+	if (f->state == FLIGHT_FAILED) {
+		/* Failed before it started: nobody would ever delete this file. */
+		rc = f->error;
+		pthread_mutex_unlock(&f->lock);
+		goto fail_unlink;
+	}
+	f->spool_fd = fd;
+	f->spool_path = path;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+fail_unlink:
+	unlink(path);
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return rc;
+}
+
+static int pwrite_all(int fd, const void *data, size_t len, uint64_t off)
+{
+	const char *p = data;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Feeds the hash from the spool up to `upto` (bytes another stream wrote ahead). */
+static int hash_catch_up(struct flight *f, uint64_t upto)
+{
+	char buf[64 * 1024];
+
+	while (f->hashed < upto) {
+		size_t want =
+		    upto - f->hashed < sizeof(buf) ? (size_t)(upto - f->hashed) : sizeof(buf);
+		ssize_t n = pread(f->spool_fd, buf, want, (off_t)f->hashed);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		EVP_DigestUpdate(f->hash, buf, (size_t)n);
+		f->hashed += (uint64_t)n;
+	}
+	return 0;
+}
+
+static bool hash_matches(struct flight *f)
+{
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+	unsigned int digest_len = 0;
+
+	if (EVP_DigestFinal_ex(f->hash, digest, &digest_len) != 1 || digest_len != 32)
+		return false;
+	for (unsigned i = 0; i < digest_len; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	if (strcmp(hex, f->sha256) == 0)
+		return true;
+	fetch_log(FETCH_LOG_ERROR, "%s: sha256 mismatch: expected %s, got %s", f->name, f->sha256,
+	          hex);
+	return false;
+}
+
+/* Publishes everything after a successful verification (or an unhashed last byte). */
+static void complete(struct flight *f)
+{
+	struct flight_waiter *ready;
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	rc = index_ranges_add(&f->published, 0, f->size);
+	if (rc == 0)
+		f->state = FLIGHT_COMPLETE;
+	ready = collect_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	answer(ready, 0);
+	if (rc)
+		flight_fail(f, rc);
+}
+
+int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
+{
+	bool verify = f->sha256[0] != '\0';
+	struct flight_waiter *ready;
+	uint64_t prefix, written_total;
+	int rc;
+
+	if (off > f->size || len > f->size - off)
+		return -EIO;
+	if (len == 0)
+		return 0;
+	rc = pwrite_all(f->spool_fd, data, len, off);
+	if (rc)
+		return rc;
+	if (verify && f->hashed == off) {
+		EVP_DigestUpdate(f->hash, data, len);
+		f->hashed += len;
+	}
+
+	pthread_mutex_lock(&f->lock);
+	if (f->state != FLIGHT_ACTIVE) {
+		rc = f->state == FLIGHT_FAILED ? f->error : 0;
+		pthread_mutex_unlock(&f->lock);
+		return rc;
+	}
+	rc = index_ranges_add(&f->written, off, off + len);
+	written_total = f->written.total;
+	/*
+	 * With a hash to check, the bytes that complete the object (the last
+	 * FLIGHT_HOLD_BYTES or more to arrive) stay unpublished until it matches: no reader
+	 * can read the whole object unverified.
+	 */
+	if (rc == 0 && (!verify || written_total + FLIGHT_HOLD_BYTES <= f->size))
+		rc = index_ranges_add(&f->published, off, off + len);
+	prefix = index_ranges_run_end(&f->written, 0);
+	ready = rc ? NULL : collect_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	answer(ready, 0);
+	if (rc)
+		return rc;
+
+	if (verify && prefix > f->hashed) {
+		rc = hash_catch_up(f, prefix);
+		if (rc)
+			return rc;
+	}
+	if (written_total < f->size)
+		return 0;
+	if (verify && !hash_matches(f))
+		return -EIO;
+	complete(f);
+	return 0;
+}
+
+int flight_complete_empty(struct flight *f)
+{
+	if (f->sha256[0] != '\0' && !hash_matches(f))
+		return -EIO;
+	complete(f);
+	return 0;
+}
+
+void flight_fail(struct flight *f, int err)
+{
+	struct flight_waiter *ready;
+	bool first;
+
+	pthread_mutex_lock(&f->lock);
+	first = f->state != FLIGHT_FAILED;
+	if (first) {
+		f->state = FLIGHT_FAILED;
+		f->error = err < 0 ? err : -EIO;
+	}
+	ready = collect_locked(f);
+	err = f->error;
+	pthread_mutex_unlock(&f->lock);
+	answer(ready, err);
+	if (!first)
+		return;
+	table_remove(f);
+	/* The path goes now; open fds keep the data alive for handles still reading it. */
+	pthread_mutex_lock(&f->lock);
+	const char *spool_path = f->spool_path; /* set once, before any byte is written */
+	pthread_mutex_unlock(&f->lock);
+	if (spool_path)
+		unlink(spool_path);
+}
+
+void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,
+                     enum flight_state *state)
+{
+	pthread_mutex_lock(&f->lock);
+	if (written)
+		*written = f->written.total;
+	if (published)
+		*published = f->published.total;
+	if (state)
+		*state = f->state;
+	pthread_mutex_unlock(&f->lock);
+}
+
+int flight_copy_written(struct flight *f, struct index_ranges *out)
+{
+	int rc = 0;
+
+	index_ranges_clear(out);
+	pthread_mutex_lock(&f->lock);
+	for (size_t i = 0; i < f->written.n && rc == 0; i++)
+		rc = index_ranges_add(out, f->written.v[i].start, f->written.v[i].end);
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}

@@ -1,0 +1,190 @@
+/*
+ * Flights: the single download of one object, shared by every reader of it.
+ *
+ * A flight is found in the flight table by the object's identity (its lower-case sha256
+ * when known, else its URL). The first opener creates it; open handles, parked waiters,
+ * the table and the transfer engine each hold a reference. No reader owns the download:
+ * a reader that goes away drops only its own references.
+ *
+ * Bytes are written to the flight's spool file by the transfer thread (flight_deliver),
+ * which then publishes them: readers whose range became readable are answered from the
+ * spool. For an object with a known sha256 the contiguous prefix is hashed as it grows and
+ * the last bytes to arrive (at least FLIGHT_HOLD_BYTES) stay unpublished until the hash
+ * matches; on a mismatch the flight fails and every reader gets -EIO.
+ *
+ * Lock order: flight table lock, then one flight's lock. Waiter callbacks run with no lock
+ * held. No lock is held across disk or network I/O.
+ */
+#ifndef SPOOLFS_FETCH_FLIGHT_H
+#define SPOOLFS_FETCH_FLIGHT_H
+
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "index/ranges.h"
+
+/* The unit of scheduling: far reads fetch from a chunk boundary, hashes withhold a chunk. */
+#define FLIGHT_CHUNK_BYTES (1u << 20)
+#define FLIGHT_HOLD_BYTES FLIGHT_CHUNK_BYTES
+
+struct flight;
+struct stream;
+
+/*
+ * A parked read. The owner (fs/) embeds it, fills off, len and done, and keeps it alive
+ * until done has been called or flight_unpark returned true.
+ */
+struct flight_waiter {
+	uint64_t off;
+	uint64_t len;
+	/*
+	 * Called exactly once, with no lock held, from the transfer thread: err is 0 when
+	 * [off, off+len) is readable from the spool fd, else -errno. Not called for a waiter
+	 * that flight_unpark removed.
+	 */
+	void (*done)(struct flight_waiter *w, int err);
+	/* Guarded by the flight's lock. */
+	struct flight_waiter *next;
+	struct flight_waiter *prev;
+	bool listed;
+	bool interrupted;
+};
+
+enum flight_state {
+	FLIGHT_ACTIVE,   /* downloading or waiting for the engine */
+	FLIGHT_COMPLETE, /* every byte published (and verified when a hash is known) */
+	FLIGHT_FAILED,   /* readers get `error`; the flight is out of the table */
+};
+
+struct flight_spec {
+	const char *key;    /* identity: "sha256:<hex>" or "url:<url>" */
+	const char *url;    /* where to fetch it */
+	const char *sha256; /* lower-case hex, or "" */
+	const char *name;   /* the path, for log lines */
+	uint64_t size;
+	uint64_t ino; /* for cache invalidation on failure */
+};
+
+struct flight {
+	/* Immutable after creation. */
+	char *key;
+	char *url;
+	char *name;
+	char sha256[65];
+	uint64_t size;
+	uint64_t ino;
+	uint64_t id;
+	struct flight_table *table;
+	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
+
+	atomic_int refs;
+
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	enum flight_state state;
+	int error;    /* -errno once FAILED */
+	int spool_fd; /* -1 until the engine created the spool */
+	char *spool_path;
+	struct index_ranges written;   /* on disk */
+	struct index_ranges published; /* readable: written, minus what verification withholds */
+	struct flight_waiter *waiters;
+	bool in_table; /* also guarded by the table lock (both held to change) */
+
+	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
+	EVP_MD_CTX *hash; /* running sha256 of the contiguous prefix */
+	uint64_t hashed;  /* bytes of the prefix fed to hash */
+	struct stream *streams;
+	unsigned n_streams;
+	unsigned failures;     /* consecutive failed attempts without progress */
+	uint64_t retry_due_ms; /* 0 = no retry pending */
+	char etag[256];        /* pinned from the first response, "" = none yet */
+	bool engine_started;
+	bool engine_queued;         /* guarded by the engine's queue lock */
+	struct flight *engine_next; /* guarded by the engine's queue lock */
+	uint64_t recorded_bytes;    /* written bytes already recorded in the index */
+	int last_status;            /* last HTTP status, for the failure log line */
+};
+
+/* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
+struct flight_table;
+
+int flight_table_create(const char *spool_dir, struct flight_table **out);
+/* Drops the table's references. Call after the engine stopped. */
+void flight_table_destroy(struct flight_table *table);
+
+/*
+ * Finds the flight for spec->key, or creates it. Either way *out holds a new reference.
+ * *created tells the caller to hand the flight to the engine. Returns 0 or -ENOMEM.
+ */
+int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                      struct flight **out, bool *created);
+
+/* Number of flights in the table and how many are complete, for stats. */
+void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);
+
+/* Bytes readable now for the object with this key (0 when no flight). */
+uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key);
+
+void flight_ref(struct flight *f);
+/* Drops a reference; the last one closes the spool (and deletes it if the flight failed). */
+void flight_unref(struct flight *f);
+
+/* The spool fd, valid while the caller holds a reference and saw the range readable. */
+int flight_spool_fd(struct flight *f);
+
+/*
+ * Checks whether [off, off+len) is readable now. Returns 1 (reply from the spool fd),
+ * 0 (not yet), or the flight's -errno when it failed.
+ */
+int flight_ready(struct flight *f, uint64_t off, uint64_t len);
+
+/*
+ * Parks w until its range is readable. Returns 0 when parked (done will be called),
+ * 1 when the range is readable already, -EINTR when w was interrupted before it could be
+ * parked, or the flight's -errno. done is not called unless 0 is returned.
+ */
+int flight_park(struct flight *f, struct flight_waiter *w);
+
+/*
+ * Removes a parked waiter (its reader went away). Returns true when it was removed: done
+ * will not be called and the caller replies. Returns false when done has been or is about
+ * to be called; w is then marked interrupted.
+ */
+bool flight_unpark(struct flight *f, struct flight_waiter *w);
+
+/* The first offset a parked waiter needs that is not written yet; for the scheduler. */
+unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max);
+
+/*
+ * Transfer thread only. Creates the spool file (sized to the object: space is reserved up
+ * front so a full disk fails the flight at once, not halfway). 0, or -errno (-ENOSPC).
+ */
+int flight_open_spool(struct flight *f);
+
+/*
+ * Transfer thread only. Writes [off, off+len) to the spool, hashes what became contiguous,
+ * publishes, verifies at the end and answers the waiters that can be answered.
+ * Returns 0, or -errno: the caller then fails the flight with it.
+ */
+int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len);
+
+/* Transfer thread only, for size 0 objects: verifies the empty hash and completes. */
+int flight_complete_empty(struct flight *f);
+
+/*
+ * Fails the flight: state FAILED, every waiter gets err, the flight leaves the table (the
+ * next open starts afresh) and its spool is deleted. Idempotent.
+ */
+void flight_fail(struct flight *f, int err);
+
+/* Snapshot of progress (written bytes, state), for stats and scheduling. */
+void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,
+                     enum flight_state *state);
+
+/* Copies the written ranges (for recording in the index). -ENOMEM. */
+int flight_copy_written(struct flight *f, struct index_ranges *out);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * Header parsing for the transfer engine. Servers are not trusted: every number is parsed
+ * with overflow checks and a malformed value is treated as absent or as an error, never
+ * guessed at.
+ */
+#include "fetch/http.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+void http_response_reset(struct http_response *resp)
+{
+	memset(resp, 0, sizeof(*resp));
+	resp->retry_after_s = -1;
+}
+
+/* Parses decimal digits at *p (no sign, no spaces). Returns 0 or -EINVAL (none, overflow). */
+static int parse_u64(const char **p, const char *end, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *s = *p;
+
+	if (s >= end || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	while (s < end && isdigit((unsigned char)*s)) {
+		unsigned digit = (unsigned)(*s - '0');
+		if (v > (UINT64_MAX - digit) / 10)
+			return -EINVAL;
+		v = v * 10 + digit;
+		s++;
+	}
+	*p = s;
+	*out = v;
+	return 0;
+}
+
+static void trim(const char **start, const char **end)
+{
+	while (*start < *end && isspace((unsigned char)**start))
+		(*start)++;
+	while (*end > *start && isspace((unsigned char)(*end)[-1]))
+		(*end)--;
+}
+
+int http_parse_content_range(const char *value, size_t len, uint64_t *start, uint64_t *end,
+                             bool *total_known, uint64_t *total)
+{
+	const char *p = value, *stop = value + len;
+
+	trim(&p, &stop);
+	if (stop - p < 6 || strncasecmp(p, "bytes ", 6) != 0)
+		return -EINVAL;
+	p += 6;
+	while (p < stop && *p == ' ')
+		p++;
+	if (parse_u64(&p, stop, start) || p >= stop || *p++ != '-')
+		return -EINVAL;
+	if (parse_u64(&p, stop, end) || p >= stop || *p++ != '/')
+		return -EINVAL;
+	if (*end < *start)
+		return -EINVAL;
+	if (p < stop && *p == '*' && p + 1 == stop) {
+		*total_known = false;
+		*total = 0;
+		return 0;
+	}
+	if (parse_u64(&p, stop, total) || p != stop || *end >= *total)
+		return -EINVAL;
+	*total_known = true;
+	return 0;
+}
+
+void http_response_header(struct http_response *resp, const char *line, size_t len)
+{
+	const char *colon = memchr(line, ':', len);
+	const char *value, *stop = line + len;
+
+	if (len >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+		http_response_reset(resp);
+		return;
+	}
+	if (!colon)
+		return;
+	size_t name_len = (size_t)(colon - line);
+	value = colon + 1;
+	trim(&value, &stop);
+	size_t value_len = (size_t)(stop - value);
+
+	if (name_len == 13 && strncasecmp(line, "content-range", 13) == 0) {
+		resp->has_content_range =
+		    http_parse_content_range(value, value_len, &resp->range_start, &resp->range_end,
+		                             &resp->range_total_known, &resp->range_total) == 0;
+		/* A present but unparsable Content-Range must not pass for a good one. */
+		if (!resp->has_content_range)
+			resp->range_total_known = false, resp->range_start = UINT64_MAX;
+	} else if (name_len == 14 && strncasecmp(line, "content-length", 14) == 0) {
+		const char *p = value;
+		uint64_t n;
+		resp->has_content_length = parse_u64(&p, stop, &n) == 0 && p == stop;
+		resp->content_length = resp->has_content_length ? n : 0;
+	} else if (name_len == 4 && strncasecmp(line, "etag", 4) == 0) {
+		if (value_len > 0 && value_len < sizeof(resp->etag)) {
+			memcpy(resp->etag, value, value_len);
+			resp->etag[value_len] = '\0';
+		} else {
+			resp->etag[0] = '\0';
+		}
+	} else if (name_len == 11 && strncasecmp(line, "retry-after", 11) == 0) {
+		const char *p = value;
+		uint64_t n;
+		if (parse_u64(&p, stop, &n) == 0 && p == stop)
+			resp->retry_after_s = n > 86400 ? 86400 : (int)n;
+	}
+}
+
+bool http_etag_is_weak(const char *etag)
+{
+	return strncmp(etag, "W/", 2) == 0;
+}
+
+uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,
+                         int retry_after_s, uint64_t retry_after_cap_ms)
+{
+	uint64_t delay = base_ms;
+
+	for (unsigned i = 1; i < attempt && delay > 0 && delay < cap_ms; i++)
+		delay = delay > cap_ms / 2 ? cap_ms : delay * 2;
+	if (delay > cap_ms)
+		delay = cap_ms;
+	if (!(jitter >= 0)) /* also catches NaN */
+		jitter = 0;
+	if (jitter > 1)
+		jitter = 1;
+	delay = (uint64_t)((double)delay * (0.5 + 0.5 * jitter));
+	if (retry_after_s >= 0) {
+		uint64_t asked = (uint64_t)retry_after_s * 1000;
+		if (asked > retry_after_cap_ms)
+			asked = retry_after_cap_ms;
+		if (asked > delay)
+			delay = asked;
+	}
+	return delay;
+}

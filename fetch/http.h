@@ -1,0 +1,51 @@
+/*
+ * HTTP response facts the transfer engine acts on, parsed from raw header lines.
+ * Pure functions and a plain struct: no locks, no I/O, so they are unit-tested and fuzzed
+ * on their own.
+ */
+#ifndef SPOOLFS_FETCH_HTTP_H
+#define SPOOLFS_FETCH_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTP_ETAG_MAX 256
+
+struct http_response {
+	bool has_content_range;
+	uint64_t range_start;   /* from Content-Range: bytes START-END/TOTAL */
+	uint64_t range_end;     /* inclusive, as on the wire */
+	bool range_total_known; /* false for TOTAL = "*" */
+	uint64_t range_total;
+	bool has_content_length;
+	uint64_t content_length;
+	char etag[HTTP_ETAG_MAX]; /* as sent, quotes included; "" when absent or too long */
+	int retry_after_s;        /* -1 when absent or not delta-seconds */
+};
+
+/* Forgets everything: a new status line starts a new response (redirects, 100-continue). */
+void http_response_reset(struct http_response *resp);
+
+/* Feeds one header line as curl hands it over (may end in CRLF, is not NUL-terminated). */
+void http_response_header(struct http_response *resp, const char *line, size_t len);
+
+/*
+ * Parses a Content-Range value ("bytes 0-99/1000", or a "*" total). Returns 0 or -EINVAL
+ * for anything else, including an end before the start or past the total.
+ */
+int http_parse_content_range(const char *value, size_t len, uint64_t *start, uint64_t *end,
+                             bool *total_known, uint64_t *total);
+
+/* True for a weak validator (W/"..."), which If-Match must not carry. */
+bool http_etag_is_weak(const char *etag);
+
+/*
+ * Delay before retry number `attempt` (1 = first retry): exponential from base_ms, capped at
+ * cap_ms, with jitter in [50 %, 100 %] drawn from `jitter` (0..1). A server's Retry-After
+ * (seconds, -1 = none) raises the delay, still capped at retry_after_cap_ms.
+ */
+uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,
+                         int retry_after_s, uint64_t retry_after_cap_ms);
+
+#endif

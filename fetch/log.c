@@ -1,0 +1,50 @@
+/*
+ * stderr logging. One fprintf per line: stdio locks the stream per call, so lines from the
+ * transfer thread and FUSE workers never interleave mid-line.
+ */
+#include "fetch/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Written once at start-up, before any thread starts; read-only afterwards. */
+static enum fetch_log_level min_level = FETCH_LOG_INFO;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void fetch_log_set_level(enum fetch_log_level level)
+{
+	min_level = level;
+}
+
+void fetch_log(enum fetch_log_level level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	if (level < min_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "spoolfs: %s: %s\n", level_names[level], line);
+}
+
+const char *fetch_redact_url(const char *url, char *buf, size_t len)
+{
+	const char *scheme_end = strstr(url, "://");
+	const char *authority = scheme_end ? scheme_end + 3 : url;
+	const char *path = authority + strcspn(authority, "/?#");
+	const char *at = memchr(authority, '@', (size_t)(path - authority));
+	size_t path_len = strcspn(path, "?#");
+
+	if (len == 0)
+		return buf;
+	if (at)
+		snprintf(buf, len, "%.*s%.*s", (int)(authority - url), url,
+		         (int)(path_len + (size_t)(path - at - 1)), at + 1);
+	else
+		snprintf(buf, len, "%.*s", (int)(path - url + (ptrdiff_t)path_len), url);
+	return buf;
+}

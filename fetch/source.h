@@ -1,0 +1,29 @@
+/*
+ * Sources: where a session's namespace comes from. For now, a JSON manifest named by an
+ * http(s) URL or a local path. Runs once at start-up, before the mount exists, so a bad
+ * source fails the mount with a message instead of leaving a half-working filesystem.
+ */
+#ifndef SPOOLFS_FETCH_SOURCE_H
+#define SPOOLFS_FETCH_SOURCE_H
+
+#include <stddef.h>
+
+/* The largest manifest accepted: a manifest is metadata, and this bounds start-up memory. */
+#define SOURCE_MANIFEST_MAX (512u << 20)
+
+struct source_options {
+	const char *ca_file; /* NULL: the system trust store */
+	unsigned connect_timeout_s;
+	unsigned total_timeout_s;
+};
+
+/*
+ * Reads the manifest named by `source` (http://, https://, file:// or a path). On success
+ * *text (NUL-terminated, *len bytes) and *base_url (the URL relative entries resolve
+ * against) are malloc'd for the caller. On failure returns -errno and writes a one-line
+ * reason into err.
+ */
+int source_manifest_read(const char *source, const struct source_options *opts, char **text,
+                         size_t *len, char **base_url, char *err, size_t err_len);
+
+#endif

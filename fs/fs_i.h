@@ -1,0 +1,68 @@
+/*
+ * What the fs/ files share: the mounted session and the option set.
+ *
+ * struct fs_session is created in main() before the mount and destroyed after the FUSE loop
+ * ends. Its fields are set before the loop starts and read-only afterwards, except those
+ * with their own synchronisation (the index, the flight table and the engine each have
+ * their own locks).
+ */
+#ifndef SPOOLFS_FS_I_H
+#define SPOOLFS_FS_I_H
+
+#include <fuse_lowlevel.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fetch/engine.h"
+#include "fetch/flight.h"
+#include "index/index.h"
+
+struct fs_options {
+	char *source;
+	char *mountpoint;
+	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
+	char *ca_file;
+	char *log_level;
+	unsigned stall_timeout_s;
+	unsigned retries;
+	unsigned max_transfers;
+	int foreground;
+	int debug;
+	int show_help;
+	int show_version;
+};
+
+struct fs_session {
+	struct fs_options opts;
+	struct index *idx;
+	struct flight_table *flights;
+	struct engine *engine;
+	struct fuse_session *se;
+	char *cache_dir; /* the directory in use */
+	char *spool_dir;
+	bool remove_cache; /* we made it, so we remove it at unmount */
+	uid_t uid;
+	gid_t gid;
+	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */
+	atomic_int inval_jobs; /* cache invalidations still running; waited for at unmount */
+};
+
+/* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
+int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
+void fs_options_usage(const char *prog);
+void fs_options_free(struct fs_options *opts);
+
+extern const struct fuse_lowlevel_ops fs_ops;
+
+/* Replies to a read from the spool: [off, off+len) must be readable. */
+void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len);
+
+/* Reads that are not local yet: parks them on the flight (see reply.c). Replies always. */
+void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
+                  uint64_t len);
+
+/* Invalidates the kernel's cached pages of a failed object; the engine's on_failed hook. */
+void fs_on_flight_failed(void *ctx, struct flight *f);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * spoolfs: start-up and shut-down. Everything that can fail for a bad source or bad
+ * options fails here, before the mount exists, with a message and a non-zero exit. After
+ * the mount is up nothing exits: requests fail with an errno instead.
+ *
+ * Order: options, manifest into the index, mount, daemonise, then the transfer thread
+ * (threads do not survive the fork), then the FUSE loop. Shut-down reverses it: the loop
+ * ends (unmount or SIGTERM/SIGINT), the engine stops and answers every parked reader, the
+ * session unmounts, and a cache directory we created is removed.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fetch/log.h"
+#include "fetch/source.h"
+#include "fs/fs_i.h"
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static int make_cache_dir(struct fs_session *s)
+{
+	char *path = NULL;
+	int rc;
+
+	if (s->opts.cache_dir) {
+		if (mkdir(s->opts.cache_dir, 0700) != 0 && errno != EEXIST)
+			return -errno;
+		path = realpath(s->opts.cache_dir, NULL);
+		if (!path)
+			return -errno;
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		if (asprintf(&path, "%s/spoolfs-XXXXXX", tmp && *tmp ? tmp : "/var/tmp") < 0)
+			return -ENOMEM;
+		if (!mkdtemp(path)) {
+			rc = -errno;
+			free(path);
+			return rc;
+		}
+		s->remove_cache = true;
+	}
+	s->cache_dir = path;
+	if (asprintf(&s->spool_dir, "%s/spool", path) < 0) {
+		s->spool_dir = NULL;
+		return -ENOMEM;
+	}
+	if (mkdir(s->spool_dir, 0700) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int load_namespace(struct fs_session *s)
+{
+	struct source_options src = {
+	    .ca_file = s->opts.ca_file, .connect_timeout_s = 10, .total_timeout_s = 120};
+	char *text = NULL, *base_url = NULL, *db_path = NULL, err[512] = "";
+	size_t len = 0;
+	int rc;
+
+	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "spoolfs: %s\n", err);
+		goto out;
+	}
+	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0) {
+		db_path = NULL;
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = index_open(db_path, &s->idx);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
+		goto out;
+	}
+	rc = index_load_manifest(s->idx, text, len, base_url, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
+out:
+	free(db_path);
+	free(base_url);
+	free(text);
+	return rc;
+}
+
+static int start_fetching(struct fs_session *s)
+{
+	struct engine_config cfg;
+	int rc;
+
+	rc = flight_table_create(s->spool_dir, &s->flights);
+	if (rc)
+		return rc;
+	engine_config_defaults(&cfg);
+	cfg.stall_timeout_s = s->opts.stall_timeout_s;
+	cfg.max_tries = s->opts.retries;
+	cfg.max_transfers = s->opts.max_transfers;
+	cfg.ca_file = s->opts.ca_file;
+	cfg.durable = !s->remove_cache;
+	cfg.idx = s->idx;
+	cfg.on_failed = fs_on_flight_failed;
+	cfg.ctx = s;
+	return engine_create(&cfg, &s->engine);
+}
+
+static void set_log_level(const char *name, bool debug)
+{
+	if (debug || (name && strcmp(name, "debug") == 0))
+		fetch_log_set_level(FETCH_LOG_DEBUG);
+	else if (name && strcmp(name, "warn") == 0)
+		fetch_log_set_level(FETCH_LOG_WARN);
+	else if (name && strcmp(name, "error") == 0)
+		fetch_log_set_level(FETCH_LOG_ERROR);
+	else
+		fetch_log_set_level(FETCH_LOG_INFO);
+}
+
+static int add_mount_options(struct fuse_args *args, const char *source)
+{
+	char shown[512], opt[700];
+
+	/* fsname shows in /proc/mounts: no credentials there. Commas would split options. */
+	fetch_redact_url(source, shown, sizeof(shown));
+	for (char *p = shown; *p; p++)
+		if (*p == ',' || *p == '\\')
+			*p = '_';
+	snprintf(opt, sizeof(opt), "-oro,default_permissions,subtype=spoolfs,fsname=%s", shown);
+	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
+}
+
+static int run_session(struct fs_session *s, struct fuse_args *args)
+{
+	struct fuse_loop_config *loop = NULL;
+	int rc = -EIO;
+
+	s->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), s);
+	if (!s->se)
+		goto out;
+	if (fuse_set_signal_handlers(s->se) != 0)
+		goto out_session;
+	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
+		goto out_signals;
+	if (fuse_daemonize(s->opts.foreground) != 0)
+		goto out_unmount;
+	rc = engine_start(s->engine);
+	if (rc) {
+		fetch_log(FETCH_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
+		goto out_unmount;
+	}
+	fetch_log(FETCH_LOG_INFO, "mounted on %s", s->opts.mountpoint);
+	loop = fuse_loop_cfg_create();
+	if (!loop) {
+		rc = -ENOMEM;
+		goto out_engine;
+	}
+	fuse_loop_cfg_set_idle_threads(loop, 16);
+	rc = fuse_session_loop_mt(s->se, loop);
+	/* libfuse reports the signal that ended the loop; SIGTERM/SIGINT/SIGHUP are a clean stop.
+	 */
+	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
+		rc = 0;
+	rc = rc == 0 ? 0 : -EIO;
+	fuse_loop_cfg_destroy(loop);
+out_engine:
+	/* Answers every parked reader before the session goes away. */
+	engine_stop(s->engine);
+	while (atomic_load(&s->inval_jobs) > 0)
+		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+out_unmount:
+	fuse_session_unmount(s->se);
+out_signals:
+	fuse_remove_signal_handlers(s->se);
+out_session:
+	fuse_session_destroy(s->se);
+	s->se = NULL;
+out:
+	return rc;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fs_session s;
+	int rc, status = 1;
+
+	memset(&s, 0, sizeof(s));
+	s.uid = getuid();
+	s.gid = getgid();
+	s.timeout_s = 86400.0 * 365;
+	if (fs_options_parse(&args, &s.opts) != 0) {
+		status = 2;
+		goto out_args;
+	}
+	if (s.opts.show_help) {
+		fs_options_usage(argv[0]);
+		status = 0;
+		goto out_args;
+	}
+	if (s.opts.show_version) {
+		printf("spoolfs %s (libfuse %s, %s)\n", SPOOLFS_VERSION, fuse_pkgversion(),
+		       curl_version());
+		status = 0;
+		goto out_args;
+	}
+	set_log_level(s.opts.log_level, s.opts.debug);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
+		goto out_args;
+	}
+	rc = make_cache_dir(&s);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot create the cache directory: %s\n", strerror(-rc));
+		goto out_cache;
+	}
+	if (load_namespace(&s) != 0)
+		goto out_cache;
+	rc = start_fetching(&s);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+		goto out_fetch;
+	}
+	if (add_mount_options(&args, s.opts.source) != 0)
+		goto out_fetch;
+	rc = run_session(&s, &args);
+	status = rc == 0 ? 0 : 1;
+out_fetch:
+	engine_destroy(s.engine);
+	flight_table_destroy(s.flights);
+out_cache:
+	index_close(s.idx);
+	if (s.remove_cache && s.cache_dir)
+		nftw(s.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	free(s.spool_dir);
+	free(s.cache_dir);
+	curl_global_cleanup();
+out_args:
+	fs_options_free(&s.opts);
+	fuse_opt_free_args(&args);
+	return status;
+}

@@ -1,0 +1,517 @@
+/*
+ * The FUSE low-level operations. Each handler replies exactly once on every path; the
+ * namespace comes from the index, file data from flights. A handler never blocks on the
+ * network: a read of bytes that are not local yet is parked (reply.c).
+ *
+ * Read-only: anything that would change the tree answers EROFS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fetch/log.h"
+#include "fs/fs_i.h"
+
+#define XATTR_SHA256 "user.spoolfs.sha256"
+#define XATTR_URL "user.spoolfs.url"
+#define XATTR_CACHED "user.spoolfs.cached"
+
+static struct fs_session *session_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void node_to_stat(const struct fs_session *s, const struct index_node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = n->ino;
+	st->st_uid = s->uid;
+	st->st_gid = s->gid;
+	st->st_mtime = n->mtime;
+	st->st_ctime = n->mtime;
+	st->st_atime = n->mtime;
+	st->st_blksize = 1 << 20;
+	if (n->is_dir) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | (n->executable ? 0555 : 0444);
+		st->st_nlink = 1;
+		st->st_size = (off_t)n->size;
+		st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+	}
+}
+
+static void node_to_entry(const struct fs_session *s, const struct index_node *n,
+                          struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = n->ino;
+	e->generation = 1;
+	e->attr_timeout = s->timeout_s;
+	e->entry_timeout = s->timeout_s;
+	node_to_stat(s, n, &e->attr);
+}
+
+/* The flight identity: callers expecting different bytes (hashes) never share a flight. */
+static int flight_key(const struct index_node *n, const char *url, char **key)
+{
+	int rc =
+	    n->sha256[0] ? asprintf(key, "sha256:%s", n->sha256) : asprintf(key, "url:%s", url);
+	return rc < 0 ? -ENOMEM : 0;
+}
+
+static void fs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+}
+
+static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs_session *s = session_of(req);
+	struct fuse_entry_param e;
+	struct index_node n;
+	int rc = index_lookup(s->idx, parent, name, &n);
+
+	if (rc == -ENOENT) {
+		/* Negative entries are cached too: the namespace cannot change. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = s->timeout_s;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	node_to_entry(s, &n, &e);
+	fuse_reply_entry(req, &e);
+}
+
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	/* Inodes live as long as the session: nothing to free. */
+	fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	fuse_reply_none(req);
+}
+
+static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_session *s = session_of(req);
+	struct index_node n;
+	struct stat st;
+	int rc = index_get(s->idx, ino, &n);
+
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	node_to_stat(s, &n, &st);
+	fuse_reply_attr(req, &st, s->timeout_s);
+}
+
+struct dir_fill {
+	struct fs_session *s;
+	fuse_req_t req;
+	char *buf;
+	size_t size;
+	size_t used;
+	bool plus;
+};
+
+static int fill_one(struct dir_fill *d, const char *name, const struct index_node *n, off_t next)
+{
+	size_t len;
+
+	if (d->plus) {
+		struct fuse_entry_param e;
+		node_to_entry(d->s, n, &e);
+		len = fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e,
+		                             next);
+	} else {
+		struct stat st;
+		node_to_stat(d->s, n, &st);
+		len =
+		    fuse_add_direntry(d->req, d->buf + d->used, d->size - d->used, name, &st, next);
+	}
+	if (len > d->size - d->used)
+		return 1;
+	d->used += len;
+	return 0;
+}
+
+/* Cookies: 1 after ".", 2 after "..", then 2 + the index's cookie. */
+static int fill_child(void *ctx, const struct index_node *child, uint64_t next_cookie)
+{
+	return fill_one(ctx, child->name, child, (off_t)(next_cookie + 2));
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+{
+	struct fs_session *s = session_of(req);
+	struct dir_fill d = {.s = s, .req = req, .size = size, .plus = plus};
+	struct index_node self, parent;
+	int rc;
+
+	rc = index_get(s->idx, ino, &self);
+	if (rc)
+		goto fail;
+	if (!self.is_dir) {
+		rc = -ENOTDIR;
+		goto fail;
+	}
+	d.buf = malloc(size);
+	if (!d.buf) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (off < 1 && fill_one(&d, ".", &self, 1))
+		goto reply;
+	if (off < 2) {
+		rc = index_get(s->idx, self.parent, &parent);
+		if (rc)
+			goto fail;
+		if (fill_one(&d, "..", &parent, 2))
+			goto reply;
+	}
+	rc = index_readdir(s->idx, ino, off > 2 ? (uint64_t)off - 2 : 0, fill_child, &d);
+	if (rc)
+		goto fail;
+reply:
+	fuse_reply_buf(req, d.buf, d.used);
+	free(d.buf);
+	return;
+fail:
+	free(d.buf);
+	fuse_reply_err(req, -rc);
+}
+
+static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, false);
+}
+
+static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, true);
+}
+
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_session *s = session_of(req);
+	struct index_node n;
+	int rc = index_get(s->idx, ino, &n);
+
+	if (rc == 0 && !n.is_dir)
+		rc = -ENOTDIR;
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
+static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created)
+{
+	struct index_node n;
+	struct flight_spec spec;
+	char *url = NULL, *key = NULL, path[INDEX_NAME_MAX + 1];
+	int rc;
+
+	rc = index_get(s->idx, ino, &n);
+	if (rc)
+		goto out;
+	if (n.is_dir) {
+		rc = -EISDIR;
+		goto out;
+	}
+	rc = index_get_url(s->idx, ino, &url);
+	if (rc)
+		goto out;
+	rc = flight_key(&n, url, &key);
+	if (rc)
+		goto out;
+	snprintf(path, sizeof(path), "%s", n.name);
+	spec = (struct flight_spec){
+	    .key = key, .url = url, .sha256 = n.sha256, .name = path, .size = n.size, .ino = ino};
+	rc = flight_table_join(s->flights, &spec, out, created);
+	if (rc)
+		goto out;
+	/* A new flight starts downloading now, before the first read asks. */
+	if (*created)
+		engine_kick(s->engine, *out);
+out:
+	free(key);
+	free(url);
+	return rc;
+}
+
+static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_session *s = session_of(req);
+	struct flight *f = NULL;
+	bool created = false;
+	int rc;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	rc = open_flight(s, ino, &f, &created);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)f;
+	/*
+	 * Content cannot change within the session, so cached pages stay valid across opens,
+	 * except after a failed flight (a bad hash): the first open of its successor drops
+	 * them. (Dropping them on every open would make an open wait for other readers'
+	 * pending reads, since the kernel locks those pages.)
+	 */
+	fi->keep_cache = !(created && f->after_failure);
+	if (fuse_reply_open(req, fi) != 0)
+		flight_unref(f); /* the open was interrupted: no release will come */
+}
+
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+	struct fs_session *s = session_of(req);
+	struct flight *f = (struct flight *)(uintptr_t)fi->fh;
+	uint64_t len;
+	int rc;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if ((uint64_t)off >= f->size || size == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
+	rc = flight_ready(f, (uint64_t)off, len);
+	if (rc == 1)
+		fs_reply_spool(req, f, (uint64_t)off, len);
+	else if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fs_read_wait(req, s, f, (uint64_t)off, len);
+}
+
+static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	/* Only the handle's reference goes: the download finishes for the object's sake. */
+	flight_unref((struct flight *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs_session *s = session_of(req);
+	uint64_t files = 0, dirs = 0, bytes = 0;
+	struct statvfs st;
+
+	memset(&st, 0, sizeof(st));
+	index_totals(s->idx, &files, &dirs, &bytes);
+	st.f_bsize = 4096;
+	st.f_frsize = 4096;
+	st.f_blocks = (fsblkcnt_t)((bytes + 4095) / 4096);
+	st.f_files = (fsfilcnt_t)(files + dirs);
+	st.f_namemax = INDEX_NAME_MAX;
+	st.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+	fuse_reply_statfs(req, &st);
+}
+
+/* Replies with a value, or its size when the caller asked for size 0. */
+static void reply_xattr(fuse_req_t req, const char *value, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+}
+
+static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct fs_session *s = session_of(req);
+	struct index_node n;
+	char *url = NULL, *key = NULL, shown[4096], cached[32];
+	int rc = index_get(s->idx, ino, &n);
+
+	if (rc == 0 && n.is_dir)
+		rc = -ENODATA;
+	if (rc)
+		goto fail;
+	if (strcmp(name, XATTR_SHA256) == 0) {
+		if (!n.sha256[0]) {
+			rc = -ENODATA;
+			goto fail;
+		}
+		reply_xattr(req, n.sha256, strlen(n.sha256), size);
+		return;
+	}
+	rc = index_get_url(s->idx, ino, &url);
+	if (rc)
+		goto fail;
+	if (strcmp(name, XATTR_URL) == 0) {
+		/* Query strings carry signatures: never hand them out. */
+		fetch_redact_url(url, shown, sizeof(shown));
+		reply_xattr(req, shown, strlen(shown), size);
+		goto out;
+	}
+	if (strcmp(name, XATTR_CACHED) == 0) {
+		rc = flight_key(&n, url, &key);
+		if (rc)
+			goto fail;
+		snprintf(cached, sizeof(cached), "%" PRIu64,
+		         flight_table_cached_bytes(s->flights, key));
+		reply_xattr(req, cached, strlen(cached), size);
+		goto out;
+	}
+	rc = -ENODATA;
+fail:
+	fuse_reply_err(req, -rc);
+out:
+	free(key);
+	free(url);
+}
+
+static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct fs_session *s = session_of(req);
+	struct index_node n;
+	char names[128];
+	size_t len = 0;
+	int rc = index_get(s->idx, ino, &n);
+
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	if (!n.is_dir) {
+		if (n.sha256[0]) {
+			memcpy(names + len, XATTR_SHA256, sizeof(XATTR_SHA256));
+			len += sizeof(XATTR_SHA256);
+		}
+		memcpy(names + len, XATTR_URL, sizeof(XATTR_URL));
+		len += sizeof(XATTR_URL);
+		memcpy(names + len, XATTR_CACHED, sizeof(XATTR_CACHED));
+		len += sizeof(XATTR_CACHED);
+	}
+	reply_xattr(req, names, len, size);
+}
+
+static void fs_erofs(fuse_req_t req)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+	fs_erofs(req);
+}
+
+static void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	fs_erofs(req);
+}
+
+static void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	fs_erofs(req);
+}
+
+static void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fs_erofs(req);
+}
+
+static void fs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	fs_erofs(req);
+}
+
+static void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags)
+{
+	fs_erofs(req);
+}
+
+static void fs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	fs_erofs(req);
+}
+
+static void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+	fs_erofs(req);
+}
+
+static void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+	fs_erofs(req);
+}
+
+static void fs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+	fs_erofs(req);
+}
+
+static void fs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fs_erofs(req);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+    .init = fs_init,
+    .lookup = fs_lookup,
+    .forget = fs_forget,
+    .forget_multi = fs_forget_multi,
+    .getattr = fs_getattr,
+    .setattr = fs_setattr,
+    .mknod = fs_mknod,
+    .mkdir = fs_mkdir,
+    .unlink = fs_unlink,
+    .rmdir = fs_unlink,
+    .symlink = fs_symlink,
+    .rename = fs_rename,
+    .link = fs_link,
+    .open = fs_open,
+    .read = fs_read,
+    .write = fs_write,
+    .release = fs_release,
+    .opendir = fs_opendir,
+    .readdir = fs_readdir,
+    .readdirplus = fs_readdirplus,
+    .statfs = fs_statfs,
+    .setxattr = fs_setxattr,
+    .getxattr = fs_getxattr,
+    .listxattr = fs_listxattr,
+    .removexattr = fs_removexattr,
+    .create = fs_create,
+};

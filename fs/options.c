@@ -1,0 +1,141 @@
+/*
+ * Command-line parsing with libfuse's fuse_opt: every long option also works as
+ * `-o name=value`, so fstab lines and mount(8) can pass them. What FUSE itself understands
+ * (-d, -o allow_other, ...) stays in args for fuse_session_new.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs/fs_i.h"
+
+enum {
+	KEY_FOREGROUND,
+	KEY_DEBUG,
+};
+
+#define OPT(template, field)                                                                       \
+	{                                                                                          \
+		template, offsetof(struct fs_options, field), 0                                    \
+	}
+#define OPT_FLAG(template, field)                                                                  \
+	{                                                                                          \
+		template, offsetof(struct fs_options, field), 1                                    \
+	}
+
+static const struct fuse_opt option_spec[] = {
+    OPT("--cache-dir=%s", cache_dir),
+    OPT("--cache-dir %s", cache_dir),
+    OPT("cache_dir=%s", cache_dir),
+    OPT("--ca-file=%s", ca_file),
+    OPT("--ca-file %s", ca_file),
+    OPT("ca_file=%s", ca_file),
+    OPT("--stall-timeout=%u", stall_timeout_s),
+    OPT("--stall-timeout %u", stall_timeout_s),
+    OPT("stall_timeout=%u", stall_timeout_s),
+    OPT("--retries=%u", retries),
+    OPT("--retries %u", retries),
+    OPT("retries=%u", retries),
+    OPT("--max-transfers=%u", max_transfers),
+    OPT("--max-transfers %u", max_transfers),
+    OPT("max_transfers=%u", max_transfers),
+    OPT("--log-level=%s", log_level),
+    OPT("--log-level %s", log_level),
+    OPT("log_level=%s", log_level),
+    OPT_FLAG("-h", show_help),
+    OPT_FLAG("--help", show_help),
+    OPT_FLAG("-V", show_version),
+    OPT_FLAG("--version", show_version),
+    FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+    FUSE_OPT_KEY("-d", KEY_DEBUG),
+    FUSE_OPT_KEY("debug", KEY_DEBUG),
+    FUSE_OPT_END,
+};
+
+void fs_options_usage(const char *prog)
+{
+	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
+	       "\n"
+	       "Mounts the objects listed by a JSON manifest (SOURCE: an http(s) URL or a local\n"
+	       "path) as a read-only filesystem. Unmount with `fusermount3 -u MOUNTPOINT`.\n"
+	       "\n"
+	       "options (each also as -o name=value, with '_' for '-'):\n"
+	       "  -f                     stay in the foreground\n"
+	       "  -d                     debug: log every FUSE request (implies -f)\n"
+	       "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
+	       "  --cache-dir DIR        where spool files and the index live\n"
+	       "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
+	       "                         removed at unmount)\n"
+	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
+	       "  --stall-timeout SEC    no byte for this long restarts a transfer (default 30)\n"
+	       "  --retries N            tries without progress before a read fails (default 6)\n"
+	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
+	       "  -h, --help             this help\n"
+	       "  -V, --version          the version\n",
+	       prog);
+}
+
+static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct fs_options *opts = data;
+
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (!opts->source) {
+			opts->source = strdup(arg);
+			return opts->source ? 0 : -1;
+		}
+		if (!opts->mountpoint) {
+			opts->mountpoint = strdup(arg);
+			return opts->mountpoint ? 0 : -1;
+		}
+		fprintf(stderr, "spoolfs: unexpected argument '%s'\n", arg);
+		return -1;
+	case KEY_FOREGROUND:
+		opts->foreground = 1;
+		return 0;
+	case KEY_DEBUG:
+		opts->debug = 1;
+		opts->foreground = 1;
+		return 1; /* libfuse logs requests with -d too */
+	default:
+		return 1;
+	}
+}
+
+int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
+{
+	if (fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
+		return -EINVAL;
+	if (opts->show_help || opts->show_version)
+		return 0;
+	if (!opts->source || !opts->mountpoint) {
+		fprintf(stderr, "spoolfs: need SOURCE and MOUNTPOINT (see --help)\n");
+		return -EINVAL;
+	}
+	if (opts->stall_timeout_s == 0)
+		opts->stall_timeout_s = 30;
+	if (opts->retries == 0)
+		opts->retries = 6;
+	if (opts->max_transfers == 0)
+		opts->max_transfers = 16;
+	if (opts->log_level && strcmp(opts->log_level, "debug") != 0 &&
+	    strcmp(opts->log_level, "info") != 0 && strcmp(opts->log_level, "warn") != 0 &&
+	    strcmp(opts->log_level, "error") != 0) {
+		fprintf(stderr, "spoolfs: unknown log level '%s'\n", opts->log_level);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void fs_options_free(struct fs_options *opts)
+{
+	free(opts->source);
+	free(opts->mountpoint);
+	free(opts->cache_dir);
+	free(opts->ca_file);
+	free(opts->log_level);
+}

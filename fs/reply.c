@@ -1,0 +1,134 @@
+/*
+ * Read replies: from the spool at once, or deferred until the bytes are published.
+ *
+ * A parked read is a struct read_wait. Three threads may race to finish it: the transfer
+ * thread (its bytes arrived, or the flight failed), a FUSE worker running the interrupt
+ * callback (the reader got a signal or was killed), and the worker that is parking it.
+ * flight_park/flight_unpark decide under the flight's lock who owns the reply. Before the
+ * transfer thread replies it clears the interrupt callback: libfuse runs that callback with
+ * the request's lock held, so clearing it waits out a callback in progress and no later
+ * one can see a freed read_wait.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "fs/fs_i.h"
+
+struct read_wait {
+	struct flight_waiter waiter; /* first: done() gets this pointer */
+	fuse_req_t req;
+	struct flight *flight; /* a reference of its own */
+};
+
+void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(len);
+
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = flight_spool_fd(f);
+	buf.buf[0].pos = (off_t)off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void read_wait_free(struct read_wait *rw)
+{
+	flight_unref(rw->flight);
+	free(rw);
+}
+
+/* Transfer thread, no locks held. */
+static void on_published(struct flight_waiter *w, int err)
+{
+	struct read_wait *rw = (struct read_wait *)w;
+
+	fuse_req_interrupt_func(rw->req, NULL, NULL);
+	if (err)
+		fuse_reply_err(rw->req, -err);
+	else
+		fs_reply_spool(rw->req, rw->flight, w->off, w->len);
+	read_wait_free(rw);
+}
+
+/* A FUSE worker, with libfuse's lock on req held. */
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	struct read_wait *rw = data;
+
+	/* Only this reader's wait goes; the download carries on for everybody else. */
+	if (flight_unpark(rw->flight, &rw->waiter)) {
+		fuse_reply_err(req, EINTR);
+		read_wait_free(rw);
+	}
+}
+
+void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
+                  uint64_t len)
+{
+	struct read_wait *rw = calloc(1, sizeof(*rw));
+	int rc;
+
+	if (!rw) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rw->waiter.off = off;
+	rw->waiter.len = len;
+	rw->waiter.done = on_published;
+	rw->req = req;
+	flight_ref(f);
+	rw->flight = f;
+	/* Registered before parking: an interrupt that already came is seen by flight_park. */
+	fuse_req_interrupt_func(req, on_interrupt, rw);
+	rc = flight_park(f, &rw->waiter);
+	if (rc == 0) {
+		engine_kick(s->engine, f);
+		return;
+	}
+	fuse_req_interrupt_func(req, NULL, NULL);
+	if (rc == 1)
+		fs_reply_spool(req, f, off, len);
+	else
+		fuse_reply_err(req, -rc);
+	read_wait_free(rw);
+}
+
+struct inval_job {
+	struct fs_session *session;
+	fuse_ino_t ino;
+};
+
+static void *inval_main(void *arg)
+{
+	struct inval_job *job = arg;
+
+	fuse_lowlevel_notify_inval_inode(job->session->se, job->ino, 0, 0);
+	atomic_fetch_sub(&job->session->inval_jobs, 1);
+	free(job);
+	return NULL;
+}
+
+void fs_on_flight_failed(void *ctx, struct flight *f)
+{
+	struct fs_session *s = ctx;
+	struct inval_job *job = malloc(sizeof(*job));
+	pthread_attr_t attr;
+	pthread_t thread;
+
+	/*
+	 * Pages read before a hash check failed must not outlive the flight. Not from the
+	 * transfer thread: the kernel may wait on a page whose read waits for that thread.
+	 */
+	if (!job)
+		return;
+	job->session = s;
+	job->ino = f->ino;
+	atomic_fetch_add(&s->inval_jobs, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&thread, &attr, inval_main, job) != 0) {
+		atomic_fetch_sub(&s->inval_jobs, 1);
+		free(job);
+	}
+	pthread_attr_destroy(&attr);
+}

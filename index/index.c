@@ -1,0 +1,650 @@
+/*
+ * index.c owns the sqlite connection: the schema, the session's namespace table and the
+ * spool records, and every statement that reads them at run time.
+ *
+ * Lock: idx->lock (a plain pthread mutex) serialises every statement on the one connection,
+ * which is opened SQLITE_OPEN_NOMUTEX because that lock already does sqlite's job. It is the
+ * innermost lock of the program: nothing here calls out while holding it, except
+ * index_readdir's callback, which must not call back in.
+ *
+ * Schema (PRAGMA user_version = INDEX_SCHEMA_VERSION):
+ *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, size, mtime, executable, sha256, url)
+ *     Rebuilt at every open: a session is a snapshot. Its indexes are built by the loader
+ *     once the rows are in (index_namespace_indexes), which is cheaper than updating them
+ *     per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent), which
+ *     carries the rowid, serves readdir in inode order.
+ *   spool_object(key PRIMARY KEY, complete), spool_range(key, off_start, off_end):
+ *     kept across opens so a persistent cache can resume.
+ */
+#include "index/index_i.h"
+#include "index/ranges.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
+
+static const char schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
+                                 " key TEXT PRIMARY KEY NOT NULL,"
+                                 " complete INTEGER NOT NULL DEFAULT 0);"
+                                 "CREATE TABLE IF NOT EXISTS spool_range("
+                                 " key TEXT NOT NULL,"
+                                 " off_start INTEGER NOT NULL,"
+                                 " off_end INTEGER NOT NULL,"
+                                 " PRIMARY KEY(key, off_start)) WITHOUT ROWID;"
+                                 "DROP TABLE IF EXISTS node;"
+                                 "CREATE TABLE node("
+                                 " ino INTEGER PRIMARY KEY,"
+                                 " parent INTEGER NOT NULL,"
+                                 " name TEXT NOT NULL,"
+                                 " is_dir INTEGER NOT NULL,"
+                                 " size INTEGER NOT NULL DEFAULT 0,"
+                                 " mtime INTEGER NOT NULL DEFAULT 0,"
+                                 " executable INTEGER NOT NULL DEFAULT 0,"
+                                 " sha256 TEXT,"
+                                 " url TEXT);"
+                                 "INSERT INTO node(ino, parent, name, is_dir) VALUES(1, 1, '', 1);";
+
+int index_namespace_indexes(struct index *idx)
+{
+	return index_sqlite_errno(
+	    sqlite3_exec(idx->db,
+	                 "CREATE UNIQUE INDEX IF NOT EXISTS node_name ON node(parent, name);"
+	                 "CREATE INDEX IF NOT EXISTS node_parent ON node(parent);",
+	                 NULL, NULL, NULL));
+}
+
+int index_sqlite_errno(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_ROW:
+	case SQLITE_DONE:
+		return 0;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		return -EBUSY;
+	case SQLITE_FULL:
+		return -ENOSPC;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+		return -EACCES;
+	case SQLITE_READONLY:
+		return -EROFS;
+	case SQLITE_CANTOPEN:
+		return -ENOENT;
+	case SQLITE_TOOBIG:
+		return -E2BIG;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_MISUSE:
+	case SQLITE_RANGE:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+int index_step_errno(int rc)
+{
+	int e = index_sqlite_errno(rc);
+
+	/* A step that neither gave a row nor finished, or a reset that reported an error, failed
+	 * whatever the code says. */
+	return e < 0 ? e : -EIO;
+}
+
+static int param_index(sqlite3_stmt *st, const char *name)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	return i > 0 ? i : -EINVAL;
+}
+
+int index_bind_int64(sqlite3_stmt *st, const char *name, int64_t v)
+{
+	int i = param_index(st, name);
+
+	if (i < 0)
+		return i;
+	return index_sqlite_errno(sqlite3_bind_int64(st, i, v));
+}
+
+int index_bind_text(sqlite3_stmt *st, const char *name, const char *s, int len)
+{
+	int i = param_index(st, name);
+
+	if (i < 0)
+		return i;
+	/* Callers keep s alive until the statement is reset, so sqlite need not copy it. */
+	return index_sqlite_errno(sqlite3_bind_text(st, i, s, len, SQLITE_STATIC));
+}
+
+int index_bind_null(sqlite3_stmt *st, const char *name)
+{
+	int i = param_index(st, name);
+
+	if (i < 0)
+		return i;
+	return index_sqlite_errno(sqlite3_bind_null(st, i));
+}
+
+int index_step_done(sqlite3_stmt *st)
+{
+	int rc = sqlite3_step(st);
+	int ret = rc == SQLITE_DONE ? 0 : rc == SQLITE_ROW ? -EIO : index_step_errno(rc);
+	int rrc = sqlite3_reset(st);
+
+	if (ret == 0 && rrc != SQLITE_OK)
+		ret = index_step_errno(rrc);
+	return ret;
+}
+
+int index_begin(struct index *idx)
+{
+	return index_step_done(idx->st_begin);
+}
+
+int index_commit(struct index *idx)
+{
+	return index_step_done(idx->st_commit);
+}
+
+void index_rollback(struct index *idx)
+{
+	/* A failed statement may already have rolled the transaction back; that is fine. */
+	if (!sqlite3_get_autocommit(idx->db))
+		(void)index_step_done(idx->st_rollback);
+}
+
+static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st)
+{
+	return index_sqlite_errno(
+	    sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL));
+}
+
+static int prepare_all(struct index *idx)
+{
+	const struct {
+		sqlite3_stmt **st;
+		const char *sql;
+	} stmts[] = {
+	    {&idx->st_lookup, "SELECT " NODE_COLUMNS " FROM node"
+	                      " WHERE parent = :parent AND name = :name AND ino <> 1"},
+	    {&idx->st_get, "SELECT " NODE_COLUMNS " FROM node WHERE ino = :ino"},
+	    {&idx->st_get_url, "SELECT is_dir, url FROM node WHERE ino = :ino"},
+	    {&idx->st_readdir, "SELECT " NODE_COLUMNS " FROM node"
+	                       " WHERE parent = :dir AND ino > :cookie ORDER BY ino"},
+	    {&idx->st_begin, "BEGIN IMMEDIATE"},
+	    {&idx->st_commit, "COMMIT"},
+	    {&idx->st_rollback, "ROLLBACK"},
+	    {&idx->st_obj_touch, "INSERT INTO spool_object(key, complete) VALUES(:key, 0)"
+	                         " ON CONFLICT(key) DO NOTHING"},
+	    {&idx->st_obj_complete, "INSERT INTO spool_object(key, complete) VALUES(:key, 1)"
+	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
+	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
+	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
+	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
+	                            " VALUES(:key, :start, :end)"},
+	};
+	int rc = 0;
+
+	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++) {
+		rc = prepare(idx->db, stmts[i].sql, stmts[i].st);
+		if (rc < 0)
+			break;
+	}
+	return rc;
+}
+
+static void finalize_all(struct index *idx)
+{
+	sqlite3_stmt **all[] = {
+	    &idx->st_lookup,       &idx->st_get,        &idx->st_get_url,     &idx->st_readdir,
+	    &idx->st_begin,        &idx->st_commit,     &idx->st_rollback,    &idx->st_obj_touch,
+	    &idx->st_obj_complete, &idx->st_obj_forget, &idx->st_range_clear, &idx->st_range_insert,
+	};
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+		sqlite3_finalize(*all[i]);
+		*all[i] = NULL;
+	}
+}
+
+/* Runs a one-row pragma and stores its integer result (when out is not NULL). */
+static int pragma_int(sqlite3 *db, const char *sql, int64_t *out)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = prepare(db, sql, &st);
+
+	if (rc < 0)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		if (out)
+			*out = sqlite3_column_int64(st, 0);
+		rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? 0 : index_step_errno(rc);
+	}
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Creates missing tables and starts a fresh namespace, keeping the spool records. */
+static int setup_schema(sqlite3 *db)
+{
+	int64_t version = 0;
+	int rc = pragma_int(db, "PRAGMA user_version", &version);
+
+	if (rc < 0)
+		return rc;
+	/* A newer spoolfs wrote this cache; its spool records may mean something else. */
+	if (version > INDEX_SCHEMA_VERSION)
+		return -EPROTO;
+	rc = index_sqlite_errno(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
+	if (rc < 0)
+		return rc;
+	rc = index_sqlite_errno(sqlite3_exec(db, schema_sql, NULL, NULL, NULL));
+	if (rc == 0)
+		rc = pragma_int(db, "PRAGMA user_version = 1", NULL);
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL));
+	if (rc < 0 && !sqlite3_get_autocommit(db))
+		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	return rc;
+}
+
+/*
+ * Applied at every open, in order.
+ * - locking_mode EXCLUSIVE: one daemon owns the cache database; the namespace table is its
+ *   session's alone. Taken before WAL is entered, it means no shared-memory index and no
+ *   fcntl locking per statement (half the cost of a lookup), and a second mount on the
+ *   same cache directory fails with -EBUSY instead of replacing our namespace.
+ * - journal_mode WAL answers with the mode it got; a filesystem without WAL support keeps
+ *   the rollback journal, slower but still correct.
+ * - synchronous NORMAL: in WAL mode it loses at most the last transactions on power loss,
+ *   never consistency; spool ranges are recorded only after their data is durable.
+ * - cache_size: the default 2 MB spills a 100,000-entry load to the WAL and reads it back;
+ *   64 MB is a ceiling, used only as the namespace needs it.
+ */
+static const char *const session_pragmas[] = {
+    "PRAGMA locking_mode = EXCLUSIVE",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA cache_size = -65536",
+};
+
+int index_open(const char *db_path, struct index **out)
+{
+	struct index *idx = calloc(1, sizeof(*idx));
+	int rc;
+
+	*out = NULL;
+	if (!idx)
+		return -ENOMEM;
+	rc = -pthread_mutex_init(&idx->lock, NULL);
+	if (rc < 0)
+		goto err_free;
+	rc =
+	    sqlite3_open_v2(db_path, &idx->db,
+	                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		rc = idx->db ? index_sqlite_errno(rc) : -ENOMEM;
+		goto err_close;
+	}
+	rc = index_sqlite_errno(sqlite3_busy_timeout(idx->db, 5000));
+	if (rc < 0)
+		goto err_close;
+	for (size_t i = 0; i < sizeof(session_pragmas) / sizeof(session_pragmas[0]); i++) {
+		rc = pragma_int(idx->db, session_pragmas[i], NULL);
+		if (rc < 0)
+			goto err_close;
+	}
+	rc = setup_schema(idx->db);
+	if (rc < 0)
+		goto err_close;
+	rc = prepare_all(idx);
+	if (rc < 0)
+		goto err_close;
+	*out = idx;
+	return 0;
+
+err_close:
+	finalize_all(idx);
+	sqlite3_close(idx->db);
+	pthread_mutex_destroy(&idx->lock);
+err_free:
+	free(idx);
+	return rc;
+}
+
+void index_close(struct index *idx)
+{
+	if (!idx)
+		return;
+	finalize_all(idx);
+	sqlite3_close(idx->db);
+	pthread_mutex_destroy(&idx->lock);
+	free(idx);
+}
+
+/* Copies the current row of a NODE_COLUMNS statement. Anything the loader would not have
+ * written means the database was changed under us. */
+static int row_to_node(sqlite3_stmt *st, struct index_node *out)
+{
+	const unsigned char *name = sqlite3_column_text(st, 2);
+	int name_len = sqlite3_column_bytes(st, 2);
+	const unsigned char *sha = sqlite3_column_text(st, 7);
+	int sha_len = sqlite3_column_bytes(st, 7);
+
+	if (!name || name_len > INDEX_NAME_MAX || (sha && sha_len != INDEX_SHA256_HEX))
+		return -EIO;
+	memset(out, 0, sizeof(*out));
+	out->ino = (uint64_t)sqlite3_column_int64(st, 0);
+	out->parent = (uint64_t)sqlite3_column_int64(st, 1);
+	memcpy(out->name, name, (size_t)name_len);
+	out->is_dir = sqlite3_column_int(st, 3) != 0;
+	out->size = (uint64_t)sqlite3_column_int64(st, 4);
+	out->mtime = sqlite3_column_int64(st, 5);
+	out->executable = sqlite3_column_int(st, 6) != 0;
+	if (sha)
+		memcpy(out->sha256, sha, INDEX_SHA256_HEX);
+	return 0;
+}
+
+/* Steps a NODE_COLUMNS statement expected to give at most one row, then resets it. */
+static int step_one_node(sqlite3_stmt *st, struct index_node *out)
+{
+	int rc = sqlite3_step(st);
+	int ret;
+
+	if (rc == SQLITE_ROW)
+		ret = row_to_node(st, out);
+	else if (rc == SQLITE_DONE)
+		ret = -ENOENT;
+	else
+		ret = index_step_errno(rc);
+	rc = sqlite3_reset(st);
+	if ((ret == 0 || ret == -ENOENT) && rc != SQLITE_OK)
+		ret = index_step_errno(rc);
+	return ret;
+}
+
+static int get_locked(struct index *idx, uint64_t ino, struct index_node *out)
+{
+	if (ino > INT64_MAX)
+		return -ENOENT;
+	int rc = index_bind_int64(idx->st_get, ":ino", (int64_t)ino);
+
+	if (rc < 0)
+		return rc;
+	return step_one_node(idx->st_get, out);
+}
+
+/* -ENOENT when dir is absent, -ENOTDIR when it is a file, else 0. */
+static int check_dir_locked(struct index *idx, uint64_t dir)
+{
+	struct index_node node;
+	int rc = get_locked(idx, dir, &node);
+
+	if (rc < 0)
+		return rc;
+	return node.is_dir ? 0 : -ENOTDIR;
+}
+
+int index_lookup(struct index *idx, uint64_t parent, const char *name, struct index_node *out)
+{
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	if (parent > INT64_MAX) {
+		rc = -ENOENT;
+		goto out;
+	}
+	rc = index_bind_int64(idx->st_lookup, ":parent", (int64_t)parent);
+	if (rc < 0)
+		goto out;
+	rc = index_bind_text(idx->st_lookup, ":name", name, -1);
+	if (rc < 0)
+		goto out;
+	rc = step_one_node(idx->st_lookup, out);
+	/* Only a miss needs to know why: the parent may be absent or a file. */
+	if (rc == -ENOENT) {
+		int prc = check_dir_locked(idx, parent);
+		if (prc < 0)
+			rc = prc;
+	}
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_get(struct index *idx, uint64_t ino, struct index_node *out)
+{
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = get_locked(idx, ino, out);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_get_url(struct index *idx, uint64_t ino, char **url)
+{
+	sqlite3_stmt *st = idx->st_get_url;
+	int rc, rrc;
+
+	*url = NULL;
+	pthread_mutex_lock(&idx->lock);
+	if (ino > INT64_MAX) {
+		rc = -ENOENT;
+		goto out;
+	}
+	rc = index_bind_int64(st, ":ino", (int64_t)ino);
+	if (rc < 0)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const unsigned char *u = sqlite3_column_text(st, 1);
+		if (sqlite3_column_int(st, 0))
+			rc = -EISDIR;
+		else if (!u)
+			rc = -ENOENT;
+		else if (!(*url = strdup((const char *)u)))
+			rc = -ENOMEM;
+		else
+			rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	}
+	rrc = sqlite3_reset(st);
+	if (rc == 0 && rrc != SQLITE_OK) {
+		rc = index_step_errno(rrc);
+		free(*url);
+		*url = NULL;
+	}
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn fn, void *ctx)
+{
+	sqlite3_stmt *st = idx->st_readdir;
+	struct index_node child;
+	int rc, rrc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = check_dir_locked(idx, dir);
+	if (rc < 0)
+		goto out;
+	/* The root is its own parent; starting above its inode keeps it out of its listing. */
+	if (cookie < INDEX_ROOT_INO)
+		cookie = INDEX_ROOT_INO;
+	if (cookie > INT64_MAX)
+		goto out;
+	rc = index_bind_int64(st, ":dir", (int64_t)dir);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":cookie", (int64_t)cookie);
+	if (rc < 0)
+		goto out;
+	for (;;) {
+		int step = sqlite3_step(st);
+		if (step == SQLITE_DONE)
+			break;
+		if (step != SQLITE_ROW) {
+			rc = index_step_errno(step);
+			break;
+		}
+		rc = row_to_node(st, &child);
+		if (rc < 0)
+			break;
+		rc = fn(ctx, &child, child.ino);
+		if (rc != 0) {
+			/* 1 means "buffer full", which is not an error for our caller. */
+			rc = rc > 0 ? 0 : rc;
+			break;
+		}
+	}
+	rrc = sqlite3_reset(st);
+	if (rc == 0 && rrc != SQLITE_OK)
+		rc = index_step_errno(rrc);
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+static int compute_totals_locked(struct index *idx)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = prepare(idx->db,
+	                 "SELECT count(*) - coalesce(sum(is_dir), 0), coalesce(sum(is_dir), 0),"
+	                 " coalesce(sum(size), 0) FROM node",
+	                 &st);
+
+	if (rc < 0)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		rc = rc == SQLITE_DONE ? -EIO : index_step_errno(rc);
+		goto out;
+	}
+	idx->total_files = (uint64_t)sqlite3_column_int64(st, 0);
+	idx->total_dirs = (uint64_t)sqlite3_column_int64(st, 1);
+	idx->total_bytes = (uint64_t)sqlite3_column_int64(st, 2);
+	idx->totals_valid = true;
+	rc = 0;
+out:
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int index_totals(struct index *idx, uint64_t *files, uint64_t *dirs, uint64_t *bytes)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if (!idx->totals_valid)
+		rc = compute_totals_locked(idx);
+	if (rc == 0) {
+		*files = idx->total_files;
+		*dirs = idx->total_dirs;
+		*bytes = idx->total_bytes;
+	}
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges)
+{
+	bool began = false;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_begin(idx);
+	if (rc < 0)
+		goto out;
+	began = true;
+	rc = index_bind_text(idx->st_obj_touch, ":key", key, -1);
+	if (rc == 0)
+		rc = index_step_done(idx->st_obj_touch);
+	if (rc == 0)
+		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
+	if (rc == 0)
+		rc = index_step_done(idx->st_range_clear);
+	if (rc == 0)
+		rc = index_bind_text(idx->st_range_insert, ":key", key, -1);
+	for (size_t i = 0; rc == 0 && i < ranges->n; i++) {
+		const struct index_range *r = &ranges->v[i];
+		if (r->end > INT64_MAX) {
+			rc = -EFBIG;
+			break;
+		}
+		rc = index_bind_int64(idx->st_range_insert, ":start", (int64_t)r->start);
+		if (rc == 0)
+			rc = index_bind_int64(idx->st_range_insert, ":end", (int64_t)r->end);
+		if (rc == 0)
+			rc = index_step_done(idx->st_range_insert);
+	}
+	if (rc == 0)
+		rc = index_commit(idx);
+out:
+	if (rc < 0 && began)
+		index_rollback(idx);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_record_complete(struct index *idx, const char *key, bool complete)
+{
+	bool began = false;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_begin(idx);
+	if (rc < 0)
+		goto out;
+	began = true;
+	if (complete) {
+		rc = index_bind_text(idx->st_obj_complete, ":key", key, -1);
+		if (rc == 0)
+			rc = index_step_done(idx->st_obj_complete);
+	} else {
+		rc = index_bind_text(idx->st_obj_forget, ":key", key, -1);
+		if (rc == 0)
+			rc = index_step_done(idx->st_obj_forget);
+		if (rc == 0)
+			rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
+		if (rc == 0)
+			rc = index_step_done(idx->st_range_clear);
+	}
+	if (rc == 0)
+		rc = index_commit(idx);
+out:
+	if (rc < 0 && began)
+		index_rollback(idx);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+const char *index_check_segment(const char *name, size_t len)
+{
+	if (len == 0)
+		return "an empty segment";
+	if (memchr(name, '\0', len))
+		return "a NUL byte";
+	if (memchr(name, '/', len))
+		return "a '/' in a segment";
+	if (len == 1 && name[0] == '.')
+		return "a \".\" segment";
+	if (len == 2 && name[0] == '.' && name[1] == '.')
+		return "a \"..\" segment";
+	if (len > INDEX_NAME_MAX)
+		return "a segment longer than 255 bytes";
+	return NULL;
+}

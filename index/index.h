@@ -1,0 +1,88 @@
+/*
+ * index: the session's namespace (inodes, names, sizes, hashes, URLs) and the record of
+ * spooled objects, in one sqlite database inside the cache directory.
+ *
+ * Lock: struct index has one mutex that serialises every statement on its connection.
+ * Callers hold no lock of theirs while calling in (the index is the innermost lock: never
+ * call out of it). Inode numbers are sqlite rowids; the root directory is inode 1, which is
+ * FUSE's root id. The namespace never changes after loading: the session is a snapshot.
+ *
+ * All functions that can fail return 0 (or a count) on success and -errno on failure.
+ */
+#ifndef SPOOLFS_INDEX_INDEX_H
+#define SPOOLFS_INDEX_INDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define INDEX_ROOT_INO 1
+#define INDEX_NAME_MAX 255
+#define INDEX_SHA256_HEX 64
+
+struct index;
+
+struct index_node {
+	uint64_t ino;
+	uint64_t parent;
+	bool is_dir;
+	bool executable;
+	uint64_t size; /* 0 for directories */
+	int64_t mtime; /* seconds since the epoch; 0 when the manifest gave none */
+	char sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex, "" when unknown */
+	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
+};
+
+/* Opens (creating when missing) the database at db_path. *out is owned by the caller. */
+int index_open(const char *db_path, struct index **out);
+void index_close(struct index *idx);
+
+/*
+ * Loads a manifest (JSON text, see README) into an empty namespace, in one transaction.
+ * base_url is the manifest's own URL (http(s):// or file://); relative object URLs and
+ * entries without "url" resolve against it. On a bad manifest returns -EINVAL and writes a
+ * one-line message naming the entry (e.g. `files[3] "a/../b": path has a ".." segment`)
+ * into err; nothing is loaded then.
+ */
+int index_load_manifest(struct index *idx, const char *json, size_t json_len, const char *base_url,
+                        char *err, size_t err_len);
+
+/* The child `name` of directory `parent`. -ENOENT when absent, -ENOTDIR when parent is a file. */
+int index_lookup(struct index *idx, uint64_t parent, const char *name, struct index_node *out);
+
+/* The node with inode `ino`, or -ENOENT. */
+int index_get(struct index *idx, uint64_t ino, struct index_node *out);
+
+/* The object URL of file `ino` in *url (malloc'd, caller frees). -ENOENT, -EISDIR, -ENOMEM. */
+int index_get_url(struct index *idx, uint64_t ino, char **url);
+
+/*
+ * Calls fn for the children of directory `dir` in a stable order, starting after `cookie`
+ * (0 = from the first child). Each call passes the cookie that resumes after that child.
+ * fn returns 0 to go on or 1 to stop (a full reply buffer). The index lock is held during fn:
+ * fn must not call back into the index. Returns 0, -ENOENT or -ENOTDIR.
+ */
+typedef int (*index_dir_fn)(void *ctx, const struct index_node *child, uint64_t next_cookie);
+int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn fn, void *ctx);
+
+/* Totals over the namespace, for statfs. */
+int index_totals(struct index *idx, uint64_t *files, uint64_t *dirs, uint64_t *bytes);
+
+/*
+ * Spool records, so a persistent cache can resume: `key` is a flight's identity.
+ * index_record_ranges replaces the recorded published ranges of key (called after the data
+ * is durably written). index_record_complete marks key complete (or, with complete=false,
+ * forgets it and its ranges).
+ */
+struct index_ranges;
+int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges);
+int index_record_complete(struct index *idx, const char *key, bool complete);
+
+/*
+ * Checks one path segment (a file or directory name) for a namespace: non-empty, not "." or
+ * "..", no '/', no NUL within len, at most INDEX_NAME_MAX bytes. Returns NULL when fine, else
+ * a static description of what is wrong ("empty segment", "\"..\" segment", ...).
+ */
+const char *index_check_segment(const char *name, size_t len);
+
+#endif

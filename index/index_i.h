@@ -1,0 +1,65 @@
+/*
+ * Private to index/: the layout of struct index and the statement helpers that index.c
+ * and manifest.c share. Nothing outside index/ includes this.
+ *
+ * Lock: idx->lock serialises every use of idx->db and of every statement prepared on it.
+ * The helpers below expect the caller to hold it.
+ */
+#ifndef SPOOLFS_INDEX_INDEX_I_H
+#define SPOOLFS_INDEX_INDEX_I_H
+
+#include "index/index.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#define INDEX_SCHEMA_VERSION 1
+
+struct index {
+	pthread_mutex_t lock;
+	/* Everything below is guarded by lock. */
+	sqlite3 *db;
+	/* Hot statements, prepared once at open and finalized at close. */
+	sqlite3_stmt *st_lookup;
+	sqlite3_stmt *st_get;
+	sqlite3_stmt *st_get_url;
+	sqlite3_stmt *st_readdir;
+	sqlite3_stmt *st_begin;
+	sqlite3_stmt *st_commit;
+	sqlite3_stmt *st_rollback;
+	sqlite3_stmt *st_obj_touch;
+	sqlite3_stmt *st_obj_complete;
+	sqlite3_stmt *st_obj_forget;
+	sqlite3_stmt *st_range_clear;
+	sqlite3_stmt *st_range_insert;
+	/* The namespace is a snapshot, so its totals are computed once and kept. */
+	bool totals_valid;
+	uint64_t total_files;
+	uint64_t total_dirs;
+	uint64_t total_bytes;
+};
+
+/* Maps an sqlite result code to a negative errno. */
+int index_sqlite_errno(int rc);
+
+/* The negative errno for a failed step or reset: never 0, whatever code sqlite returned. */
+int index_step_errno(int rc);
+
+/* Bind by parameter name; a name the statement lacks is a programming error (-EINVAL). */
+int index_bind_int64(sqlite3_stmt *st, const char *name, int64_t v);
+int index_bind_text(sqlite3_stmt *st, const char *name, const char *s, int len);
+int index_bind_null(sqlite3_stmt *st, const char *name);
+
+/* Steps a statement that returns no row, then resets it. 0 or -errno. */
+int index_step_done(sqlite3_stmt *st);
+
+/* Builds the namespace's lookup and readdir indexes; a loader calls it once, after its rows
+ * are in and before its commit. Statements prepared earlier re-prepare to use them. */
+int index_namespace_indexes(struct index *idx);
+
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK on idx's connection. */
+int index_begin(struct index *idx);
+int index_commit(struct index *idx);
+void index_rollback(struct index *idx);
+
+#endif

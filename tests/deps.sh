@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the demo need on Debian 12 (run as root).
+# Idempotent: asks apt only when something is missing.
+set -euo pipefail
+
+packages=(
+	build-essential cmake pkg-config clang clang-format
+	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev
+	libcmocka-dev python3 python3-pytest curl ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+[ -e /dev/fuse ] || { echo "deps: /dev/fuse is missing: FUSE cannot mount here" >&2; exit 1; }

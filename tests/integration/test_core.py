@@ -1,0 +1,294 @@
+"""The core promises, against a real mount and the project's test upstream."""
+
+import errno
+import hashlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import SLOW, read_file
+
+MiB = 1 << 20
+CHUNK = MiB  # FLIGHT_CHUNK_BYTES
+
+
+def expected(store, path):
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_tree_attributes_and_read(store, mount):
+    store.add("a/b/c.bin", 300_000)
+    store.add("a/empty.bin", 0)
+    store.add("top.txt", 5)
+    url = store.write(lambda m: m["files"][2].update(executable=True, mtime=1_600_000_000))
+    m = mount(url)
+
+    assert sorted(os.listdir(m.path)) == ["a", "top.txt"]
+    assert sorted(os.listdir(m.p("a"))) == ["b", "empty.bin"]
+    st = os.stat(m.p("a/b/c.bin"))
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o444
+    assert st.st_size == 300_000
+    assert st.st_uid == os.getuid()
+    st = os.stat(m.p("top.txt"))
+    assert stat.S_IMODE(st.st_mode) == 0o555 and int(st.st_mtime) == 1_600_000_000
+    assert stat.S_IMODE(os.stat(m.p("a")).st_mode) == 0o555
+    assert read_file(m.p("a/b/c.bin")) == expected(store, "a/b/c.bin")
+    assert read_file(m.p("a/empty.bin")) == b""
+    assert read_file(m.p("top.txt")) == expected(store, "top.txt")
+    with pytest.raises(FileNotFoundError):
+        os.stat(m.p("a/missing"))
+    with pytest.raises(NotADirectoryError):
+        os.listdir(m.p("top.txt"))
+
+
+def test_read_only(store, mount):
+    store.add("f.bin", 1000)
+    m = mount(store.write())
+    for attempt in (lambda: open(m.p("f.bin"), "r+b"),
+                    lambda: open(m.p("f.bin"), "wb"),
+                    lambda: open(m.p("new.bin"), "wb"),
+                    lambda: os.mkdir(m.p("d")),
+                    lambda: os.unlink(m.p("f.bin")),
+                    lambda: os.rename(m.p("f.bin"), m.p("g.bin")),
+                    lambda: os.symlink("f.bin", m.p("l")),
+                    lambda: os.chmod(m.p("f.bin"), 0o777),
+                    lambda: os.setxattr(m.p("f.bin"), "user.x", b"1")):
+        with pytest.raises(OSError) as e:
+            attempt()
+        assert e.value.errno in (errno.EROFS, errno.EACCES, errno.EPERM), e.value
+
+
+def test_xattrs_and_statfs(store, mount):
+    store.add("h.bin", 3 * MiB)
+    store.add("n.bin", 10, hashed=False)
+    m = mount(store.write())
+    assert os.getxattr(m.p("h.bin"), "user.spoolfs.sha256").decode() == store.sha256("h.bin")
+    assert os.getxattr(m.p("h.bin"), "user.spoolfs.url").decode() == store.up.url("h.bin")
+    assert int(os.getxattr(m.p("h.bin"), "user.spoolfs.cached")) == 0
+    with pytest.raises(OSError) as e:
+        os.getxattr(m.p("n.bin"), "user.spoolfs.sha256")
+    assert e.value.errno == errno.ENODATA
+    assert "user.spoolfs.cached" in os.listxattr(m.p("h.bin"))
+    read_file(m.p("h.bin"))
+    assert int(os.getxattr(m.p("h.bin"), "user.spoolfs.cached")) == 3 * MiB
+    st = os.statvfs(m.path)
+    assert st.f_namemax == 255 and st.f_blocks * st.f_frsize >= 3 * MiB
+
+
+def test_finished_object_is_served_without_requests(store, mount):
+    path = store.add("once.bin", 5 * MiB)
+    m = mount(store.write())
+    assert read_file(m.p(path)) == expected(store, path)
+    before = store.up.stats(path)
+    for _ in range(3):
+        assert read_file(m.p(path)) == expected(store, path)
+    after = store.up.stats(path)
+    assert after["gets"] == before["gets"] and after["bytes"] == before["bytes"]
+
+
+def test_eight_readers_one_fetch(store, mount):
+    path = store.add("big.bin", 64 * MiB)
+    m = mount(store.write())
+    size = 64 * MiB
+    barrier = threading.Barrier(8)
+    results = [None] * 8
+
+    def reader(i):
+        barrier.wait()
+        results[i] = sha(read_file(m.p(path)))
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [store.sha256(path)] * 8
+    st = store.up.stats(path)
+    assert st["bytes"] <= size + CHUNK, st
+
+
+def test_follower_streams_while_leader_downloads(store, mount):
+    size = 32 * MiB
+    path = store.add("slow.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, rate=4 * MiB)
+    leader_done = threading.Event()
+
+    def leader():
+        read_file(m.p(path))
+        leader_done.set()
+
+    t = threading.Thread(target=leader)
+    t.start()
+    try:
+        store.up.wait_for(lambda s: s["bytes"] >= 2 * MiB, timeout=30 * SLOW, path=path)
+        with open(m.p(path), "rb", buffering=0) as f:
+            first = f.read(64 * 1024)
+        sent = store.up.stats(path)["bytes"]
+        assert first == expected(store, path)[:64 * 1024]
+        # The follower got its bytes while the one transfer was still running.
+        assert sent < size and not leader_done.is_set()
+    finally:
+        store.up.clear(path)
+        t.join()
+    assert store.up.stats(path)["bytes"] <= size + CHUNK
+
+
+READER = r"""
+import hashlib, sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb", buffering=0) as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            break
+        h.update(b)
+print(h.hexdigest())
+"""
+
+
+def opened_by(pid, path):
+    try:
+        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path
+                   for fd in os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return False
+
+
+def blocked_in_read(pid):
+    """True once the process sleeps in the kernel (its read is parked on the daemon)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("round_", range(10))
+def test_killed_first_reader(store, mount, round_):
+    size = 8 * MiB
+    path = store.add("gated-%d.bin" % round_, size)
+    m = mount(store.write())
+    store.up.fault(path, gate=True)
+    target = m.p(path)
+    leader = subprocess.Popen([sys.executable, "-c", READER, target], stdout=subprocess.PIPE)
+    followers = []
+    try:
+        store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
+        for _ in range(5):
+            followers.append(subprocess.Popen([sys.executable, "-c", READER, target],
+                                              stdout=subprocess.PIPE))
+        deadline = time.monotonic() + 20 * SLOW
+        while not all(opened_by(p.pid, target) and blocked_in_read(p.pid) for p in followers):
+            assert time.monotonic() < deadline, "followers never reached their read"
+            time.sleep(0.01)
+        leader.kill()
+        leader.wait()
+        store.up.release(path)
+        outs = [p.communicate(timeout=60 * SLOW)[0].decode().strip() for p in followers]
+    finally:
+        for p in [leader] + followers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert outs == [store.sha256(path)] * 5
+    st = store.up.stats(path)
+    assert st["bytes"] <= size + CHUNK, st
+    assert st["gets"] == 1, st
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_far_read_does_not_wait_for_prefix(store, mount, hashed):
+    size = 256 * MiB
+    path = store.add("far.bin", size, hashed=hashed)
+    m = mount(store.write())
+    store.up.fault(path, rate=16 * MiB)
+    try:
+        with open(m.p(path), "rb", buffering=0) as f:
+            tail = os.pread(f.fileno(), 4096, size - 4096)
+            sent = store.up.stats(path)["bytes"]
+    finally:
+        store.up.clear(path)
+    with open(os.path.join(store.root, path), "rb") as f:
+        f.seek(size - 4096)
+        assert tail == f.read()
+    assert sent < size // 4, "far read waited for %d bytes of prefix" % sent
+
+
+def test_corrupt_byte_gives_eio_then_refetch_succeeds(store, mount):
+    size = 6 * MiB
+    path = store.add("bad.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, corrupt_at=size - 1000)  # inside the withheld tail
+    good = expected(store, path)
+    got = bytearray()
+    with pytest.raises(OSError) as e:
+        with open(m.p(path), "rb", buffering=0) as f:
+            while True:
+                b = f.read(MiB)
+                if not b:
+                    break
+                got += b
+    assert e.value.errno == errno.EIO
+    assert bytes(got) == good[:len(got)], "wrong bytes were released"
+    assert len(got) <= size - CHUNK
+    store.up.clear(path)
+    assert read_file(m.p(path)) == good
+
+
+def test_corrupt_prefix_never_reads_whole(store, mount):
+    size = 6 * MiB
+    path = store.add("bad2.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, corrupt_at=1000)
+    with pytest.raises(OSError) as e:
+        read_file(m.p(path))
+    assert e.value.errno == errno.EIO
+    store.up.clear(path)
+    assert read_file(m.p(path)) == expected(store, path)
+
+
+def test_sigterm_unmounts_and_cleans_cache(store, mount, tmp_path):
+    store.add("x.bin", MiB)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    os.environ["TMPDIR"] = str(tmpdir)
+    try:
+        m = mount(store.write())
+    finally:
+        del os.environ["TMPDIR"]
+    assert read_file(m.p("x.bin")) == expected(store, "x.bin")
+    assert len(os.listdir(tmpdir)) == 1
+    m.proc.send_signal(signal.SIGTERM)
+    assert m.proc.wait(30 * SLOW) == 0
+    m.unmounted = True
+    m.log.close()
+    from conftest import is_mounted
+    assert not is_mounted(m.path)
+    assert os.listdir(tmpdir) == []
+
+
+def test_local_manifest_and_relative_urls(store, mount, tmp_path):
+    store.add("d/obj.bin", 123_456)
+    store.write()
+    local = tmp_path / "local.json"
+    import json
+    local.write_text(json.dumps({"version": 1, "files": [
+        {"path": "via-url.bin", "size": 123_456, "url": store.up.url("d/obj.bin")},
+        {"path": "x/y.bin", "size": 123_456, "sha256": store.sha256("d/obj.bin"),
+         "url": store.up.url("d/obj.bin")},
+    ]}))
+    m = mount(str(local))
+    assert read_file(m.p("via-url.bin")) == expected(store, "d/obj.bin")
+    assert read_file(m.p("x/y.bin")) == expected(store, "d/obj.bin")

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests (cmocka) and real-mount integration tests (pytest,
+# against the project's test upstream on 127.0.0.1), built three ways: plain, with
+# ASan+UBSan, and with TSan. Run as root on Debian 12 (FUSE mounts need it).
+#
+#   bash tests/run-all.sh            # everything
+#   VARIANTS=plain bash tests/run-all.sh   # one build only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash tests/deps.sh || exit 1
+
+variants=${VARIANTS:-"plain asan tsan"}
+python=/usr/bin/python3
+total_passed=0
+total_failed=0
+failed_steps=()
+
+build() { # name sanitize
+	local dir=build
+	[ "$1" = plain ] || dir=build-$1
+	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOOLFS_SANITIZE="$2" >/dev/null &&
+		cmake --build "$dir" -j"$(nproc)" >/dev/null || return 1
+	echo "$dir"
+}
+
+count() { # log -> adds pytest's "N passed" / "N failed" to the totals
+	local p f
+	p=$(grep -Eo '[0-9]+ passed' "$1" | tail -1 | grep -Eo '[0-9]+' || true)
+	f=$(grep -Eo '[0-9]+ (failed|errors?)' "$1" | awk '{s += $1} END {print s + 0}')
+	total_passed=$((total_passed + ${p:-0}))
+	total_failed=$((total_failed + ${f:-0}))
+}
+
+for v in $variants; do
+	case $v in
+	plain) san="" slow=1 ;;
+	asan) san="address,undefined" slow=2 ;;
+	tsan) san="thread" slow=3 ;;
+	*) echo "unknown variant $v" >&2; exit 2 ;;
+	esac
+	echo "=== $v: build"
+	dir=$(build "$v" "$san") || { failed_steps+=("$v build"); total_failed=$((total_failed + 1)); continue; }
+	echo "=== $v: unit tests"
+	log=$(mktemp)
+	export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+	export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+	if (cd "$dir" && ctest --output-on-failure 2>&1) | tee "$log"; then :; else failed_steps+=("$v unit"); fi
+	p=$(grep -Eo '[0-9]+ tests passed|tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1)
+	n=$(grep -Eo 'out of [0-9]+' "$log" | grep -Eo '[0-9]+' | tail -1)
+	nf=$(grep -Eo '[0-9]+ tests failed' "$log" | grep -Eo '[0-9]+' | tail -1)
+	total_passed=$((total_passed + ${n:-0} - ${nf:-0}))
+	total_failed=$((total_failed + ${nf:-0}))
+	echo "=== $v: integration tests"
+	suites="tests/integration"
+	[ "$v" = plain ] && suites="tests/upstream tests/integration"
+	if SPOOLFS_BIN="$PWD/$dir/spoolfs" SPOOLFS_TEST_SLOWDOWN=$slow \
+		$python -m pytest -q -p no:cacheprovider $suites 2>&1 | tee "$log"; then :; else
+		failed_steps+=("$v integration")
+	fi
+	count "$log"
+	rm -f "$log"
+done
+
+echo
+if ((${#failed_steps[@]})); then
+	echo "failed: ${failed_steps[*]}"
+fi
+echo "$total_passed passed, $total_failed failed"
+((${#failed_steps[@]} == 0 && total_failed == 0))

@@ -1,0 +1,1166 @@
+/*
+ * Unit tests for the flight state machine (fetch/flight.h), without curl or FUSE: each test
+ * makes a flight table on a temporary spool directory, joins flights, and plays the
+ * transfer thread itself with flight_open_spool and flight_deliver. Readers are parked
+ * flight_waiters whose done callback records what it was told.
+ *
+ * Threaded tests order their threads with barriers and condition variables, never sleeps,
+ * collect results in the workers and assert in the main thread after pthread_join.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fetch/flight.h"
+
+#define KIB (1024ull)
+#define MIB (1024ull * 1024ull)
+
+static const char empty_sha256[] =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+static const char wrong_sha256[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+struct fixture {
+	char dir[64];
+	struct flight_table *table;
+};
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	if (!fx)
+		return -1;
+	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-test-flight-XXXXXX");
+	if (!mkdtemp(fx->dir) || flight_table_create(fx->dir, &fx->table) != 0) {
+		free(fx);
+		return -1;
+	}
+	*state = fx;
+	return 0;
+}
+
+/* Files left in the spool dir (spool files of flights that did not fail). */
+static unsigned spool_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+	DIR *d;
+	struct dirent *de;
+	char path[PATH_MAX];
+
+	/* Normally done by the test; here only when an assertion cut it short. */
+	flight_table_destroy(fx->table);
+	d = opendir(fx->dir);
+	if (d) {
+		while ((de = readdir(d))) {
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", fx->dir, de->d_name);
+			unlink(path);
+		}
+		closedir(d);
+	}
+	rmdir(fx->dir);
+	free(fx);
+	return 0;
+}
+
+/* Ends a test: the table goes first (as after the engine stopped), then the test's refs. */
+static void finish(struct fixture *fx, struct flight **refs, size_t n)
+{
+	flight_table_destroy(fx->table);
+	fx->table = NULL;
+	for (size_t i = 0; i < n; i++)
+		flight_unref(refs[i]);
+}
+
+/* The object's bytes: a deterministic pattern that differs at every offset in a piece. */
+static uint8_t byte_at(uint64_t off)
+{
+	uint64_t x = off * 0x9e3779b97f4a7c15ull;
+	return (uint8_t)(x >> 56) ^ (uint8_t)off;
+}
+
+static uint8_t *make_object(uint64_t size)
+{
+	uint8_t *data = malloc(size ? size : 1);
+
+	assert_non_null(data);
+	for (uint64_t i = 0; i < size; i++)
+		data[i] = byte_at(i);
+	return data;
+}
+
+static void sha256_hex(const void *data, size_t len, char hex[65])
+{
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+
+	assert_int_equal(EVP_Digest(data, len, digest, &n, EVP_sha256(), NULL), 1);
+	assert_int_equal(n, 32);
+	for (unsigned i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+static struct flight *join(struct fixture *fx, const char *key, const char *sha256, uint64_t size,
+                           bool *created)
+{
+	struct flight_spec spec = {
+	    .key = key,
+	    .url = "http://example.invalid/object",
+	    .sha256 = sha256,
+	    .name = "/test/object",
+	    .size = size,
+	    .ino = 42,
+	};
+	struct flight *f = NULL;
+	bool c = false;
+
+	assert_int_equal(flight_table_join(fx->table, &spec, &f, &c), 0);
+	assert_non_null(f);
+	if (created)
+		*created = c;
+	return f;
+}
+
+/* Joins a new flight and opens its spool, as the engine does when it activates it. */
+static struct flight *start(struct fixture *fx, const char *key, const char *sha256, uint64_t size)
+{
+	bool created;
+	struct flight *f = join(fx, key, sha256, size, &created);
+
+	assert_true(created);
+	assert_int_equal(flight_open_spool(f), 0);
+	return f;
+}
+
+static enum flight_state state_of(struct flight *f)
+{
+	enum flight_state st;
+
+	flight_progress(f, NULL, NULL, &st);
+	return st;
+}
+
+static uint64_t published_of(struct flight *f)
+{
+	uint64_t published;
+
+	flight_progress(f, NULL, &published, NULL);
+	return published;
+}
+
+/* Checks [off, off+len) of the spool against the object. */
+static void check_spool(struct flight *f, const uint8_t *data, uint64_t off, uint64_t len)
+{
+	uint8_t *buf = malloc(len ? len : 1);
+
+	assert_non_null(buf);
+	assert_int_equal(pread(flight_spool_fd(f), buf, len, (off_t)off), (ssize_t)len);
+	assert_memory_equal(buf, data + off, len);
+	free(buf);
+}
+
+/* Delivers [off, off+len) of data in pieces of `piece` bytes, each expected to return 0. */
+static void deliver_range(struct flight *f, const uint8_t *data, uint64_t off, uint64_t len,
+                          uint64_t piece)
+{
+	for (uint64_t p = off; p < off + len; p += piece) {
+		uint64_t n = off + len - p < piece ? off + len - p : piece;
+		assert_int_equal(flight_deliver(f, p, data + p, n), 0);
+	}
+}
+
+/* A waiter that records how it was answered (single-threaded tests). */
+struct rec_waiter {
+	struct flight_waiter w;
+	int err;
+	int calls;
+};
+
+static void rec_done(struct flight_waiter *w, int err)
+{
+	struct rec_waiter *r = (struct rec_waiter *)((char *)w - offsetof(struct rec_waiter, w));
+
+	r->err = err;
+	r->calls++;
+}
+
+static void rec_init(struct rec_waiter *r, uint64_t off, uint64_t len)
+{
+	memset(r, 0, sizeof(*r));
+	r->w.off = off;
+	r->w.len = len;
+	r->w.done = rec_done;
+	r->err = 1; /* neither 0 nor -errno: not answered */
+}
+
+/* ---- single-flight ---------------------------------------------------------------- */
+
+static void test_join_single_flight(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight *a1, *a2, *b, *a3;
+	unsigned flights, complete;
+	bool created;
+
+	a1 = join(fx, "sha256:aaaa", "", 100, &created);
+	assert_true(created);
+	a2 = join(fx, "sha256:aaaa", "", 100, &created);
+	assert_false(created);
+	assert_ptr_equal(a1, a2);
+	b = join(fx, "url:http://example.invalid/b", "", 100, &created);
+	assert_true(created);
+	assert_ptr_not_equal(a1, b);
+	assert_int_not_equal(a1->id, b->id);
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 2);
+	assert_int_equal(complete, 0);
+
+	/* A failed flight leaves the table: the next open starts a new one. */
+	flight_fail(a1, -EIO);
+	assert_int_equal(state_of(a1), FLIGHT_FAILED);
+	assert_false(a1->in_table);
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 1);
+	a3 = join(fx, "sha256:aaaa", "", 100, &created);
+	assert_true(created);
+	assert_ptr_not_equal(a3, a1);
+	assert_int_not_equal(a3->id, a1->id);
+	assert_int_equal(state_of(a3), FLIGHT_ACTIVE);
+	assert_int_equal(flight_ready(a3, 0, 1), 0);
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 2);
+
+	/* Failing again is a no-op; the key still leads to the new flight. */
+	flight_fail(a1, -ENOSPC);
+	assert_int_equal(flight_ready(a1, 0, 1), -EIO);
+	a2 = join(fx, "sha256:aaaa", "", 100, &created);
+	assert_false(created);
+	assert_ptr_equal(a2, a3);
+
+	finish(fx, (struct flight *[]){a1, a1, b, a3, a2}, 5);
+}
+
+#define JOINERS 8
+
+struct joiner {
+	struct fixture *fx;
+	pthread_barrier_t *gate;
+	struct flight *f;
+	bool created;
+	int rc;
+};
+
+static void *joiner_main(void *arg)
+{
+	struct joiner *j = arg;
+	struct flight_spec spec = {
+	    .key = "sha256:concurrent",
+	    .url = "http://example.invalid/c",
+	    .sha256 = "",
+	    .name = "/c",
+	    .size = 10,
+	};
+
+	pthread_barrier_wait(j->gate);
+	j->rc = flight_table_join(j->fx->table, &spec, &j->f, &j->created);
+	return NULL;
+}
+
+static void test_join_concurrent(void **state)
+{
+	struct fixture *fx = *state;
+	struct joiner joiners[JOINERS];
+	pthread_t threads[JOINERS];
+	pthread_barrier_t gate;
+	struct flight *refs[JOINERS];
+	unsigned creators = 0, flights, complete;
+
+	pthread_barrier_init(&gate, NULL, JOINERS);
+	for (int i = 0; i < JOINERS; i++) {
+		joiners[i] = (struct joiner){.fx = fx, .gate = &gate, .rc = -1};
+		assert_int_equal(pthread_create(&threads[i], NULL, joiner_main, &joiners[i]), 0);
+	}
+	for (int i = 0; i < JOINERS; i++)
+		pthread_join(threads[i], NULL);
+	pthread_barrier_destroy(&gate);
+
+	for (int i = 0; i < JOINERS; i++) {
+		assert_int_equal(joiners[i].rc, 0);
+		assert_ptr_equal(joiners[i].f, joiners[0].f);
+		creators += joiners[i].created;
+		refs[i] = joiners[i].f;
+	}
+	assert_int_equal(creators, 1);
+	/* One reference per joiner plus the table's. */
+	assert_int_equal(atomic_load(&joiners[0].f->refs), JOINERS + 1);
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 1);
+	finish(fx, refs, JOINERS);
+}
+
+/* ---- readiness and parked readers ------------------------------------------------- */
+
+static void test_ready_and_park(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 256 * KIB;
+	uint8_t *data = make_object(size);
+	struct flight *f = start(fx, "url:ready", "", size);
+	struct rec_waiter w_mid, w_head, w_far, w_now;
+
+	assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+	assert_int_equal(flight_ready(f, 0, 1), 0);
+	assert_int_equal(flight_ready(f, 0, 0), 1); /* an empty range is always readable */
+
+	rec_init(&w_mid, 1000, 4000); /* [1000, 5000): spans the gap filled last */
+	rec_init(&w_head, 0, 100);
+	rec_init(&w_far, 200000, 10000);
+	assert_int_equal(flight_park(f, &w_mid.w), 0);
+	assert_int_equal(flight_park(f, &w_head.w), 0);
+	assert_int_equal(flight_park(f, &w_far.w), 0);
+
+	/* Out of order, leaving [2048, 4096) as a gap. */
+	assert_int_equal(flight_deliver(f, 4096, data + 4096, 4096), 0);
+	assert_int_equal(w_mid.calls + w_head.calls + w_far.calls, 0);
+	assert_int_equal(flight_ready(f, 4096, 4096), 1);
+	assert_int_equal(flight_ready(f, 4095, 2), 0);
+
+	assert_int_equal(flight_deliver(f, 0, data, 2048), 0);
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_head.err, 0);
+	assert_int_equal(w_mid.calls, 0);
+	assert_int_equal(flight_ready(f, 0, 2048), 1);
+	assert_int_equal(flight_ready(f, 0, 2049), 0);
+
+	assert_int_equal(flight_deliver(f, 8192, data + 8192, 8192), 0);
+	assert_int_equal(w_mid.calls, 0);
+	/* Fills the gap, one byte short of w_mid's range first. */
+	assert_int_equal(flight_deliver(f, 2048, data + 2048, 1000), 0);
+	assert_int_equal(w_mid.calls, 0);
+	assert_int_equal(flight_deliver(f, 3048, data + 3048, 1048), 0);
+	assert_int_equal(w_mid.calls, 1);
+	assert_int_equal(w_mid.err, 0);
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_far.calls, 0);
+	assert_int_equal(flight_ready(f, 0, 16384), 1);
+	assert_int_equal(flight_ready(f, 16384, 1), 0);
+	check_spool(f, data, 0, 16384);
+
+	/* A range readable already is not parked: 1, and done is never called. */
+	rec_init(&w_now, 10, 10);
+	assert_int_equal(flight_park(f, &w_now.w), 1);
+	assert_false(w_now.w.listed);
+
+	/* The rest, in pieces; w_far's range arrives in the middle. */
+	deliver_range(f, data, 16384, 200000 - 16384, 64 * KIB);
+	assert_int_equal(w_far.calls, 0);
+	deliver_range(f, data, 200000, 9999, 64 * KIB);
+	assert_int_equal(w_far.calls, 0);
+	assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+	deliver_range(f, data, 209999, size - 209999, 64 * KIB);
+	assert_int_equal(w_far.calls, 1);
+	assert_int_equal(w_far.err, 0);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(f, 0, size), 1);
+	assert_int_equal(flight_table_cached_bytes(fx->table, "url:ready"), size);
+	check_spool(f, data, 0, size);
+
+	/* Nobody was answered twice. */
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_mid.calls, 1);
+	assert_int_equal(w_now.calls, 0);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+/* ---- verification ------------------------------------------------------------------ */
+
+static void test_verify_withholds_tail(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 4 * MIB + 12345;
+	const uint64_t piece = 64 * KIB;
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f;
+	struct rec_waiter w_head, w_tail, w_last, w_all;
+	unsigned flights, complete;
+
+	sha256_hex(data, size, sha);
+	f = start(fx, "sha256:withhold", sha, size);
+	rec_init(&w_head, 0, 1);
+	rec_init(&w_tail, size - FLIGHT_HOLD_BYTES, FLIGHT_HOLD_BYTES);
+	rec_init(&w_last, size - 1, 1);
+	rec_init(&w_all, 0, size);
+	assert_int_equal(flight_park(f, &w_head.w), 0);
+	assert_int_equal(flight_park(f, &w_tail.w), 0);
+	assert_int_equal(flight_park(f, &w_last.w), 0);
+	assert_int_equal(flight_park(f, &w_all.w), 0);
+
+	for (uint64_t p = 0; p < size; p += piece) {
+		uint64_t n = size - p < piece ? size - p : piece;
+		bool last = p + n == size;
+
+		if (last) {
+			/* Just before the final byte: the tail is still withheld. */
+			assert_int_equal(flight_ready(f, size - FLIGHT_HOLD_BYTES, 1), 0);
+			assert_int_equal(flight_ready(f, size - n - 1, 1), 0);
+			assert_true(published_of(f) <= size - FLIGHT_HOLD_BYTES);
+			assert_int_equal(w_tail.calls + w_last.calls + w_all.calls, 0);
+		}
+		assert_int_equal(flight_deliver(f, p, data + p, n), 0);
+		if (!last) {
+			assert_int_equal(
+			    flight_ready(f, size - FLIGHT_HOLD_BYTES, FLIGHT_HOLD_BYTES), 0);
+			assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+			/* At least FLIGHT_HOLD_BYTES stay unpublished until the end. */
+			assert_true(published_of(f) <= size - FLIGHT_HOLD_BYTES);
+		}
+	}
+	/* The prefix was readable early. */
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_head.err, 0);
+
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(f, 0, size), 1);
+	assert_int_equal(published_of(f), size);
+	assert_int_equal(w_tail.calls, 1);
+	assert_int_equal(w_tail.err, 0);
+	assert_int_equal(w_last.calls, 1);
+	assert_int_equal(w_last.err, 0);
+	assert_int_equal(w_all.calls, 1);
+	assert_int_equal(w_all.err, 0);
+	check_spool(f, data, 0, size);
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 1);
+	assert_int_equal(complete, 1);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_verify_mismatch(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 3 * MIB + 777;
+	const uint64_t piece = 64 * KIB;
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f, *again;
+	struct rec_waiter w_head, w_tail, w_all, w_late;
+	uint64_t withheld_from = size;
+	bool created;
+
+	sha256_hex(data, size, sha);
+	sha[10] = sha[10] == 'a' ? 'b' : 'a'; /* well-formed, but not this object's */
+	f = start(fx, "sha256:mismatch", sha, size);
+	assert_int_equal(spool_files(fx->dir), 1);
+	rec_init(&w_head, 0, 100);
+	rec_init(&w_tail, size - 100, 100);
+	rec_init(&w_all, 0, size);
+	assert_int_equal(flight_park(f, &w_head.w), 0);
+	assert_int_equal(flight_park(f, &w_tail.w), 0);
+	assert_int_equal(flight_park(f, &w_all.w), 0);
+
+	for (uint64_t p = 0; p < size; p += piece) {
+		uint64_t n = size - p < piece ? size - p : piece;
+
+		if (p + n < size) {
+			assert_int_equal(flight_deliver(f, p, data + p, n), 0);
+		} else {
+			/* The final byte: the hash does not match. */
+			assert_int_equal(flight_deliver(f, p, data + p, n), -EIO);
+		}
+		if (published_of(f) < p + n && withheld_from == size)
+			withheld_from = p;
+		/* The withheld part was never readable, not even after the last deliver. */
+		assert_int_equal(flight_ready(f, size - FLIGHT_HOLD_BYTES, 1), 0);
+		assert_int_equal(flight_ready(f, size - 100, 100), 0);
+		assert_int_equal(w_tail.calls + w_all.calls, 0);
+	}
+	assert_true(withheld_from <= size - FLIGHT_HOLD_BYTES);
+	assert_int_equal(published_of(f), withheld_from);
+	assert_int_equal(flight_ready(f, withheld_from, 1), 0);
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_head.err, 0);
+	assert_int_not_equal(state_of(f), FLIGHT_COMPLETE);
+
+	/* What the engine does with the -EIO. */
+	flight_fail(f, -EIO);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_int_equal(w_tail.calls, 1);
+	assert_int_equal(w_tail.err, -EIO);
+	assert_int_equal(w_all.calls, 1);
+	assert_int_equal(w_all.err, -EIO);
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(flight_ready(f, 0, 1), -EIO);
+	assert_int_equal(flight_ready(f, size - 1, 1), -EIO);
+	rec_init(&w_late, 0, 10);
+	assert_int_equal(flight_park(f, &w_late.w), -EIO);
+	assert_int_equal(w_late.calls, 0);
+	assert_int_equal(spool_files(fx->dir), 0);
+	/* A late deliver after the failure is refused with the flight's error. */
+	assert_int_equal(flight_deliver(f, 0, data, 10), -EIO);
+
+	/* Out of the table. */
+	again = join(fx, "sha256:mismatch", sha, size, &created);
+	assert_true(created);
+	assert_ptr_not_equal(again, f);
+
+	finish(fx, (struct flight *[]){f, again}, 2);
+	free(data);
+}
+
+static void test_verify_out_of_order(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 3 * MIB + 777;
+	const uint64_t split = 2 * MIB;
+	const uint64_t piece = 64 * KIB;
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f;
+	struct rec_waiter w_tail, w_gap, w_all;
+
+	sha256_hex(data, size, sha);
+	f = start(fx, "sha256:ooo", sha, size);
+	rec_init(&w_tail, size - 10, 10);
+	rec_init(&w_gap, split - 10, 20); /* straddles the prefix and the tail */
+	rec_init(&w_all, 0, size);
+	assert_int_equal(flight_park(f, &w_tail.w), 0);
+	assert_int_equal(flight_park(f, &w_gap.w), 0);
+	assert_int_equal(flight_park(f, &w_all.w), 0);
+
+	/* The tail first: it arrives early, so it is published before the prefix. */
+	deliver_range(f, data, split, size - split, piece);
+	assert_int_equal(flight_ready(f, split, size - split), 1);
+	assert_int_equal(w_tail.calls, 1);
+	assert_int_equal(w_tail.err, 0);
+
+	/* Then the prefix; its last FLIGHT_HOLD_BYTES to arrive wait for the hash. */
+	for (uint64_t p = 0; p < split; p += piece) {
+		uint64_t n = split - p < piece ? split - p : piece;
+
+		if (p + n == split) {
+			assert_int_equal(flight_ready(f, split - FLIGHT_HOLD_BYTES, 1), 0);
+			assert_int_equal(flight_ready(f, split - n - 1, 1), 0);
+			assert_true(published_of(f) <= size - FLIGHT_HOLD_BYTES);
+			assert_int_equal(w_gap.calls + w_all.calls, 0);
+			assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+		}
+		assert_int_equal(flight_deliver(f, p, data + p, n), 0);
+	}
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(f, 0, size), 1);
+	assert_int_equal(w_gap.calls, 1);
+	assert_int_equal(w_gap.err, 0);
+	assert_int_equal(w_all.calls, 1);
+	assert_int_equal(w_all.err, 0);
+	assert_int_equal(w_tail.calls, 1);
+	check_spool(f, data, 0, size);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_verify_small_object(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 100000; /* < FLIGHT_HOLD_BYTES: nothing is readable unverified */
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f;
+	struct rec_waiter w_head;
+
+	sha256_hex(data, size, sha);
+	f = start(fx, "sha256:small", sha, size);
+	rec_init(&w_head, 0, 1);
+	assert_int_equal(flight_park(f, &w_head.w), 0);
+	for (uint64_t p = 0; p + 10000 < size; p += 10000) {
+		assert_int_equal(flight_deliver(f, p, data + p, 10000), 0);
+		assert_int_equal(flight_ready(f, 0, 1), 0);
+		assert_int_equal(published_of(f), 0);
+		assert_int_equal(w_head.calls, 0);
+	}
+	assert_int_equal(flight_deliver(f, size - 10000, data + size - 10000, 10000), 0);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(f, 0, size), 1);
+	assert_int_equal(w_head.calls, 1);
+	assert_int_equal(w_head.err, 0);
+	check_spool(f, data, 0, size);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_verify_redelivery(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 2 * MIB + 5;
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f;
+
+	/* A retried stream re-sends bytes already hashed, partly overlapping: no double hash. */
+	sha256_hex(data, size, sha);
+	f = start(fx, "sha256:redeliver", sha, size);
+	deliver_range(f, data, 0, 300000, 100000);
+	deliver_range(f, data, 250000, 100000, 100000);
+	deliver_range(f, data, 0, 10, 10);
+	deliver_range(f, data, 1 * MIB, 1 * MIB, 64 * KIB); /* ahead of the prefix */
+	deliver_range(f, data, 1 * MIB - 1000, 2000, 2000); /* overlapping both */
+	deliver_range(f, data, 340000, 1 * MIB - 340000, 64 * KIB);
+	assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+	deliver_range(f, data, 2 * MIB, 5, 5);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(f, 0, size), 1);
+	check_spool(f, data, 0, size);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+/* ---- unpark, interrupts, scheduling hints ----------------------------------------- */
+
+static void test_unpark(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 64 * KIB;
+	uint8_t *data = make_object(size);
+	struct flight *f = start(fx, "url:unpark", "", size);
+	struct rec_waiter w_gone, w_stays, w_intr, w_intr_ready, w_never;
+
+	rec_init(&w_gone, 0, 100);
+	rec_init(&w_stays, 0, 100);
+	assert_int_equal(flight_park(f, &w_gone.w), 0);
+	assert_int_equal(flight_park(f, &w_stays.w), 0);
+
+	/* The reader went away: removed, so done is never called. */
+	assert_true(flight_unpark(f, &w_gone.w));
+	assert_false(w_gone.w.listed);
+
+	/* A waiter never parked: not removed, marked interrupted. */
+	rec_init(&w_never, 0, 1);
+	assert_false(flight_unpark(f, &w_never.w));
+	assert_true(w_never.w.interrupted);
+
+	deliver_range(f, data, 0, size, 16 * KIB);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(w_gone.calls, 0);
+	assert_int_equal(w_stays.calls, 1);
+	assert_int_equal(w_stays.err, 0);
+
+	/* Already answered: too late to remove, and the waiter is marked interrupted. */
+	assert_false(flight_unpark(f, &w_stays.w));
+	assert_true(w_stays.w.interrupted);
+	assert_int_equal(w_stays.calls, 1);
+
+	/* An interrupt that came before parking wins, even for a readable range. */
+	rec_init(&w_intr_ready, 0, 10);
+	w_intr_ready.w.interrupted = true;
+	assert_int_equal(flight_park(f, &w_intr_ready.w), -EINTR);
+	assert_false(w_intr_ready.w.listed);
+	assert_int_equal(w_intr_ready.calls, 0);
+
+	finish(fx, &f, 1);
+
+	/* And on a flight still downloading. */
+	assert_int_equal(flight_table_create(fx->dir, &fx->table), 0);
+	f = start(fx, "url:unpark2", "", size);
+	rec_init(&w_intr, 0, 10);
+	w_intr.w.interrupted = true;
+	assert_int_equal(flight_park(f, &w_intr.w), -EINTR);
+	assert_false(w_intr.w.listed);
+	deliver_range(f, data, 0, size, size);
+	assert_int_equal(w_intr.calls, 0);
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_unpark_then_fail(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight *f = start(fx, "url:unpark-fail", "", 1000);
+	struct rec_waiter w_gone, w_stays;
+
+	rec_init(&w_gone, 0, 100);
+	rec_init(&w_stays, 500, 100);
+	assert_int_equal(flight_park(f, &w_gone.w), 0);
+	assert_int_equal(flight_park(f, &w_stays.w), 0);
+	assert_true(flight_unpark(f, &w_gone.w));
+	flight_fail(f, -ECONNRESET);
+	assert_int_equal(w_gone.calls, 0);
+	assert_int_equal(w_stays.calls, 1);
+	assert_int_equal(w_stays.err, -ECONNRESET);
+	assert_int_equal(flight_ready(f, 0, 1), -ECONNRESET);
+	/* A positive error is not an errno: it becomes -EIO. */
+	finish(fx, &f, 1);
+
+	assert_int_equal(flight_table_create(fx->dir, &fx->table), 0);
+	f = start(fx, "url:unpark-fail2", "", 1000);
+	flight_fail(f, 5);
+	assert_int_equal(flight_ready(f, 0, 1), -EIO);
+	finish(fx, &f, 1);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_wanted_offsets(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 1 * MIB;
+	uint8_t *data = make_object(size);
+	struct flight *f = start(fx, "url:wanted", "", size);
+	struct rec_waiter w1, w2, w3, w4;
+	uint64_t offs[8];
+	unsigned n;
+
+	assert_int_equal(flight_wanted_offsets(f, offs, 8), 0);
+	assert_int_equal(flight_deliver(f, 0, data, 1000), 0);
+	assert_int_equal(flight_deliver(f, 5000, data + 5000, 1000), 0);
+
+	rec_init(&w1, 500, 1500);  /* [500, 2000): needs 1000 next */
+	rec_init(&w2, 5000, 3000); /* [5000, 8000): needs 6000 */
+	rec_init(&w3, 100000, 10); /* nothing of it written: needs 100000 */
+	rec_init(&w4, 3000, 3000); /* [3000, 6000): needs 3000 */
+	assert_int_equal(flight_park(f, &w1.w), 0);
+	assert_int_equal(flight_park(f, &w2.w), 0);
+	assert_int_equal(flight_park(f, &w3.w), 0);
+	assert_int_equal(flight_park(f, &w4.w), 0);
+
+	n = flight_wanted_offsets(f, offs, 8);
+	assert_int_equal(n, 4);
+	qsort(offs, n, sizeof(offs[0]), cmp_u64);
+	assert_int_equal(offs[0], 1000);
+	assert_int_equal(offs[1], 3000);
+	assert_int_equal(offs[2], 6000);
+	assert_int_equal(offs[3], 100000);
+
+	/* Bounded by max. */
+	assert_int_equal(flight_wanted_offsets(f, offs, 2), 2);
+	assert_int_equal(flight_wanted_offsets(f, offs, 0), 0);
+
+	/* Progress moves the hints; answered waiters drop out. */
+	assert_int_equal(flight_deliver(f, 1000, data + 1000, 1500), 0);
+	assert_int_equal(w1.calls, 1);
+	n = flight_wanted_offsets(f, offs, 8);
+	assert_int_equal(n, 3);
+	qsort(offs, n, sizeof(offs[0]), cmp_u64);
+	assert_int_equal(offs[0], 3000);
+	assert_int_equal(offs[1], 6000);
+	assert_int_equal(offs[2], 100000);
+
+	assert_true(flight_unpark(f, &w3.w));
+	n = flight_wanted_offsets(f, offs, 8);
+	assert_int_equal(n, 2);
+
+	deliver_range(f, data, 0, size, 64 * KIB);
+	assert_int_equal(flight_wanted_offsets(f, offs, 8), 0);
+	assert_int_equal(w2.calls, 1);
+	assert_int_equal(w4.calls, 1);
+	assert_int_equal(w3.calls, 0);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_wanted_offsets_withheld(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 1000;
+	uint8_t *data = make_object(size);
+	char sha[65];
+	struct flight *f;
+	struct rec_waiter w;
+	uint64_t offs[4];
+
+	/* Written but withheld for verification: nothing more to fetch for this waiter. */
+	sha256_hex(data, size, sha);
+	f = start(fx, "sha256:wanted-withheld", sha, size);
+	rec_init(&w, 0, 500);
+	assert_int_equal(flight_park(f, &w.w), 0);
+	assert_int_equal(flight_deliver(f, 0, data, 600), 0);
+	assert_int_equal(w.calls, 0);
+	assert_int_equal(flight_wanted_offsets(f, offs, 4), 0);
+	assert_int_equal(flight_deliver(f, 600, data + 600, 400), 0);
+	assert_int_equal(w.calls, 1);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+/* ---- edge cases --------------------------------------------------------------------- */
+
+static void test_complete_empty(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight *good, *bad, *plain;
+	struct rec_waiter w;
+	unsigned flights, complete;
+
+	good = start(fx, "sha256:empty", empty_sha256, 0);
+	assert_int_equal(flight_complete_empty(good), 0);
+	assert_int_equal(state_of(good), FLIGHT_COMPLETE);
+	assert_int_equal(flight_ready(good, 0, 0), 1);
+	rec_init(&w, 0, 0);
+	assert_int_equal(flight_park(good, &w.w), 1);
+
+	bad = start(fx, "sha256:empty-wrong", wrong_sha256, 0);
+	assert_int_equal(flight_complete_empty(bad), -EIO);
+	assert_int_not_equal(state_of(bad), FLIGHT_COMPLETE);
+	flight_fail(bad, -EIO);
+	assert_int_equal(flight_ready(bad, 0, 0), -EIO);
+
+	plain = start(fx, "url:empty", "", 0);
+	assert_int_equal(flight_complete_empty(plain), 0);
+	assert_int_equal(state_of(plain), FLIGHT_COMPLETE);
+
+	flight_table_counts(fx->table, &flights, &complete);
+	assert_int_equal(flights, 2);
+	assert_int_equal(complete, 2);
+	finish(fx, (struct flight *[]){good, bad, plain}, 3);
+}
+
+static void test_deliver_past_size(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 1000;
+	uint8_t *data = make_object(2 * size);
+	uint8_t zeros[1000] = {0}, buf[1000];
+	struct flight *f = start(fx, "url:past", "", size);
+	struct stat st;
+	uint64_t written;
+
+	assert_int_equal(flight_deliver(f, 900, data + 900, 200), -EIO);
+	assert_int_equal(flight_deliver(f, 1000, data, 1), -EIO);
+	assert_int_equal(flight_deliver(f, 1001, data, 1), -EIO);
+	assert_int_equal(flight_deliver(f, UINT64_MAX, data, 1), -EIO);
+	assert_int_equal(flight_deliver(f, 1, data, SIZE_MAX), -EIO);
+	assert_int_equal(flight_deliver(f, 0, data, 1001), -EIO);
+	/* Empty deliveries at the end are harmless. */
+	assert_int_equal(flight_deliver(f, 1000, data, 0), 0);
+
+	flight_progress(f, &written, NULL, NULL);
+	assert_int_equal(written, 0);
+	assert_int_equal(flight_ready(f, 900, 1), 0);
+	assert_int_equal(fstat(flight_spool_fd(f), &st), 0);
+	assert_int_equal(st.st_size, size);
+	assert_int_equal(pread(flight_spool_fd(f), buf, size, 0), (ssize_t)size);
+	assert_memory_equal(buf, zeros, size);
+	assert_int_equal(state_of(f), FLIGHT_ACTIVE);
+
+	/* The flight is still good for the real bytes. */
+	deliver_range(f, data, 0, size, 300);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(f, data, 0, size);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+static void test_copy_written(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 10000;
+	uint8_t *data = make_object(size);
+	struct flight *f = start(fx, "url:copy", "", size);
+	struct index_ranges out;
+
+	index_ranges_init(&out);
+	assert_int_equal(flight_deliver(f, 0, data, 100), 0);
+	assert_int_equal(flight_deliver(f, 5000, data + 5000, 100), 0);
+	assert_int_equal(flight_copy_written(f, &out), 0);
+	assert_int_equal(out.n, 2);
+	assert_int_equal(out.total, 200);
+	assert_int_equal(out.v[0].start, 0);
+	assert_int_equal(out.v[0].end, 100);
+	assert_int_equal(out.v[1].start, 5000);
+	assert_int_equal(out.v[1].end, 5100);
+	index_ranges_free(&out);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+/* ---- reference counts ------------------------------------------------------------- */
+
+static void test_refcounts(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight *a, *b, *c;
+	bool created;
+
+	/* Run under LeakSanitizer: every path below must free the flight exactly once. */
+	a = join(fx, "url:refs", "", 10, &created);
+	assert_int_equal(atomic_load(&a->refs), 2); /* ours and the table's */
+	b = join(fx, "url:refs", "", 10, &created);
+	assert_int_equal(atomic_load(&a->refs), 3);
+	flight_ref(a);
+	assert_int_equal(atomic_load(&a->refs), 4);
+	flight_unref(a);
+	flight_unref(b);
+	assert_int_equal(atomic_load(&a->refs), 2);
+	assert_int_equal(flight_open_spool(a), 0);
+
+	/* Failing drops the table's reference. */
+	flight_fail(a, -EIO);
+	assert_int_equal(atomic_load(&a->refs), 1);
+	flight_fail(a, -EIO);
+	assert_int_equal(atomic_load(&a->refs), 1);
+	flight_unref(a); /* the last: freed now, with its spool fd */
+
+	/* A flight that stays in the table is freed by the table's destroy plus our unref. */
+	c = join(fx, "url:refs-2", "", 10, &created);
+	assert_true(created);
+	assert_int_equal(flight_open_spool(c), 0);
+	flight_table_destroy(fx->table);
+	fx->table = NULL;
+	assert_int_equal(atomic_load(&c->refs), 1);
+	flight_unref(c);
+}
+
+/* ---- threads ------------------------------------------------------------------------ */
+
+#define READERS 4
+#define READS_PER_READER 64
+#define BIG_SIZE (8 * MIB)
+#define BIG_PIECE (64 * KIB)
+
+struct cond_waiter {
+	struct flight_waiter w;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	int err;
+	int calls;
+};
+
+static void cond_done(struct flight_waiter *w, int err)
+{
+	struct cond_waiter *cw =
+	    (struct cond_waiter *)((char *)w - offsetof(struct cond_waiter, w));
+
+	pthread_mutex_lock(&cw->mu);
+	cw->err = err;
+	cw->calls++;
+	cw->done = true;
+	pthread_cond_signal(&cw->cv);
+	pthread_mutex_unlock(&cw->mu);
+}
+
+struct reader {
+	struct flight *f;
+	const uint8_t *data;
+	pthread_barrier_t *gate;
+	unsigned seed;
+	/* Results, checked by the main thread after pthread_join. */
+	unsigned parked, immediate, errors, mismatches, bad_calls;
+};
+
+/* Reads one random range: parks when needed and waits for its answer. */
+static void reader_read_one(struct reader *r, struct cond_waiter *cw, pthread_barrier_t *gate)
+{
+	uint64_t off = (uint64_t)rand_r(&r->seed) % BIG_SIZE;
+	uint64_t max = BIG_SIZE - off < 256 * KIB ? BIG_SIZE - off : 256 * KIB;
+	uint64_t len = 1 + (uint64_t)rand_r(&r->seed) % max;
+	int rc, err;
+
+	memset(cw, 0, sizeof(*cw));
+	pthread_mutex_init(&cw->mu, NULL);
+	pthread_cond_init(&cw->cv, NULL);
+	cw->w.off = off;
+	cw->w.len = len;
+	cw->w.done = cond_done;
+	rc = flight_park(r->f, &cw->w);
+	if (gate)
+		pthread_barrier_wait(gate); /* the deliverer starts once every reader parked */
+	if (rc == 0) {
+		r->parked++;
+		pthread_mutex_lock(&cw->mu);
+		while (!cw->done)
+			pthread_cond_wait(&cw->cv, &cw->mu);
+		err = cw->err;
+		if (cw->calls != 1)
+			r->bad_calls++;
+		pthread_mutex_unlock(&cw->mu);
+	} else {
+		r->immediate++;
+		err = rc == 1 ? 0 : rc;
+	}
+	if (err != 0) {
+		r->errors++;
+	} else {
+		uint8_t *buf = malloc(len);
+		if (!buf || pread(flight_spool_fd(r->f), buf, len, (off_t)off) != (ssize_t)len ||
+		    memcmp(buf, r->data + off, len) != 0)
+			r->mismatches++;
+		free(buf);
+	}
+	pthread_cond_destroy(&cw->cv);
+	pthread_mutex_destroy(&cw->mu);
+}
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	/* On the heap: the transfer thread touches it until done returns. */
+	struct cond_waiter *cw = malloc(sizeof(*cw));
+
+	if (!cw) {
+		r->errors++;
+		pthread_barrier_wait(r->gate);
+		return NULL;
+	}
+	reader_read_one(r, cw, r->gate);
+	for (int i = 1; i < READS_PER_READER; i++)
+		reader_read_one(r, cw, NULL);
+	free(cw);
+	flight_unref(r->f);
+	return NULL;
+}
+
+struct deliverer {
+	struct flight *f;
+	const uint8_t *data;
+	pthread_barrier_t *gate;
+	int rc;
+};
+
+static void *deliverer_main(void *arg)
+{
+	struct deliverer *d = arg;
+	const unsigned pieces = BIG_SIZE / BIG_PIECE;
+	unsigned order[BIG_SIZE / BIG_PIECE];
+	unsigned seed = 7;
+
+	/* Shuffled (fixed seed): the hash catches up from the spool as gaps close. */
+	for (unsigned i = 0; i < pieces; i++)
+		order[i] = i;
+	for (unsigned i = pieces - 1; i > 0; i--) {
+		unsigned j = (unsigned)rand_r(&seed) % (i + 1), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	pthread_barrier_wait(d->gate);
+	d->rc = 0;
+	for (unsigned i = 0; i < pieces && d->rc == 0; i++) {
+		uint64_t off = (uint64_t)order[i] * BIG_PIECE;
+		d->rc = flight_deliver(d->f, off, d->data + off, BIG_PIECE);
+	}
+	if (d->rc)
+		flight_fail(d->f, d->rc);
+	flight_unref(d->f);
+	return NULL;
+}
+
+static void test_threaded_readers(void **state)
+{
+	struct fixture *fx = *state;
+	uint8_t *data = make_object(BIG_SIZE);
+	char sha[65];
+	struct flight *f;
+	struct reader readers[READERS];
+	struct deliverer del;
+	pthread_t reader_threads[READERS], deliverer_thread;
+	pthread_barrier_t gate;
+	unsigned parked = 0;
+
+	sha256_hex(data, BIG_SIZE, sha);
+	f = start(fx, "sha256:threaded", sha, BIG_SIZE);
+	pthread_barrier_init(&gate, NULL, READERS + 1);
+
+	/* Each thread takes its own reference before it starts. */
+	del = (struct deliverer){.f = f, .data = data, .gate = &gate, .rc = -1};
+	flight_ref(f);
+	assert_int_equal(pthread_create(&deliverer_thread, NULL, deliverer_main, &del), 0);
+	for (int i = 0; i < READERS; i++) {
+		readers[i] =
+		    (struct reader){.f = f, .data = data, .gate = &gate, .seed = 1000u + i};
+		flight_ref(f);
+		assert_int_equal(pthread_create(&reader_threads[i], NULL, reader_main, &readers[i]),
+		                 0);
+	}
+	pthread_join(deliverer_thread, NULL);
+	for (int i = 0; i < READERS; i++)
+		pthread_join(reader_threads[i], NULL);
+	pthread_barrier_destroy(&gate);
+
+	assert_int_equal(del.rc, 0);
+	for (int i = 0; i < READERS; i++) {
+		assert_int_equal(readers[i].errors, 0);
+		assert_int_equal(readers[i].mismatches, 0);
+		assert_int_equal(readers[i].bad_calls, 0);
+		assert_int_equal(readers[i].parked + readers[i].immediate, READS_PER_READER);
+		parked += readers[i].parked;
+	}
+	/* The first read of each reader was parked before the first byte came. */
+	assert_true(parked >= READERS);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	assert_int_equal(atomic_load(&f->refs), 2);
+	check_spool(f, data, 0, BIG_SIZE);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_join_single_flight, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_join_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ready_and_park, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_withholds_tail, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_mismatch, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_out_of_order, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_small_object, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_verify_redelivery, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unpark, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unpark_then_fail, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wanted_offsets, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wanted_offsets_withheld, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_complete_empty, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_deliver_past_size, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_copy_written, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_refcounts, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_threaded_readers, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,180 @@
+"""Test helper: run tests/upstream/upstream.py as a subprocess and drive it.
+
+    from client import Upstream
+    with Upstream(root) as up:
+        up.url("dir/a.bin")                      # http://127.0.0.1:PORT/dir/a.bin
+        up.fault("dir/a.bin", gate=True)         # merge fault options (None removes one)
+        up.wait_for(lambda s: s["gated"] == 1, path="dir/a.bin")
+        up.release("dir/a.bin")
+        up.stats("dir/a.bin")["gets"]
+        up.clear()                               # all faults; up.clear(path) for one
+        up.reset()                               # counters
+
+Fault options (per path): gate, rate (B/s), drop_after (N body bytes per response),
+drop_at ([abs offsets], each fires once), stall_at (abs offset, once; until clear or
+client close), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
+(+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096).
+"""
+
+import http.client
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UPSTREAM = os.path.join(HERE, "upstream.py")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class UpstreamError(RuntimeError):
+    pass
+
+
+class Upstream:
+    def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0):
+        self.root = str(root)
+        self.host = host
+        cmd = [PYTHON, UPSTREAM, "--root", self.root, "--host", host, "--port", str(port)]
+        if verbose:
+            cmd.append("--verbose")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            self.port = self._read_port(startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.base = "http://%s:%d" % (host if ":" not in host else "[%s]" % host, self.port)
+
+    def _read_port(self, timeout):
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UpstreamError("upstream did not print PORT within %.1fs" % timeout)
+            r, _, _ = select.select([fd], [], [], min(left, 0.1))
+            if r:
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    break
+                buf += chunk
+            elif self.proc.poll() is not None:
+                break
+        line = buf.split(b"\n", 1)[0].decode(errors="replace").strip()
+        if not line.startswith("PORT "):
+            raise UpstreamError("upstream failed to start (rc=%s, said %r)"
+                                % (self.proc.poll(), line))
+        if self.proc.poll() is not None:
+            raise UpstreamError("upstream exited right after start (rc=%s)" % self.proc.returncode)
+        return int(line.split()[1])
+
+    # ------------------------------------------------------------------ urls
+    def url(self, path=""):
+        return self.base + "/" + urllib.parse.quote(str(path).lstrip("/"))
+
+    # --------------------------------------------------------------- control
+    def _ctl(self, method, name, body=None, query=None, timeout=10):
+        u = self.base + "/_ctl/" + name
+        if query:
+            u += "?" + urllib.parse.urlencode(query)
+        data = None
+        headers = {}
+        if method == "POST":
+            data = json.dumps(body or {}).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(u, data=data, method=method, headers=headers)
+        try:
+            with _opener.open(req, timeout=timeout) as r:
+                return json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            raise UpstreamError("%s %s -> %d: %s" % (method, name, e.code,
+                                                      e.read().decode(errors="replace")))
+
+    def fault(self, path, **opts):
+        """Merge fault options into path's config; returns the resulting config."""
+        body = dict(opts)
+        body["path"] = str(path)
+        return self._ctl("POST", "fault", body)
+
+    def release(self, path):
+        return self._ctl("POST", "release", {"path": str(path)})
+
+    def clear(self, path=None):
+        return self._ctl("POST", "clear", {"path": str(path)} if path is not None else {})
+
+    def reset(self):
+        return self._ctl("POST", "reset", {})
+
+    def stats(self, path=None):
+        return self._ctl("GET", "stats", query={"path": str(path)} if path is not None else None)
+
+    def faults(self):
+        return self._ctl("GET", "faults")
+
+    def wait_for(self, pred, timeout=5.0, path=None, interval=0.01):
+        """Poll stats(path) until pred(stats) is true; return those stats.
+        Raises TimeoutError (with the last stats) on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.stats(path)
+            if pred(s):
+                return s
+            if time.monotonic() >= deadline:
+                raise TimeoutError("upstream condition not met in %.1fs; last stats: %s"
+                                   % (timeout, json.dumps(s)[:2000]))
+            if self.proc.poll() is not None:
+                raise UpstreamError("upstream died (rc=%s)" % self.proc.returncode)
+            time.sleep(interval)
+
+    # ------------------------------------------------------- direct requests
+    def request(self, path, method="GET", headers=None, timeout=10):
+        """One request on a fresh connection: returns (status, headers dict, body).
+        Raises http.client.IncompleteRead etc. on injected drops."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            c.request(method, "/" + urllib.parse.quote(str(path).lstrip("/")),
+                      headers=headers or {})
+            r = c.getresponse()
+            body = r.read()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+        finally:
+            c.close()
+
+    # -------------------------------------------------------------- lifetime
+    def stop(self, timeout=5.0):
+        p = self.proc
+        if p is None:
+            return None
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p.stdout:
+            p.stdout.close()
+        self.proc = None
+        return p.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __del__(self):
+        try:
+            self.stop()
+        except Exception:
+            pass
