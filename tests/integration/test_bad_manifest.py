@@ -1,0 +1,107 @@
+"""Every bad manifest is refused at mount time: non-zero exit, a message naming the entry
+and the reason, and no mount left behind."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import SPOOLFS, daemon_env, is_mounted
+
+GOOD = {"path": "ok.bin", "size": 1, "url": "http://127.0.0.1:9/ok.bin"}
+SHA = "ab" * 32
+
+
+def entry(**kw):
+    e = {"url": "http://127.0.0.1:9/x"}
+    e.update(kw)
+    return e
+
+
+# (id, manifest text, what stderr must contain)
+CASES = [
+    ("malformed-json", '{"version": 1, "files": [', "manifest is not valid JSON"),
+    ("unknown-version", json.dumps({"version": 2, "files": []}), "unsupported manifest version"),
+    ("missing-version", json.dumps({"files": []}), "unsupported manifest version"),
+    ("files-not-array", json.dumps({"version": 1, "files": {}}), '"files" is not an array'),
+    ("missing-size", json.dumps({"version": 1, "files": [GOOD, entry(path="a/b")]}),
+     'files[1] "a/b": size is missing'),
+    ("negative-size", json.dumps({"version": 1, "files": [entry(path="neg", size=-1)]}),
+     'files[0] "neg": size is negative'),
+    ("fractional-size", json.dumps({"version": 1, "files": [entry(path="f", size=1.5)]}),
+     'files[0] "f": size is not an integer'),
+    ("string-size", json.dumps({"version": 1, "files": [entry(path="s", size="12")]}),
+     'files[0] "s": size is not an integer'),
+    ("short-sha256", json.dumps({"version": 1, "files": [entry(path="h", size=1, sha256="abc")]}),
+     'files[0] "h": sha256 is not 64 hex digits'),
+    ("non-hex-sha256", json.dumps({"version": 1, "files": [
+        entry(path="h", size=1, sha256="zz" * 32)]}), 'sha256 is not 64 hex digits'),
+    ("duplicate-path", json.dumps({"version": 1, "files": [
+        entry(path="d/x", size=1), entry(path="d/x", size=2)]}), 'files[1] "d/x": duplicate path'),
+    ("file-then-dir", json.dumps({"version": 1, "files": [
+        entry(path="a", size=1), entry(path="a/b", size=1)]}), "both a file and a directory"),
+    ("dir-then-file", json.dumps({"version": 1, "files": [
+        entry(path="a/b", size=1), entry(path="a", size=1)]}), "both a file and a directory"),
+    ("absolute-path", json.dumps({"version": 1, "files": [entry(path="/etc/passwd", size=1)]}),
+     'files[0] "/etc/passwd": path is absolute'),
+    ("empty-segment", json.dumps({"version": 1, "files": [entry(path="a//b", size=1)]}),
+     'files[0] "a//b": path has an empty segment'),
+    ("trailing-slash", json.dumps({"version": 1, "files": [entry(path="a/", size=1)]}),
+     "empty segment"),
+    ("dot-segment", json.dumps({"version": 1, "files": [entry(path="a/./b", size=1)]}),
+     'files[0] "a/./b": path has a "." segment'),
+    ("dotdot-segment", json.dumps({"version": 1, "files": [entry(path="../x", size=1)]}),
+     'files[0] "../x": path has a ".." segment'),
+    ("nul-in-path", '{"version":1,"files":[{"path":"a\\u0000b","size":1,"url":"http://127.0.0.1:9/x"}]}',
+     "NUL"),
+    ("long-name", json.dumps({"version": 1, "files": [entry(path="d/" + "n" * 256, size=1)]}),
+     "longer than 255 bytes"),
+    ("empty-path", json.dumps({"version": 1, "files": [entry(path="", size=1)]}),
+     "path is empty"),
+    ("bad-url-scheme", json.dumps({"version": 1, "files": [
+        entry(path="u", size=1, url="ftp://127.0.0.1/x")]}), 'url scheme "ftp" is not allowed'),
+]
+
+
+@pytest.mark.parametrize("text,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_manifest_is_refused(tmp_path, text, message):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(text)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f", str(manifest), str(mnt)], env=daemon_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0
+    assert message in err, err
+    assert "bad manifest" in err
+    assert not is_mounted(str(mnt))
+    assert "AddressSanitizer" not in err and "ThreadSanitizer" not in err
+
+
+def test_unreachable_manifest_is_refused(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f", "http://127.0.0.1:9/manifest.json", str(mnt)],
+                          env=daemon_env(), capture_output=True, timeout=60)
+    assert proc.returncode != 0
+    assert b"cannot fetch manifest http://127.0.0.1:9/manifest.json" in proc.stderr
+    assert not is_mounted(str(mnt))
+
+
+def test_missing_manifest_file_is_refused(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f", str(tmp_path / "nope.json"), str(mnt)],
+                          env=daemon_env(), capture_output=True, timeout=60)
+    assert proc.returncode != 0 and b"cannot read manifest" in proc.stderr
+
+
+def test_usage_errors(tmp_path):
+    proc = subprocess.run([SPOOLFS], capture_output=True, timeout=30)
+    assert proc.returncode == 2 and b"need SOURCE and MOUNTPOINT" in proc.stderr
+    proc = subprocess.run([SPOOLFS, "--help"], capture_output=True, timeout=30)
+    assert proc.returncode == 0 and b"--cache-dir" in proc.stdout
+    proc = subprocess.run([SPOOLFS, "--version"], capture_output=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.startswith(b"spoolfs ")
