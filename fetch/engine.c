@@ -449,8 +449,6 @@ static void fail_flight(struct engine *e, struct flight *f, int err, const char 
 	while (f->streams)
 		stream_free(e, f->streams);
 	flight_fail(f, err);
-	if (e->cfg.on_failed)
-		e->cfg.on_failed(e->cfg.ctx, f);
 }
 
 static int activate(struct engine *e, struct flight *f)
@@ -581,11 +579,14 @@ static void drain_queue(struct engine *e)
 	pthread_mutex_lock(&e->queue_lock);
 	f = e->queue;
 	e->queue = NULL;
-	for (struct flight *q = f; q; q = q->engine_next)
+	/* Once unqueued, a flight can be queued again (engine_next rewritten) at any time. */
+	for (struct flight *q = f; q; q = q->engine_next) {
 		q->engine_queued = false;
+		q->engine_drain_next = q->engine_next;
+	}
 	pthread_mutex_unlock(&e->queue_lock);
 	while (f) {
-		struct flight *next = f->engine_next;
+		struct flight *next = f->engine_drain_next;
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
 		if (!f->engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fetch/flight_i.h"
 #include "fetch/log.h"
 
 #define TABLE_BUCKETS 1024
@@ -27,6 +28,10 @@ struct flight_table {
 	uint64_t next_id;
 	struct tainted_key *tainted; /* keys whose last flight failed */
 	unsigned n_tainted;
+	/* Set before the first flight exists, read-only afterwards. */
+	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
+	void (*on_failed)(void *ctx, struct flight *f);
+	void *on_failed_ctx;
 };
 
 /* Bounded: past this many, the oldest failures are forgotten (their pages were invalidated
@@ -72,10 +77,29 @@ fail:
 	return rc;
 }
 
+void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                            void *ctx)
+{
+	table->on_failed = fn;
+	table->on_failed_ctx = ctx;
+}
+
+int flight_table_start_hasher(struct flight_table *table)
+{
+	return flight_hasher_start(&table->hasher);
+}
+
+void flight_table_stop_hasher(struct flight_table *table)
+{
+	flight_hasher_stop(table->hasher);
+	table->hasher = NULL;
+}
+
 void flight_table_destroy(struct flight_table *table)
 {
 	if (!table)
 		return;
+	flight_table_stop_hasher(table);
 	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
 		struct table_entry *e = table->buckets[i];
 		while (e) {
@@ -388,6 +412,19 @@ bool flight_unpark(struct flight *f, struct flight_waiter *w)
 	return removed;
 }
 
+bool flight_far_ahead(struct flight *f, uint64_t off)
+{
+	uint64_t first, run_start = 0;
+
+	pthread_mutex_lock(&f->lock);
+	first = index_ranges_run_end(&f->written, off);
+	/* The end of the last written run before `first`, where a stream would be writing. */
+	for (size_t i = 0; i < f->written.n && f->written.v[i].end <= first; i++)
+		run_start = f->written.v[i].end;
+	pthread_mutex_unlock(&f->lock);
+	return first - run_start > FLIGHT_CHUNK_BYTES;
+}
+
 unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max)
 {
 	unsigned n = 0;
@@ -530,6 +567,33 @@ static bool hash_matches(struct flight *f)
 	return false;
 }
 
+static void complete(struct flight *f);
+
+int flight_hash_progress(struct flight *f)
+{
+	enum flight_state state;
+	uint64_t prefix;
+	int rc;
+
+	pthread_mutex_lock(&f->lock);
+	prefix = index_ranges_run_end(&f->written, 0);
+	state = f->state;
+	pthread_mutex_unlock(&f->lock);
+	if (state != FLIGHT_ACTIVE)
+		return 0;
+	if (prefix > f->hashed) {
+		rc = hash_catch_up(f, prefix);
+		if (rc)
+			return rc;
+	}
+	if (f->hashed < f->size)
+		return 0;
+	if (!hash_matches(f))
+		return -EIO;
+	complete(f);
+	return 0;
+}
+
 /* Publishes everything after a successful verification (or an unhashed last byte). */
 static void complete(struct flight *f)
 {
@@ -537,6 +601,10 @@ static void complete(struct flight *f)
 	int rc;
 
 	pthread_mutex_lock(&f->lock);
+	if (f->state != FLIGHT_ACTIVE) {
+		pthread_mutex_unlock(&f->lock); /* failed meanwhile (shut-down) */
+		return;
+	}
 	rc = index_ranges_add(&f->published, 0, f->size);
 	if (rc == 0)
 		f->state = FLIGHT_COMPLETE;
@@ -551,7 +619,7 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 {
 	bool verify = f->sha256[0] != '\0';
 	struct flight_waiter *ready;
-	uint64_t prefix, written_total;
+	uint64_t prefix, prefix_before, written_total;
 	int rc;
 
 	if (off > f->size || len > f->size - off)
@@ -561,10 +629,6 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 	rc = pwrite_all(f->spool_fd, data, len, off);
 	if (rc)
 		return rc;
-	if (verify && f->hashed == off) {
-		EVP_DigestUpdate(f->hash, data, len);
-		f->hashed += len;
-	}
 
 	pthread_mutex_lock(&f->lock);
 	if (f->state != FLIGHT_ACTIVE) {
@@ -572,6 +636,7 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 		pthread_mutex_unlock(&f->lock);
 		return rc;
 	}
+	prefix_before = index_ranges_run_end(&f->written, 0);
 	rc = index_ranges_add(&f->written, off, off + len);
 	written_total = f->written.total;
 	/*
@@ -588,16 +653,17 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 	if (rc)
 		return rc;
 
-	if (verify && prefix > f->hashed) {
-		rc = hash_catch_up(f, prefix);
-		if (rc)
-			return rc;
+	if (verify) {
+		/* Hashing reads the spool back: off this thread when a hasher runs. */
+		if (f->table->hasher) {
+			if (prefix > prefix_before)
+				flight_hasher_kick(f->table->hasher, f);
+			return 0;
+		}
+		return flight_hash_progress(f);
 	}
-	if (written_total < f->size)
-		return 0;
-	if (verify && !hash_matches(f))
-		return -EIO;
-	complete(f);
+	if (written_total == f->size)
+		complete(f);
 	return 0;
 }
 
@@ -627,6 +693,8 @@ void flight_fail(struct flight *f, int err)
 	if (!first)
 		return;
 	table_remove(f);
+	if (f->table->on_failed)
+		f->table->on_failed(f->table->on_failed_ctx, f);
 	/* The path goes now; open fds keep the data alive for handles still reading it. */
 	pthread_mutex_lock(&f->lock);
 	const char *spool_path = f->spool_path; /* set once, before any byte is written */

@@ -93,27 +93,47 @@ struct flight {
 	struct flight_waiter *waiters;
 	bool in_table; /* also guarded by the table lock (both held to change) */
 
+	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
+	EVP_MD_CTX *hash;         /* running sha256 of the contiguous prefix */
+	uint64_t hashed;          /* bytes of the prefix fed to hash */
+	bool hash_queued;         /* guarded by the hasher's lock */
+	struct flight *hash_next; /* guarded by the hasher's lock */
+
 	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
-	EVP_MD_CTX *hash; /* running sha256 of the contiguous prefix */
-	uint64_t hashed;  /* bytes of the prefix fed to hash */
 	struct stream *streams;
 	unsigned n_streams;
 	unsigned failures;     /* consecutive failed attempts without progress */
 	uint64_t retry_due_ms; /* 0 = no retry pending */
 	char etag[256];        /* pinned from the first response, "" = none yet */
 	bool engine_started;
-	bool engine_queued;         /* guarded by the engine's queue lock */
-	struct flight *engine_next; /* guarded by the engine's queue lock */
-	uint64_t recorded_bytes;    /* written bytes already recorded in the index */
-	int last_status;            /* last HTTP status, for the failure log line */
+	bool engine_queued;               /* guarded by the engine's queue lock */
+	struct flight *engine_next;       /* guarded by the engine's queue lock */
+	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
+	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
+	int last_status;                  /* last HTTP status, for the failure log line */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
 struct flight_table;
 
 int flight_table_create(const char *spool_dir, struct flight_table **out);
-/* Drops the table's references. Call after the engine stopped. */
+/* Drops the table's references (and stops the hasher). Call after the engine stopped. */
 void flight_table_destroy(struct flight_table *table);
+
+/*
+ * Called once per failed flight, with no lock held, after its waiters were answered (the
+ * daemon drops the kernel's cached pages there). Set before the first join.
+ */
+void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                            void *ctx);
+
+/*
+ * Starts the hasher thread: from then on flight_deliver leaves hashing and verification to
+ * it, so the transfer thread only receives and writes. Without it (unit tests) hashing
+ * runs inline in flight_deliver. Start after any fork; 0 or -errno.
+ */
+int flight_table_start_hasher(struct flight_table *table);
+void flight_table_stop_hasher(struct flight_table *table);
 
 /*
  * Finds the flight for spec->key, or creates it. Either way *out holds a new reference.
@@ -154,6 +174,14 @@ int flight_park(struct flight *f, struct flight_waiter *w);
  * to be called; w is then marked interrupted.
  */
 bool flight_unpark(struct flight *f, struct flight_waiter *w);
+
+/*
+ * A hint for readers about to park at off: true when off is more than a chunk beyond the
+ * end of the written run before it, so no running stream is about to reach it and the
+ * engine should be woken to schedule it. (Nearer waiters are picked up by the engine's own
+ * loop, which runs whenever data arrives.)
+ */
+bool flight_far_ahead(struct flight *f, uint64_t off);
 
 /* The first offset a parked waiter needs that is not written yet; for the scheduler. */
 unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max);

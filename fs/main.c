@@ -102,6 +102,7 @@ static int start_fetching(struct fs_session *s)
 	rc = flight_table_create(s->spool_dir, &s->flights);
 	if (rc)
 		return rc;
+	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
 	engine_config_defaults(&cfg);
 	cfg.stall_timeout_s = s->opts.stall_timeout_s;
 	cfg.max_tries = s->opts.retries;
@@ -109,8 +110,6 @@ static int start_fetching(struct fs_session *s)
 	cfg.ca_file = s->opts.ca_file;
 	cfg.durable = !s->remove_cache;
 	cfg.idx = s->idx;
-	cfg.on_failed = fs_on_flight_failed;
-	cfg.ctx = s;
 	return engine_create(&cfg, &s->engine);
 }
 
@@ -153,7 +152,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		goto out_signals;
 	if (fuse_daemonize(s->opts.foreground) != 0)
 		goto out_unmount;
-	rc = engine_start(s->engine);
+	rc = flight_table_start_hasher(s->flights);
+	if (rc == 0)
+		rc = engine_start(s->engine);
 	if (rc) {
 		fetch_log(FETCH_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_unmount;
@@ -175,6 +176,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 out_engine:
 	/* Answers every parked reader before the session goes away. */
 	engine_stop(s->engine);
+	flight_table_stop_hasher(s->flights);
 	while (atomic_load(&s->inval_jobs) > 0)
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 out_unmount:

@@ -78,11 +78,14 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	rw->req = req;
 	flight_ref(f);
 	rw->flight = f;
+	bool far = flight_far_ahead(f, off);
 	/* Registered before parking: an interrupt that already came is seen by flight_park. */
 	fuse_req_interrupt_func(req, on_interrupt, rw);
 	rc = flight_park(f, &rw->waiter);
 	if (rc == 0) {
-		engine_kick(s->engine, f);
+		/* rw may be answered and freed by now; f is held by the caller's handle. */
+		if (far)
+			engine_kick(s->engine, f);
 		return;
 	}
 	fuse_req_interrupt_func(req, NULL, NULL);
