@@ -291,6 +291,28 @@ void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned
 	pthread_mutex_unlock(&table->lock);
 }
 
+void flight_table_foreach(struct flight_table *table,
+                          void (*fn)(void *ctx, const struct flight_info *info), void *ctx)
+{
+	pthread_mutex_lock(&table->lock);
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		for (struct table_entry *e = table->buckets[i]; e; e = e->next) {
+			struct flight *f = e->flight;
+			struct flight_info info = {.name = f->name, .key = f->key, .size = f->size};
+			pthread_mutex_lock(&f->lock);
+			info.written = f->written.total;
+			info.published = f->published.total;
+			info.state = f->state;
+			for (struct flight_waiter *w = f->waiters; w; w = w->next)
+				info.waiters++;
+			pthread_mutex_unlock(&f->lock);
+			info.handles = atomic_load(&f->handles);
+			fn(ctx, &info);
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+}
+
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 {
 	uint64_t bucket = hash_key(key) % TABLE_BUCKETS;

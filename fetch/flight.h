@@ -81,6 +81,7 @@ struct flight {
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 
 	atomic_int refs;
+	atomic_int handles; /* open file handles (maintained by fs/), for status */
 
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
@@ -144,6 +145,25 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);
+
+/* What flight_table_foreach reports of one flight. */
+struct flight_info {
+	const char *name;
+	const char *key;
+	uint64_t size;
+	uint64_t written;
+	uint64_t published;
+	enum flight_state state;
+	int handles;
+	unsigned waiters;
+};
+
+/*
+ * Calls fn for every flight in the table, under the table lock (fn must not call into the
+ * table or a flight). The strings are valid during the call only.
+ */
+void flight_table_foreach(struct flight_table *table,
+                          void (*fn)(void *ctx, const struct flight_info *info), void *ctx);
 
 /* Bytes readable now for the object with this key (0 when no flight). */
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key);

@@ -446,7 +446,8 @@ static int hmac(const unsigned char *key, size_t key_len, const char *data, size
 {
 	unsigned int out_len = 0;
 
-	if (!HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)data, len, out, &out_len) ||
+	if (!HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)data, len, out,
+	          &out_len) ||
 	    out_len != 32)
 		return -EIO;
 	return 0;
@@ -622,8 +623,7 @@ int sigv4_sign(const struct sigv4_request *req, struct sigv4_signed *out)
 	if (sts.failed)
 		goto fail;
 
-	rc = compute_signature(req->secret_access_key, date, req->region, req->service, sts.p,
-	                       sig);
+	rc = compute_signature(req->secret_access_key, date, req->region, req->service, sts.p, sig);
 	if (rc < 0)
 		goto fail;
 

@@ -33,6 +33,22 @@ struct fs_options {
 	int show_version;
 };
 
+/* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
+struct fs_counters {
+	atomic_uint_fast64_t opens_local;  /* the object was already complete */
+	atomic_uint_fast64_t opens_new;    /* the open started a download */
+	atomic_uint_fast64_t opens_joined; /* the open joined a running download */
+	atomic_uint_fast64_t reads_parked; /* reads that waited for their bytes */
+	atomic_uint_fast64_t reads_failed;
+};
+
+/* An open file: an object's flight, or a snapshot of a virtual file. */
+struct fs_handle {
+	struct flight *flight; /* a reference; NULL for a virtual file */
+	char *text;            /* virtual file content */
+	size_t len;
+};
+
 struct fs_session {
 	struct fs_options opts;
 	struct index *idx;
@@ -46,6 +62,7 @@ struct fs_session {
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */
 	atomic_int inval_jobs; /* cache invalidations still running; waited for at unmount */
+	struct fs_counters counters;
 };
 
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
@@ -54,6 +71,12 @@ void fs_options_usage(const char *prog);
 void fs_options_free(struct fs_options *opts);
 
 extern const struct fuse_lowlevel_ops fs_ops;
+
+/* `spoolfs status MOUNTPOINT [--watch]`; returns the exit status. */
+int fs_status_main(int argc, char **argv);
+
+/* Releases an open file's handle (its flight reference or its snapshot). */
+void fs_handle_free(struct fs_handle *h);
 
 /* Replies to a read from the spool: [off, off+len) must be readable. */
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len);

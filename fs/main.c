@@ -196,6 +196,8 @@ int main(int argc, char *argv[])
 	struct fs_session s;
 	int rc, status = 1;
 
+	if (argc > 1 && strcmp(argv[1], "status") == 0)
+		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.uid = getuid();
 	s.gid = getgid();

@@ -15,6 +15,7 @@
 
 #include "fetch/log.h"
 #include "fs/fs_i.h"
+#include "fs/virtual.h"
 
 #define XATTR_SHA256 "user.spoolfs.sha256"
 #define XATTR_URL "user.spoolfs.url"
@@ -65,6 +66,16 @@ static int flight_key(const struct index_node *n, const char *url, char **key)
 	return rc < 0 ? -ENOMEM : 0;
 }
 
+void fs_handle_free(struct fs_handle *h)
+{
+	if (h->flight) {
+		atomic_fetch_sub(&h->flight->handles, 1);
+		flight_unref(h->flight);
+	}
+	free(h->text);
+	free(h);
+}
+
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
@@ -79,8 +90,19 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs_session *s = session_of(req);
 	struct fuse_entry_param e;
 	struct index_node n;
-	int rc = index_lookup(s->idx, parent, name, &n);
+	int rc = fs_virtual_lookup(s, parent, name, &e.attr);
 
+	if (rc == 1) {
+		/* Virtual files change: the kernel must ask again every time. */
+		e.ino = e.attr.st_ino;
+		e.generation = 1;
+		e.attr_timeout = 0;
+		e.entry_timeout = 0;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc == 0)
+		rc = index_lookup(s->idx, parent, name, &n);
 	if (rc == -ENOENT) {
 		/* Negative entries are cached too: the namespace cannot change. */
 		memset(&e, 0, sizeof(e));
@@ -112,8 +134,17 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fs_session *s = session_of(req);
 	struct index_node n;
 	struct stat st;
-	int rc = index_get(s->idx, ino, &n);
+	int rc;
 
+	if (fs_virtual_ino(ino)) {
+		rc = fs_virtual_getattr(s, ino, &st);
+		if (rc)
+			fuse_reply_err(req, -rc);
+		else
+			fuse_reply_attr(req, &st, 0);
+		return;
+	}
+	rc = index_get(s->idx, ino, &n);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -165,6 +196,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 	struct index_node self, parent;
 	int rc;
 
+	if (fs_virtual_ino(ino)) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
 	rc = index_get(s->idx, ino, &self);
 	if (rc)
 		goto fail;
@@ -214,8 +249,13 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct fs_session *s = session_of(req);
 	struct index_node n;
-	int rc = index_get(s->idx, ino, &n);
+	int rc;
 
+	if (ino == FS_INO_VIRTUAL_DIR) {
+		fuse_reply_open(req, fi); /* listed empty: its files are reached by name */
+		return;
+	}
+	rc = fs_virtual_ino(ino) ? -ENOTDIR : index_get(s->idx, ino, &n);
 	if (rc == 0 && !n.is_dir)
 		rc = -ENOTDIR;
 	if (rc) {
@@ -227,12 +267,35 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
+/* The node's path from the mount root, for log lines and status ("a/b/c.bin"). */
+static void node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len)
+{
+	struct index_node cur = *n;
+	size_t used = 0;
+
+	/* Built right to left: each parent's name goes in front of what we have. */
+	buf[len - 1] = '\0';
+	used = 1;
+	for (int depth = 0; depth < 256 && cur.ino != INDEX_ROOT_INO; depth++) {
+		size_t name_len = strlen(cur.name) + (used > 1 ? 1 : 0);
+		if (used + name_len > len)
+			break;
+		used += name_len;
+		memcpy(buf + len - used, cur.name, strlen(cur.name));
+		if (name_len > strlen(cur.name))
+			buf[len - used + strlen(cur.name)] = '/';
+		if (index_get(s->idx, cur.parent, &cur) != 0)
+			break;
+	}
+	memmove(buf, buf + len - used, used);
+}
+
 /* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
 static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created)
 {
 	struct index_node n;
 	struct flight_spec spec;
-	char *url = NULL, *key = NULL, path[INDEX_NAME_MAX + 1];
+	char *url = NULL, *key = NULL, path[1024];
 	int rc;
 
 	rc = index_get(s->idx, ino, &n);
@@ -248,7 +311,7 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = flight_key(&n, url, &key);
 	if (rc)
 		goto out;
-	snprintf(path, sizeof(path), "%s", n.name);
+	node_path(s, &n, path, sizeof(path));
 	spec = (struct flight_spec){
 	    .key = key, .url = url, .sha256 = n.sha256, .name = path, .size = n.size, .ino = ino};
 	rc = flight_table_join(s->flights, &spec, out, created);
@@ -266,20 +329,42 @@ out:
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
+	struct fs_handle *h = NULL;
 	struct flight *f = NULL;
+	enum flight_state state;
 	bool created = false;
 	int rc;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
+		rc = -EROFS;
+		goto fail;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (fs_virtual_ino(ino)) {
+		rc = fs_virtual_read_all(s, ino, &h->text, &h->len);
+		if (rc)
+			goto fail;
+		fi->direct_io = 1;
+		fi->fh = (uint64_t)(uintptr_t)h;
+		if (fuse_reply_open(req, fi) != 0)
+			fs_handle_free(h);
 		return;
 	}
 	rc = open_flight(s, ino, &f, &created);
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	fi->fh = (uint64_t)(uintptr_t)f;
+	if (rc)
+		goto fail;
+	h->flight = f;
+	atomic_fetch_add(&f->handles, 1);
+	flight_progress(f, NULL, NULL, &state);
+	atomic_fetch_add(created                    ? &s->counters.opens_new
+	                 : state == FLIGHT_COMPLETE ? &s->counters.opens_local
+	                                            : &s->counters.opens_joined,
+	                 1);
+	fi->fh = (uint64_t)(uintptr_t)h;
 	/*
 	 * Content cannot change within the session, so cached pages stay valid across opens,
 	 * except after a failed flight (a bad hash): the first open of its successor drops
@@ -288,19 +373,29 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 */
 	fi->keep_cache = !(created && f->after_failure);
 	if (fuse_reply_open(req, fi) != 0)
-		flight_unref(f); /* the open was interrupted: no release will come */
+		fs_handle_free(h); /* the open was interrupted: no release will come */
+	return;
+fail:
+	free(h);
+	fuse_reply_err(req, -rc);
 }
 
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
-	struct flight *f = (struct flight *)(uintptr_t)fi->fh;
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct flight *f = h->flight;
 	uint64_t len;
 	int rc;
 
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (!f) {
+		size_t start = (uint64_t)off < h->len ? (size_t)off : h->len;
+		fuse_reply_buf(req, h->text + start, h->len - start < size ? h->len - start : size);
 		return;
 	}
 	if ((uint64_t)off >= f->size || size == 0) {
@@ -309,18 +404,21 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
 	rc = flight_ready(f, (uint64_t)off, len);
-	if (rc == 1)
+	if (rc == 1) {
 		fs_reply_spool(req, f, (uint64_t)off, len);
-	else if (rc < 0)
+	} else if (rc < 0) {
+		atomic_fetch_add(&s->counters.reads_failed, 1);
 		fuse_reply_err(req, -rc);
-	else
+	} else {
+		atomic_fetch_add(&s->counters.reads_parked, 1);
 		fs_read_wait(req, s, f, (uint64_t)off, len);
+	}
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	/* Only the handle's reference goes: the download finishes for the object's sake. */
-	flight_unref((struct flight *)(uintptr_t)fi->fh);
+	fs_handle_free((struct fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -357,7 +455,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct fs_session *s = session_of(req);
 	struct index_node n;
 	char *url = NULL, *key = NULL, shown[4096], cached[32];
-	int rc = index_get(s->idx, ino, &n);
+	int rc = fs_virtual_ino(ino) ? -ENODATA : index_get(s->idx, ino, &n);
 
 	if (rc == 0 && n.is_dir)
 		rc = -ENODATA;
@@ -403,8 +501,13 @@ static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct index_node n;
 	char names[128];
 	size_t len = 0;
-	int rc = index_get(s->idx, ino, &n);
+	int rc;
 
+	if (fs_virtual_ino(ino)) {
+		reply_xattr(req, names, 0, size);
+		return;
+	}
+	rc = index_get(s->idx, ino, &n);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;

@@ -1,0 +1,171 @@
+/*
+ * Content of the /.spoolfs files (see virtual.h). Counters are atomics in the session and
+ * the engine; flight details come from flight_table_foreach under the table lock, written
+ * into a memory stream that is only formatted text, so nothing here blocks on I/O.
+ */
+#include "fs/virtual.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+bool fs_virtual_ino(fuse_ino_t ino)
+{
+	return ino >= FS_INO_VIRTUAL_DIR && ino <= FS_INO_FLIGHTS;
+}
+
+static void fill_stat(struct fs_session *s, fuse_ino_t ino, struct stat *st, size_t size)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = s->uid;
+	st->st_gid = s->gid;
+	if (ino == FS_INO_VIRTUAL_DIR) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = (off_t)size;
+	}
+}
+
+int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
+{
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (ino == FS_INO_VIRTUAL_DIR) {
+		fill_stat(s, ino, st, 0);
+		return 0;
+	}
+	/* The size is the current snapshot's, so tools that trust st_size read it whole. */
+	rc = fs_virtual_read_all(s, ino, &text, &len);
+	if (rc)
+		return rc;
+	free(text);
+	fill_stat(s, ino, st, len);
+	return 0;
+}
+
+int fs_virtual_lookup(struct fs_session *s, fuse_ino_t parent, const char *name, struct stat *st)
+{
+	if (parent == FUSE_ROOT_ID && strcmp(name, FS_VIRTUAL_DIR_NAME) == 0)
+		return fs_virtual_getattr(s, FS_INO_VIRTUAL_DIR, st) == 0 ? 1 : -EIO;
+	if (parent != FS_INO_VIRTUAL_DIR)
+		return 0;
+	if (strcmp(name, "stats") == 0)
+		return fs_virtual_getattr(s, FS_INO_STATS, st) == 0 ? 1 : -EIO;
+	if (strcmp(name, "flights") == 0)
+		return fs_virtual_getattr(s, FS_INO_FLIGHTS, st) == 0 ? 1 : -EIO;
+	return -ENOENT;
+}
+
+struct totals {
+	unsigned active;
+	unsigned complete;
+	uint64_t bytes_local;
+};
+
+static void add_flight(void *ctx, const struct flight_info *info)
+{
+	struct totals *t = ctx;
+
+	if (info->state == FLIGHT_ACTIVE)
+		t->active++;
+	else if (info->state == FLIGHT_COMPLETE)
+		t->complete++;
+	t->bytes_local += info->published;
+}
+
+static void metric(FILE *out, const char *name, const char *type, const char *help, uint64_t v)
+{
+	fprintf(out, "# HELP spoolfs_%s %s\n# TYPE spoolfs_%s %s\nspoolfs_%s %" PRIu64 "\n", name,
+	        help, name, type, name, v);
+}
+
+static void write_stats(struct fs_session *s, FILE *out)
+{
+	const struct engine_stats *es = engine_stats(s->engine);
+	struct totals t = {0};
+
+	flight_table_foreach(s->flights, add_flight, &t);
+	metric(out, "upstream_requests_total", "counter", "HTTP requests sent upstream",
+	       atomic_load(&es->requests));
+	metric(out, "upstream_bytes_total", "counter", "body bytes received from upstream",
+	       atomic_load(&es->bytes));
+	metric(out, "upstream_retries_total", "counter", "transfer attempts retried",
+	       atomic_load(&es->retries));
+	metric(out, "upstream_failures_total", "counter", "objects whose download failed",
+	       atomic_load(&es->failures));
+	metric(out, "cache_hits_total", "counter", "opens of objects already local",
+	       atomic_load(&s->counters.opens_local));
+	metric(out, "cache_misses_total", "counter", "opens that started a download",
+	       atomic_load(&s->counters.opens_new));
+	metric(out, "coalesced_opens_total", "counter", "opens that joined a running download",
+	       atomic_load(&s->counters.opens_joined));
+	metric(out, "coalesced_waits_total", "counter", "reads parked until their bytes arrived",
+	       atomic_load(&s->counters.reads_parked));
+	metric(out, "read_failures_total", "counter", "reads answered with an error",
+	       atomic_load(&s->counters.reads_failed));
+	metric(out, "bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local);
+	metric(out, "flights_in_progress", "gauge", "downloads running", t.active);
+	metric(out, "flights_complete", "gauge", "objects fully local and verified", t.complete);
+}
+
+static void json_string(FILE *out, const char *str)
+{
+	fputc('"', out);
+	for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(out, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(out, "\\u%04x", *p);
+		else
+			fputc(*p, out);
+	}
+	fputc('"', out);
+}
+
+static void write_flight(void *ctx, const struct flight_info *info)
+{
+	static const char *const states[] = {"active", "complete", "failed"};
+	FILE *out = ctx;
+
+	fputs("{\"name\":", out);
+	json_string(out, info->name);
+	fprintf(out,
+	        ",\"size\":%" PRIu64 ",\"written\":%" PRIu64 ",\"local\":%" PRIu64
+	        ",\"state\":\"%s\",\"handles\":%d,\"waiting_reads\":%u}\n",
+	        info->size, info->written, info->published, states[info->state], info->handles,
+	        info->waiters);
+}
+
+int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_t *len)
+{
+	FILE *out;
+
+	if (ino == FS_INO_VIRTUAL_DIR)
+		return -EISDIR;
+	if (ino != FS_INO_STATS && ino != FS_INO_FLIGHTS)
+		return -ENOENT;
+	*text = NULL;
+	*len = 0;
+	out = open_memstream(text, len);
+	if (!out)
+		return -ENOMEM;
+	if (ino == FS_INO_STATS)
+		write_stats(s, out);
+	else
+		flight_table_foreach(s->flights, write_flight, out);
+	if (fclose(out) != 0) {
+		free(*text);
+		*text = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
