@@ -380,6 +380,25 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
+/*
+ * Replies from a private copy: the kernel may complete the read and let the file be
+ * released (freeing the snapshot) while writev is still returning in this thread.
+ */
+static void reply_snapshot(fuse_req_t req, const struct fs_handle *h, uint64_t off, size_t size)
+{
+	size_t start = off < h->len ? (size_t)off : h->len;
+	size_t len = h->len - start < size ? h->len - start : size;
+	char *copy = malloc(len ? len : 1);
+
+	if (!copy) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(copy, h->text + start, len);
+	fuse_reply_buf(req, copy, len);
+	free(copy);
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -394,8 +413,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (!f) {
-		size_t start = (uint64_t)off < h->len ? (size_t)off : h->len;
-		fuse_reply_buf(req, h->text + start, h->len - start < size ? h->len - start : size);
+		reply_snapshot(req, h, (uint64_t)off, size);
 		return;
 	}
 	if ((uint64_t)off >= f->size || size == 0) {

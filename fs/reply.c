@@ -81,13 +81,19 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	bool far = flight_far_ahead(f, off);
 	/* Registered before parking: an interrupt that already came is seen by flight_park. */
 	fuse_req_interrupt_func(req, on_interrupt, rw);
+	/*
+	 * Once parked, rw may be answered at any moment, and the file then closed and its
+	 * handle's reference dropped: hold f ourselves until we are done with it.
+	 */
+	flight_ref(f);
 	rc = flight_park(f, &rw->waiter);
 	if (rc == 0) {
-		/* rw may be answered and freed by now; f is held by the caller's handle. */
 		if (far)
 			engine_kick(s->engine, f);
+		flight_unref(f);
 		return;
 	}
+	flight_unref(f);
 	fuse_req_interrupt_func(req, NULL, NULL);
 	if (rc == 1)
 		fs_reply_spool(req, f, off, len);
