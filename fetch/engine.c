@@ -38,9 +38,11 @@ struct stream {
 	uint64_t skip;          /* leading bytes to drop: a 200 answered a ranged request */
 	bool checked;           /* status and headers validated */
 	bool reached_end;
-	bool retryable; /* the status asked for a retry (5xx, 429, 408) */
-	int fatal;      /* -errno decided in a callback; the flight fails with it */
-	char why[160];  /* what went wrong, for the log line */
+	bool retryable;        /* the status asked for a retry (5xx, 429, 408) */
+	bool stalled;          /* aborted: no byte for the stall timeout */
+	uint64_t last_byte_ms; /* when the last header or body byte arrived */
+	int fatal;             /* -errno decided in a callback; the flight fails with it */
+	char why[160];         /* what went wrong, for the log line */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
 	struct stream *next; /* in f->streams */
@@ -197,6 +199,9 @@ static void check_response(struct stream *s)
 		stream_why(s, "HTTP %ld", code);
 		return;
 	}
+	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
+	if (!f->sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 && flight_written(f) == 0)
+		memcpy(f->sha256, s->resp.sha256, sizeof(f->sha256));
 	if (f->etag[0] == '\0') {
 		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
 	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
@@ -210,8 +215,25 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 	struct stream *s = userdata;
 	size_t len = size * nitems;
 
+	s->last_byte_ms = now_ms();
 	http_response_header(&s->resp, line, len);
 	return len;
+}
+
+/*
+ * curl calls this at least once a second, idle or not. A stall is measured from the last
+ * byte, not as an average rate: curl's LOW_SPEED check averages over seconds and lets a
+ * fast transfer that stopped dead run on for several seconds past the timeout.
+ */
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	struct stream *s = userdata;
+
+	if (now_ms() - s->last_byte_ms < (uint64_t)s->engine->cfg.stall_timeout_s * 1000)
+		return 0;
+	s->stalled = true;
+	return 1;
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
@@ -220,6 +242,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	size_t len = size * nmemb, used = 0;
 	int rc;
 
+	s->last_byte_ms = now_ms();
 	if (!s->checked)
 		check_response(s);
 	if (s->fatal || s->retryable)
@@ -286,11 +309,15 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	curl_easy_setopt(s->easy, CURLOPT_ERRORBUFFER, s->errbuf);
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, 512L * 1024);
 	curl_easy_setopt(s->easy, CURLOPT_CONNECTTIMEOUT, (long)e->cfg.connect_timeout_s);
-	/* A stall is "no byte for stall_timeout_s", headers included. */
-	curl_easy_setopt(s->easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(s->easy, CURLOPT_LOW_SPEED_TIME, (long)e->cfg.stall_timeout_s);
+	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
+	s->last_byte_ms = now_ms();
+	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
 	curl_easy_setopt(s->easy, CURLOPT_USERAGENT, "spoolfs/" SPOOLFS_VERSION);
 	curl_easy_setopt(s->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
+	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
 	if (e->cfg.ca_file)
 		curl_easy_setopt(s->easy, CURLOPT_CAINFO, e->cfg.ca_file);
 	if (start > 0 || end < f->size) {
@@ -303,8 +330,13 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 		s->headers = curl_slist_append(NULL, header);
 		if (!s->headers)
 			goto fail_easy;
-		curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
 	}
+	if (e->cfg.sign) {
+		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers);
+		if (rc)
+			goto fail_easy;
+	}
+	curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
 	if (curl_multi_add_handle(e->multi, s->easy) != CURLM_OK) {
 		rc = -EIO;
 		goto fail_easy;
@@ -369,6 +401,8 @@ static bool can_start(struct engine *e, struct flight *f)
 	       f->n_streams < e->cfg.max_streams_per_flight;
 }
 
+static void fail_flight(struct engine *e, struct flight *f, int err, const char *why);
+
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
 static void schedule(struct engine *e, struct flight *f)
 {
@@ -376,6 +410,7 @@ static void schedule(struct engine *e, struct flight *f)
 	struct index_ranges claimed;
 	enum flight_state state;
 	unsigned n;
+	int rc = 0;
 
 	flight_progress(f, NULL, NULL, &state);
 	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms())
@@ -383,30 +418,37 @@ static void schedule(struct engine *e, struct flight *f)
 	f->retry_due_ms = 0;
 	index_ranges_init(&claimed);
 	n = flight_wanted_offsets(f, wanted, MAX_WANTED);
-	for (unsigned i = 0; i < n && can_start(e, f); i++) {
+	for (unsigned i = 0; i < n && rc == 0 && can_start(e, f); i++) {
 		uint64_t chunk = wanted[i] - wanted[i] % FLIGHT_CHUNK_BYTES;
 		struct stream *s = stream_covering(f, wanted[i]);
 		if (s) {
 			if (wanted[i] - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos)
 				continue;
 			/* Split: the new stream takes the far part, the old one stops there. */
-			if (stream_start(e, f, chunk, s->end) == 0)
+			uint64_t end = s->end;
+			rc = stream_start(e, f, chunk, end);
+			if (rc == 0)
 				s->end = chunk;
 			continue;
 		}
-		if (claimed_ranges(f, &claimed))
+		rc = claimed_ranges(f, &claimed);
+		if (rc)
 			break;
 		if (index_ranges_covers(&claimed, wanted[i], wanted[i] + 1))
 			continue; /* written, withheld until verification */
 		if (index_ranges_next_gap(&claimed, chunk, f->size, &gap_start, &gap_end))
-			stream_start(e, f, gap_start, gap_end);
+			rc = stream_start(e, f, gap_start, gap_end);
 	}
 	/* The download belongs to the object: with nobody waiting it still runs to the end. */
-	if (f->n_streams == 0 && e->n_transfers < e->cfg.max_transfers &&
-	    claimed_ranges(f, &claimed) == 0 &&
-	    index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
-		stream_start(e, f, gap_start, gap_end);
+	if (rc == 0 && f->n_streams == 0 && e->n_transfers < e->cfg.max_transfers) {
+		rc = claimed_ranges(f, &claimed);
+		if (rc == 0 && index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
+			rc = stream_start(e, f, gap_start, gap_end);
+	}
 	index_ranges_free(&claimed);
+	/* Nothing else would ever start a request for it: its readers must not wait forever. */
+	if (rc)
+		fail_flight(e, f, rc, "cannot start a request");
 }
 
 /* ---- flight lifecycle in the engine -------------------------------------------------- */
@@ -468,9 +510,12 @@ static int activate(struct engine *e, struct flight *f)
 	e->active[e->n_active++] = f;
 	rc = flight_open_spool(f);
 	if (rc) {
-		fail_flight(e, f, rc,
-		            rc == -ENOSPC ? "no space left in the cache directory"
-		                          : "cannot create the spool file");
+		char why[128];
+		snprintf(why, sizeof(why), "%s: %s",
+		         rc == -ENOSPC ? "no space left in the cache directory"
+		                       : "cannot create the spool file",
+		         strerror(-rc));
+		fail_flight(e, f, rc, why);
 		return 0;
 	}
 	if (f->size == 0) {
@@ -502,7 +547,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
 		           s->end);
 	}
-	if (fatal == 0 && !s->retryable) {
+	if (fatal == 0 && s->stalled) {
+		stream_why(s, "no byte for %u s (stalled)", e->cfg.stall_timeout_s);
+	} else if (fatal == 0 && !s->retryable) {
 		switch (result) {
 		case CURLE_UNSUPPORTED_PROTOCOL:
 		case CURLE_URL_MALFORMAT:

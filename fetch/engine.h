@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <curl/curl.h>
+
 #include "fetch/flight.h"
 
 struct index;
@@ -35,9 +37,9 @@ struct engine_config {
 	const char *ca_file; /* NULL: the system's trust store */
 	bool durable;        /* fdatasync the spool before recording its ranges */
 	struct index *idx;   /* records ranges and completions; may be NULL */
-	/* Called without locks from the transfer thread after a flight failed (cache drop). */
-	void (*on_failed)(void *ctx, struct flight *f);
-	void *ctx;
+	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
+	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
+	void *sign_ctx;
 };
 
 /* Upstream counters, updated by the transfer thread, readable from any thread. */

@@ -136,6 +136,7 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	if (!f->key || !f->url || !f->name)
 		goto fail;
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
+	snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
 	f->size = spec->size;
 	f->ino = spec->ino;
 	f->id = id;
@@ -723,6 +724,14 @@ void flight_fail(struct flight *f, int err)
 	pthread_mutex_unlock(&f->lock);
 	if (spool_path)
 		unlink(spool_path);
+}
+
+uint64_t flight_written(struct flight *f)
+{
+	uint64_t written;
+
+	flight_progress(f, &written, NULL, NULL);
+	return written;
 }
 
 void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,

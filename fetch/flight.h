@@ -64,6 +64,7 @@ struct flight_spec {
 	const char *url;    /* where to fetch it */
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */
+	const char *etag;   /* the version to pin every request to, or NULL (first response's) */
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
 };
@@ -73,6 +74,8 @@ struct flight {
 	char *key;
 	char *url;
 	char *name;
+	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
+	 * before any byte is delivered; read by whoever delivers and hashes. */
 	char sha256[65];
 	uint64_t size;
 	uint64_t ino;
@@ -227,6 +230,9 @@ int flight_complete_empty(struct flight *f);
  * next open starts afresh) and its spool is deleted. Idempotent.
  */
 void flight_fail(struct flight *f, int err);
+
+/* Bytes written so far. */
+uint64_t flight_written(struct flight *f);
 
 /* Snapshot of progress (written bytes, state), for stats and scheduling. */
 void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,

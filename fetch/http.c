@@ -6,6 +6,8 @@
 #include "fetch/http.h"
 
 #include <ctype.h>
+#include <openssl/evp.h>
+#include <stdio.h>
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
@@ -106,6 +108,23 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 			resp->etag[value_len] = '\0';
 		} else {
 			resp->etag[0] = '\0';
+		}
+	} else if (name_len == 21 && strncasecmp(line, "x-amz-checksum-sha256", 21) == 0) {
+		unsigned char digest[48];
+		/* 32 bytes encode as 44 base64 characters ending in one '='. */
+		if (value_len == 44 && value[43] == '=' &&
+		    EVP_DecodeBlock(digest, (const unsigned char *)value, 44) == 33) {
+			for (int i = 0; i < 32; i++)
+				snprintf(resp->sha256 + 2 * i, 3, "%02x", digest[i]);
+		}
+	} else if (name_len == 17 && strncasecmp(line, "x-amz-meta-sha256", 17) == 0) {
+		bool hex = value_len == 64;
+		for (size_t i = 0; hex && i < 64; i++)
+			hex = isxdigit((unsigned char)value[i]);
+		if (hex && !resp->sha256[0]) {
+			for (size_t i = 0; i < 64; i++)
+				resp->sha256[i] = (char)tolower((unsigned char)value[i]);
+			resp->sha256[64] = '\0';
 		}
 	} else if (name_len == 11 && strncasecmp(line, "retry-after", 11) == 0) {
 		const char *p = value;

@@ -22,6 +22,12 @@ struct http_response {
 	uint64_t content_length;
 	char etag[HTTP_ETAG_MAX]; /* as sent, quotes included; "" when absent or too long */
 	int retry_after_s;        /* -1 when absent or not delta-seconds */
+	/*
+	 * The object's SHA-256 as lower-case hex, from x-amz-checksum-sha256 (base64 of the
+	 * digest; composite multipart checksums are ignored) or x-amz-meta-sha256 (hex).
+	 * "" when neither is present or well-formed.
+	 */
+	char sha256[65];
 };
 
 /* Forgets everything: a new status line starts a new response (redirects, 100-continue). */

@@ -33,6 +33,12 @@ static void set_err(char *err, size_t err_len, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* strerror without its shared buffer (GNU strerror_r). */
+static const char *errstr(int e, char buf[128])
+{
+	return strerror_r(e, buf, 128);
+}
+
 static void free_secret(char **s)
 {
 	if (*s) {
@@ -226,7 +232,8 @@ fail:
 
 static const char *env_nonempty(const char *name)
 {
-	const char *v = getenv(name);
+	/* Start-up only (see s3_creds.h): nothing setenv()s concurrently. */
+	const char *v = getenv(name); /* NOLINT(concurrency-mt-unsafe) */
 	return v && *v ? v : NULL;
 }
 
@@ -296,7 +303,7 @@ static char *creds_path(int *rc, char *err, size_t err_len)
 static int read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
 {
 	struct stat st;
-	char *b = NULL;
+	char *b = NULL, ebuf[128];
 	size_t n = 0, cap;
 	int fd, rc;
 
@@ -311,12 +318,12 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
 			    "no credentials: AWS_ACCESS_KEY_ID is not set and %s does not exist",
 			    path);
 		else
-			set_err(err, err_len, "cannot open %s: %s", path, strerror(-rc));
+			set_err(err, err_len, "cannot open %s: %s", path, errstr(-rc, ebuf));
 		return rc;
 	}
 	if (fstat(fd, &st) < 0) {
 		rc = -errno;
-		set_err(err, err_len, "cannot stat %s: %s", path, strerror(-rc));
+		set_err(err, err_len, "cannot stat %s: %s", path, errstr(-rc, ebuf));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -342,7 +349,7 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
 			continue;
 		if (r < 0) {
 			rc = -errno;
-			set_err(err, err_len, "cannot read %s: %s", path, strerror(-rc));
+			set_err(err, err_len, "cannot read %s: %s", path, errstr(-rc, ebuf));
 			goto out;
 		}
 		if (r == 0)

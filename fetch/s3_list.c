@@ -20,9 +20,9 @@
 #include <expat.h>
 
 #define MAX_DEPTH 32
-#define TEXT_MAX S3_TOKEN_MAX      /* the largest leaf we collect */
-#define RAW_KEY_MAX (3 * S3_KEY_MAX) /* a key of S3_KEY_MAX bytes, all %-escaped */
-#define SMALL_MAX 64               /* numbers, booleans, dates, EncodingType */
+#define TEXT_MAX S3_TOKEN_MAX                /* the largest leaf we collect */
+#define RAW_KEY_MAX ((size_t)3 * S3_KEY_MAX) /* a key of S3_KEY_MAX bytes, all %-escaped */
+#define SMALL_MAX 64                         /* numbers, booleans, dates, EncodingType */
 #define FEED_CHUNK (1 << 20)
 
 enum leaf {
@@ -103,8 +103,12 @@ static const char *quote(const char *s, char buf[40])
 {
 	size_t i;
 
-	for (i = 0; s[i] && i < 32; i++)
-		buf[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+	for (i = 0; s[i] && i < 32; i++) {
+		unsigned char c = (unsigned char)s[i];
+		buf[i] = s[i];
+		if (c < 0x20 || c >= 0x7f)
+			buf[i] = '?';
+	}
 	if (s[i]) {
 		memcpy(buf + i, "...", 3);
 		i += 3;
@@ -120,7 +124,9 @@ static void copy_field(char *dst, size_t dst_len, const char *src, size_t len)
 
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)src[i];
-		dst[i] = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+		dst[i] = src[i];
+		if (c < 0x20 || c == 0x7f)
+			dst[i] = ' ';
 	}
 	dst[n] = '\0';
 }
@@ -206,8 +212,8 @@ static int parse_time(const char *s, int64_t *out)
 	h = digits(s + 11, 2);
 	mi = digits(s + 14, 2);
 	sec = digits(s + 17, 2);
-	if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 ||
-	    mi > 59 || sec < 0 || sec > 60)
+	if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
+	    sec < 0 || sec > 60)
 		return -EINVAL;
 	z = s + 19;
 	if (*z == '.') {
@@ -219,7 +225,8 @@ static int parse_time(const char *s, int64_t *out)
 	}
 	if (strcmp(z, "Z") != 0)
 		return -EINVAL;
-	*out = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 + sec;
+	*out = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + (int64_t)h * 3600 +
+	       (int64_t)mi * 60 + sec;
 	return 0;
 }
 
@@ -244,7 +251,7 @@ long s3_url_decode(const char *in, size_t len, char *out, size_t out_len)
 		char c = in[i];
 		if (c == '%') {
 			int hi, lo;
-			if (i + 2 >= len + 0 && i + 2 > len - 1)
+			if (len - i < 3)
 				return -EINVAL;
 			hi = hexval(in[i + 1]);
 			lo = hexval(in[i + 2]);
@@ -397,7 +404,10 @@ static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
 		return;
 	if (p->text_len + n > p->leaf_max) {
 		if (!p->leaf_truncate) {
-			fail(p, -E2BIG, "<%s> longer than %zu bytes", p->leaf_name, p->leaf_max);
+			/* Over 3 * S3_KEY_MAX escaped bytes is over S3_KEY_MAX decoded ones. */
+			bool key = p->leaf == LEAF_KEY || p->leaf == LEAF_PREFIX;
+			fail(p, -E2BIG, "<%s> longer than %zu bytes", p->leaf_name,
+			     key ? (size_t)S3_KEY_MAX : p->leaf_max);
 			return;
 		}
 		n = p->leaf_max - p->text_len;
@@ -497,8 +507,7 @@ static void end_leaf(struct s3_list_parser *p)
 		copy_field(p->error.bucket, sizeof(p->error.bucket), p->text, p->text_len);
 		break;
 	case LEAF_ERR_REQUEST_ID:
-		copy_field(p->error.request_id, sizeof(p->error.request_id), p->text,
-		           p->text_len);
+		copy_field(p->error.request_id, sizeof(p->error.request_id), p->text, p->text_len);
 		break;
 	}
 }
@@ -574,8 +583,8 @@ int s3_list_parser_new(const struct s3_list_limits *limits, struct s3_list_parse
 	*out = NULL;
 	if (!p)
 		return -ENOMEM;
-	p->max_entries = limits && limits->max_entries ? limits->max_entries
-	                                               : S3_LIST_DEFAULT_MAX_ENTRIES;
+	p->max_entries =
+	    limits && limits->max_entries ? limits->max_entries : S3_LIST_DEFAULT_MAX_ENTRIES;
 	p->max_bytes = limits && limits->max_bytes ? limits->max_bytes : S3_LIST_DEFAULT_MAX_BYTES;
 	p->page.key_count = -1;
 	p->xp = XML_ParserCreate(NULL);
@@ -600,8 +609,7 @@ static int xml_failed(struct s3_list_parser *p)
 		p->rc = code == XML_ERROR_NO_MEMORY ? -ENOMEM : -EBADMSG;
 		snprintf(p->err, sizeof(p->err), "malformed XML at line %lu column %lu: %s",
 		         (unsigned long)XML_GetCurrentLineNumber(p->xp),
-		         (unsigned long)XML_GetCurrentColumnNumber(p->xp),
-		         XML_ErrorString(code));
+		         (unsigned long)XML_GetCurrentColumnNumber(p->xp), XML_ErrorString(code));
 	}
 	return p->rc;
 }

@@ -29,11 +29,11 @@
 #define S3_LIST_DEFAULT_MAX_BYTES (32u << 20) /* body size */
 
 struct s3_object {
-	char *key;                /* decoded, NUL-terminated, 1..S3_KEY_MAX bytes, no NUL inside */
-	uint64_t size;            /* <Size> */
-	char etag[S3_ETAG_MAX];   /* <ETag> as sent, quotes included ("" when absent) */
-	int64_t mtime;            /* <LastModified> in seconds since the epoch, 0 when absent or
-	                             not of the form 2009-10-12T17:50:30[.000]Z */
+	char *key;              /* decoded, NUL-terminated, 1..S3_KEY_MAX bytes, no NUL inside */
+	uint64_t size;          /* <Size> */
+	char etag[S3_ETAG_MAX]; /* <ETag> as sent, quotes included ("" when absent) */
+	int64_t mtime;          /* <LastModified> in seconds since the epoch, 0 when absent or
+	                           not of the form 2009-10-12T17:50:30[.000]Z */
 };
 
 struct s3_list_page {
@@ -41,21 +41,21 @@ struct s3_list_page {
 	size_t n_objects;
 	char **prefixes; /* <CommonPrefixes><Prefix>, decoded, in document order */
 	size_t n_prefixes;
-	bool is_truncated;  /* <IsTruncated>true: fetch the next page with next_token */
-	char *next_token;   /* <NextContinuationToken> verbatim (opaque, not decoded); NULL if none */
-	long key_count;     /* <KeyCount>, -1 when absent */
-	bool url_encoded;   /* <EncodingType>url</EncodingType> was present (keys were decoded) */
+	bool is_truncated; /* <IsTruncated>true: fetch the next page with next_token */
+	char *next_token; /* <NextContinuationToken> verbatim (opaque, not decoded); NULL if none */
+	long key_count;   /* <KeyCount>, -1 when absent */
+	bool url_encoded; /* <EncodingType>url</EncodingType> was present (keys were decoded) */
 };
 
 /* The fields of an <Error> body, each truncated to its buffer and with control characters
  * replaced by spaces, so any of them can go into a one-line message. "" when absent. */
 struct s3_error {
-	char code[64];       /* "NoSuchBucket", "AccessDenied", "PermanentRedirect", ... */
-	char message[512];   /* <Message> */
-	char region[64];     /* <Region> (AuthorizationHeaderMalformed, wrong region) */
-	char endpoint[256];  /* <Endpoint> (PermanentRedirect: the bucket's endpoint) */
-	char bucket[256];    /* <BucketName> or <Bucket> */
-	char request_id[128];/* <RequestId> */
+	char code[64];        /* "NoSuchBucket", "AccessDenied", "PermanentRedirect", ... */
+	char message[512];    /* <Message> */
+	char region[64];      /* <Region> (AuthorizationHeaderMalformed, wrong region) */
+	char endpoint[256];   /* <Endpoint> (PermanentRedirect: the bucket's endpoint) */
+	char bucket[256];     /* <BucketName> or <Bucket> */
+	char request_id[128]; /* <RequestId> */
 };
 
 enum s3_doc_kind {

@@ -60,6 +60,10 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
 		b->p = np;
 		b->cap = cap;
 	}
+	if (!b->p) { /* unreachable (cap >= 1 here); keeps the analyzer sure */
+		b->failed = true;
+		return;
+	}
 	memcpy(b->p + b->len, s, n);
 	b->len += n;
 	b->p[b->len] = '\0';
@@ -67,6 +71,10 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
 
 static void sb_adds(struct sbuf *b, const char *s)
 {
+	if (!s) {
+		b->failed = true;
+		return;
+	}
 	sb_add(b, s, strlen(s));
 }
 
@@ -397,7 +405,9 @@ static int canon_header_set(struct canon_header *h, const char *name, const char
 	bool pending_space = false;
 
 	for (const char *c = name; *c; c++) {
-		char lc = (*c >= 'A' && *c <= 'Z') ? (char)(*c - 'A' + 'a') : *c;
+		char lc = *c;
+		if (lc >= 'A' && lc <= 'Z')
+			lc = (char)(lc - 'A' + 'a');
 		sb_addc(&n, lc);
 	}
 	while (*s == ' ' || *s == '\t')

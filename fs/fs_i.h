@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "fetch/engine.h"
+#include "fetch/source_s3.h"
 #include "fetch/flight.h"
 #include "index/index.h"
 
@@ -24,6 +25,11 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *log_level;
+	char *endpoint; /* S3 */
+	char *region;
+	char *profile;
+	int path_style;
+	int no_sign;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
@@ -51,6 +57,13 @@ struct fs_handle {
 
 struct fs_session {
 	struct fs_options opts;
+	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
+	/* Lazy listing: which directories are being listed now (see listing.c). */
+	pthread_mutex_t list_lock;
+	pthread_cond_t list_done;
+	uint64_t *listing;  /* guarded by list_lock */
+	size_t n_listing;   /* guarded by list_lock */
+	size_t cap_listing; /* guarded by list_lock */
 	struct index *idx;
 	struct flight_table *flights;
 	struct engine *engine;
@@ -74,6 +87,15 @@ extern const struct fuse_lowlevel_ops fs_ops;
 
 /* `spoolfs status MOUNTPOINT [--watch]`; returns the exit status. */
 int fs_status_main(int argc, char **argv);
+
+/*
+ * Makes sure directory `dir` is listed (S3 sources list on first use); a no-op for
+ * manifests. Concurrent callers for one directory wait for a single listing. 0 or -errno.
+ */
+int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir);
+
+/* The node's path from the mount root ("a/b/c.bin", "" for the root). */
+void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len);
 
 /* Releases an open file's handle (its flight reference or its snapshot). */
 void fs_handle_free(struct fs_handle *h);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +28,20 @@
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/*
+ * Every object read in the session keeps its spool file open (readers splice from it), so
+ * the soft descriptor limit, often 1024, would cap a session at about that many objects.
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit lim;
+
+	if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+		lim.rlim_cur = lim.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &lim);
+	}
 }
 
 static int make_cache_dir(struct fs_session *s)
@@ -61,11 +76,25 @@ static int make_cache_dir(struct fs_session *s)
 	return 0;
 }
 
-static int load_namespace(struct fs_session *s)
+static int open_index(struct fs_session *s)
+{
+	char *db_path = NULL;
+	int rc;
+
+	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0)
+		return -ENOMEM;
+	rc = index_open(db_path, &s->idx);
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
+	free(db_path);
+	return rc;
+}
+
+static int load_manifest(struct fs_session *s)
 {
 	struct source_options src = {
 	    .ca_file = s->opts.ca_file, .connect_timeout_s = 10, .total_timeout_s = 120};
-	char *text = NULL, *base_url = NULL, *db_path = NULL, err[512] = "";
+	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int rc;
 
@@ -74,24 +103,55 @@ static int load_namespace(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
-	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0) {
-		db_path = NULL;
-		rc = -ENOMEM;
+	rc = open_index(s);
+	if (rc)
 		goto out;
-	}
-	rc = index_open(db_path, &s->idx);
-	if (rc) {
-		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
-		goto out;
-	}
 	rc = index_load_manifest(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
 out:
-	free(db_path);
 	free(base_url);
 	free(text);
 	return rc;
+}
+
+/*
+ * Lists the bucket's root now: a wrong region, bad credentials, a missing bucket or an
+ * unreachable endpoint fail the mount with one line instead of a half-working mount.
+ */
+static int open_bucket(struct fs_session *s)
+{
+	struct s3_options opts = {.source = s->opts.source,
+	                          .endpoint = s->opts.endpoint,
+	                          .region = s->opts.region,
+	                          .profile = s->opts.profile,
+	                          .ca_file = s->opts.ca_file,
+	                          .path_style = s->opts.path_style,
+	                          .no_sign = s->opts.no_sign,
+	                          .connect_timeout_s = 10,
+	                          .request_timeout_s = 60};
+	char err[512] = "";
+	int rc;
+
+	rc = s3_source_open(&opts, &s->s3, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "spoolfs: %s\n", err);
+		return rc;
+	}
+	rc = open_index(s);
+	if (rc == 0)
+		rc = index_begin_lazy(s->idx);
+	if (rc)
+		return rc;
+	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "spoolfs: %s\n", err);
+	return rc;
+}
+
+static int load_namespace(struct fs_session *s)
+{
+	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
 }
 
 static int start_fetching(struct fs_session *s)
@@ -110,6 +170,10 @@ static int start_fetching(struct fs_session *s)
 	cfg.ca_file = s->opts.ca_file;
 	cfg.durable = !s->remove_cache;
 	cfg.idx = s->idx;
+	if (s->s3) {
+		cfg.sign = s3_source_sign;
+		cfg.sign_ctx = s->s3;
+	}
 	return engine_create(&cfg, &s->engine);
 }
 
@@ -199,6 +263,8 @@ int main(int argc, char *argv[])
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
+	pthread_mutex_init(&s.list_lock, NULL);
+	pthread_cond_init(&s.list_done, NULL);
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
@@ -218,6 +284,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	set_log_level(s.opts.log_level, s.opts.debug);
+	raise_fd_limit();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		goto out_args;
@@ -234,7 +301,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		goto out_fetch;
 	}
-	if (add_mount_options(&args, s.opts.source) != 0)
+	if (add_mount_options(&args, s.s3 ? s3_source_display(s.s3) : s.opts.source) != 0)
 		goto out_fetch;
 	rc = run_session(&s, &args);
 	status = rc == 0 ? 0 : 1;
@@ -243,6 +310,10 @@ out_fetch:
 	flight_table_destroy(s.flights);
 out_cache:
 	index_close(s.idx);
+	s3_source_free(s.s3);
+	free(s.listing);
+	pthread_cond_destroy(&s.list_done);
+	pthread_mutex_destroy(&s.list_lock);
 	if (s.remove_cache && s.cache_dir)
 		nftw(s.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	free(s.spool_dir);

@@ -59,10 +59,16 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 }
 
 /* The flight identity: callers expecting different bytes (hashes) never share a flight. */
-static int flight_key(const struct index_node *n, const char *url, char **key)
+static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
 {
-	int rc =
-	    n->sha256[0] ? asprintf(key, "sha256:%s", n->sha256) : asprintf(key, "url:%s", url);
+	int rc;
+
+	if (n->sha256[0])
+		rc = asprintf(key, "sha256:%s", n->sha256);
+	else if (etag[0])
+		rc = asprintf(key, "url:%s#%s", url, etag); /* a new version is a new object */
+	else
+		rc = asprintf(key, "url:%s", url);
 	return rc < 0 ? -ENOMEM : 0;
 }
 
@@ -101,6 +107,8 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_entry(req, &e);
 		return;
 	}
+	if (rc == 0)
+		rc = fs_ensure_listed(s, parent);
 	if (rc == 0)
 		rc = index_lookup(s->idx, parent, name, &n);
 	if (rc == -ENOENT) {
@@ -258,6 +266,8 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	rc = fs_virtual_ino(ino) ? -ENOTDIR : index_get(s->idx, ino, &n);
 	if (rc == 0 && !n.is_dir)
 		rc = -ENOTDIR;
+	if (rc == 0)
+		rc = fs_ensure_listed(s, ino);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -268,7 +278,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 }
 
 /* The node's path from the mount root, for log lines and status ("a/b/c.bin"). */
-static void node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len)
+void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len)
 {
 	struct index_node cur = *n;
 	size_t used = 0;
@@ -295,7 +305,7 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 {
 	struct index_node n;
 	struct flight_spec spec;
-	char *url = NULL, *key = NULL, path[1024];
+	char *url = NULL, *key = NULL, path[1024], etag[256];
 	int rc;
 
 	rc = index_get(s->idx, ino, &n);
@@ -308,12 +318,20 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = index_get_url(s->idx, ino, &url);
 	if (rc)
 		goto out;
-	rc = flight_key(&n, url, &key);
+	rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
 	if (rc)
 		goto out;
-	node_path(s, &n, path, sizeof(path));
-	spec = (struct flight_spec){
-	    .key = key, .url = url, .sha256 = n.sha256, .name = path, .size = n.size, .ino = ino};
+	rc = flight_key(&n, url, etag, &key);
+	if (rc)
+		goto out;
+	fs_node_path(s, &n, path, sizeof(path));
+	spec = (struct flight_spec){.key = key,
+	                            .url = url,
+	                            .etag = etag,
+	                            .sha256 = n.sha256,
+	                            .name = path,
+	                            .size = n.size,
+	                            .ino = ino};
 	rc = flight_table_join(s->flights, &spec, out, created);
 	if (rc)
 		goto out;
@@ -497,7 +515,10 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		goto out;
 	}
 	if (strcmp(name, XATTR_CACHED) == 0) {
-		rc = flight_key(&n, url, &key);
+		char etag[256];
+		rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
+		if (rc == 0)
+			rc = flight_key(&n, url, etag, &key);
 		if (rc)
 			goto fail;
 		snprintf(cached, sizeof(cached), "%" PRIu64,

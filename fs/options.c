@@ -41,6 +41,19 @@ static const struct fuse_opt option_spec[] = {
     OPT("--max-transfers=%u", max_transfers),
     OPT("--max-transfers %u", max_transfers),
     OPT("max_transfers=%u", max_transfers),
+    OPT("--endpoint=%s", endpoint),
+    OPT("--endpoint %s", endpoint),
+    OPT("endpoint=%s", endpoint),
+    OPT("--region=%s", region),
+    OPT("--region %s", region),
+    OPT("region=%s", region),
+    OPT("--profile=%s", profile),
+    OPT("--profile %s", profile),
+    OPT("profile=%s", profile),
+    OPT_FLAG("--path-style", path_style),
+    OPT_FLAG("path_style", path_style),
+    OPT_FLAG("--no-sign", no_sign),
+    OPT_FLAG("no_sign", no_sign),
     OPT("--log-level=%s", log_level),
     OPT("--log-level %s", log_level),
     OPT("log_level=%s", log_level),
@@ -56,26 +69,38 @@ static const struct fuse_opt option_spec[] = {
 
 void fs_options_usage(const char *prog)
 {
-	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
-	       "\n"
-	       "Mounts the objects listed by a JSON manifest (SOURCE: an http(s) URL or a local\n"
-	       "path) as a read-only filesystem. Unmount with `fusermount3 -u MOUNTPOINT`.\n"
-	       "\n"
-	       "options (each also as -o name=value, with '_' for '-'):\n"
-	       "  -f                     stay in the foreground\n"
-	       "  -d                     debug: log every FUSE request (implies -f)\n"
-	       "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
-	       "  --cache-dir DIR        where spool files and the index live\n"
-	       "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
-	       "                         removed at unmount)\n"
-	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
-	       "  --stall-timeout SEC    no byte for this long restarts a transfer (default 30)\n"
-	       "  --retries N            tries without progress before a read fails (default 6)\n"
-	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
-	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
-	       "  -h, --help             this help\n"
-	       "  -V, --version          the version\n",
-	       prog);
+	printf(
+	    "usage: %s [options] SOURCE MOUNTPOINT\n"
+	    "       %s status MOUNTPOINT [--watch] [--interval SEC]\n"
+	    "\n"
+	    "Mounts a read-only object store. SOURCE is a JSON manifest (an http(s) URL or a\n"
+	    "local path) or an S3 bucket (s3://BUCKET[/PREFIX]). Unmount with\n"
+	    "`fusermount3 -u MOUNTPOINT`.\n"
+	    "\n"
+	    "options (each also as -o name=value, with '_' for '-'):\n"
+	    "  -f                     stay in the foreground\n"
+	    "  -d                     debug: log every FUSE request (implies -f)\n"
+	    "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
+	    "  --cache-dir DIR        where spool files and the index live\n"
+	    "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
+	    "                         removed at unmount)\n"
+	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
+	    "  --stall-timeout SEC    no byte for this long restarts a transfer (default 30)\n"
+	    "  --retries N            tries without progress before a read fails (default 6)\n"
+	    "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	    "  --log-level LEVEL      debug, info, warn or error (default info)\n"
+	    "S3 sources (credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN,\n"
+	    "then the shared credentials file; never on the command line):\n"
+	    "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
+	    "                         $AWS_ENDPOINT_URL, else AWS); implies path-style\n"
+	    "  --region REGION        (default $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)\n"
+	    "  --profile NAME         profile in the shared credentials file\n"
+	    "                         (default $AWS_PROFILE, else default)\n"
+	    "  --path-style           path-style addressing on AWS too\n"
+	    "  --no-sign              public bucket: send no credentials\n"
+	    "  -h, --help             this help\n"
+	    "  -V, --version          the version\n",
+	    prog, prog);
 }
 
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
@@ -138,4 +163,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->cache_dir);
 	free(opts->ca_file);
 	free(opts->log_level);
+	free(opts->endpoint);
+	free(opts->region);
+	free(opts->profile);
 }

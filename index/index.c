@@ -43,7 +43,9 @@ static const char schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
                                  " mtime INTEGER NOT NULL DEFAULT 0,"
                                  " executable INTEGER NOT NULL DEFAULT 0,"
                                  " sha256 TEXT,"
-                                 " url TEXT);"
+                                 " url TEXT,"
+                                 " etag TEXT,"
+                                 " listed INTEGER NOT NULL DEFAULT 1);"
                                  "INSERT INTO node(ino, parent, name, is_dir) VALUES(1, 1, '', 1);";
 
 int index_namespace_indexes(struct index *idx)
@@ -189,6 +191,14 @@ static int prepare_all(struct index *idx)
 	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
 	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
 	                            " VALUES(:key, :start, :end)"},
+	    {&idx->st_listed, "SELECT is_dir, listed FROM node WHERE ino = :ino"},
+	    {&idx->st_get_etag, "SELECT is_dir, etag FROM node WHERE ino = :ino"},
+	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
+	    {&idx->st_insert_entry,
+	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
+	     "INSERT OR IGNORE INTO node(parent, name, is_dir, size, mtime, sha256, url, etag,"
+	     " listed) VALUES(:parent, :name, :is_dir, :size, :mtime, :sha256, :url, :etag,"
+	     " :listed)"},
 	};
 	int rc = 0;
 
@@ -206,6 +216,7 @@ static void finalize_all(struct index *idx)
 	    &idx->st_lookup,       &idx->st_get,        &idx->st_get_url,     &idx->st_readdir,
 	    &idx->st_begin,        &idx->st_commit,     &idx->st_rollback,    &idx->st_obj_touch,
 	    &idx->st_obj_complete, &idx->st_obj_forget, &idx->st_range_clear, &idx->st_range_insert,
+	    &idx->st_listed,       &idx->st_get_etag,   &idx->st_mark_listed, &idx->st_insert_entry,
 	};
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {

@@ -69,6 +69,30 @@ int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn
 int index_totals(struct index *idx, uint64_t *files, uint64_t *dirs, uint64_t *bytes);
 
 /*
+ * Lazy namespaces (sources that list directories on demand, like S3). After
+ * index_begin_lazy (on a fresh namespace) the root is unlisted; index_add_listing adds a
+ * directory's children and marks it listed, atomically. Child directories start unlisted.
+ * When two entries share a name the first wins: pass directories first, so a key that is
+ * both an object and a prefix ("a" and "a/b") shows as the directory.
+ */
+struct index_entry {
+	const char *name; /* one segment that passes index_check_segment */
+	bool is_dir;
+	uint64_t size; /* files */
+	int64_t mtime;
+	const char *etag;   /* files: the version to pin, or NULL */
+	const char *url;    /* files */
+	const char *sha256; /* lower-case hex or NULL */
+};
+int index_begin_lazy(struct index *idx);
+/* *listed for directory `dir`. 0, -ENOENT or -ENOTDIR. */
+int index_dir_listed(struct index *idx, uint64_t dir, bool *listed);
+/* 0, -EINVAL for a bad name (nothing added), or -errno. */
+int index_add_listing(struct index *idx, uint64_t dir, const struct index_entry *entries, size_t n);
+/* The ETag a file's version is pinned to ("" when none). 0, -ENOENT, -EISDIR. */
+int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len);
+
+/*
  * Spool records, so a persistent cache can resume: `key` is a flight's identity.
  * index_record_ranges replaces the recorded published ranges of key (called after the data
  * is durably written). index_record_complete marks key complete (or, with complete=false,

@@ -32,6 +32,10 @@ struct index {
 	sqlite3_stmt *st_obj_forget;
 	sqlite3_stmt *st_range_clear;
 	sqlite3_stmt *st_range_insert;
+	sqlite3_stmt *st_listed;
+	sqlite3_stmt *st_get_etag;
+	sqlite3_stmt *st_mark_listed;
+	sqlite3_stmt *st_insert_entry;
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;
 	uint64_t total_files;

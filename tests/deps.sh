@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
 	build-essential cmake pkg-config clang clang-format
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev
-	libcmocka-dev python3 python3-pytest curl ca-certificates
+	libcmocka-dev python3 python3-pytest curl ca-certificates openssl
 )
 
 missing=()
@@ -19,5 +19,11 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# s3rver (the S3 API tests) runs on Node.js; a machine that has node already keeps its own.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	echo "deps: installing nodejs npm"
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 [ -e /dev/fuse ] || { echo "deps: /dev/fuse is missing: FUSE cannot mount here" >&2; exit 1; }

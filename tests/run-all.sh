@@ -52,7 +52,7 @@ for v in $variants; do
 	total_failed=$((total_failed + ${nf:-0}))
 	echo "=== $v: integration tests"
 	suites="tests/integration"
-	[ "$v" = plain ] && suites="tests/upstream tests/integration"
+	[ "$v" = plain ] && suites="tests/upstream tests/s3 tests/integration"
 	if SPOOLFS_BIN="$PWD/$dir/spoolfs" SPOOLFS_TEST_SLOWDOWN=$slow \
 		$python -m pytest -q -p no:cacheprovider $suites 2>&1 | tee "$log"; then :; else
 		failed_steps+=("$v integration")
@@ -66,6 +66,14 @@ for v in $variants; do
 			total_passed=$((total_passed + 1))
 		else
 			failed_steps+=("benchmark")
+			total_failed=$((total_failed + 1))
+		fi
+		# Regressions in the parsers of untrusted input surface here; longer runs: run.sh.
+		echo "=== fuzz: ${FUZZ_SECONDS:-20} s per target"
+		if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh; then
+			total_passed=$((total_passed + 1))
+		else
+			failed_steps+=("fuzz")
 			total_failed=$((total_failed + 1))
 		fi
 	fi

@@ -10,16 +10,21 @@
         up.clear()                               # all faults; up.clear(path) for one
         up.reset()                               # counters
 
+    Upstream(root, port=PORT)                    # a fixed port (e.g. restart after stop())
+    Upstream(root, tls_cert="c.pem", tls_key="k.pem")   # HTTPS; up.base is https://...
+
 Fault options (per path): gate, rate (B/s), drop_after (N body bytes per response),
 drop_at ([abs offsets], each fires once), stall_at (abs offset, once; until clear or
 client close), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
-(+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096).
+(+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096),
+ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag).
 """
 
 import http.client
 import json
 import os
 import select
+import ssl
 import signal
 import subprocess
 import sys
@@ -40,19 +45,32 @@ class UpstreamError(RuntimeError):
 
 
 class Upstream:
-    def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0):
+    def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0,
+                 tls_cert=None, tls_key=None):
         self.root = str(root)
         self.host = host
+        self.tls = bool(tls_cert)
         cmd = [PYTHON, UPSTREAM, "--root", self.root, "--host", host, "--port", str(port)]
         if verbose:
             cmd.append("--verbose")
+        if tls_cert:
+            cmd += ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)]
+            # The control channel trusts the test's own certificate, whatever it is.
+            self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            self._ssl.check_hostname = False
+            self._ssl.verify_mode = ssl.CERT_NONE
+            self._opener = urllib.request.build_opener(
+                urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self._ssl))
+        else:
+            self._ssl = None
+            self._opener = _opener
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         try:
             self.port = self._read_port(startup_timeout)
         except BaseException:
             self.stop()
             raise
-        self.base = "http://%s:%d" % (host if ":" not in host else "[%s]" % host, self.port)
+        self.base = "%s://%s:%d" % ("https" if self.tls else "http", host if ":" not in host else "[%s]" % host, self.port)
 
     def _read_port(self, timeout):
         fd = self.proc.stdout.fileno()
@@ -94,7 +112,7 @@ class Upstream:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(u, data=data, method=method, headers=headers)
         try:
-            with _opener.open(req, timeout=timeout) as r:
+            with self._opener.open(req, timeout=timeout) as r:
                 return json.loads(r.read() or b"{}")
         except urllib.error.HTTPError as e:
             raise UpstreamError("%s %s -> %d: %s" % (method, name, e.code,
@@ -140,7 +158,11 @@ class Upstream:
     def request(self, path, method="GET", headers=None, timeout=10):
         """One request on a fresh connection: returns (status, headers dict, body).
         Raises http.client.IncompleteRead etc. on injected drops."""
-        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if self._ssl is not None:
+            c = http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                            context=self._ssl)
+        else:
+            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             c.request(method, "/" + urllib.parse.quote(str(path).lstrip("/")),
                       headers=headers or {})

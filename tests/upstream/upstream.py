@@ -3,7 +3,11 @@
 byte-precise fault injection and request/byte accounting.
 
 Usage: upstream.py --root DIR [--host 127.0.0.1] [--port 0] [--verbose]
+                   [--tls-cert CERT.pem --tls-key KEY.pem]
 Prints "PORT <n>" on stdout once listening; exits 0 on SIGTERM/SIGINT.
+With --tls-cert/--tls-key it speaks HTTPS only (control endpoints included); the TLS
+handshake runs in the connection's own thread, so a client that rejects the certificate
+never blocks the accept loop.
 
 Object requests: GET/HEAD /<path>   (single Range, If-Match, If-Range)
 Control (never files):
@@ -13,9 +17,12 @@ Control (never files):
   POST /_ctl/reset    {}              clear all counters (live gauges kept)
   GET  /_ctl/stats[?path=P]           counters (see stats_for / all_stats)
   GET  /_ctl/faults                   current fault configs
-Fault options: gate, rate, drop_after, drop_at, stall_at, corrupt_at,
+With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
+that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
+Fault options: gate, rate (B/s per response), total_rate (B/s shared by all responses
+for the path), drop_after, drop_at, stall_at, corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
-  content_range_lie.  See tests/upstream/client.py for a summary.
+  content_range_lie, ignore_if_match.  See tests/upstream/client.py for a summary.
 """
 
 import argparse
@@ -27,6 +34,7 @@ import posixpath
 import select
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -36,9 +44,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CHUNK = 64 * 1024
 CTL = "/_ctl/"
 
-BOOL_OPTS = ("gate", "ignore_range", "content_range_lie")
+BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match")
 INT_OPTS = ("drop_after", "stall_at", "fail_status", "fail_count", "size_lie")
-NUM_OPTS = ("rate",)
+NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
 OTHER_OPTS = ("etag", "retry_after")
 ALL_OPTS = BOOL_OPTS + INT_OPTS + NUM_OPTS + INT_LIST_OPTS + OTHER_OPTS
@@ -82,6 +90,8 @@ class State:
 STATE = State()
 VERBOSE = False
 ROOT = "."
+INDEX = False  # --index: GET of a directory answers an HTML listing (for crawling peers)
+RATE_NEXT = {}  # path -> monotonic time the next total_rate slot starts; under STATE.lock
 
 
 def log(msg):
@@ -192,6 +202,12 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self):
+        if isinstance(self.request, ssl.SSLSocket):
+            # Raises on a failed handshake (the client rejected our certificate): the
+            # server's handle_error drops OSErrors quietly.
+            self.request.settimeout(10)
+            self.request.do_handshake()
+            self.request.settimeout(None)
         super().setup()
         try:
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -228,9 +244,11 @@ class Handler(BaseHTTPRequestHandler):
             r, _, _ = select.select([self.connection], [], [], 0)
             if not r:
                 return False
-            data = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            # On TLS, peek at the raw TCP stream (SSLSocket.recv refuses flags): EOF there
+            # is the client's close as well.
+            data = socket.socket.recv(self.connection, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
             return data == b""
-        except BlockingIOError:
+        except (BlockingIOError, ValueError):
             return False
         except OSError:
             return True
@@ -398,6 +416,24 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return full
 
+    def _index(self, rel, head):
+        """--index: answer a directory with an HTML page of links (subdirectories end in
+        "/"), like a web server's autoindex. Returns False when rel is no directory."""
+        if "\x00" in rel or ".." in rel.split("/"):
+            return False
+        root = os.path.realpath(ROOT)
+        full = os.path.realpath(os.path.join(root, posixpath.normpath(rel) if rel else ""))
+        if (full != root and not full.startswith(root + os.sep)) or not os.path.isdir(full):
+            return False
+        self._status(rel, 200)
+        with os.scandir(full) as it:
+            names = sorted(e.name + "/" if e.is_dir() else e.name for e in it)
+        body = "<html><body><h1>Index of /%s</h1>\n%s</body></html>\n" % (
+            rel, "".join('<a href="%s">%s</a><br>\n' % (urllib.parse.quote(n), n)
+                         for n in names))
+        self._simple(200, body, "text/html; charset=utf-8", head=head)
+        return True
+
     def _respond(self, rel, head, rng):
         st = STATE
         fail = None
@@ -422,6 +458,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._simple(code, "injected failure %d\n" % code, extra=extra, head=head)
 
         full = self._resolve(rel)
+        if full is None and INDEX and self._index(rel, head):
+            return
         if full is None:
             self._status(rel, 404)
             return self._simple(404, "not found\n", head=head)
@@ -435,6 +473,8 @@ class Handler(BaseHTTPRequestHandler):
         size = cfg.get("size_lie", real_size)
 
         im = self.headers.get("If-Match")
+        if cfg.get("ignore_if_match"):
+            im = None  # a server that does not check preconditions
         if im is not None and not etag_list_match(im, etag):
             self._status(rel, 412)
             return self._simple(412, "precondition failed\n",
@@ -493,6 +533,9 @@ class Handler(BaseHTTPRequestHandler):
                 n = min(CHUNK, end - pos)
                 if rate:
                     n = min(n, max(4096, int(rate / 100)))
+                trate = cfg.get("total_rate")
+                if trate:
+                    n = min(n, max(4096, int(trate / 100)))
                 lim = pos + n
                 da = cfg.get("drop_after")
                 if da is not None and pos <= start + da < lim:
@@ -524,6 +567,13 @@ class Handler(BaseHTTPRequestHandler):
                         time.sleep(target - now)
                 else:
                     cur_rate = None
+                if trate:  # all responses for this path share one budget of B/s
+                    with st.lock:
+                        now = time.monotonic()
+                        slot = max(now, RATE_NEXT.get(rel, 0.0)) + n / trate
+                        RATE_NEXT[rel] = slot
+                    if slot > now:
+                        time.sleep(slot - now)
                 data = b""
                 if pos < real_size:
                     data = os.pread(fd, min(n, real_size - pos), pos)
@@ -586,6 +636,14 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+    tls = None  # an ssl.SSLContext when serving HTTPS
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        if self.tls is not None:
+            # The handshake happens in Handler.setup, in the connection's thread.
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
 
     def handle_error(self, request, client_address):
         exc = sys.exc_info()[1]
@@ -595,14 +653,22 @@ class Server(ThreadingHTTPServer):
 
 
 def main(argv=None):
-    global VERBOSE, ROOT
+    global VERBOSE, ROOT, INDEX
     ap = argparse.ArgumentParser(description="spoolfs test upstream")
     ap.add_argument("--root", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--index", action="store_true",
+                    help="answer GET of a directory with an HTML listing of links")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", help="the certificate's private key (PEM)")
     a = ap.parse_args(argv)
+    if bool(a.tls_cert) != bool(a.tls_key):
+        sys.stderr.write("upstream: --tls-cert and --tls-key go together\n")
+        return 2
     VERBOSE = a.verbose
+    INDEX = a.index
     ROOT = os.path.realpath(a.root)
     if not os.path.isdir(ROOT):
         sys.stderr.write("upstream: --root %s is not a directory\n" % a.root)
@@ -610,6 +676,10 @@ def main(argv=None):
     if ":" in a.host:
         Server.address_family = socket.AF_INET6
     httpd = Server((a.host, a.port), Handler)
+    if a.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        httpd.tls = ctx
     stop = threading.Event()
 
     def on_signal(signum, frame):

@@ -1,0 +1,135 @@
+/*
+ * Lazy namespaces: a source that cannot list everything up front (an S3 bucket) fills each
+ * directory the first time it is looked up or listed. Directories start unlisted; a
+ * listing adds a directory's children and marks it listed in one transaction, so readers
+ * see all of a directory or none of it. What is listed stays for the session: a snapshot.
+ *
+ * Lock: idx->lock, as for every statement (see index_i.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "index/index_i.h"
+
+int index_begin_lazy(struct index *idx)
+{
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_namespace_indexes(idx);
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_exec(
+		    idx->db, "UPDATE node SET listed = 0 WHERE ino = 1", NULL, NULL, NULL));
+	idx->totals_valid = false;
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
+{
+	sqlite3_stmt *st = idx->st_listed;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_bind_int64(st, ":ino", (int64_t)dir);
+	if (rc)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		if (!sqlite3_column_int(st, 0))
+			rc = -ENOTDIR;
+		else
+			*listed = sqlite3_column_int(st, 1) != 0, rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	}
+	sqlite3_reset(st);
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+static int bind_text_or_null(sqlite3_stmt *st, const char *name, const char *value)
+{
+	return value && *value ? index_bind_text(st, name, value, -1) : index_bind_null(st, name);
+}
+
+static int insert_entry(struct index *idx, uint64_t dir, const struct index_entry *e)
+{
+	sqlite3_stmt *st = idx->st_insert_entry;
+	int rc = index_bind_int64(st, ":parent", (int64_t)dir);
+
+	if (rc == 0)
+		rc = index_bind_text(st, ":name", e->name, -1);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":is_dir", e->is_dir);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":size", e->is_dir ? 0 : (int64_t)e->size);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":mtime", e->mtime);
+	if (rc == 0)
+		rc = bind_text_or_null(st, ":sha256", e->sha256);
+	if (rc == 0)
+		rc = bind_text_or_null(st, ":url", e->is_dir ? NULL : e->url);
+	if (rc == 0)
+		rc = bind_text_or_null(st, ":etag", e->is_dir ? NULL : e->etag);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":listed", e->is_dir ? 0 : 1);
+	if (rc == 0)
+		rc = index_step_done(st);
+	return rc;
+}
+
+int index_add_listing(struct index *idx, uint64_t dir, const struct index_entry *entries, size_t n)
+{
+	sqlite3_stmt *mark = idx->st_mark_listed;
+	int rc;
+
+	for (size_t i = 0; i < n; i++)
+		if (index_check_segment(entries[i].name, strlen(entries[i].name)))
+			return -EINVAL; /* the source must have dropped it */
+	pthread_mutex_lock(&idx->lock);
+	rc = index_begin(idx);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = insert_entry(idx, dir, &entries[i]);
+	if (rc == 0)
+		rc = index_bind_int64(mark, ":ino", (int64_t)dir);
+	if (rc == 0)
+		rc = index_step_done(mark);
+	if (rc == 0)
+		rc = index_commit(idx);
+	if (rc)
+		index_rollback(idx);
+	idx->totals_valid = false;
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len)
+{
+	sqlite3_stmt *st = idx->st_get_etag;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_bind_int64(st, ":ino", (int64_t)ino);
+	if (rc)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const unsigned char *value = sqlite3_column_text(st, 1);
+		if (sqlite3_column_int(st, 0))
+			rc = -EISDIR;
+		else
+			snprintf(etag, len, "%s", value ? (const char *)value : ""), rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	}
+	sqlite3_reset(st);
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}

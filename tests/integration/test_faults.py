@@ -1,0 +1,522 @@
+"""Issue 4: upstream faults, local faults and hostile readers, against real mounts.
+
+Every test orders its threads with the upstream's gates and counters (client.wait_for),
+never with sleeps, and keeps its retry bounds small (--retries) so that a failure path
+costs well under a second of backoff.
+"""
+
+import errno
+import hashlib
+import os
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from client import Upstream
+from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
+
+MiB = 1 << 20
+CHUNK = MiB  # FLIGHT_CHUNK_BYTES: the unit of re-sent bytes per resume
+
+
+def expected(store, path):
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_until_error(path, block=128 * 1024):
+    """Reads sequentially; returns (bytes read, the OSError that stopped it or None)."""
+    got = bytearray()
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                b = f.read(block)
+                if not b:
+                    return bytes(got), None
+                got += b
+    except OSError as e:
+        return bytes(got), e
+
+
+def in_thread(fn, *args):
+    """Runs fn(*args) in a thread; returns (thread, result dict: 'value' or 'error')."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def join(t, out, timeout=60):
+    t.join(timeout * SLOW)
+    assert not t.is_alive(), "reader thread hung"
+    return out
+
+
+def range_bounds(ranges):
+    """[(start, end_inclusive or None)] for the Range headers the upstream saw (None: no Range)."""
+    out = []
+    for r in ranges:
+        if r is None:
+            out.append(None)
+            continue
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", r)
+        assert m, "unexpected Range header %r" % r
+        out.append((int(m.group(1)), int(m.group(2)) if m.group(2) else None))
+    return out
+
+
+def log_lines(m, *needles):
+    return [ln for ln in m.stderr().splitlines() if all(n in ln for n in needles)]
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+# --------------------------------------------------------------------- upstream faults
+
+
+@pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
+def test_drop_mid_body_at_three_offsets(store, mount, hashed):
+    size = 8 * MiB
+    path = store.add("drop.bin", size, hashed=hashed)
+    m = mount(store.write())
+    drops = [MiB + 100, 3 * MiB + MiB // 2, 6 * MiB + 7]
+    store.up.fault(path, drop_at=drops)
+    assert read_file(m.p(path)) == expected(store, path)
+    st = store.up.stats(path)
+    assert st["drops"] == 3, st
+    # Every resume asks from the written frontier, pinned to the first response's version.
+    starts = [r[0] for r in range_bounds(st["ranges"]) if r is not None]
+    assert starts == drops, st["ranges"]
+    assert st["statuses"] == [200, 206, 206, 206], st
+    assert st["bytes"] <= size + 3 * CHUNK, st
+
+
+def test_stall_is_detected_and_resumed(store, mount):
+    size = 4 * MiB
+    path = store.add("stall.bin", size)
+    m = mount(store.write(), "--stall-timeout", "2")
+    at = MiB + MiB // 2 + 5
+    store.up.fault(path, stall_at=at)
+    t0 = time.monotonic()
+    assert read_file(m.p(path)) == expected(store, path)
+    took = time.monotonic() - t0
+    st = store.up.stats(path)
+    assert st["gets"] == 2, st
+    assert range_bounds(st["ranges"])[1] == (at, size - 1), st["ranges"]
+    assert st["bytes"] == size, st
+    assert took >= 1.5, "resumed before the stall timeout (%.2fs)" % took
+    assert log_lines(m, "stall.bin", "retry 1")
+
+
+def test_stall_is_detected_within_the_stall_timeout(store, mount):
+    size = 4 * MiB
+    path = store.add("stall2.bin", size)
+    m = mount(store.write(), "--stall-timeout", "2")
+    store.up.fault(path, stall_at=MiB)
+    t, out = in_thread(read_file, m.p(path))
+    try:
+        store.up.wait_for(lambda s: s["stalled"] == 1, timeout=20 * SLOW, path=path)
+        # The daemon's own timer decides here, not its CPU speed: only a little slack.
+        bound = 2 + 1.5 + 0.5 * SLOW
+        store.up.wait_for(lambda s: s["gets"] == 2, timeout=bound, path=path)
+    finally:
+        store.up.clear(path)  # ends the stall either way
+        join(t, out)
+    assert out.get("value") == expected(store, path)
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 429])
+def test_transient_status_is_retried(store, mount, status):
+    size = 2 * MiB
+    path = store.add("flaky.bin", size)
+    m = mount(store.write(), "--retries", "4")
+    if status == 429:
+        store.up.fault(path, fail_status=429, fail_count=1, retry_after=1)
+    else:
+        store.up.fault(path, fail_status=status, fail_count=2)
+    t0 = time.monotonic()
+    assert read_file(m.p(path)) == expected(store, path)
+    took = time.monotonic() - t0
+    st = store.up.stats(path)
+    k = 1 if status == 429 else 2
+    assert st["statuses"] == [status] * k + [200], st
+    assert st["bytes"] == size
+    if status == 429:
+        assert took >= 0.95, "Retry-After: 1 not honoured (%.2fs)" % took
+    assert len(log_lines(m, "flaky.bin", "HTTP %d" % status, "retry")) == k
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_status_beyond_retry_bound_gives_eio_then_recovers(store, mount, status):
+    size = 2 * MiB
+    path = store.add("down.bin", size)
+    m = mount(store.write(), "--retries", "3")
+    store.up.fault(path, fail_status=status, fail_count=10)
+    t0 = time.monotonic()
+    got, err = read_until_error(m.p(path))
+    took = time.monotonic() - t0
+    assert got == b"" and err is not None and err.errno == errno.EIO, err
+    st = store.up.stats(path)
+    assert st["statuses"] == [status] * 3, st  # exactly --retries tries
+    # backoff 200 ms doubling with jitter in [50 %, 100 %]: about 0.3 .. 0.6 s for two waits
+    assert took < 10 * SLOW
+    lines = log_lines(m, "down.bin", "HTTP %d" % status, "giving up")
+    assert len(lines) == 1, m.stderr()
+    assert store.up.url(path) in lines[0]
+    # The fault clears: a new open fetches again and succeeds, no remount.
+    store.up.clear(path)
+    assert read_file(m.p(path)) == expected(store, path)
+    assert store.up.stats(path)["statuses"][-1] == 200
+
+
+@pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
+def test_upstream_ignores_range(store, mount, hashed):
+    size = 16 * MiB
+    path = store.add("norange.bin", size, hashed=hashed)
+    m = mount(store.write())
+    store.up.fault(path, ignore_range=True, rate=2 * MiB)
+    want = expected(store, path)
+    with open(m.p(path), "rb", buffering=0) as f:
+        # A read far ahead of the running stream splits off a ranged request, which this
+        # upstream answers with the whole body from byte 0.
+        t, out = in_thread(os.pread, f.fileno(), 8192, size - 10000)
+        store.up.wait_for(lambda s: s["gets"] == 2, timeout=20 * SLOW, path=path)
+        store.up.fault(path, rate=None)
+        join(t, out)
+        if hashed:
+            # the tail is withheld until the whole object is verified
+            assert "error" not in out, out
+        assert out["value"] == want[size - 10000:size - 10000 + 8192]
+    assert read_file(m.p(path)) == want
+    st = store.up.stats(path)
+    assert st["statuses"][:2] == [200, 200], st
+    assert range_bounds(st["ranges"])[1] is not None
+
+
+@pytest.mark.parametrize("how", ["412", "new-etag"])
+def test_etag_change_before_resume_gives_eio(store, mount, how):
+    size = 8 * MiB
+    path = store.add("changing.bin", size, hashed=False)  # no hash to catch mixed bytes
+    m = mount(store.write(), "--retries", "6")
+    want = expected(store, path)
+    drop = 3 * MiB
+    store.up.fault(path, rate=4 * MiB, drop_at=drop)
+    t, out = in_thread(read_until_error, m.p(path))
+    # The first response (and its ETag) is on the wire; the object changes before the drop.
+    store.up.wait_for(lambda s: s["bytes"] >= MiB, timeout=20 * SLOW, path=path)
+    if how == "412":
+        store.up.fault(path, etag='"v2"', rate=None)  # If-Match fails: 412
+    else:
+        store.up.fault(path, etag='"v2"', rate=None, ignore_if_match=True)  # 206, new ETag
+    join(t, out)
+    got, err = out["value"]
+    assert err is not None and err.errno == errno.EIO, err
+    assert got == want[:len(got)], "mixed bytes were served"
+    assert len(got) <= drop
+    st = store.up.stats(path)
+    assert st["statuses"] == [200, 412 if how == "412" else 206], st
+    assert log_lines(m, "changing.bin", "object changed upstream")
+    # still EIO for the open handle's next reads, and no wrong bytes on a new open either
+    got2, err2 = read_until_error(m.p(path))
+    assert got2 == want[:len(got2)]
+
+
+@pytest.mark.parametrize("delta", [1000, -1000], ids=["longer", "shorter"])
+def test_size_lie_gives_eio(store, mount, tmp_path, delta):
+    size = 2 * MiB
+    path = store.add("lie.bin", size, hashed=False)
+    cache = tmp_path / "cache"
+    m = mount(store.write(), "--cache-dir", str(cache))
+    store.up.fault(path, size_lie=size + delta)
+    got, err = read_until_error(m.p(path))
+    assert err is not None and err.errno == errno.EIO, err
+    assert got == b""
+    assert log_lines(m, "lie.bin", "expected %d" % size)
+    st = store.up.stats(path)
+    assert st["gets"] == 1, st  # a lie is not retried
+    for name in os.listdir(cache / "spool"):
+        assert os.path.getsize(cache / "spool" / name) <= size
+
+
+def test_content_range_mismatch_gives_eio(store, mount):
+    size = 8 * MiB
+    path = store.add("crlie.bin", size, hashed=False)
+    m = mount(store.write())
+    store.up.fault(path, gate=True, content_range_lie=True)
+    with open(m.p(path), "rb", buffering=0) as f:
+        store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
+        t, out = in_thread(os.pread, f.fileno(), 4096, size - 4096)
+        # the far read asks for its chunk with a Range; its answer claims other bytes
+        store.up.wait_for(lambda s: s["gated"] == 2, timeout=20 * SLOW, path=path)
+        store.up.release(path)
+        join(t, out)
+    assert isinstance(out.get("error"), OSError) and out["error"].errno == errno.EIO, out
+    assert log_lines(m, "crlie.bin", "Content-Range")
+
+
+def test_upstream_down_at_mount(upstream, tmp_path):
+    port = upstream.port
+    upstream.stop()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    url = "http://127.0.0.1:%d/manifest.json" % port
+    proc = subprocess.run([SPOOLFS, "-f", url, str(mnt)], env=daemon_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60 * SLOW)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0
+    assert "cannot fetch manifest %s" % url in err, err
+    assert re.search(r"(?i)connect|refused", err), err
+    assert not is_mounted(str(mnt))
+
+
+def test_upstream_down_mid_session(store, mount):
+    store.add("local.bin", 3 * MiB)
+    store.add("remote.bin", 3 * MiB)
+    m = mount(store.write(), "--retries", "2")
+    up = store.up
+    port = up.port
+    assert read_file(m.p("local.bin")) == expected(store, "local.bin")
+    up.stop()
+    up2 = None
+    try:
+        # what is local is still served, with no upstream at all
+        assert read_file(m.p("local.bin")) == expected(store, "local.bin")
+        t0 = time.monotonic()
+        got, err = read_until_error(m.p("remote.bin"))
+        took = time.monotonic() - t0
+        assert err is not None and err.errno == errno.EIO and got == b"", err
+        assert took < 10 * SLOW, "EIO only after %.1fs" % took
+        assert log_lines(m, "remote.bin", "giving up")
+        # the upstream comes back on the same port: new reads work without a remount
+        up2 = Upstream(store.root, port=port)
+        assert read_file(m.p("remote.bin")) == expected(store, "remote.bin")
+        assert up2.stats("remote.bin")["statuses"] == [200]
+        assert read_file(m.p("local.bin")) == expected(store, "local.bin")
+        assert up2.stats("local.bin")["gets"] == 0
+    finally:
+        if up2:
+            up2.stop()
+
+
+# ------------------------------------------------------------------------ local faults
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    d = tmp_path / "tmpfs"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(d)],
+                   check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_cache_dir_full(store, small_tmpfs, mount):
+    store.add("small.bin", MiB)
+    store.add("small2.bin", 512 * 1024)
+    store.add("big.bin", 16 * MiB)
+    m = mount(store.write(), "--cache-dir", str(small_tmpfs / "cache"))
+    assert read_file(m.p("small.bin")) == expected(store, "small.bin")
+    got, err = read_until_error(m.p("big.bin"))
+    assert err is not None and err.errno in (errno.EIO, errno.ENOSPC), err
+    assert got == expected(store, "big.bin")[:len(got)], "wrong bytes served"
+    assert log_lines(m, "big.bin", "no space left")
+    # what is local keeps working, and a small object still fits
+    assert read_file(m.p("small.bin")) == expected(store, "small.bin")
+    assert read_file(m.p("small2.bin")) == expected(store, "small2.bin")
+    m.check_clean_exit()
+
+
+# ---------------------------------------------------------------------- hostile readers
+
+
+@pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
+def test_reads_at_and_past_eof(store, mount, hashed):
+    size = 3 * MiB + 123
+    path = store.add("eof.bin", size, hashed=hashed)
+    m = mount(store.write())
+    want = expected(store, path)
+    store.up.fault(path, gate=True)
+    with open(m.p(path), "rb", buffering=0) as f:
+        fd = f.fileno()
+        store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
+        # a read straddling EOF, parked while nothing is local: it asks for its chunk only
+        t, out = in_thread(os.pread, fd, 65536, size - 100)
+        store.up.wait_for(lambda s: s["gated"] == 2, timeout=20 * SLOW, path=path)
+        store.up.release(path)
+        join(t, out)
+        assert out.get("value") == want[-100:], out
+        assert os.pread(fd, 4096, size) == b""
+        assert os.pread(fd, 4096, size + 1) == b""
+        assert os.pread(fd, 1 << 20, size + (1 << 40)) == b""
+        assert os.pread(fd, 0, 10) == b""
+        assert os.pread(fd, 1, size - 1) == want[-1:]
+        assert os.lseek(fd, 1 << 50, os.SEEK_SET) == 1 << 50
+        assert os.read(fd, 4096) == b""
+        assert os.lseek(fd, size - 10, os.SEEK_SET) == size - 10
+        assert os.read(fd, 4096) == want[-10:]
+        assert os.read(fd, 4096) == b""
+        assert os.lseek(fd, 0, os.SEEK_END) == size
+    assert read_file(m.p(path)) == want
+    st = store.up.stats(path)
+    for r in range_bounds(st["ranges"]):
+        if r is not None:
+            assert r[0] < size and r[1] is not None and r[1] <= size - 1, st["ranges"]
+    assert 416 not in st["statuses"], st
+    # the first (whole-object) response may run on a little past the split point
+    assert st["bytes"] <= size + CHUNK, st
+
+
+def fd_kinds(pid):
+    """Counts of the daemon's fds by kind: spool files, sockets, pipes, other."""
+    kinds = {"spool": 0, "socket": 0, "pipe": 0, "other": 0}
+    for target in fd_list(pid):
+        t = target.split("->", 1)[1]
+        kind = ("spool" if t.endswith(".spool") else "socket" if t.startswith("socket:")
+                else "pipe" if t.startswith("pipe:") else "other")
+        kinds[kind] += 1
+    return kinds
+
+
+def test_200_concurrent_readers_over_50_objects(store, mount):
+    n_obj, n_readers = 50, 200
+    paths = [store.add("c/%02d.bin" % i, 96 * 1024 + 4099 * i, hashed=(i % 2 == 0))
+             for i in range(n_obj)]
+    m = mount(store.write())
+    pid = m.proc.pid
+    os.listdir(m.path)
+    fds_start = fd_kinds(pid)
+    want = {p: sha(expected(store, p)) for p in paths}
+
+    def wave():
+        gate = threading.Barrier(n_readers)
+        results = [None] * n_readers
+
+        def reader(i):
+            p = paths[i % n_obj]
+            gate.wait()
+            try:
+                results[i] = sha(read_file(m.p(p), block=64 * 1024))
+            except OSError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=reader, args=(i,), daemon=True)
+                   for i in range(n_readers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120 * SLOW)
+        assert not any(t.is_alive() for t in threads), "deadlock: readers still waiting"
+        bad = [(paths[i % n_obj], r) for i, r in enumerate(results)
+               if r != want[paths[i % n_obj]]]
+        assert not bad, bad[:5]
+
+    wave()  # cold: 200 readers share 50 downloads
+    for p in paths:
+        assert store.up.stats(p)["gets"] == 1, (p, store.up.stats(p))
+    fds_cold = fd_kinds(pid)
+    wave()  # warm: everything is local
+    fds_warm = fd_kinds(pid)
+    print("daemon fds: start %s, after cold wave %s, after warm wave %s"
+          % (fds_start, fds_cold, fds_warm))
+    # No handle leaks an fd: a second wave of 200 opens adds nothing.
+    assert sum(fds_warm.values()) <= sum(fds_cold.values()), fd_list(pid)
+    # What the cold wave added is bounded: upstream connections (<= --max-transfers),
+    # libfuse's per-worker splice pipes, and one spool fd per finished object (see
+    # test_finished_objects_do_not_pin_fds).
+    assert fds_cold["other"] == fds_start["other"], fd_list(pid)
+    assert fds_cold["socket"] <= fds_start["socket"] + 16, fds_cold
+    assert fds_cold["spool"] <= n_obj, fds_cold
+
+
+@pytest.mark.xfail(reason="reported: a finished flight keeps its spool fd open for the whole "
+                          "session (fetch/flight.c), so a session that reads more objects than "
+                          "RLIMIT_NOFILE allows fails with EMFILE", strict=True)
+def test_finished_objects_do_not_pin_fds(store, mount):
+    import resource
+    n_obj = 120
+    paths = [store.add("many/%03d.bin" % i, 1000 + i, hashed=(i % 2 == 0)) for i in range(n_obj)]
+    m = mount(store.write())
+    pid = m.proc.pid
+    os.listdir(m.p("many"))
+    start = fd_count(pid)
+    # A CI box with the default soft limit of 1024 and a 5000-file toolchain, scaled down.
+    limit = start + 56
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, limit))
+    failed = []
+    try:
+        for p in paths:
+            got, err = read_until_error(m.p(p))
+            if err is not None or got != expected(store, p):
+                failed.append((p, err))
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    if failed:
+        # Out of fds, glibc could not load libgcc_s for a thread's exit: the daemon aborts
+        # at unmount. That is a consequence of this bug, so do not report it twice.
+        m.kill()
+    assert not failed, "%d of %d objects failed, first %s; daemon fds %d (limit %d)" % (
+        len(failed), n_obj, failed[0], fd_count(pid), limit)
+
+
+def fd_list(pid):
+    out = []
+    for fd in sorted(os.listdir("/proc/%d/fd" % pid), key=int):
+        try:
+            out.append("%s->%s" % (fd, os.readlink("/proc/%d/fd/%s" % (pid, fd))))
+        except OSError:
+            pass
+    return out
+
+
+def test_10000_open_read_close_cycles(store, mount):
+    path = store.add("hot.bin", 64 * 1024)
+    m = mount(store.write())
+    pid = m.proc.pid
+    want = expected(store, path)
+    target = m.p(path)
+
+    def cycles(n):
+        for i in range(n):
+            fd = os.open(target, os.O_RDONLY)
+            try:
+                assert os.pread(fd, 4096, (i * 4096) % len(want)) == \
+                    want[(i * 4096) % len(want):][:4096]
+            finally:
+                os.close(fd)
+
+    cycles(500)  # warm: the object is local, allocator pools are populated
+    fds0, rss0 = fd_count(pid), rss_kib(pid)
+    cycles(10_000)
+    fds1, rss1 = fd_count(pid), rss_kib(pid)
+    print("daemon after 10k cycles: fds %d -> %d, rss %d KiB -> %d KiB" % (fds0, fds1, rss0, rss1))
+    assert fds1 == fds0, fd_list(pid)
+    if SLOW == 1:
+        # Sanitizer builds keep freed memory in quarantine (ASan: up to 256 MiB), so RSS
+        # says nothing there; LeakSanitizer checks for leaks at exit instead.
+        assert rss1 <= rss0 + 4096, "RSS grew from %d KiB to %d KiB" % (rss0, rss1)
+    assert store.up.stats(path)["gets"] == 1

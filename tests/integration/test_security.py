@@ -1,0 +1,186 @@
+"""Issue 4, security: hostile paths, credentials in URLs, mount options, TLS verification."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from client import Upstream
+from conftest import SLOW, SPOOLFS, Store, daemon_env, is_mounted, read_file
+
+MiB = 1 << 20
+
+
+def expected(store, path):
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def mount_options(path):
+    """(fs type, source, options) of the mount at path, from /proc/mounts."""
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            src, mnt, fstype, opts = line.split()[:4]
+            if mnt == path:
+                return fstype, src, opts.split(",")
+    raise AssertionError("%s is not in /proc/mounts" % path)
+
+
+def tree(root):
+    out = set()
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            out.add(os.path.relpath(os.path.join(d, n), root))
+    return out
+
+
+def run_spoolfs(source, mnt, *args):
+    os.makedirs(mnt, exist_ok=True)
+    return subprocess.run([SPOOLFS, "-f", str(source), str(mnt)] + list(args), env=daemon_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60 * SLOW)
+
+
+# ------------------------------------------------------------------------------ paths
+
+
+@pytest.mark.parametrize("bad,why", [
+    ("../x", 'path has a ".." segment'),
+    ("a/../../x", 'path has a ".." segment'),
+    ("/tmp/escaped-x", "path is absolute"),
+])
+def test_escaping_paths_are_refused(store, tmp_path, bad, why):
+    store.add("ok.bin", 10)
+    url = store.write(lambda m: m["files"].append({"path": bad, "size": 1, "url": "ok.bin"}))
+    before = tree(tmp_path)
+    cache = tmp_path / "cache"
+    proc = run_spoolfs(url, tmp_path / "mnt", "--cache-dir", str(cache))
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0 and why in err and json.dumps(bad) in err, err
+    assert not is_mounted(str(tmp_path / "mnt"))
+    assert not os.path.exists("/tmp/escaped-x")
+    # nothing appeared anywhere but the mount point and the cache dir (index only)
+    after = tree(tmp_path) - before
+    assert {p for p in after if not p.startswith(("mnt", "cache"))} == set(), after
+    assert not os.path.exists(tmp_path / "x")
+    if cache.exists():
+        assert {n for n in os.listdir(cache) if not n.startswith("index.db")} <= {"spool"}
+        assert not (cache / "spool").exists() or os.listdir(cache / "spool") == []
+
+
+def test_odd_but_legal_names_stay_inside(store, mount, tmp_path):
+    names = ["a\\b", "..x", "...", "x..", "link -> ..", ".hidden", "sp ace", "%2e%2e", "q?x#y"]
+    for i, n in enumerate(names):
+        store.add("d/" + n, 1000 + i)
+    cache = tmp_path / "cache"
+    url = store.write()
+    before = tree(tmp_path)
+    m = mount(url, "--cache-dir", str(cache))
+    assert sorted(os.listdir(m.p("d"))) == sorted(names)
+    for n in names:
+        assert read_file(m.p("d/" + n)) == expected(store, "d/" + n), n
+        assert os.path.islink(m.p("d/" + n)) is False
+    # each name reached its own object (percent-encoded in the URL)
+    for n in names:
+        assert store.up.stats("d/" + n)["gets"] == 1, (n, store.up.stats("d/" + n))
+    # the cache dir holds the index and numbered spool files, nothing named after an object
+    spool = os.listdir(cache / "spool")
+    assert all(f.split(".")[0].isdigit() and f.endswith(".spool") for f in spool), spool
+    assert {n for n in os.listdir(cache) if n != "spool" and not n.startswith("index.db")} == set()
+    new = tree(tmp_path) - before
+    assert {p for p in new if not p.startswith(("mnt", "cache"))} == set(), new
+
+
+def test_allow_other_is_off_by_default_and_files_are_read_only(store, mount):
+    store.add("f.bin", 100)
+    m = mount(store.write())
+    fstype, src, opts = mount_options(m.path)
+    assert fstype == "fuse.spoolfs", fstype
+    assert "allow_other" not in opts, opts
+    assert "ro" in opts, opts
+    assert "nosuid" in opts and "nodev" in opts, opts
+    st = os.stat(m.p("f.bin"))
+    assert st.st_mode & 0o222 == 0
+
+
+# ------------------------------------------------------------------------ credentials
+
+
+def test_credentials_stay_out_of_logs_xattrs_and_mounts(store, mount):
+    store.add("plain.bin", 3000)
+    store.add("tok.bin", 2000)
+    store.add("gone.bin", 1000)
+    port = store.up.port
+    url_secret = "http://user:secret@127.0.0.1:%d/" % port
+
+    def mutate(man):
+        for f in man["files"]:
+            if f["path"] == "tok.bin":
+                f["url"] = url_secret + "tok.bin?token=SECRET&x=1"
+            if f["path"] == "gone.bin":
+                f["url"] = url_secret + "nowhere.bin?token=SECRET"
+
+    store.write(mutate)
+    m = mount(url_secret + "manifest.json?token=SECRET", "-d", "--retries", "1")
+    assert read_file(m.p("plain.bin")) == expected(store, "plain.bin")
+    assert read_file(m.p("tok.bin")) == expected(store, "tok.bin")
+    with pytest.raises(OSError):
+        read_file(m.p("gone.bin"))  # 404: the failure is logged with its URL
+    xattrs = {n: os.getxattr(m.p(n), "user.spoolfs.url").decode()
+              for n in ("plain.bin", "tok.bin", "gone.bin")}
+    assert xattrs["tok.bin"] == "http://127.0.0.1:%d/tok.bin" % port, xattrs
+    fstype, src, opts = mount_options(m.path)
+    with open("/proc/mounts") as f:
+        mounts = f.read()
+    m.check_clean_exit()
+    log = m.stderr()
+    assert "nowhere.bin" in log and "404" in log, log  # the failure was logged, with its URL
+    assert "unique:" in log or "opcode" in log or "LOOKUP" in log, "not a -d log"
+    for where, text in (("log", log), ("xattrs", json.dumps(xattrs)), ("/proc/mounts", mounts)):
+        low = text.lower()
+        assert "secret" not in low, "credential in %s:\n%s" % (where, text)
+        assert "user:" not in low and "token=" not in low, "credential in %s" % where
+
+
+# -------------------------------------------------------------------------------- TLS
+
+
+def make_cert(dirpath):
+    cert, key = os.path.join(dirpath, "cert.pem"), os.path.join(dirpath, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+def tls_store(tmp_path):
+    root = tmp_path / "tls-store"
+    root.mkdir()
+    cert, key = make_cert(str(tmp_path))
+    up = Upstream(root, tls_cert=cert, tls_key=key)
+    try:
+        yield Store(up), cert
+    finally:
+        up.stop()
+
+
+def test_tls_certificate_is_verified(tls_store, mount, tmp_path):
+    store, cert = tls_store
+    store.add("t/obj.bin", 2 * MiB + 17)
+    url = store.write()
+    assert url.startswith("https://127.0.0.1:")
+    proc = run_spoolfs(url, tmp_path / "refused")
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0, err
+    assert "certificate" in err.lower(), err
+    assert "cannot fetch manifest %s" % url in err, err
+    assert not is_mounted(str(tmp_path / "refused"))
+    m = mount(url, "--ca-file", cert)
+    # the object comes over TLS too, and resumes over TLS after a drop
+    store.up.fault("t/obj.bin", drop_at=MiB + 5)
+    assert read_file(m.p("t/obj.bin")) == expected(store, "t/obj.bin")
+    st = store.up.stats("t/obj.bin")
+    assert st["statuses"] == [200, 206] and st["drops"] == 1, st
