@@ -88,7 +88,7 @@ void engine_config_defaults(struct engine_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->stall_timeout_s = 30;
-	cfg->connect_timeout_s = 10;
+	cfg->net.connect_timeout_s = 10;
 	cfg->max_tries = 6;
 	cfg->max_transfers = 16;
 	cfg->max_streams_per_flight = 4;
@@ -297,7 +297,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 		goto fail_stream;
 	curl_easy_setopt(s->easy, CURLOPT_URL, f->url);
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
-	curl_easy_setopt(s->easy, CURLOPT_NOSIGNAL, 1L);
+
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
 	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, 1L);
@@ -308,18 +308,16 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
 	curl_easy_setopt(s->easy, CURLOPT_ERRORBUFFER, s->errbuf);
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, 512L * 1024);
-	curl_easy_setopt(s->easy, CURLOPT_CONNECTTIMEOUT, (long)e->cfg.connect_timeout_s);
+
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
 	s->last_byte_ms = now_ms();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
-	curl_easy_setopt(s->easy, CURLOPT_USERAGENT, "spoolfs/" SPOOLFS_VERSION);
-	curl_easy_setopt(s->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+
 	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
 	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
-	if (e->cfg.ca_file)
-		curl_easy_setopt(s->easy, CURLOPT_CAINFO, e->cfg.ca_file);
+	fetch_net_apply(s->easy, &e->cfg.net);
 	if (start > 0 || end < f->size) {
 		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
 		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);

@@ -23,6 +23,7 @@
 #include <curl/curl.h>
 
 #include "fetch/flight.h"
+#include "fetch/net.h"
 
 struct index;
 
@@ -34,9 +35,9 @@ struct engine_config {
 	unsigned max_streams_per_flight;
 	uint64_t backoff_base_ms;
 	uint64_t backoff_cap_ms;
-	const char *ca_file; /* NULL: the system's trust store */
-	bool durable;        /* fdatasync the spool before recording its ranges */
-	struct index *idx;   /* records ranges and completions; may be NULL */
+	struct fetch_net net;
+	bool durable;      /* fdatasync the spool before recording its ranges */
+	struct index *idx; /* records ranges and completions; may be NULL */
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
 	void *sign_ctx;

@@ -8,12 +8,13 @@
 
 #include <stddef.h>
 
+#include "fetch/net.h"
+
 /* The largest manifest accepted: a manifest is metadata, and this bounds start-up memory. */
 #define SOURCE_MANIFEST_MAX (512u << 20)
 
 struct source_options {
-	const char *ca_file; /* NULL: the system trust store */
-	unsigned connect_timeout_s;
+	struct fetch_net net;
 	unsigned total_timeout_s;
 };
 

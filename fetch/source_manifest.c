@@ -98,7 +98,7 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		goto out;
 	}
 	curl_easy_setopt(easy, CURLOPT_URL, url);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	fetch_net_apply(easy, &opts->net);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
 	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
@@ -106,12 +106,11 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, &buf);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT, (long)opts->connect_timeout_s);
+
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)opts->total_timeout_s);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "spoolfs/" SPOOLFS_VERSION);
+
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
-	if (opts->ca_file)
-		curl_easy_setopt(easy, CURLOPT_CAINFO, opts->ca_file);
+
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
 	if (buf.too_big) {

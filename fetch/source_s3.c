@@ -30,9 +30,10 @@ struct s3_source {
 	char *region;
 	char *display; /* s3://bucket/prefix */
 	char *ca_file;
+	char *proxy;
+	struct fetch_net net; /* points into ca_file and proxy */
 	bool path_style;
 	bool sign;
-	unsigned connect_timeout_s;
 	unsigned request_timeout_s;
 	struct s3_creds creds;
 };
@@ -154,8 +155,12 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 		snprintf(err, err_len, "bad S3 endpoint %s", src->base);
 		goto fail;
 	}
-	src->ca_file = opts->ca_file ? strdup(opts->ca_file) : NULL;
-	src->connect_timeout_s = opts->connect_timeout_s ? opts->connect_timeout_s : 10;
+	src->ca_file = opts->net.ca_file ? strdup(opts->net.ca_file) : NULL;
+	src->proxy = opts->net.proxy ? strdup(opts->net.proxy) : NULL;
+	src->net = (struct fetch_net){
+	    .ca_file = src->ca_file,
+	    .proxy = src->proxy,
+	    .connect_timeout_s = opts->net.connect_timeout_s ? opts->net.connect_timeout_s : 10};
 	src->request_timeout_s = opts->request_timeout_s ? opts->request_timeout_s : 60;
 	src->sign = !opts->no_sign;
 	if (src->sign) {
@@ -191,6 +196,7 @@ void s3_source_free(struct s3_source *src)
 	free(src->region);
 	free(src->display);
 	free(src->ca_file);
+	free(src->proxy);
 	free(src);
 }
 
@@ -407,7 +413,7 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 		goto out;
 	}
 	curl_easy_setopt(easy, CURLOPT_URL, url);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	fetch_net_apply(easy, &src->net);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
@@ -416,11 +422,9 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_list_header);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, &b);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT, (long)src->connect_timeout_s);
+
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)src->request_timeout_s);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "spoolfs/" SPOOLFS_VERSION);
-	if (src->ca_file)
-		curl_easy_setopt(easy, CURLOPT_CAINFO, src->ca_file);
+
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
 	if (res != CURLE_OK) {

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "fetch/net.h"
 #include "index/index.h"
 
 struct s3_options {
@@ -23,10 +24,9 @@ struct s3_options {
 	const char *endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS */
 	const char *region;   /* NULL: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1 */
 	const char *profile;  /* --profile, or NULL */
-	const char *ca_file;
-	bool path_style; /* forced; a custom endpoint is always path-style */
-	bool no_sign;    /* public bucket: send no credentials */
-	unsigned connect_timeout_s;
+	struct fetch_net net;
+	bool path_style;            /* forced; a custom endpoint is always path-style */
+	bool no_sign;               /* public bucket: send no credentials */
 	unsigned request_timeout_s; /* whole listing request */
 };
 

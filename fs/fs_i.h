@@ -24,6 +24,7 @@ struct fs_options {
 	char *mountpoint;
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
+	char *proxy;
 	char *log_level;
 	char *endpoint; /* S3 */
 	char *region;

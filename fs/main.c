@@ -93,7 +93,8 @@ static int open_index(struct fs_session *s)
 static int load_manifest(struct fs_session *s)
 {
 	struct source_options src = {
-	    .ca_file = s->opts.ca_file, .connect_timeout_s = 10, .total_timeout_s = 120};
+	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
+	    .total_timeout_s = 120};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int rc;
@@ -121,15 +122,15 @@ out:
  */
 static int open_bucket(struct fs_session *s)
 {
-	struct s3_options opts = {.source = s->opts.source,
-	                          .endpoint = s->opts.endpoint,
-	                          .region = s->opts.region,
-	                          .profile = s->opts.profile,
-	                          .ca_file = s->opts.ca_file,
-	                          .path_style = s->opts.path_style,
-	                          .no_sign = s->opts.no_sign,
-	                          .connect_timeout_s = 10,
-	                          .request_timeout_s = 60};
+	struct s3_options opts = {
+	    .source = s->opts.source,
+	    .endpoint = s->opts.endpoint,
+	    .region = s->opts.region,
+	    .profile = s->opts.profile,
+	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
+	    .path_style = s->opts.path_style,
+	    .no_sign = s->opts.no_sign,
+	    .request_timeout_s = 60};
 	char err[512] = "";
 	int rc;
 
@@ -167,7 +168,8 @@ static int start_fetching(struct fs_session *s)
 	cfg.stall_timeout_s = s->opts.stall_timeout_s;
 	cfg.max_tries = s->opts.retries;
 	cfg.max_transfers = s->opts.max_transfers;
-	cfg.ca_file = s->opts.ca_file;
+	cfg.net.ca_file = s->opts.ca_file;
+	cfg.net.proxy = s->opts.proxy;
 	cfg.durable = !s->remove_cache;
 	cfg.idx = s->idx;
 	if (s->s3) {

@@ -32,6 +32,9 @@ static const struct fuse_opt option_spec[] = {
     OPT("--ca-file=%s", ca_file),
     OPT("--ca-file %s", ca_file),
     OPT("ca_file=%s", ca_file),
+    OPT("--proxy=%s", proxy),
+    OPT("--proxy %s", proxy),
+    OPT("proxy=%s", proxy),
     OPT("--stall-timeout=%u", stall_timeout_s),
     OPT("--stall-timeout %u", stall_timeout_s),
     OPT("stall_timeout=%u", stall_timeout_s),
@@ -85,6 +88,8 @@ void fs_options_usage(const char *prog)
 	    "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
 	    "                         removed at unmount)\n"
 	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
+	    "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
+	    "                         http_proxy, https_proxy and no_proxy variables)\n"
 	    "  --stall-timeout SEC    no byte for this long restarts a transfer (default 30)\n"
 	    "  --retries N            tries without progress before a read fails (default 6)\n"
 	    "  --max-transfers N      concurrent upstream transfers (default 16)\n"
@@ -162,6 +167,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->mountpoint);
 	free(opts->cache_dir);
 	free(opts->ca_file);
+	free(opts->proxy);
 	free(opts->log_level);
 	free(opts->endpoint);
 	free(opts->region);
