@@ -457,7 +457,8 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 	uint64_t total;
 	enum flight_state state;
 
-	if (!e->cfg.idx)
+	/* Records matter only in a cache directory that a later session may reuse. */
+	if (!e->cfg.idx || !e->cfg.durable || atomic_load(&f->durable))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	if (state == FLIGHT_FAILED) {
@@ -473,8 +474,9 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 	if (flight_copy_written(f, &written) == 0 &&
 	    index_record_ranges(e->cfg.idx, f->key, &written) == 0) {
 		f->recorded_bytes = total;
-		if (state == FLIGHT_COMPLETE)
-			index_record_complete(e->cfg.idx, f->key, true);
+		if (state == FLIGHT_COMPLETE &&
+		    index_record_complete(e->cfg.idx, f->key, true) == 0)
+			atomic_store(&f->durable, true);
 	}
 	index_ranges_free(&written);
 }
@@ -489,6 +491,40 @@ static void fail_flight(struct engine *e, struct flight *f, int err, const char 
 	while (f->streams)
 		stream_free(e, f->streams);
 	flight_fail(f, err);
+}
+
+/*
+ * Only identities that name one version can be reused across sessions: a sha256, or a URL
+ * pinned to an ETag. A bare URL may point at new bytes by now.
+ */
+static bool reusable_key(const char *key)
+{
+	return strncmp(key, "sha256:", 7) == 0 || strchr(key, '#') != NULL;
+}
+
+/* Picks up what a previous session left in a persistent cache. 0 when it did. */
+static int reuse_spool(struct engine *e, struct flight *f)
+{
+	struct index_ranges recorded;
+	bool complete = false;
+	int rc;
+
+	if (!e->cfg.idx || !e->cfg.durable || !reusable_key(f->key))
+		return -ENOENT;
+	index_ranges_init(&recorded);
+	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == 0)
+		rc = flight_reopen_spool(f, &recorded, complete);
+	if (rc == 0) {
+		f->recorded_bytes = recorded.total;
+		if (complete)
+			atomic_store(&f->durable, true);
+		fetch_log(FETCH_LOG_INFO,
+		          "%s: %s from the cache (%" PRIu64 " of %" PRIu64 " bytes)", f->name,
+		          complete ? "served" : "resumed", recorded.total, f->size);
+	}
+	index_ranges_free(&recorded);
+	return rc;
 }
 
 static int activate(struct engine *e, struct flight *f)
@@ -506,6 +542,15 @@ static int activate(struct engine *e, struct flight *f)
 	f->engine_started = true;
 	flight_ref(f);
 	e->active[e->n_active++] = f;
+	rc = reuse_spool(e, f);
+	if (rc == 0)
+		return 0;
+	if (f->spool_fd >= 0) {
+		fail_flight(e, f, rc, "cannot restore the spool file");
+		return 0;
+	}
+	if (e->cfg.durable && e->cfg.idx)
+		index_record_complete(e->cfg.idx, f->key, false); /* stale records */
 	rc = flight_open_spool(f);
 	if (rc) {
 		char why[128];
@@ -716,7 +761,7 @@ void engine_stop(struct engine *e)
 	while (queued) {
 		struct flight *next = queued->engine_next;
 		if (!queued->engine_started)
-			flight_fail(queued, -EIO); /* its parked readers must not wait forever */
+			flight_stop(queued, -EIO); /* its parked readers must not wait forever */
 		flight_unref(queued);
 		queued = next;
 	}
@@ -726,8 +771,9 @@ void engine_stop(struct engine *e)
 		if (state == FLIGHT_ACTIVE) {
 			while (e->active[i]->streams)
 				stream_free(e, e->active[i]->streams);
+			/* Kept for the next session: a persistent cache resumes from here. */
 			record_progress(e, e->active[i], true);
-			flight_fail(e->active[i], -EIO);
+			flight_stop(e->active[i], -EIO);
 		}
 		flight_unref(e->active[i]);
 	}

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fetch/flight_i.h"
@@ -32,6 +33,8 @@ struct flight_table {
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;
+	void (*on_complete)(void *ctx, struct flight *f);
+	void *on_complete_ctx;
 };
 
 /* Bounded: past this many, the oldest failures are forgotten (their pages were invalidated
@@ -82,6 +85,13 @@ void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, st
 {
 	table->on_failed = fn;
 	table->on_failed_ctx = ctx;
+}
+
+void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                              void *ctx)
+{
+	table->on_complete = fn;
+	table->on_complete_ctx = ctx;
 }
 
 int flight_table_start_hasher(struct flight_table *table)
@@ -308,6 +318,7 @@ void flight_table_foreach(struct flight_table *table,
 				info.waiters++;
 			pthread_mutex_unlock(&f->lock);
 			info.handles = atomic_load(&f->handles);
+			info.durable = atomic_load(&f->durable);
 			fn(ctx, &info);
 		}
 	}
@@ -493,14 +504,47 @@ static void answer(struct flight_waiter *ready, int err)
 	}
 }
 
+/* The spool file's name: a hash of the flight's key, so a later session finds it again. */
+static int spool_path_of(struct flight *f, char **path)
+{
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+	if (EVP_Digest(f->key, strlen(f->key), digest, &len, EVP_sha256(), NULL) != 1)
+		return -EIO;
+	for (unsigned i = 0; i < len; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	return asprintf(path, "%s/%s.spool", f->table->spool_dir, hex) < 0 ? -ENOMEM : 0;
+}
+
+/* Makes fd the flight's spool, unless the flight failed meanwhile. Takes path. */
+static int install_spool(struct flight *f, int fd, char *path)
+{
+	pthread_mutex_lock(&f->lock);
+	if (f->state == FLIGHT_FAILED) {
+		int rc = f->error;
+		pthread_mutex_unlock(&f->lock);
+		/* Failed before it started: nobody else would ever delete this file. */
+		unlink(path);
+		close(fd);
+		free(path);
+		return rc;
+	}
+	f->spool_fd = fd;
+	f->spool_path = path;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
+}
+
 int flight_open_spool(struct flight *f)
 {
 	char *path = NULL;
 	int fd = -1, rc;
 
-	if (asprintf(&path, "%s/%" PRIu64 ".spool", f->table->spool_dir, f->id) < 0) {
+	rc = spool_path_of(f, &path);
+	if (rc) {
 		path = NULL;
-		rc = -ENOMEM;
 		goto fail;
 	}
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -516,19 +560,64 @@ int flight_open_spool(struct flight *f)
 		if (rc)
 			goto fail_unlink;
 	}
-	pthread_mutex_lock(&f->lock);
-	if (f->state == FLIGHT_FAILED) {
-		/* Failed before it started: nobody would ever delete this file. */
-		rc = f->error;
-		pthread_mutex_unlock(&f->lock);
-		goto fail_unlink;
-	}
-	f->spool_fd = fd;
-	f->spool_path = path;
-	pthread_mutex_unlock(&f->lock);
-	return 0;
+	return install_spool(f, fd, path);
 fail_unlink:
 	unlink(path);
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return rc;
+}
+
+int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete)
+{
+	bool verify = f->sha256[0] != '\0';
+	struct flight_waiter *ready;
+	char *path = NULL;
+	struct stat st;
+	int fd = -1, rc;
+
+	rc = spool_path_of(f, &path);
+	if (rc) {
+		path = NULL;
+		goto fail;
+	}
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((uint64_t)st.st_size != f->size ||
+	    (ranges->n > 0 && ranges->v[ranges->n - 1].end > f->size) ||
+	    (complete && ranges->total != f->size)) {
+		rc = -ESTALE;
+		goto fail;
+	}
+	/* The fd goes in first: a reader that sees bytes published must find it. */
+	rc = install_spool(f, fd, path);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&f->lock);
+	for (size_t i = 0; i < ranges->n && rc == 0; i++)
+		rc = index_ranges_add(&f->written, ranges->v[i].start, ranges->v[i].end);
+	/* Restored bytes follow the same rule as received ones: the last ones wait for the hash. */
+	for (size_t i = 0; i < ranges->n && rc == 0; i++)
+		if (complete || !verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
+			rc = index_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
+	if (rc == 0 && complete)
+		f->state = FLIGHT_COMPLETE;
+	ready = rc ? NULL : collect_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	answer(ready, 0);
+	if (rc == 0 && !complete && verify) {
+		/* What is already there is hashed now; streams bring the rest. */
+		if (f->table->hasher)
+			flight_hasher_kick(f->table->hasher, f);
+		else
+			rc = flight_hash_progress(f);
+	}
+	return rc;
 fail:
 	if (fd >= 0)
 		close(fd);
@@ -636,6 +725,8 @@ static void complete(struct flight *f)
 	answer(ready, 0);
 	if (rc)
 		flight_fail(f, rc);
+	else if (f->table->on_complete)
+		f->table->on_complete(f->table->on_complete_ctx, f);
 }
 
 int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
@@ -732,6 +823,21 @@ uint64_t flight_written(struct flight *f)
 
 	flight_progress(f, &written, NULL, NULL);
 	return written;
+}
+
+void flight_stop(struct flight *f, int err)
+{
+	struct flight_waiter *ready;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->state == FLIGHT_ACTIVE) {
+		f->state = FLIGHT_FAILED;
+		f->error = err < 0 ? err : -EIO;
+	}
+	ready = collect_locked(f);
+	err = f->error;
+	pthread_mutex_unlock(&f->lock);
+	answer(ready, err);
 }
 
 void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,

@@ -84,7 +84,8 @@ struct flight {
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 
 	atomic_int refs;
-	atomic_int handles; /* open file handles (maintained by fs/), for status */
+	atomic_int handles;  /* open file handles (maintained by fs/), for status */
+	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
 
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
@@ -131,6 +132,10 @@ void flight_table_destroy(struct flight_table *table);
 void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
                             void *ctx);
 
+/* Called once per completed flight, with no lock held (the daemon records it). */
+void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                              void *ctx);
+
 /*
  * Starts the hasher thread: from then on flight_deliver leaves hashing and verification to
  * it, so the transfer thread only receives and writes. Without it (unit tests) hashing
@@ -159,6 +164,7 @@ struct flight_info {
 	enum flight_state state;
 	int handles;
 	unsigned waiters;
+	bool durable;
 };
 
 /*
@@ -216,6 +222,14 @@ unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max
 int flight_open_spool(struct flight *f);
 
 /*
+ * Transfer thread only. Reopens the spool file a previous session left (persistent cache
+ * directories) and restores what it recorded: `ranges` durably written, all of the object
+ * when `complete`. Restored bytes are published under the same rule as received ones.
+ * 0, or -errno (-ENOENT, -ESTALE for a file that does not match): start afresh then.
+ */
+int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete);
+
+/*
  * Transfer thread only. Writes [off, off+len) to the spool, hashes what became contiguous,
  * publishes, verifies at the end and answers the waiters that can be answered.
  * Returns 0, or -errno: the caller then fails the flight with it.
@@ -233,6 +247,12 @@ void flight_fail(struct flight *f, int err);
 
 /* Bytes written so far. */
 uint64_t flight_written(struct flight *f);
+
+/*
+ * Shut-down: answers every waiter with err and refuses further reads, but keeps the spool
+ * file and the table entry, so a persistent cache can resume the download next session.
+ */
+void flight_stop(struct flight *f, int err);
 
 /* Snapshot of progress (written bytes, state), for stats and scheduling. */
 void flight_progress(struct flight *f, uint64_t *written, uint64_t *published,

@@ -34,6 +34,7 @@ struct fs_options {
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
+	int keep_cache;
 	int foreground;
 	int debug;
 	int show_help;
@@ -71,7 +72,8 @@ struct fs_session {
 	struct fuse_session *se;
 	char *cache_dir; /* the directory in use */
 	char *spool_dir;
-	bool remove_cache; /* we made it, so we remove it at unmount */
+	bool remove_cache;   /* a fresh temporary directory: removed whole at unmount */
+	bool made_cache_dir; /* --cache-dir did not exist before: removed when emptied */
 	uid_t uid;
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */

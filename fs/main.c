@@ -44,13 +44,41 @@ static void raise_fd_limit(void)
 	}
 }
 
+/*
+ * What unmount leaves behind: nothing, unless --keep-cache. Only our own files go from a
+ * directory the user named; the directory itself goes if we created it.
+ */
+static void remove_cache_files(struct fs_session *s)
+{
+	static const char *const index_files[] = {"index.db", "index.db-wal", "index.db-shm",
+	                                          "index.db-journal"};
+	char path[4096];
+
+	if (!s->cache_dir || (!s->remove_cache && s->opts.keep_cache))
+		return;
+	if (s->remove_cache) {
+		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(index_files) / sizeof(index_files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", s->cache_dir, index_files[i]);
+		unlink(path);
+	}
+	if (s->spool_dir)
+		nftw(s->spool_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	if (s->made_cache_dir)
+		rmdir(s->cache_dir);
+}
+
 static int make_cache_dir(struct fs_session *s)
 {
 	char *path = NULL;
 	int rc;
 
 	if (s->opts.cache_dir) {
-		if (mkdir(s->opts.cache_dir, 0700) != 0 && errno != EEXIST)
+		if (mkdir(s->opts.cache_dir, 0700) == 0)
+			s->made_cache_dir = true;
+		else if (errno != EEXIST)
 			return -errno;
 		path = realpath(s->opts.cache_dir, NULL);
 		if (!path)
@@ -155,6 +183,14 @@ static int load_namespace(struct fs_session *s)
 	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
 }
 
+/* The engine records a finished object in the index at once, not at its next wake-up. */
+static void on_flight_complete(void *ctx, struct flight *f)
+{
+	struct fs_session *s = ctx;
+
+	engine_kick(s->engine, f);
+}
+
 static int start_fetching(struct fs_session *s)
 {
 	struct engine_config cfg;
@@ -164,6 +200,7 @@ static int start_fetching(struct fs_session *s)
 	if (rc)
 		return rc;
 	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
+	flight_table_on_complete(s->flights, on_flight_complete, s);
 	engine_config_defaults(&cfg);
 	cfg.stall_timeout_s = s->opts.stall_timeout_s;
 	cfg.max_tries = s->opts.retries;
@@ -316,8 +353,7 @@ out_cache:
 	free(s.listing);
 	pthread_cond_destroy(&s.list_done);
 	pthread_mutex_destroy(&s.list_lock);
-	if (s.remove_cache && s.cache_dir)
-		nftw(s.cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	remove_cache_files(&s);
 	free(s.spool_dir);
 	free(s.cache_dir);
 	curl_global_cleanup();

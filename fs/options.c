@@ -29,6 +29,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("--cache-dir=%s", cache_dir),
     OPT("--cache-dir %s", cache_dir),
     OPT("cache_dir=%s", cache_dir),
+    OPT_FLAG("--keep-cache", keep_cache),
+    OPT_FLAG("keep_cache", keep_cache),
     OPT("--ca-file=%s", ca_file),
     OPT("--ca-file %s", ca_file),
     OPT("ca_file=%s", ca_file),
@@ -87,6 +89,9 @@ void fs_options_usage(const char *prog)
 	    "  --cache-dir DIR        where spool files and the index live\n"
 	    "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
 	    "                         removed at unmount)\n"
+	    "  --keep-cache           keep --cache-dir's spool and index after unmount; the\n"
+	    "                         next mount serves verified objects without a request\n"
+	    "                         (a cache dir left by a crash is reused either way)\n"
 	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	    "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
 	    "                         http_proxy, https_proxy and no_proxy variables)\n"

@@ -103,6 +103,13 @@ int index_record_ranges(struct index *idx, const char *key, const struct index_r
 int index_record_complete(struct index *idx, const char *key, bool complete);
 
 /*
+ * What a previous session recorded for key: *complete, and the ranges durably written.
+ * 0, -ENOENT when there is no record, or -errno.
+ */
+int index_spool_lookup(struct index *idx, const char *key, bool *complete,
+		       struct index_ranges *ranges);
+
+/*
  * Checks one path segment (a file or directory name) for a namespace: non-empty, not "." or
  * "..", no '/', no NUL within len, at most INDEX_NAME_MAX bytes. Returns NULL when fine, else
  * a static description of what is wrong ("empty segment", "\"..\" segment", ...).

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -84,9 +85,10 @@ def test_odd_but_legal_names_stay_inside(store, mount, tmp_path):
     # each name reached its own object (percent-encoded in the URL)
     for n in names:
         assert store.up.stats("d/" + n)["gets"] == 1, (n, store.up.stats("d/" + n))
-    # the cache dir holds the index and numbered spool files, nothing named after an object
+    # the cache dir holds the index and spool files named by a hash of the object's
+    # identity, nothing named after an object
     spool = os.listdir(cache / "spool")
-    assert all(f.split(".")[0].isdigit() and f.endswith(".spool") for f in spool), spool
+    assert all(re.fullmatch(r"[0-9a-f]{64}\.spool", f) for f in spool), spool
     assert {n for n in os.listdir(cache) if n != "spool" and not n.startswith("index.db")} == set()
     new = tree(tmp_path) - before
     assert {p for p in new if not p.startswith(("mnt", "cache"))} == set(), new

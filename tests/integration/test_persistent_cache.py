@@ -1,0 +1,98 @@
+"""A cache directory that outlives the session: --keep-cache, and recovery after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import SLOW, is_mounted, read_file
+
+MiB = 1 << 20
+
+
+def flights(m):
+    with open(m.p(".spoolfs/flights")) as f:
+        return {d["name"]: d for d in (json.loads(l) for l in f if l.strip())}
+
+
+def wait_durable(m, name, timeout=20):
+    """Until the daemon says the object is recorded complete in its index."""
+    deadline = time.monotonic() + timeout * SLOW
+    while not flights(m).get(name, {}).get("durable"):
+        assert time.monotonic() < deadline, flights(m)
+        time.sleep(0.01)
+
+
+def expected(store, path):
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):
+    a = store.add("a.bin", 5 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
+    assert read_file(m.p(a)) == expected(store, a)
+    wait_durable(m, a)
+    m.check_clean_exit()
+    gets = store.up.stats(a)["gets"]
+    assert os.listdir(cache / "spool")
+
+    m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == gets, "a kept, verified object was fetched again"
+    assert "served from the cache" in m2.stderr()
+
+
+def test_without_keep_cache_unmount_leaves_nothing(store, mount, tmp_path):
+    a = store.add("a.bin", 2 * MiB)
+    url = store.write()
+    made = tmp_path / "made-by-spoolfs"
+    m = mount(url, "--cache-dir", str(made))
+    read_file(m.p(a))
+    m.check_clean_exit()
+    assert not made.exists()
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "mine.txt").write_text("not spoolfs'")
+    m = mount(url, "-o", "cache_dir=%s" % existing, name="mnt2")
+    read_file(m.p(a))
+    m.check_clean_exit()
+    assert os.listdir(existing) == ["mine.txt"]
+
+
+def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
+    done = store.add("done.bin", 4 * MiB)
+    partial = store.add("partial.bin", 32 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache))
+    assert read_file(m.p(done)) == expected(store, done)
+    wait_durable(m, done)
+
+    store.up.fault(partial, rate=8 * MiB)
+    reader = threading.Thread(target=lambda: subprocess.run(
+        ["cat", m.p(partial)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    reader.start()
+    store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, timeout=30 * SLOW, path=partial)
+    m.proc.send_signal(signal.SIGKILL)
+    m.proc.wait(10 * SLOW)
+    subprocess.run(["fusermount3", "-u", "-z", m.path], check=False)
+    reader.join(30 * SLOW)
+    m.unmounted = True
+    m.log.close()
+    assert not is_mounted(m.path)
+    store.up.clear(partial)
+    store.up.reset()
+
+    m2 = mount(url, "--cache-dir", str(cache), name="mnt2")
+    assert read_file(m2.p(done)) == expected(store, done)
+    assert store.up.stats(done)["gets"] == 0, "a finished object was fetched again"
+    assert read_file(m2.p(partial)) == expected(store, partial)
+    assert store.up.stats(partial)["bytes"] <= 32 * MiB
