@@ -26,6 +26,8 @@
 /* Record progress in the index at least this often per flight. */
 #define RECORD_EVERY_BYTES (64u << 20)
 #define MAX_WANTED 32
+/* A part of a parallel download is at least this big: below it, one request is cheaper. */
+#define PART_MIN_BYTES (16u << 20)
 
 struct stream {
 	struct engine *engine;
@@ -91,7 +93,8 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->net.connect_timeout_s = 10;
 	cfg->max_tries = 6;
 	cfg->max_transfers = 16;
-	cfg->max_streams_per_flight = 4;
+	cfg->max_streams_per_flight = 8;
+	cfg->parallel_parts = 4;
 	cfg->backoff_base_ms = 200;
 	cfg->backoff_cap_ms = 5000;
 }
@@ -401,6 +404,36 @@ static bool can_start(struct engine *e, struct flight *f)
 
 static void fail_flight(struct engine *e, struct flight *f, int err, const char *why);
 
+/*
+ * Fetches [start, end) as up to parallel_parts ranged requests of at least
+ * PART_MIN_BYTES, each asking for exactly its part (nothing is sent twice). Several
+ * connections win where each is capped; under a shared cap the bytes arrive no later in
+ * total, and a reader ahead of its part's stream is split off as usual. One slot per
+ * flight stays free for such far readers.
+ */
+static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
+{
+	uint64_t len = end - start, parts = len / PART_MIN_BYTES;
+	unsigned room = e->cfg.max_streams_per_flight > 1 ? e->cfg.max_streams_per_flight - 1 : 1;
+	int rc = 0;
+
+	if (parts > e->cfg.parallel_parts)
+		parts = e->cfg.parallel_parts;
+	if (parts > room)
+		parts = room;
+	if (parts > e->cfg.max_transfers - e->n_transfers)
+		parts = e->cfg.max_transfers - e->n_transfers;
+	if (parts < 1)
+		parts = 1;
+	for (uint64_t i = 0; i < parts && rc == 0; i++) {
+		uint64_t from = start + len / parts * i, to = start + len / parts * (i + 1);
+		from -= i ? from % FLIGHT_CHUNK_BYTES : 0;
+		to = i + 1 == parts ? end : to - to % FLIGHT_CHUNK_BYTES;
+		rc = stream_start(e, f, from, to);
+	}
+	return rc;
+}
+
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
 static void schedule(struct engine *e, struct flight *f)
 {
@@ -441,7 +474,7 @@ static void schedule(struct engine *e, struct flight *f)
 	if (rc == 0 && f->n_streams == 0 && e->n_transfers < e->cfg.max_transfers) {
 		rc = claimed_ranges(f, &claimed);
 		if (rc == 0 && index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
-			rc = stream_start(e, f, gap_start, gap_end);
+			rc = start_parts(e, f, gap_start, gap_end);
 	}
 	index_ranges_free(&claimed);
 	/* Nothing else would ever start a request for it: its readers must not wait forever. */

@@ -33,6 +33,7 @@ struct engine_config {
 	unsigned max_tries;     /* consecutive attempts without progress before giving up */
 	unsigned max_transfers; /* concurrent transfers over all flights */
 	unsigned max_streams_per_flight;
+	unsigned parallel_parts; /* ranged requests a large object is fetched with at once */
 	uint64_t backoff_base_ms;
 	uint64_t backoff_cap_ms;
 	struct fetch_net net;
