@@ -5,17 +5,26 @@
 #include "fetch/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <syslog.h>
 
 /* Written once at start-up, before any thread starts; read-only afterwards. */
 static enum fetch_log_level min_level = FETCH_LOG_INFO;
+static bool use_syslog;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void fetch_log_set_level(enum fetch_log_level level)
 {
 	min_level = level;
+}
+
+void fetch_log_use_syslog(void)
+{
+	openlog("spoolfs", LOG_PID, LOG_DAEMON);
+	use_syslog = true;
 }
 
 void fetch_log(enum fetch_log_level level, const char *fmt, ...)
@@ -28,6 +37,11 @@ void fetch_log(enum fetch_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	if (use_syslog) {
+		static const int priorities[] = {LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR};
+		syslog(priorities[level], "%s: %s", level_names[level], line);
+		return;
+	}
 	fprintf(stderr, "spoolfs: %s: %s\n", level_names[level], line);
 }
 

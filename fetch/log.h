@@ -18,6 +18,8 @@ enum fetch_log_level {
 };
 
 void fetch_log_set_level(enum fetch_log_level level);
+/* Sends lines to syslog (daemon facility) instead of stderr: for a daemonised mount. */
+void fetch_log_use_syslog(void);
 void fetch_log(enum fetch_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -255,6 +255,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		goto out_signals;
 	if (fuse_daemonize(s->opts.foreground) != 0)
 		goto out_unmount;
+	/* Daemonised, stderr is /dev/null: operators look in the journal. */
+	if (!s->opts.foreground)
+		fetch_log_use_syslog();
 	rc = flight_table_start_hasher(s->flights);
 	if (rc == 0)
 		rc = engine_start(s->engine);
