@@ -42,6 +42,7 @@ struct stream {
 	bool reached_end;
 	bool retryable;        /* the status asked for a retry (5xx, 429, 408) */
 	bool stalled;          /* aborted: no byte for the stall timeout */
+	bool background;       /* fills the object for nobody in particular */
 	uint64_t last_byte_ms; /* when the last header or body byte arrived */
 	int fatal;             /* -errno decided in a callback; the flight fails with it */
 	char why[160];         /* what went wrong, for the log line */
@@ -67,6 +68,7 @@ struct engine {
 	size_t n_active;
 	size_t cap_active;
 	unsigned n_transfers;
+	unsigned n_background; /* transfers of streams nobody is waiting on */
 	uint64_t rng;
 };
 
@@ -187,8 +189,11 @@ static void check_response(struct stream *s)
 			           s->resp.content_length, f->size);
 			return;
 		}
-		/* The server ignored Range: drop what we already have, keep the rest. */
+		/* The server ignored Range: drop what we already have, keep the rest, and stop
+		 * asking for parts it would send whole each time. */
 		s->skip = s->pos;
+		if (s->pos > 0 || s->end < f->size)
+			f->no_ranges = true;
 	} else if (code == 408 || code == 429 || code >= 500) {
 		s->retryable = true;
 		stream_why(s, "HTTP %ld", code);
@@ -370,6 +375,7 @@ static void stream_free(struct engine *e, struct stream *s)
 	}
 	s->f->n_streams--;
 	e->n_transfers--;
+	e->n_background -= s->background;
 	curl_multi_remove_handle(e->multi, s->easy);
 	curl_easy_cleanup(s->easy);
 	curl_slist_free_all(s->headers);
@@ -411,6 +417,22 @@ static void fail_flight(struct engine *e, struct flight *f, int err, const char 
  * total, and a reader ahead of its part's stream is split off as usual. One slot per
  * flight stays free for such far readers.
  */
+/*
+ * Slots background streams may take: some are always left for readers, so a reader of a
+ * new object never waits for whole other objects nobody is reading.
+ */
+static unsigned background_room(struct engine *e)
+{
+	unsigned reserve = e->cfg.max_transfers / 4 ? e->cfg.max_transfers / 4 : 1;
+	unsigned cap = e->cfg.max_transfers > reserve ? e->cfg.max_transfers - reserve : 1;
+	unsigned busy = e->n_background > e->n_transfers ? e->n_transfers : e->n_background;
+
+	(void)busy;
+	return e->n_background >= cap || e->n_transfers >= e->cfg.max_transfers
+	           ? 0
+	           : cap - e->n_background;
+}
+
 static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
 {
 	uint64_t len = end - start, parts = len / PART_MIN_BYTES;
@@ -421,15 +443,19 @@ static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint6
 		parts = e->cfg.parallel_parts;
 	if (parts > room)
 		parts = room;
-	if (parts > e->cfg.max_transfers - e->n_transfers)
-		parts = e->cfg.max_transfers - e->n_transfers;
-	if (parts < 1)
+	if (parts > background_room(e))
+		parts = background_room(e);
+	if (parts < 1 || f->no_ranges)
 		parts = 1;
 	for (uint64_t i = 0; i < parts && rc == 0; i++) {
 		uint64_t from = start + len / parts * i, to = start + len / parts * (i + 1);
 		from -= i ? from % FLIGHT_CHUNK_BYTES : 0;
 		to = i + 1 == parts ? end : to - to % FLIGHT_CHUNK_BYTES;
 		rc = stream_start(e, f, from, to);
+		if (rc == 0) {
+			f->streams->background = true; /* stream_start puts it first */
+			e->n_background++;
+		}
 	}
 	return rc;
 }
@@ -453,7 +479,8 @@ static void schedule(struct engine *e, struct flight *f)
 		uint64_t chunk = wanted[i] - wanted[i] % FLIGHT_CHUNK_BYTES;
 		struct stream *s = stream_covering(f, wanted[i]);
 		if (s) {
-			if (wanted[i] - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos)
+			if (wanted[i] - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
+			    f->no_ranges)
 				continue;
 			/* Split: the new stream takes the far part, the old one stops there. */
 			uint64_t end = s->end;
@@ -467,11 +494,16 @@ static void schedule(struct engine *e, struct flight *f)
 			break;
 		if (index_ranges_covers(&claimed, wanted[i], wanted[i] + 1))
 			continue; /* written, withheld until verification */
-		if (index_ranges_next_gap(&claimed, chunk, f->size, &gap_start, &gap_end))
+		/* The gap holding the reader's byte, from its chunk boundary at the earliest. */
+		gap_end = chunk;
+		while (index_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
+		       gap_end <= wanted[i])
+			;
+		if (gap_start <= wanted[i] && wanted[i] < gap_end)
 			rc = stream_start(e, f, gap_start, gap_end);
 	}
 	/* The download belongs to the object: with nobody waiting it still runs to the end. */
-	if (rc == 0 && f->n_streams == 0 && e->n_transfers < e->cfg.max_transfers) {
+	if (rc == 0 && f->n_streams == 0 && background_room(e) > 0) {
 		rc = claimed_ranges(f, &claimed);
 		if (rc == 0 && index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
 			rc = start_parts(e, f, gap_start, gap_end);
@@ -542,7 +574,8 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	bool complete = false;
 	int rc;
 
-	if (!e->cfg.idx || !e->cfg.durable || !reusable_key(f->key))
+	/* After a failed flight, what its predecessor left is suspect: start afresh. */
+	if (!e->cfg.idx || !e->cfg.durable || !reusable_key(f->key) || f->after_failure)
 		return -ENOENT;
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
@@ -582,8 +615,14 @@ static int activate(struct engine *e, struct flight *f)
 		fail_flight(e, f, rc, "cannot restore the spool file");
 		return 0;
 	}
-	if (e->cfg.durable && e->cfg.idx)
-		index_record_complete(e->cfg.idx, f->key, false); /* stale records */
+	/* Stale records must go before the file is truncated, or a crash could restore them. */
+	if (e->cfg.durable && e->cfg.idx) {
+		rc = index_record_complete(e->cfg.idx, f->key, false);
+		if (rc) {
+			fail_flight(e, f, rc, "cannot update the cache index");
+			return 0;
+		}
+	}
 	rc = flight_open_spool(f);
 	if (rc) {
 		char why[128];

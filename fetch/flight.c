@@ -218,6 +218,7 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 {
 	uint64_t bucket = hash_key(spec->key) % TABLE_BUCKETS;
 	struct table_entry *e;
+	bool saw_failed = false;
 	int rc = 0;
 
 	*created = false;
@@ -225,6 +226,14 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 	pthread_mutex_lock(&table->lock);
 	for (e = table->buckets[bucket]; e; e = e->next) {
 		if (strcmp(e->flight->key, spec->key) == 0) {
+			pthread_mutex_lock(&e->flight->lock);
+			bool failed = e->flight->state == FLIGHT_FAILED;
+			pthread_mutex_unlock(&e->flight->lock);
+			if (failed) {
+				saw_failed =
+				    true; /* on its way out: the caller gets a new flight */
+				continue;
+			}
 			flight_ref(e->flight);
 			*out = e->flight;
 			goto out;
@@ -242,7 +251,7 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 		goto out;
 	}
 	table->next_id++;
-	e->flight->after_failure = take_taint_locked(table, spec->key);
+	e->flight->after_failure = take_taint_locked(table, spec->key) || saw_failed;
 	e->flight->in_table = true; /* no other thread can see it yet */
 	e->next = table->buckets[bucket];
 	table->buckets[bucket] = e;
@@ -504,6 +513,8 @@ static void answer(struct flight_waiter *ready, int err)
 	}
 }
 
+static void complete_flight(struct flight *f);
+
 /* The spool file's name: a hash of the flight's key, so a later session finds it again. */
 static int spool_path_of(struct flight *f, char **path)
 {
@@ -572,7 +583,7 @@ fail:
 
 int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete)
 {
-	bool verify = f->sha256[0] != '\0';
+	bool verify = f->sha256[0] != '\0', all_written;
 	struct flight_waiter *ready;
 	char *path = NULL;
 	struct stat st;
@@ -607,10 +618,14 @@ int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, boo
 			rc = index_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
 	if (rc == 0 && complete)
 		f->state = FLIGHT_COMPLETE;
+	all_written = f->written.total == f->size;
 	ready = rc ? NULL : collect_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, 0);
-	if (rc == 0 && !complete && verify) {
+	if (rc == 0 && !complete && !verify && all_written) {
+		/* All there, but the crash came before the completion was recorded. */
+		complete_flight(f);
+	} else if (rc == 0 && !complete && verify) {
 		/* What is already there is hashed now; streams bring the rest. */
 		if (f->table->hasher)
 			flight_hasher_kick(f->table->hasher, f);
@@ -679,8 +694,6 @@ static bool hash_matches(struct flight *f)
 	return false;
 }
 
-static void complete(struct flight *f);
-
 int flight_hash_progress(struct flight *f)
 {
 	enum flight_state state;
@@ -702,12 +715,12 @@ int flight_hash_progress(struct flight *f)
 		return 0;
 	if (!hash_matches(f))
 		return -EIO;
-	complete(f);
+	complete_flight(f);
 	return 0;
 }
 
 /* Publishes everything after a successful verification (or an unhashed last byte). */
-static void complete(struct flight *f)
+static void complete_flight(struct flight *f)
 {
 	struct flight_waiter *ready;
 	int rc;
@@ -777,7 +790,7 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 		return flight_hash_progress(f);
 	}
 	if (written_total == f->size)
-		complete(f);
+		complete_flight(f);
 	return 0;
 }
 
@@ -785,7 +798,7 @@ int flight_complete_empty(struct flight *f)
 {
 	if (f->sha256[0] != '\0' && !hash_matches(f))
 		return -EIO;
-	complete(f);
+	complete_flight(f);
 	return 0;
 }
 
@@ -800,21 +813,24 @@ void flight_fail(struct flight *f, int err)
 		f->state = FLIGHT_FAILED;
 		f->error = err < 0 ? err : -EIO;
 	}
+	const char *spool_path = f->spool_path; /* set once, before any byte is written */
+	pthread_mutex_unlock(&f->lock);
+	/*
+	 * Out of the table, spool gone, hook run, and only then are the readers told: one who
+	 * reopens the moment it gets EIO must start a new flight, not join this one.
+	 */
+	if (first) {
+		table_remove(f);
+		if (spool_path)
+			unlink(spool_path); /* open fds keep the data for handles still reading */
+		if (f->table->on_failed)
+			f->table->on_failed(f->table->on_failed_ctx, f);
+	}
+	pthread_mutex_lock(&f->lock);
 	ready = collect_locked(f);
 	err = f->error;
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, err);
-	if (!first)
-		return;
-	table_remove(f);
-	if (f->table->on_failed)
-		f->table->on_failed(f->table->on_failed_ctx, f);
-	/* The path goes now; open fds keep the data alive for handles still reading it. */
-	pthread_mutex_lock(&f->lock);
-	const char *spool_path = f->spool_path; /* set once, before any byte is written */
-	pthread_mutex_unlock(&f->lock);
-	if (spool_path)
-		unlink(spool_path);
 }
 
 uint64_t flight_written(struct flight *f)

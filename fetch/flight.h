@@ -116,6 +116,7 @@ struct flight {
 	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
 	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
 	int last_status;                  /* last HTTP status, for the failure log line */
+	bool no_ranges; /* the server answered a ranged GET with 200: one stream */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
@@ -178,7 +179,7 @@ void flight_table_foreach(struct flight_table *table,
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key);
 
 void flight_ref(struct flight *f);
-/* Drops a reference; the last one closes the spool (and deletes it if the flight failed). */
+/* Drops a reference; the last one closes the spool (flight_fail already deleted a failed one). */
 void flight_unref(struct flight *f);
 
 /* The spool fd, valid while the caller holds a reference and saw the range readable. */

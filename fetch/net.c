@@ -9,6 +9,8 @@ void fetch_net_apply(CURL *easy, const struct fetch_net *net)
 	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
 	if (net->ca_file)
 		curl_easy_setopt(easy, CURLOPT_CAINFO, net->ca_file);
-	if (net->proxy)
+	if (net->proxy) {
 		curl_easy_setopt(easy, CURLOPT_PROXY, net->proxy);
+		curl_easy_setopt(easy, CURLOPT_NOPROXY, ""); /* --proxy overrides no_proxy too */
+	}
 }

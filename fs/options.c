@@ -69,6 +69,22 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
+    /* Options mount(8), fstab and mount.fuse3 pass on that mean nothing to a FUSE mount. */
+    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("comment=%s", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("relatime", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("norelatime", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("strictatime", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nostrictatime", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("lazytime", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nodiratime", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_END,
 };
 

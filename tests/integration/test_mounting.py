@@ -1,0 +1,425 @@
+"""Mounting the usual ways: `mount -t fuse.spoolfs` (fuse3's mount.fuse3), `mount -t spoolfs`
+(mount-helpers/mount.spoolfs), an fstab line, and every long option as `-o name=value`.
+
+Each mount(8)-style mount must return only once the filesystem is ready (a read right after
+it succeeds), leave the daemon in the background, and `umount`/`fusermount3 -u` must leave
+no spoolfs process behind. Every test unmounts and kills what it started, even on failure.
+
+How the binary is found matters here. mount(8) clears PATH (and HOME, SHELL, ...) before it
+runs a helper, and mount.fuse3 runs `/bin/sh -c "spoolfs SOURCE DIR -o OPTS"`, so for
+`-t fuse.spoolfs` the binary must be in dash's built-in PATH. The `on_std_path` fixture makes
+`spoolfs` there resolve to $SPOOLFS_BIN for the test (a symlink in /usr/local/bin, removed
+afterwards, under a lock; the test is skipped when another spoolfs is installed there).
+`-t spoolfs` would need /sbin/mount.spoolfs: instead of installing into /sbin, the tests call
+the helper exactly as mount(8) does (same argv shape, same stripped environment; checked
+against util-linux 2.38 with strace), and test_real_mount_t_spoolfs runs the real thing when
+/sbin/mount.spoolfs is installed and is this helper. (`mount -i` would not help: it skips
+helpers altogether.)
+"""
+
+import errno
+import fcntl
+import filecmp
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, SLOW, SPOOLFS, Mount, daemon_env, is_mounted, read_file
+
+MiB = 1 << 20
+HELPER = os.path.join(ROOT, "mount-helpers", "mount.spoolfs")
+# dash's PATH when none is set: where mount.fuse3's shell looks for `spoolfs`.
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What util-linux's mount(8) removes from the environment before running a helper.
+MOUNT_STRIPPED = ("PATH", "HOME", "SHELL", "IFS", "ENV", "BASH_ENV", "KRB_CONF", "LIBPATH",
+                  "MAIL", "NLSPATH", "SHLIB_PATH")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount(8) tests need root")
+
+
+# ------------------------------------------------------------------------------- helpers
+
+def spoolfs_pids(mountpoint):
+    """Live (not zombie) spoolfs daemons serving `mountpoint`."""
+    mountpoint = os.path.realpath(str(mountpoint))
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            with open("/proc/%s/stat" % d) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z" or not argv or "spoolfs" not in os.path.basename(argv[0]):
+            continue
+        if "status" in argv[1:2]:
+            continue
+        if any(os.path.realpath(a) == mountpoint for a in argv[1:] if a.startswith("/")):
+            pids.append(int(d))
+    return pids
+
+
+def wait_until(pred, timeout, what):
+    deadline = time.monotonic() + timeout * SLOW
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+def force_cleanup(mountpoint):
+    """Whatever happened: no mount and no daemon left on `mountpoint`."""
+    mountpoint = str(mountpoint)
+    if is_mounted(mountpoint):
+        subprocess.run(["fusermount3", "-u", "-z", mountpoint], stderr=subprocess.DEVNULL)
+        if is_mounted(mountpoint):
+            subprocess.run(["umount", "-l", mountpoint], stderr=subprocess.DEVNULL)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = spoolfs_pids(mountpoint)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while spoolfs_pids(mountpoint) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def assert_ready_and_backgrounded(mnt, store, path):
+    """Right after mount(8) returned: mounted, readable at once, daemon in the background."""
+    assert is_mounted(mnt), "mount returned but %s is not mounted" % mnt
+    assert read_file(os.path.join(str(mnt), path)) == store.content(path)
+    pids = spoolfs_pids(mnt)
+    assert len(pids) == 1, "expected one daemon for %s, found %r" % (mnt, pids)
+    with open("/proc/%d/stat" % pids[0]) as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert ppid != os.getpid(), "the daemon is still a child of the test"
+    return pids[0]
+
+
+def assert_unmounts_cleanly(mnt, cmd):
+    subprocess.run(cmd + [str(mnt)], check=True, timeout=30 * SLOW)
+    assert not is_mounted(mnt)
+    wait_until(lambda: not spoolfs_pids(mnt), 15, "the daemon to exit after unmount")
+
+
+def fstype_and_opts(mnt):
+    path = os.path.realpath(str(mnt))
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path:
+                sep = fields.index("-")
+                return fields[sep + 1], fields[5].split(","), fields[sep + 3].split(",")
+    raise AssertionError("%s not mounted" % mnt)
+
+
+@pytest.fixture
+def mnt(tmp_path):
+    d = tmp_path / "mnt"
+    d.mkdir()
+    yield d
+    force_cleanup(d)
+
+
+@pytest.fixture
+def on_std_path():
+    """`spoolfs` in dash's default PATH resolves to $SPOOLFS_BIN for the test's duration."""
+    want = os.path.realpath(SPOOLFS)
+    os.makedirs("/run/lock", exist_ok=True)
+    lock = open("/run/lock/spoolfs-tests-std-path.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one test run at a time owns the symlink
+    link = "/usr/local/bin/spoolfs"
+    created = False
+    try:
+        found = next((os.path.join(d, "spoolfs") for d in STD_PATH.split(":")
+                      if os.path.exists(os.path.join(d, "spoolfs"))), None)
+        if found is None:
+            os.makedirs("/usr/local/bin", exist_ok=True)
+            os.symlink(want, link)
+            created = True
+        elif os.path.realpath(found) != want:
+            pytest.skip("%s is another spoolfs (%s): mount.fuse3 would run that one, not "
+                        "$SPOOLFS_BIN" % (found, os.path.realpath(found)))
+        yield
+    finally:
+        if created and os.path.islink(link) and os.readlink(link) == want:
+            os.unlink(link)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+def mount_env(extra=None):
+    """The environment a mount helper gets from mount(8)."""
+    env = daemon_env()
+    for var in MOUNT_STRIPPED:
+        env.pop(var, None)
+    for var in list(env):
+        if var.startswith("LD_"):
+            env.pop(var)
+    env.update(extra or {})
+    return env
+
+
+def run_mount(cmd, env=None, timeout=60):
+    """mount(8) and helpers return once the fs is ready: no polling for the mount here."""
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * SLOW,
+                          env=env if env is not None else daemon_env(), stdin=subprocess.DEVNULL)
+
+
+# ------------------------------------------------------------ mount -t fuse.spoolfs
+
+def test_mount_t_fuse_spoolfs(store, mnt, tmp_path, on_std_path):
+    store.add("tools/a.bin", 3 * MiB)
+    store.add("b.txt", 1000)
+    url = store.write()
+    cache = tmp_path / "cache"
+    # mount(8)/mount.fuse3-only options are dropped on the way; spoolfs options pass as -o.
+    opts = ("ro,_netdev,nofail,noauto,x-systemd.automount,comment=ci,allow_other,"
+            "cache_dir=%s,keep_cache,stall_timeout=7,retries=3,max_transfers=2,log_level=warn"
+            % cache)
+    r = run_mount(["mount", "-t", "fuse.spoolfs", url, str(mnt), "-o", opts])
+    assert r.returncode == 0, r.stderr
+    assert_ready_and_backgrounded(mnt, store, "tools/a.bin")
+    fstype, vfs_opts, super_opts = fstype_and_opts(mnt)
+    assert fstype == "fuse.spoolfs"
+    assert "ro" in vfs_opts and "allow_other" in super_opts
+    assert (cache / "index.db").exists(), "cache_dir= was not used"
+    assert read_file(mnt / "b.txt") == store.content("b.txt")
+    assert store.up.stats("tools/a.bin")["gets"] == 1
+    assert_unmounts_cleanly(mnt, ["umount"])
+    assert (cache / "index.db").exists(), "keep_cache must keep the cache dir's index"
+
+
+def test_mount_t_fuse_spoolfs_fusermount_unmount(store, mnt, on_std_path):
+    store.add("a.bin", MiB)
+    r = run_mount(["mount", "-t", "fuse.spoolfs", store.write(), str(mnt)])
+    assert r.returncode == 0, r.stderr
+    assert_ready_and_backgrounded(mnt, store, "a.bin")
+    assert_unmounts_cleanly(mnt, ["fusermount3", "-u"])
+
+
+def test_mount_t_fuse_spoolfs_failure_leaves_nothing(upstream, mnt, on_std_path):
+    r = run_mount(["mount", "-t", "fuse.spoolfs", upstream.url("missing.json"), str(mnt),
+                   "-o", "ro,_netdev"])
+    assert r.returncode != 0
+    assert "missing.json" in r.stderr, r.stderr
+    assert not is_mounted(mnt)
+    assert not spoolfs_pids(mnt)
+
+
+def test_mount_t_fuse_spoolfs_bad_option_value_fails(store, mnt, on_std_path):
+    store.add("a.bin", 100)
+    r = run_mount(["mount", "-t", "fuse.spoolfs", store.write(), str(mnt),
+                   "-o", "log_level=loud"])
+    assert r.returncode != 0
+    assert "unknown log level" in r.stderr, r.stderr
+    assert not is_mounted(mnt) and not spoolfs_pids(mnt)
+
+
+# ------------------------------------------------------------------ an fstab line
+
+def test_fstab_line(store, mnt, tmp_path, on_std_path):
+    store.add("data/x.bin", 2 * MiB)
+    url = store.write()
+    cache = tmp_path / "fstab-cache"
+    fstab = tmp_path / "fstab"
+    # The README's line, plus what fstab lines often carry. The real /etc/fstab is untouched.
+    fstab.write_text("# test fstab\n%s %s fuse.spoolfs ro,_netdev,allow_other,cache_dir=%s,"
+                     "noauto,nofail,x-systemd.mount-timeout=150 0 0\n" % (url, mnt, cache))
+    r = run_mount(["mount", "--fstab", str(fstab), str(mnt)])
+    assert r.returncode == 0, r.stderr
+    assert_ready_and_backgrounded(mnt, store, "data/x.bin")
+    assert fstype_and_opts(mnt)[0] == "fuse.spoolfs"
+    assert (cache / "index.db").exists()
+    assert_unmounts_cleanly(mnt, ["umount"])
+
+
+# ---------------------------------------------------- mount -t spoolfs (mount.spoolfs)
+
+@pytest.fixture
+def helper_dir(tmp_path):
+    """mount.spoolfs installed in a directory with `spoolfs` next to it."""
+    d = tmp_path / "sbin"
+    d.mkdir()
+    shutil.copy2(HELPER, d / "mount.spoolfs")
+    os.symlink(os.path.realpath(SPOOLFS), d / "spoolfs")
+    return d
+
+
+def test_mount_t_spoolfs_helper_next_to_binary(store, mnt, tmp_path, helper_dir):
+    store.add("a.bin", 3 * MiB)
+    cache = tmp_path / "hcache"
+    # As mount(8) runs /sbin/mount.spoolfs: "SOURCE DIR -o OPTS", PATH and HOME removed, and
+    # "rw" added when no ro/rw is given; fstab options such as relatime reach the helper too.
+    opts = ("rw,relatime,nosuid,nodev,_netdev,nofail,noauto,user,defaults,x-systemd.automount,"
+            "comment=ci,allow_other,cache_dir=%s,log_level=error,retries=2" % cache)
+    r = run_mount([str(helper_dir / "mount.spoolfs"), store.write(), str(mnt), "-o", opts],
+                  env=mount_env())
+    assert r.returncode == 0, r.stderr
+    pid = assert_ready_and_backgrounded(mnt, store, "a.bin")
+    assert os.path.realpath("/proc/%d/exe" % pid) == os.path.realpath(SPOOLFS)
+    fstype, vfs_opts, super_opts = fstype_and_opts(mnt)
+    assert fstype == "fuse.spoolfs" and "ro" in vfs_opts and "allow_other" in super_opts
+    assert (cache / "index.db").exists()
+    assert_unmounts_cleanly(mnt, ["umount"])
+
+
+def test_mount_t_spoolfs_helper_with_spoolfs_bin(store, mnt, tmp_path):
+    store.add("a.bin", MiB)
+    d = tmp_path / "alone"
+    d.mkdir()
+    shutil.copy2(HELPER, d / "mount.spoolfs")
+    r = run_mount([str(d / "mount.spoolfs"), store.write(), str(mnt), "-v", "-o",
+                   "rw,_netdev,stall_timeout=9"], env=mount_env({"SPOOLFS_BIN": SPOOLFS}))
+    assert r.returncode == 0, r.stderr
+    assert "dropping mount(8)-only option '_netdev'" in r.stderr
+    assert_ready_and_backgrounded(mnt, store, "a.bin")
+    assert_unmounts_cleanly(mnt, ["fusermount3", "-u"])
+
+
+def test_mount_t_spoolfs_helper_fake_mounts_nothing(store, mnt, helper_dir):
+    store.add("a.bin", 100)
+    r = run_mount([str(helper_dir / "mount.spoolfs"), store.write(), str(mnt), "-fv",
+                   "-o", "_netdev,allow_other"], env=mount_env())
+    assert r.returncode == 0, r.stderr
+    assert "-o allow_other" in r.stderr, r.stderr
+    assert not is_mounted(mnt) and not spoolfs_pids(mnt)
+    assert store.up.stats()["total_gets"] == 0
+
+
+def test_mount_t_spoolfs_helper_reports_failure(upstream, mnt, helper_dir):
+    r = run_mount([str(helper_dir / "mount.spoolfs"), upstream.url("nope.json"), str(mnt),
+                   "-o", "rw"], env=mount_env())
+    assert r.returncode != 0
+    assert "nope.json" in r.stderr
+    assert not is_mounted(mnt) and not spoolfs_pids(mnt)
+
+
+def test_real_mount_t_spoolfs(store, mnt):
+    installed = "/sbin/mount.spoolfs"
+    if not os.path.exists(installed) or not filecmp.cmp(installed, HELPER, shallow=False):
+        pytest.skip("/sbin/mount.spoolfs is not this helper (install it to run this test)")
+    store.add("a.bin", MiB)
+    r = run_mount(["mount", "-t", "spoolfs", store.write(), str(mnt), "-o", "_netdev"],
+                  env=daemon_env() | {"SPOOLFS_BIN": SPOOLFS})
+    assert r.returncode == 0, r.stderr
+    assert_ready_and_backgrounded(mnt, store, "a.bin")
+    assert_unmounts_cleanly(mnt, ["umount"])
+
+
+# ------------------------------------------------- every long option as -o name=value
+
+def test_o_cache_dir(store, mount, tmp_path):
+    store.add("a.bin", MiB)
+    cache = tmp_path / "c"
+    m = mount(store.write(), "-o", "cache_dir=%s" % cache)
+    assert read_file(m.p("a.bin")) == store.content("a.bin")
+    assert (cache / "index.db").exists()
+    assert os.listdir(cache / "spool"), "no spool file in the -o cache_dir"
+
+
+def test_o_cache_dir_twice_last_wins(store, mount, tmp_path):
+    store.add("a.bin", 100)
+    first, second = tmp_path / "first", tmp_path / "second"
+    m = mount(store.write(), "-o", "cache_dir=%s,cache_dir=%s" % (first, second))
+    assert read_file(m.p("a.bin")) == store.content("a.bin")
+    assert (second / "index.db").exists() and not first.exists()
+
+
+@pytest.mark.parametrize("level,info_shown", [("info", True), ("warn", False),
+                                              ("error", False), ("debug", True)])
+def test_o_log_level(store, mount, level, info_shown):
+    store.add("a.bin", 100)
+    m = mount(store.write(), "-o", "log_level=" + level)
+    read_file(m.p("a.bin"))
+    assert ("spoolfs: info: mounted on" in m.stderr()) == info_shown, m.stderr()
+    if level == "debug":
+        assert "spoolfs: debug:" in m.stderr()
+
+
+def test_o_retries(store, mount):
+    path = store.add("down.bin", MiB)
+    m = mount(store.write(), "-o", "retries=2")
+    store.up.fault(path, fail_status=503, fail_count=10)
+    with pytest.raises(OSError) as e:
+        read_file(m.p(path))
+    assert e.value.errno == errno.EIO
+    assert store.up.stats(path)["statuses"] == [503, 503]  # exactly retries=2 tries
+    store.up.clear(path)
+
+
+def test_o_stall_timeout(store, mount):
+    path = store.add("stall.bin", 3 * MiB)
+    m = mount(store.write(), "-o", "stall_timeout=1")
+    store.up.fault(path, stall_at=MiB)
+    t0 = time.monotonic()
+    assert read_file(m.p(path)) == store.content(path)
+    took = time.monotonic() - t0
+    assert store.up.stats(path)["gets"] == 2
+    assert took < 10 * SLOW, "stall_timeout=1 not used (took %.1fs; default is 30)" % took
+
+
+def test_o_max_transfers(store, mount):
+    paths = [store.add("g%d.bin" % i, MiB) for i in range(3)]
+    m = mount(store.write(), "-o", "max_transfers=1")
+    for p in paths:
+        store.up.fault(p, gate=True)
+    results = {}
+
+    def reader(p):
+        try:
+            results[p] = read_file(m.p(p)) == store.content(p)
+        except OSError as e:
+            results[p] = e
+
+    threads = [threading.Thread(target=reader, args=(p,)) for p in paths]
+    for t in threads:
+        t.start()
+    try:
+        store.up.wait_for(lambda s: sum(v["gated"] for v in s["paths"].values()) >= 1,
+                          timeout=10 * SLOW)
+        time.sleep(0.5 * SLOW)
+        gated = sum(v["gated"] for v in store.up.stats()["paths"].values())
+        assert gated == 1, "max_transfers=1 but %d transfers were running" % gated
+    finally:
+        for p in paths:
+            store.up.clear(p)
+            store.up.release(p)
+        for t in threads:
+            t.join(30 * SLOW)
+    assert all(results.get(p) is True for p in paths), results
+
+
+@pytest.mark.parametrize("opt", [
+    "ca_file=/etc/ssl/certs/ca-certificates.crt",
+    "proxy=",
+    "endpoint=http://127.0.0.1:9",
+    "region=eu-west-1",
+    "profile=nobody",
+    "path_style",
+    "no_sign",
+])
+def test_o_other_long_options_are_accepted(store, mount, opt):
+    """Options whose effect other tests cover (proxy: test_proxy.py; S3 options: tests/s3)
+    or that do nothing for an http manifest: they must be taken as spoolfs options, not
+    handed to the kernel, where they would fail the mount."""
+    store.add("a.bin", 1000)
+    m = mount(store.write(), "-o", opt)
+    assert read_file(m.p("a.bin")) == store.content("a.bin")
+
+
+def test_o_unknown_option_fails_the_mount(store, tmp_path):
+    store.add("a.bin", 100)
+    with pytest.raises(RuntimeError, match="unknown option"):
+        Mount(store.write(), tmp_path / "m", tmp_path / "m.log", ["-o", "no_such_option=1"])
+    assert not is_mounted(tmp_path / "m")
