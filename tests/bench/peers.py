@@ -1,0 +1,860 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark of spoolfs and its peers (issue 5). Run it through peers.sh,
+which builds spoolfs, installs peers on request and unmounts everything on any exit.
+
+  peers.py run WORK SPOOLFS_BIN      the whole benchmark; prints one table
+  peers.py op NAME ARGS...           one measured operation, run in a child process so
+                                     that a hung mount costs a timeout, not the run
+
+Environment: SCALE (full | small), RUNS (default 3 full, 1 small), PEERS (comma list,
+default "spoolfs,rclone,httpdirfs,s3fs"), OP_TIMEOUT (s per operation), SEED (default 1),
+W5_FILES / W5_DIRS (override the metadata tree).
+
+Every system reads the same generated store from the same test upstream
+(tests/upstream/upstream.py --index, on 127.0.0.1); s3fs reads it through
+tests/upstream/s3_upstream.py (the same fault/accounting code, S3 API) over the same
+store directory. Each measurement uses a fresh mount and a fresh cache directory, so a
+"cold" read is cold for the system (the upstream's own page cache is warm for everyone).
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "upstream"))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402  (read_status, the /proc sampler)
+import mkstore  # noqa: E402
+
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+MiB = 1 << 20
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def log(msg):
+    sys.stderr.write("[peers] %s\n" % msg)
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- config
+def config():
+    scale = os.environ.get("SCALE", "full")
+    if scale not in ("full", "small"):
+        raise SystemExit("SCALE must be full or small")
+    small = scale == "small"
+    c = {
+        "scale": scale,
+        "runs": int(os.environ.get("RUNS", "1" if small else "3")),
+        "seed": int(os.environ.get("SEED", "1")),
+        # W1: one object, the whole path throttled (total_rate: all connections share it)
+        "w1_size": mkstore.parse_size("8M" if small else "256M"),
+        "w1_rate": (16 if small else 100) * MiB,
+        "w1_readers": [8, 64],
+        # W2/W3/W4: one object, unthrottled; W2cap: its own object, each response capped
+        "w2_size": mkstore.parse_size("32M" if small else "1G"),
+        "cap_size": mkstore.parse_size("16M" if small else "256M"),
+        "cap_rate": (16 if small else 50) * MiB,
+        "w4_reads": 200,
+        "w5_files": int(os.environ.get("W5_FILES", "2000" if small else "100000")),
+        "w5_dirs": int(os.environ.get("W5_DIRS", "20" if small else "1000")),
+        "timeout": float(os.environ.get("OP_TIMEOUT", "60" if small else "300")),
+        "peers": os.environ.get("PEERS", "spoolfs,rclone,httpdirfs,s3fs").split(","),
+    }
+    for k in ("W1_SIZE", "W2_SIZE", "CAP_SIZE"):
+        if os.environ.get(k):
+            c[k.lower()] = mkstore.parse_size(os.environ[k])
+    return c
+
+
+# --------------------------------------------------------------------------- store
+def make_store(work, c):
+    store = os.path.join(work, "store")
+    big = os.path.join(store, "big")
+    log("generating store (seed %d): w1 %d MiB, w2 %d MiB, cap %d MiB, tree %d files in %d dirs"
+        % (c["seed"], c["w1_size"] >> 20, c["w2_size"] >> 20, c["cap_size"] >> 20,
+           c["w5_files"], c["w5_dirs"]))
+    m = mkstore.make_store(big, ["w1.bin:%d" % c["w1_size"], "w2.bin:%d" % c["w2_size"],
+                                 "cap.bin:%d" % c["cap_size"]], seed=c["seed"])
+    os.unlink(os.path.join(big, "manifest.json"))  # crawling peers must not list it
+    for f in m["files"]:
+        f["url"] = "big/" + f["path"]
+    with open(os.path.join(store, "big.json"), "w") as f:
+        json.dump(m, f)
+    # W5: tiny files, names and sizes from the seed; no sha256 (metadata only)
+    rnd = random.Random("%d:tree" % c["seed"])
+    tree = os.path.join(store, "tree")
+    files = []
+    per = -(-c["w5_files"] // c["w5_dirs"])
+    for i in range(c["w5_files"]):
+        d = "d%04d" % (i // per)
+        rel = "%s/f%06d.txt" % (d, i)
+        size = rnd.randrange(1, 200)
+        os.makedirs(os.path.join(tree, d), exist_ok=True)
+        with open(os.path.join(tree, rel), "wb") as f:
+            f.write((b"%s\n" % rel.encode()).ljust(size, b"x")[:size])
+        files.append({"path": rel, "size": size, "url": "tree/" + rel})
+    with open(os.path.join(store, "tree.json"), "w") as f:
+        json.dump({"version": 1, "files": files}, f)
+    return store
+
+
+# --------------------------------------------------------------------------- upstreams
+class Server:
+    """upstream.py or s3_upstream.py as a child; /_ctl/ helpers."""
+
+    def __init__(self, work, name, argv):
+        self.name = name
+        out = open(os.path.join(work, name + ".out"), "w+")
+        err = open(os.path.join(work, name + ".log"), "w")
+        self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        with open(os.path.join(work, "pids"), "a") as f:
+            f.write("%d\n" % self.proc.pid)
+        deadline = time.time() + 15
+        port = None
+        while port is None:
+            out.seek(0)
+            for line in out.read().splitlines():
+                if line.startswith("PORT "):
+                    port = int(line.split()[1])
+            if port is None:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("%s did not start: %s" % (
+                        name, open(os.path.join(work, name + ".log")).read()[-2000:]))
+                time.sleep(0.05)
+        self.base = "http://127.0.0.1:%d" % port
+
+    def ctl(self, name, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + "/_ctl/" + name, data=data,
+                                     method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+        with _opener.open(req, timeout=30) as r:
+            return json.loads(r.read() or b"{}")
+
+    def reset(self):
+        self.ctl("reset", {})
+
+    def bytes(self, path):
+        return self.ctl("stats?path=" + path)["bytes"]
+
+    def requests(self):
+        s = self.ctl("stats")
+        return s.get("total_gets", 0) + s.get("total_heads", 0)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# --------------------------------------------------------------------------- mounts
+def is_mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+class Mount:
+    """One mount of one system: start, wait until mounted, sample RSS, unmount."""
+
+    def __init__(self, system, work, tag, what):
+        self.system, self.work = system, work
+        self.mnt = os.path.join(work, "mnt." + tag)
+        self.cache = os.path.join(work, "cache." + tag)
+        for p in (self.mnt, self.cache):
+            shutil.rmtree(p, ignore_errors=True)
+            os.makedirs(p)
+        self.logpath = os.path.join(work, "log." + tag)
+        argv = system.argv(what, self.mnt, self.cache)
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                     stdout=open(self.logpath, "w"), stderr=subprocess.STDOUT,
+                                     env=system.env())
+        with open(os.path.join(work, "mounts"), "a") as f:
+            f.write("%d %s\n" % (self.proc.pid, self.mnt))
+        deadline = t0 + system.mount_timeout
+        while not is_mounted(self.mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited (%s) before mounting: %s" % (
+                    system.name, self.proc.returncode, self.log_tail()))
+            if time.monotonic() > deadline:
+                self.unmount()
+                raise RuntimeError("%s did not mount in %.0f s" % (system.name,
+                                                                    system.mount_timeout))
+            time.sleep(0.005)
+        self.mount_s = time.monotonic() - t0
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._sample, daemon=True)
+        self._t.start()
+
+    def log_tail(self):
+        try:
+            return open(self.logpath, errors="replace").read()[-1500:]
+        except OSError:
+            return ""
+
+    def _sample(self):
+        while not self._stop.is_set():
+            st = benchlib.read_status(self.proc.pid)
+            if not st:
+                return
+            self.peak_kb = max(self.peak_kb, st.get("VmRSS", 0), st.get("VmHWM", 0))
+            self._stop.wait(0.05)
+
+    def rss_mib(self):
+        st = benchlib.read_status(self.proc.pid)
+        self.peak_kb = max(self.peak_kb, st.get("VmHWM", 0), st.get("VmRSS", 0))
+        return self.peak_kb / 1024
+
+    def unmount(self):
+        """Returns the daemon's exit status (None if it had to be killed)."""
+        if getattr(self, "_stop", None):
+            self._stop.set()
+        if is_mounted(self.mnt):
+            if subprocess.call(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL):
+                time.sleep(0.5)
+                if subprocess.call(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL):
+                    subprocess.call(["fusermount3", "-uz", self.mnt], stderr=subprocess.DEVNULL)
+        rc = None
+        try:
+            rc = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.cache, ignore_errors=True)
+        return rc
+
+
+class System:
+    name = "?"
+    mount_timeout = 60
+    server = "http"  # which upstream it reads
+
+    def __init__(self, bench):
+        self.b = bench
+
+    def env(self):
+        e = dict(os.environ)
+        for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                  "all_proxy"):
+            e.pop(k, None)
+        return e
+
+    def missing(self):
+        return None  # or the reason it cannot run at all
+
+
+class Spoolfs(System):
+    name = "spoolfs"
+    # Defaults are its fast settings (it is what we tune); a fresh --cache-dir per mount.
+
+    def argv(self, what, mnt, cache):
+        return [self.b.spoolfs, "-f", "%s/%s.json" % (self.b.http.base, what), mnt,
+                "--cache-dir", cache]
+
+
+class Rclone(System):
+    name = "rclone"
+    # rclone mount of an http remote (no config: ":http:" + --http-url). Fast read-only
+    # settings from rclone's mount docs: --read-only; --vfs-cache-mode full (reads are
+    # cached on disk, sparse, shared by all handles of a file, with read-ahead, the mode
+    # the docs recommend for reading); static store, so directory and attribute caches
+    # never expire (--dir-cache-time, --attr-timeout long, --poll-interval 0); no modtime
+    # or hash look-ups (--no-modtime, --no-checksum). The http remote HEADs each file of
+    # a listing for its size (the default; --http-no-head would give wrong sizes).
+    # Chunked reading (--vfs-read-chunk-size 128M doubling) and --buffer-size 16M are
+    # rclone's defaults.
+
+    def missing(self):
+        return None if shutil.which("rclone") else "not installed (peers.sh --install)"
+
+    def argv(self, what, mnt, cache):
+        conf = os.path.join(self.b.work, "rclone.conf")
+        open(conf, "a").close()
+        return ["rclone", "mount", ":http:", mnt, "--http-url", "%s/%s/" % (self.b.http.base, what),
+                "--config", conf, "--read-only", "--vfs-cache-mode", "full",
+                "--cache-dir", cache, "--dir-cache-time", "1000h", "--attr-timeout", "1000h",
+                "--poll-interval", "0", "--no-modtime", "--no-checksum", "--log-level", "NOTICE"]
+
+
+class Httpdirfs(System):
+    name = "httpdirfs"
+    # httpdirfs crawls the upstream's HTML directory listings (upstream.py --index).
+    # Fast settings from its manual: --cache (segment cache on disk, 8 MiB segments by
+    # default, so re-reads and concurrent readers are served locally) in a fresh
+    # --cache-location; -o ro; --max-conns default 10.
+
+    def missing(self):
+        return None if shutil.which("httpdirfs") else "not installed (peers.sh --install)"
+
+    def argv(self, what, mnt, cache):
+        return ["httpdirfs", "-f", "--cache", "--cache-location", cache, "-o", "ro",
+                "%s/%s/" % (self.b.http.base, what), mnt]
+
+
+class S3fs(System):
+    name = "s3fs"
+    server = "s3"
+    # s3fs-fuse against tests/upstream/s3_upstream.py (path-style, anonymous: public
+    # buckets). Fast read-only settings from its man page: -o ro; use_cache=DIR (local
+    # file cache, so re-reads and other handles are served locally); parallel_count=5
+    # and multipart_size=10 (MiB) are the documented defaults for ranged parallel
+    # transfers; a large stat cache (max_stat_cache_size, stat_cache_expire) since the
+    # store is static; enable_noobj_cache (no repeated HEADs of missing names).
+
+    def missing(self):
+        if not shutil.which("s3fs"):
+            return "not installed (peers.sh --install)"
+        if self.b.s3 is None:
+            return self.b.s3_reason
+        return None
+
+    def argv(self, what, mnt, cache):
+        return ["s3fs", what, mnt, "-f", "-o",
+                "ro,url=%s,use_path_request_style,public_bucket=1,endpoint=us-east-1,"
+                "use_cache=%s,max_stat_cache_size=200000,stat_cache_expire=86400,"
+                "enable_noobj_cache" % (self.b.s3.base, cache)]
+
+
+SYSTEMS = {c.name: c for c in (Spoolfs, Rclone, Httpdirfs, S3fs)}
+
+
+# --------------------------------------------------------------------------- operations
+# Each runs as "peers.py op NAME ..." in a child process and prints one JSON object.
+
+def _check_block(buf, n, off, bad):
+    """mkstore stamps (block index, offset) into the first 16 bytes of each 1 MiB block."""
+    if off % MiB == 0 and n >= 16 and not bad:
+        i, o = struct.unpack_from("<QQ", buf, 0)
+        if (i, o) != (off // MiB, off):
+            bad.append("wrong bytes at offset %d" % off)
+
+
+def op_readers(path, n, size):
+    """n threads open and read path together (1 MiB reads); per reader: first byte and end
+    time relative to the common start."""
+    n, size = int(n), int(size)
+    bar = threading.Barrier(n + 1)
+    res = [None] * n
+
+    def reader(k):
+        buf = bytearray(MiB)
+        bad = []
+        bar.wait()
+        t0 = time.monotonic()
+        first = None
+        got = 0
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                while True:
+                    r = os.readv(fd, [buf])
+                    if r <= 0:
+                        break
+                    if first is None:
+                        first = time.monotonic()
+                    _check_block(buf, r, got, bad)
+                    got += r
+            finally:
+                os.close(fd)
+        except OSError as e:
+            bad.append("%s after %d bytes" % (e, got))
+        res[k] = (t0, first or time.monotonic(), time.monotonic(), got, bad)
+
+    ts = [threading.Thread(target=reader, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    bar.wait()
+    start = time.monotonic()
+    for t in ts:
+        t.join()
+    short = [r[3] for r in res if r[3] != size]
+    bad = [r[4][0] for r in res if r[4]]
+    firsts = sorted(r[1] - start for r in res)
+    return {"wall": max(r[2] for r in res) - start, "first": firsts[0],
+            "follow_max": firsts[-1] - firsts[0],
+            "follow_med": statistics.median([f - firsts[0] for f in firsts[1:]] or [0]),
+            "error": ("short read: %s bytes, want %d" % (short[:3], size)) if short else
+                     ("reader error: %s" % bad[0]) if bad else None}
+
+
+def op_seq(path, size):
+    size = int(size)
+    buf = bytearray(MiB)
+    bad = []
+    got = 0
+    t0 = time.monotonic()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            r = os.readv(fd, [buf])
+            if r <= 0:
+                break
+            _check_block(buf, r, got, bad)
+            got += r
+    finally:
+        os.close(fd)
+    t = time.monotonic() - t0
+    err = None
+    if got != size:
+        err = "short read: %d bytes, want %d" % (got, size)
+    elif bad:
+        err = bad[0]
+    return {"wall": t, "error": err}
+
+
+def w4_offsets(size, reads, seed):
+    rnd = random.Random("%s:w4" % seed)
+    return [rnd.randrange(0, size // 4096) * 4096 for _ in range(reads)]
+
+
+def op_random(path, size, reads, seed, ref):
+    offs = w4_offsets(int(size), int(reads), seed)
+    out = []
+    t0 = time.monotonic()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for o in offs:
+            out.append(os.pread(fd, 4096, o))
+    finally:
+        os.close(fd)
+    t = time.monotonic() - t0
+    err = None
+    with open(ref, "rb") as f:  # verify after the clock stopped
+        for o, d in zip(offs, out):
+            if d != os.pread(f.fileno(), 4096, o):
+                err = "wrong bytes at offset %d (%d bytes)" % (o, len(d))
+                break
+    return {"wall": t, "error": err}
+
+
+def op_random_http(url, size, reads, seed):
+    """Baseline for W4: the same 200 ranges as GETs on one keep-alive connection."""
+    import http.client
+    import urllib.parse
+    u = urllib.parse.urlsplit(url)
+    offs = w4_offsets(int(size), int(reads), seed)
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    for o in offs:
+        c.request("GET", u.path, headers={"Range": "bytes=%d-%d" % (o, o + 4095)})
+        r = c.getresponse()
+        d = r.read()
+        if r.status != 206 or len(d) != 4096:
+            return {"wall": 0, "error": "range GET: %d, %d bytes" % (r.status, len(d))}
+    c.close()
+    return {"wall": time.monotonic() - t0, "error": None}
+
+
+def op_curl(url, size):
+    t0 = time.monotonic()
+    p = subprocess.run(["curl", "-s", "--noproxy", "*", "-o", "/dev/null", "-w",
+                        "%{http_code} %{size_download}", url], capture_output=True, text=True)
+    t = time.monotonic() - t0
+    want = "200 %s" % size
+    return {"wall": t, "error": None if p.stdout == want else
+            "curl %s: got %r, want %r" % (url, p.stdout, want)}
+
+
+def op_shell(cmd, want_lines):
+    """Run a shell pipeline (find | wc -l, ls -lR > /dev/null) in the given directory."""
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    t = time.monotonic() - t0
+    err = None
+    if p.returncode != 0:
+        err = "%r exited %d: %s" % (cmd, p.returncode, p.stderr.strip()[-300:])
+    elif want_lines != "-" and p.stdout.strip() != want_lines:
+        err = "%r printed %r, want %s" % (cmd, p.stdout.strip()[:80], want_lines)
+    return {"wall": t, "error": err}
+
+
+OPS = {"readers": op_readers, "seq": op_seq, "random": op_random,
+       "random_http": op_random_http, "curl": op_curl, "shell": op_shell}
+
+
+# --------------------------------------------------------------------------- the bench
+class Bench:
+    def __init__(self, work, spoolfs):
+        self.work, self.spoolfs = work, spoolfs
+        self.c = config()
+        self.vals = {}  # (row, system) -> [values]
+        self.na = {}  # (row, system) -> reason
+        self.problems = []  # spoolfs or the harness did not work: exit 1
+        self.notes = []  # a peer did not work: shown as n/a, reported, exit 0
+        self.s3 = None
+        self.s3_reason = ""
+
+    # results
+    def put(self, row, system, value):
+        self.vals.setdefault((row, system), []).append(value)
+
+    def fail(self, row, system, reason):
+        self.na.setdefault((row, system), reason)
+
+    def op(self, *args, timeout=None):
+        """Run one operation in a child; returns its dict or raises RuntimeError."""
+        argv = [PYTHON, os.path.abspath(__file__), "op"] + [str(a) for a in args]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True,
+                               timeout=timeout or self.c["timeout"])
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("timeout after %.0f s" % (timeout or self.c["timeout"]))
+        if p.returncode != 0:
+            lines = p.stderr.strip().splitlines() or ["?"]
+            raise RuntimeError("%s failed: %s" % (args[0], lines[-1][-200:]))
+        r = json.loads(p.stdout)
+        if r.get("error"):
+            raise RuntimeError(r["error"])
+        return r
+
+    def trouble(self, system, msg):
+        (self.problems if system.name == "spoolfs" else self.notes).append(
+            "%s %s" % (system.name, msg))
+
+    def server_for(self, system):
+        return self.s3 if system.server == "s3" else self.http
+
+    # --- baselines
+    def baselines(self, run):
+        c, st = self.c, os.path.join(self.work, "store")
+        h = self.http.base
+        log("run %d: baselines" % run)
+        self.put("W1 wall s", "baseline", self.op("curl", h + "/big/w1.bin", c["w1_size"])["wall"])
+        self.put("W2 cold read s", "baseline",
+                 self.op("curl", h + "/big/w2.bin", c["w2_size"])["wall"])
+        self.put("W2 capped read s", "baseline",
+                 self.op("curl", h + "/big/cap.bin", c["cap_size"])["wall"])
+        self.op("seq", st + "/big/w2.bin", c["w2_size"])  # warm the page cache
+        self.put("W3 warm read s", "baseline",
+                 self.op("seq", st + "/big/w2.bin", c["w2_size"])["wall"])
+        self.put("W4 wall s", "baseline", self.op("random_http", h + "/big/w2.bin", c["w2_size"],
+                                                  c["w4_reads"], c["seed"])["wall"])
+        self.put("W4 upstream B/asked", "baseline", 1.0)
+        t = os.path.join(st, "tree")
+        self.put("W5 find s", "baseline",
+                 self.op("shell", "cd %s && find . -type f | wc -l" % t, c["w5_files"])["wall"])
+        self.put("W5 ls -lR s", "baseline",
+                 self.op("shell", "cd %s && ls -lR >/dev/null" % t, "-")["wall"])
+
+    # --- one system, one run
+    def mount(self, system, what, tag):
+        return Mount(system, self.work, "%s.%s" % (system.name, tag), what)
+
+    def unmount(self, system, m):
+        rc = m.unmount()
+        if rc != 0:
+            tail = [l for l in m.log_tail().splitlines() if l.strip()]
+            tail = [l for l in tail if "fatal" in l.lower() or "error" in l.lower()] or tail
+            self.trouble(system, "exited with status %s after unmount (%s); log: %s" % (
+                rc, os.path.basename(m.mnt), " | ".join(tail[-3:])[-300:]))
+
+    def w1(self, s, run):
+        c, srv = self.c, self.server_for(s)
+        rss = 0.0
+        single = None
+        for n in [1] + c["w1_readers"]:
+            rows = ["W1x%d wall s" % n, "W1x%d wall/1 reader" % n, "W1x%d upstream B/size" % n,
+                    "W1x%d follower TTFB-leader ms (max)" % n]
+            if n == 1:
+                rows = ["W1 wall s"]
+            try:
+                m = self.mount(s, "big", "w1.%d.%d" % (run, n))
+            except RuntimeError as e:
+                for r in rows:
+                    self.fail(r, s.name, "mount: %s" % e)
+                self.trouble(s, str(e))
+                continue
+            try:
+                srv.reset()
+                r = self.op("readers", m.mnt + "/w1.bin", n, c["w1_size"])
+                up = srv.bytes("big/w1.bin") / c["w1_size"]
+                if n == 1:
+                    single = r["wall"]
+                    self.put("W1 wall s", s.name, r["wall"])
+                    self.put("W1x1 upstream B/size", s.name, up)
+                else:
+                    self.put(rows[0], s.name, r["wall"])
+                    if single:
+                        self.put(rows[1], s.name, r["wall"] / single)
+                    else:
+                        self.fail(rows[1], s.name, "no 1-reader time")
+                    self.put(rows[2], s.name, up)
+                    self.put(rows[3], s.name, r["follow_max"] * 1000)
+            except RuntimeError as e:
+                for r in rows:
+                    self.fail(r, s.name, str(e)[:60])
+                if "timeout" not in str(e):
+                    self.trouble(s, "W1 x%d: %s" % ((n, e)))
+            finally:
+                rss = max(rss, m.rss_mib())
+                self.unmount(s, m)
+        if rss:
+            self.put("W6 peak RSS MiB in W1", s.name, rss)
+
+    def w2w3(self, s, run):
+        c, srv = self.c, self.server_for(s)
+        try:
+            m = self.mount(s, "big", "w2.%d" % run)
+        except RuntimeError as e:
+            for r in ("W2 cold read s", "W3 warm read s", "W6 peak RSS MiB in W2"):
+                self.fail(r, s.name, "mount: %s" % e)
+            self.trouble(s, str(e))
+            return
+        try:
+            srv.reset()
+            self.put("W2 cold read s", s.name,
+                     self.op("seq", m.mnt + "/w2.bin", c["w2_size"])["wall"])
+            self.put("W2 upstream B/size", s.name, srv.bytes("big/w2.bin") / c["w2_size"])
+            srv.reset()
+            self.put("W3 warm read s", s.name,
+                     self.op("seq", m.mnt + "/w2.bin", c["w2_size"])["wall"])
+            self.put("W3 upstream B/size", s.name, srv.bytes("big/w2.bin") / c["w2_size"])
+            self.put("W6 peak RSS MiB in W2", s.name, m.rss_mib())
+        except RuntimeError as e:
+            for r in ("W2 cold read s", "W3 warm read s"):
+                self.fail(r, s.name, str(e)[:60])
+            if "timeout" not in str(e):
+                self.trouble(s, "W2/W3: %s" % e)
+        finally:
+            self.unmount(s, m)
+
+    def w2cap(self, s, run):
+        c = self.c
+        try:
+            m = self.mount(s, "big", "cap.%d" % run)
+        except RuntimeError as e:
+            self.fail("W2 capped read s", s.name, "mount: %s" % e)
+            return
+        try:
+            self.put("W2 capped read s", s.name,
+                     self.op("seq", m.mnt + "/cap.bin", c["cap_size"])["wall"])
+        except RuntimeError as e:
+            self.fail("W2 capped read s", s.name, str(e)[:60])
+            if "timeout" not in str(e):
+                self.trouble(s, "W2 capped: %s" % e)
+        finally:
+            self.unmount(s, m)
+
+    def w4(self, s, run):
+        c, srv = self.c, self.server_for(s)
+        try:
+            m = self.mount(s, "big", "w4.%d" % run)
+        except RuntimeError as e:
+            self.fail("W4 wall s", s.name, "mount: %s" % e)
+            return
+        try:
+            srv.reset()
+            r = self.op("random", m.mnt + "/w2.bin", c["w2_size"], c["w4_reads"], c["seed"],
+                        os.path.join(self.work, "store", "big", "w2.bin"))
+            up = srv.bytes("big/w2.bin")  # right after the last read (downloads go on)
+            self.put("W4 wall s", s.name, r["wall"])
+            self.put("W4 upstream B/asked", s.name, up / (4096.0 * c["w4_reads"]))
+            time.sleep(1.0)
+            self.put("W4 upstream B/asked +1s", s.name,
+                     srv.bytes("big/w2.bin") / (4096.0 * c["w4_reads"]))
+        except RuntimeError as e:
+            for r in ("W4 wall s", "W4 upstream B/asked"):
+                self.fail(r, s.name, str(e)[:60])
+            if "timeout" not in str(e):
+                self.trouble(s, "W4: %s" % e)
+        finally:
+            self.unmount(s, m)
+
+    def w5(self, s, run):
+        c, srv = self.c, self.server_for(s)
+        rows = ("W5 mount s", "W5 find s", "W5 ls -lR s", "W5 upstream requests after mount",
+                "W6 peak RSS MiB in W5")
+        srv.reset()
+        try:
+            m = self.mount(s, "tree", "w5.%d" % run)
+        except RuntimeError as e:
+            for r in rows:
+                self.fail(r, s.name, "mount: %s" % e)
+            self.trouble(s, "W5: %s" % e)
+            return
+        try:
+            self.put("W5 mount s", s.name, m.mount_s)
+            self.put("W5 upstream requests during mount", s.name, srv.requests())
+            srv.reset()
+            self.put("W5 find s", s.name, self.op(
+                "shell", "cd %s && find . -type f | wc -l" % m.mnt, c["w5_files"])["wall"])
+            self.put("W5 ls -lR s", s.name, self.op(
+                "shell", "cd %s && ls -lR >/dev/null" % m.mnt, "-")["wall"])
+            self.put("W5 upstream requests after mount", s.name, srv.requests())
+        except RuntimeError as e:
+            for r in rows[1:4]:
+                self.fail(r, s.name, str(e)[:60])
+            if "timeout" not in str(e):
+                self.trouble(s, "W5: %s" % e)
+        finally:
+            self.put("W6 peak RSS MiB in W5", s.name, m.rss_mib())
+            self.unmount(s, m)
+
+    def run(self):
+        c = self.c
+        store = make_store(self.work, c)
+        self.http = Server(self.work, "upstream", [
+            PYTHON, os.path.join(ROOT, "tests/upstream/upstream.py"), "--root", store,
+            "--host", "127.0.0.1", "--port", "0", "--index"])
+        s3py = os.path.join(ROOT, "tests/upstream/s3_upstream.py")
+        systems = []
+        for name in c["peers"]:
+            if name not in SYSTEMS:
+                raise SystemExit("unknown system %r in PEERS" % name)
+            systems.append(SYSTEMS[name](self))
+        if "s3fs" in c["peers"] and shutil.which("s3fs"):
+            if os.environ.get("S3_ENDPOINT"):
+                self.s3_reason = ("S3_ENDPOINT given, but seeding a foreign S3 server with "
+                                  "the store is not implemented; unset it to use "
+                                  "tests/upstream/s3_upstream.py")
+            elif not os.path.exists(s3py):
+                self.s3_reason = "no S3 API: tests/upstream/s3_upstream.py is missing"
+            else:
+                try:
+                    self.s3 = Server(self.work, "s3_upstream", [
+                        PYTHON, s3py, "--root", store, "--host", "127.0.0.1", "--port", "0",
+                        "--public", "big", "--public", "tree", "--etag", "fast"])
+                except RuntimeError as e:
+                    self.s3_reason = "s3_upstream.py did not start: %s" % str(e)[:100]
+        servers = [self.http] + ([self.s3] if self.s3 else [])
+        for srv in servers:
+            srv.ctl("fault", {"path": "big/w1.bin", "total_rate": c["w1_rate"]})
+            srv.ctl("fault", {"path": "big/cap.bin", "rate": c["cap_rate"]})
+        live = []
+        for s in systems:
+            why = s.missing()
+            if why:
+                self.fail("*", s.name, why)
+                log("%s: n/a (%s)" % (s.name, why))
+            else:
+                live.append(s)
+        try:
+            for run in range(1, c["runs"] + 1):
+                self.baselines(run)
+                for s in live:
+                    for wname, fn in (("W1", self.w1), ("W2/W3", self.w2w3),
+                                      ("W2 capped", self.w2cap), ("W4", self.w4),
+                                      ("W5", self.w5)):
+                        log("run %d/%d: %s %s" % (run, c["runs"], s.name, wname))
+                        t0 = time.monotonic()
+                        fn(s, run)
+                        log("  %.1f s" % (time.monotonic() - t0))
+        finally:
+            for srv in servers:
+                srv.stop()
+        self.report([s.name for s in systems])
+        for p in self.notes:
+            print("NOTE: %s" % p)
+        for p in self.problems:
+            print("PROBLEM: %s" % p)
+        return 1 if self.problems else 0
+
+    # --- the table
+    ROWS = [  # (row, baseline label or None)
+        ("W1 wall s", "curl, 1 reader, same throttle"),
+        ("W1x8 wall s", "W1 curl"), ("W1x8 wall/1 reader", None),
+        ("W1x8 upstream B/size", None), ("W1x8 follower TTFB-leader ms (max)", None),
+        ("W1x64 wall s", "W1 curl"), ("W1x64 wall/1 reader", None),
+        ("W1x64 upstream B/size", None), ("W1x64 follower TTFB-leader ms (max)", None),
+        ("W2 cold read s", "curl -o /dev/null"), ("W2 upstream B/size", None),
+        ("W2 capped read s", "curl, same per-connection cap"),
+        ("W3 warm read s", "read of the local store file"), ("W3 upstream B/size", None),
+        ("W4 wall s", "200 Range GETs, 1 keep-alive connection"),
+        ("W4 upstream B/asked", "the same GETs"), ("W4 upstream B/asked +1s", None),
+        ("W5 mount s", None), ("W5 upstream requests during mount", None),
+        ("W5 find s", "find on the local store tree"),
+        ("W5 ls -lR s", "ls -lR on the local store tree"),
+        ("W5 upstream requests after mount", None),
+        ("W6 peak RSS MiB in W1", None), ("W6 peak RSS MiB in W2", None),
+        ("W6 peak RSS MiB in W5", None),
+    ]
+
+    def report(self, names):
+        c = self.c
+
+        def fmt(v):
+            if v >= 1000:
+                return "%.0f" % v
+            if v >= 100:
+                return "%.1f" % v
+            if v >= 10:
+                return "%.2f" % v
+            return "%.3f" % v
+
+        base_of = {"W1x8 wall s": "W1 wall s", "W1x64 wall s": "W1 wall s"}
+        lines = [("figure", "system", "median", "min-max", "x baseline", "note")]
+        for row, blabel in self.ROWS:
+            bkey = base_of.get(row, row)
+            bvals = self.vals.get((bkey, "baseline"))
+            bmed = statistics.median(bvals) if bvals else None
+            if blabel and row not in base_of and bvals:
+                lines.append((row, "baseline", fmt(bmed), "%s-%s" % (fmt(min(bvals)),
+                              fmt(max(bvals))), "1.00", blabel))
+            for n in names:
+                v = self.vals.get((row, n))
+                why = self.na.get((row, n)) or self.na.get(("*", n))
+                if not v:
+                    lines.append((row, n, "n/a", "", "", why or "not measured"))
+                    continue
+                med = statistics.median(v)
+                ratio = ""
+                if blabel and bmed:
+                    ratio = "%.2f" % (med / bmed)
+                note = ""
+                if why:
+                    note = "%d of %d runs failed: %s" % (c["runs"] - len(v), c["runs"], why)
+                lines.append((row, n, fmt(med), "%s-%s" % (fmt(min(v)), fmt(max(v))), ratio,
+                              note))
+        w = [max(len(l[i]) for l in lines) for i in range(6)]
+        print("spoolfs vs peers (issue 5), SCALE=%s, %d run(s) each; median, min-max, "
+              "median / baseline median (same run)" % (c["scale"], c["runs"]))
+        print("sizes: W1 %d MiB at %d MiB/s total; W2/W3/W4 %d MiB; W2 capped %d MiB at "
+              "%d MiB/s per connection; W5 %d files in %d dirs; machine: %d cores, %s"
+              % (c["w1_size"] >> 20, c["w1_rate"] >> 20, c["w2_size"] >> 20,
+                 c["cap_size"] >> 20, c["cap_rate"] >> 20, c["w5_files"], c["w5_dirs"],
+                 os.cpu_count(), os.uname().release))
+        prev = None
+        for i, l in enumerate(lines):
+            if i > 1 and l[0].split()[0] != prev:
+                print()
+            prev = l[0].split()[0] if i else None
+            print("  ".join(
+                (l[j].ljust(w[j]) if j in (0, 1, 5) else l[j].rjust(w[j])) for j in range(6)
+            ).rstrip())
+            if i == 0:
+                print("  ".join("-" * x for x in w))
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[1] == "op":
+        print(json.dumps(OPS[argv[2]](*argv[3:])))
+        return 0
+    if len(argv) == 4 and argv[1] == "run":
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+        return Bench(argv[2], argv[3]).run()
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
