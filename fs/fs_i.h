@@ -74,6 +74,7 @@ struct fs_session {
 	char *spool_dir;
 	bool remove_cache;   /* a fresh temporary directory: removed whole at unmount */
 	bool made_cache_dir; /* --cache-dir did not exist before: removed when emptied */
+	int cache_lock_fd;   /* flock on cache_dir/lock for the process's life, or -1 */
 	uid_t uid;
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */

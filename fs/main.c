@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -54,7 +56,8 @@ static void remove_cache_files(struct fs_session *s)
 	                                          "index.db-journal"};
 	char path[4096];
 
-	if (!s->cache_dir || (!s->remove_cache && s->opts.keep_cache))
+	/* Without the lock the files are another mount's. */
+	if (!s->cache_dir || s->cache_lock_fd < 0 || (!s->remove_cache && s->opts.keep_cache))
 		return;
 	if (s->remove_cache) {
 		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -66,8 +69,34 @@ static void remove_cache_files(struct fs_session *s)
 	}
 	if (s->spool_dir)
 		nftw(s->spool_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	snprintf(path, sizeof(path), "%s/lock", s->cache_dir);
+	unlink(path);
 	if (s->made_cache_dir)
 		rmdir(s->cache_dir);
+}
+
+/*
+ * One mount per cache directory: two would share spool files by name and drop each other's
+ * namespace. The lock lives as long as the process (flock, so the daemonised child keeps it).
+ */
+static int lock_cache_dir(struct fs_session *s)
+{
+	char *lock_path = NULL;
+	int fd, rc = 0;
+
+	if (asprintf(&lock_path, "%s/lock", s->cache_dir) < 0)
+		return -ENOMEM;
+	fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+	} else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		close(fd);
+	} else {
+		s->cache_lock_fd = fd;
+	}
+	free(lock_path);
+	return rc;
 }
 
 static int make_cache_dir(struct fs_session *s)
@@ -95,6 +124,9 @@ static int make_cache_dir(struct fs_session *s)
 		s->remove_cache = true;
 	}
 	s->cache_dir = path;
+	rc = lock_cache_dir(s);
+	if (rc)
+		return rc;
 	if (asprintf(&s->spool_dir, "%s/spool", path) < 0) {
 		s->spool_dir = NULL;
 		return -ENOMEM;
@@ -305,6 +337,7 @@ int main(int argc, char *argv[])
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
+	s.cache_lock_fd = -1;
 	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_cond_init(&s.list_done, NULL);
 	s.uid = getuid();
@@ -332,6 +365,11 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	rc = make_cache_dir(&s);
+	if (rc == -EBUSY) {
+		fprintf(stderr, "spoolfs: cache directory %s is in use by another spoolfs mount\n",
+		        s.cache_dir);
+		goto out_cache;
+	}
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot create the cache directory: %s\n", strerror(-rc));
 		goto out_cache;
@@ -357,6 +395,8 @@ out_cache:
 	pthread_cond_destroy(&s.list_done);
 	pthread_mutex_destroy(&s.list_lock);
 	remove_cache_files(&s);
+	if (s.cache_lock_fd >= 0)
+		close(s.cache_lock_fd);
 	free(s.spool_dir);
 	free(s.cache_dir);
 	curl_global_cleanup();

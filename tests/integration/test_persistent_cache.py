@@ -96,3 +96,16 @@ def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
     assert store.up.stats(done)["gets"] == 0, "a finished object was fetched again"
     assert read_file(m2.p(partial)) == expected(store, partial)
     assert store.up.stats(partial)["bytes"] <= 32 * MiB
+
+
+def test_second_mount_on_the_same_cache_dir_is_refused(store, mount, tmp_path):
+    a = store.add("a.bin", MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache))
+    with pytest.raises(RuntimeError) as e:
+        mount(url, "--cache-dir", str(cache), name="mnt2")
+    assert "is in use by another spoolfs mount" in str(e.value)
+    # the refused mount removed nothing of the first one's
+    assert read_file(m.p(a)) == expected(store, a)
+    assert (cache / "index.db").exists()
