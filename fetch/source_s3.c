@@ -571,6 +571,23 @@ static int collect(struct s3_source *src, struct listing *dirs, struct listing *
 	return rc;
 }
 
+/* An object named like a prefix shows as the directory; say so, as for other hidden keys. */
+static void log_shadowed(struct listing *dirs, struct listing *files, const char *prefix)
+{
+	char key[S3_KEY_MAX + 1];
+
+	for (size_t i = 0; i < files->n; i++) {
+		for (size_t j = 0; j < dirs->n; j++) {
+			if (strcmp(files->entries[i].name, dirs->entries[j].name) == 0) {
+				snprintf(key, sizeof(key), "%s%s", prefix, files->entries[i].name);
+				skip(files, key,
+				     "a prefix of the same name is shown as a directory");
+				break;
+			}
+		}
+	}
+}
+
 int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx, uint64_t dir_ino,
                    char *err, size_t err_len)
 {
@@ -619,8 +636,11 @@ int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx
 		rc = -ENOMEM;
 		goto out;
 	}
-	memcpy(all, dirs.entries, dirs.n * sizeof(*all));
-	memcpy(all + dirs.n, files.entries, files.n * sizeof(*all));
+	if (dirs.n)
+		memcpy(all, dirs.entries, dirs.n * sizeof(*all));
+	if (files.n)
+		memcpy(all + dirs.n, files.entries, files.n * sizeof(*all));
+	log_shadowed(&dirs, &files, prefix);
 	rc = index_add_listing(idx, dir_ino, all, dirs.n + files.n);
 	if (rc)
 		snprintf(err, err_len, "cannot record the listing of %s%s: %s", src->display,

@@ -19,7 +19,7 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment)
+((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment fuzz_s3_list)
 
 CC=${CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOOLFS_FUZZ=ON \
 	-DSPOOLFS_SANITIZE=address,undefined >/dev/null &&
