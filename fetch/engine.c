@@ -69,6 +69,7 @@ struct engine {
 	size_t cap_active;
 	unsigned n_transfers;
 	unsigned n_background; /* transfers of streams nobody is waiting on */
+	int64_t last_use_stamp;
 	uint64_t rng;
 };
 
@@ -567,6 +568,55 @@ static bool reusable_key(const char *key)
 	return strncmp(key, "sha256:", 7) == 0 || strchr(key, '#') != NULL;
 }
 
+/*
+ * When an object was last put to use, for least-recently-used eviction: wall-clock
+ * milliseconds (comparable across sessions), strictly increasing within one, so objects
+ * first used in the same millisecond still have an order.
+ */
+static int64_t use_stamp(struct engine *e)
+{
+	struct timespec ts;
+	int64_t now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	if (now <= e->last_use_stamp)
+		now = e->last_use_stamp + 1;
+	e->last_use_stamp = now;
+	return now;
+}
+
+/*
+ * --cache-max-size: evicts complete objects, least recently used first, until the cache
+ * fits. Objects in use (open, being read or downloaded) are never evicted; if they alone
+ * exceed the limit, the cache stays over it and says so.
+ */
+static void make_room(struct engine *e, struct flight *f)
+{
+	struct index_spool_entry lru[64];
+	uint64_t bytes = 0;
+	size_t n = 0;
+
+	if (index_spool_usage(e->cfg.idx, &bytes, lru, 64, &n) != 0)
+		return;
+	for (size_t i = 0; i < n && bytes > e->cfg.cache_max_size; i++) {
+		if (strcmp(lru[i].key, f->key) == 0 ||
+		    flight_table_evict(f->table, lru[i].key) != 0)
+			continue;
+		if (index_record_complete(e->cfg.idx, lru[i].key, false) == 0)
+			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
+		fetch_log(FETCH_LOG_DEBUG, "evicted a %" PRIu64 "-byte object from the cache",
+		          lru[i].size);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(lru[i].key);
+	if (bytes > e->cfg.cache_max_size)
+		fetch_log(FETCH_LOG_WARN,
+		          "cache holds %" PRIu64 " bytes, over --cache-max-size %" PRIu64
+		          ": the rest is in use",
+		          bytes, e->cfg.cache_max_size);
+}
+
 /* Picks up what a previous session left in a persistent cache. 0 when it did. */
 static int reuse_spool(struct engine *e, struct flight *f)
 {
@@ -608,6 +658,11 @@ static int activate(struct engine *e, struct flight *f)
 	f->engine_started = true;
 	flight_ref(f);
 	e->active[e->n_active++] = f;
+	if (e->cfg.durable && e->cfg.idx) {
+		index_spool_touch(e->cfg.idx, f->key, f->size, use_stamp(e));
+		if (e->cfg.cache_max_size)
+			make_room(e, f);
+	}
 	rc = reuse_spool(e, f);
 	if (rc == 0)
 		return 0;
@@ -617,7 +672,7 @@ static int activate(struct engine *e, struct flight *f)
 	}
 	/* Stale records must go before the file is truncated, or a crash could restore them. */
 	if (e->cfg.durable && e->cfg.idx) {
-		rc = index_record_complete(e->cfg.idx, f->key, false);
+		rc = index_spool_reset(e->cfg.idx, f->key);
 		if (rc) {
 			fail_flight(e, f, rc, "cannot update the cache index");
 			return 0;

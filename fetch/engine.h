@@ -37,8 +37,9 @@ struct engine_config {
 	uint64_t backoff_base_ms;
 	uint64_t backoff_cap_ms;
 	struct fetch_net net;
-	bool durable;      /* fdatasync the spool before recording its ranges */
-	struct index *idx; /* records ranges and completions; may be NULL */
+	bool durable;            /* fdatasync the spool before recording its ranges */
+	uint64_t cache_max_size; /* with durable: evict least recently used beyond it; 0 = no */
+	struct index *idx;       /* records ranges and completions; may be NULL */
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
 	void *sign_ctx;

@@ -515,18 +515,67 @@ static void answer(struct flight_waiter *ready, int err)
 
 static void complete_flight(struct flight *f);
 
-/* The spool file's name: a hash of the flight's key, so a later session finds it again. */
-static int spool_path_of(struct flight *f, char **path)
+/* The spool file's name: a hash of the key, so a later session finds it again. */
+static int spool_path_for(struct flight_table *table, const char *key, char **path)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
 
-	if (EVP_Digest(f->key, strlen(f->key), digest, &len, EVP_sha256(), NULL) != 1)
+	if (EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL) != 1)
 		return -EIO;
 	for (unsigned i = 0; i < len; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	return asprintf(path, "%s/%s.spool", f->table->spool_dir, hex) < 0 ? -ENOMEM : 0;
+	return asprintf(path, "%s/%s.spool", table->spool_dir, hex) < 0 ? -ENOMEM : 0;
+}
+
+static int spool_path_of(struct flight *f, char **path)
+{
+	return spool_path_for(f->table, f->key, path);
+}
+
+int flight_table_evict(struct flight_table *table, const char *key)
+{
+	uint64_t bucket = hash_key(key) % TABLE_BUCKETS;
+	struct table_entry **pp, *found = NULL;
+	char *path = NULL;
+	int rc = 0;
+
+	pthread_mutex_lock(&table->lock);
+	for (pp = &table->buckets[bucket]; *pp; pp = &(*pp)->next) {
+		struct flight *f = (*pp)->flight;
+		if (strcmp(f->key, key) != 0)
+			continue;
+		/*
+		 * Joins take the table lock, so with it held the table's reference being the
+		 * only one means no handle, reader, queue or engine can be using the flight.
+		 */
+		pthread_mutex_lock(&f->lock);
+		bool idle = f->state == FLIGHT_COMPLETE && atomic_load(&f->refs) == 1;
+		if (idle)
+			f->in_table = false;
+		pthread_mutex_unlock(&f->lock);
+				if (!idle) {
+			fetch_log(FETCH_LOG_DEBUG, "%s: kept in the cache: in use", f->name);
+			rc = -EBUSY;
+			break;
+		}
+		found = *pp;
+		*pp = found->next;
+		break;
+	}
+	pthread_mutex_unlock(&table->lock);
+	if (rc)
+		return rc;
+	if (found) {
+		flight_unref(found->flight);
+		free(found);
+	}
+	rc = spool_path_for(table, key, &path);
+	if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+		rc = -errno;
+	free(path);
+	return rc;
 }
 
 /* Makes fd the flight's spool, unless the flight failed meanwhile. Takes path. */

@@ -152,6 +152,13 @@ void flight_table_stop_hasher(struct flight_table *table);
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
                       struct flight **out, bool *created);
 
+/*
+ * Drops a complete object nobody uses (the table's is its only reference) from the table
+ * and deletes its spool file, also when no flight of this session had it. Returns 0, or
+ * -EBUSY when it is in use or not complete (it stays). For --cache-max-size.
+ */
+int flight_table_evict(struct flight_table *table, const char *key);
+
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);
 
@@ -226,7 +233,8 @@ int flight_open_spool(struct flight *f);
  * Transfer thread only. Reopens the spool file a previous session left (persistent cache
  * directories) and restores what it recorded: `ranges` durably written, all of the object
  * when `complete`. Restored bytes are published under the same rule as received ones.
- * 0, or -errno (-ENOENT, -ESTALE for a file that does not match): start afresh then.
+ * 0, or -errno: before the file is installed (f->spool_fd still -1: -ENOENT, -ESTALE for
+ * a file that does not match) start afresh; after it, the flight must fail.
  */
 int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete);
 

@@ -425,7 +425,16 @@ static int canon_header_set(struct canon_header *h, const char *name, const char
 	h->name = sb_take(&n);
 	h->value = sb_take(&v);
 	h->order = order;
-	return h->name && h->value ? 0 : -ENOMEM;
+	if (h->name && h->value)
+		return 0;
+	/* The caller frees only complete headers: undo a half-made one (the value may be a
+	 * session token, so it is wiped). */
+	free(h->name);
+	if (h->value)
+		OPENSSL_cleanse(h->value, strlen(h->value));
+	free(h->value);
+	h->name = h->value = NULL;
+	return -ENOMEM;
 }
 
 static void canon_headers_free(struct canon_header *h, size_t n)

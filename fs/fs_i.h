@@ -25,6 +25,7 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *proxy;
+	char *cache_max_size; /* "10G": parsed by main */
 	char *log_level;
 	char *endpoint; /* S3 */
 	char *region;
@@ -55,6 +56,12 @@ struct fs_handle {
 	struct flight *flight; /* a reference; NULL for a virtual file */
 	char *text;            /* virtual file content */
 	size_t len;
+	/*
+	 * The kernel sends release only after every read of the file was answered, but a
+	 * sanitizer cannot see that ordering: reads release-increment this once they are done
+	 * with the handle, and release acquire-loads it before freeing, which states it.
+	 */
+	atomic_uint reads_done;
 };
 
 struct fs_session {
@@ -72,9 +79,10 @@ struct fs_session {
 	struct fuse_session *se;
 	char *cache_dir; /* the directory in use */
 	char *spool_dir;
-	bool remove_cache;   /* a fresh temporary directory: removed whole at unmount */
-	bool made_cache_dir; /* --cache-dir did not exist before: removed when emptied */
-	int cache_lock_fd;   /* flock on cache_dir/lock for the process's life, or -1 */
+	bool remove_cache;       /* a fresh temporary directory: removed whole at unmount */
+	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
+	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
+	uint64_t cache_max_size; /* bytes; 0 = unbounded */
 	uid_t uid;
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */

@@ -99,6 +99,47 @@ static int lock_cache_dir(struct fs_session *s)
 	return rc;
 }
 
+/* "512M", "10G", "1048576": bytes, or -EINVAL. */
+static int parse_size(const char *text, uint64_t *out)
+{
+	char *end = NULL;
+	unsigned long long n;
+	int shift = 0;
+
+	errno = 0;
+	n = strtoull(text, &end, 10);
+	if (errno || end == text)
+		return -EINVAL;
+	switch (*end) {
+	case 'T':
+	case 't':
+		shift += 10; /* fall through */
+	case 'G':
+	case 'g':
+		shift += 10; /* fall through */
+	case 'M':
+	case 'm':
+		shift += 10; /* fall through */
+	case 'K':
+	case 'k':
+		shift += 10;
+		end++;
+		break;
+	case '\0':
+		break;
+	default:
+		return -EINVAL;
+	}
+	if ((*end == 'i' || *end == 'I') && shift)
+		end++;
+	if ((*end == 'B' || *end == 'b'))
+		end++;
+	if (*end || (shift && n > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)n << shift;
+	return 0;
+}
+
 static int make_cache_dir(struct fs_session *s)
 {
 	char *path = NULL;
@@ -240,6 +281,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
 	cfg.durable = !s->remove_cache;
+	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
@@ -356,6 +398,12 @@ int main(int argc, char *argv[])
 		printf("spoolfs %s (libfuse %s, %s)\n", SPOOLFS_VERSION, fuse_pkgversion(),
 		       curl_version());
 		status = 0;
+		goto out_args;
+	}
+	if (s.opts.cache_max_size && parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
+		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
+		        s.opts.cache_max_size);
+		status = 2;
 		goto out_args;
 	}
 	set_log_level(s.opts.log_level, s.opts.debug);

@@ -74,6 +74,7 @@ static int flight_key(const struct index_node *n, const char *url, const char *e
 
 void fs_handle_free(struct fs_handle *h)
 {
+	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
 	if (h->flight) {
 		atomic_fetch_sub(&h->flight->handles, 1);
 		flight_unref(h->flight);
@@ -402,7 +403,7 @@ fail:
  * Replies from a private copy: the kernel may complete the read and let the file be
  * released (freeing the snapshot) while writev is still returning in this thread.
  */
-static void reply_snapshot(fuse_req_t req, const struct fs_handle *h, uint64_t off, size_t size)
+static void reply_snapshot(fuse_req_t req, struct fs_handle *h, uint64_t off, size_t size)
 {
 	size_t start = off < h->len ? (size_t)off : h->len;
 	size_t len = h->len - start < size ? h->len - start : size;
@@ -413,6 +414,7 @@ static void reply_snapshot(fuse_req_t req, const struct fs_handle *h, uint64_t o
 		return;
 	}
 	memcpy(copy, h->text + start, len);
+	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 	fuse_reply_buf(req, copy, len);
 	free(copy);
 }
@@ -426,12 +428,14 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t len;
 	int rc;
 
-	if (off < 0) {
-		fuse_reply_err(req, EINVAL);
+	if (!f && off >= 0) {
+		reply_snapshot(req, h, (uint64_t)off, size);
 		return;
 	}
-	if (!f) {
-		reply_snapshot(req, h, (uint64_t)off, size);
+	/* Done with h: from here on only f, which the handle keeps alive until release. */
+	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	if ((uint64_t)off >= f->size || size == 0) {

@@ -30,6 +30,9 @@ static const struct fuse_opt option_spec[] = {
     OPT("--cache-dir %s", cache_dir),
     OPT("cache_dir=%s", cache_dir),
     OPT_FLAG("--keep-cache", keep_cache),
+    OPT("--cache-max-size=%s", cache_max_size),
+    OPT("--cache-max-size %s", cache_max_size),
+    OPT("cache_max_size=%s", cache_max_size),
     OPT_FLAG("keep_cache", keep_cache),
     OPT("--ca-file=%s", ca_file),
     OPT("--ca-file %s", ca_file),
@@ -108,6 +111,8 @@ void fs_options_usage(const char *prog)
 	    "  --keep-cache           keep --cache-dir's spool and index after unmount; the\n"
 	    "                         next mount serves verified objects without a request\n"
 	    "                         (a cache dir left by a crash is reused either way)\n"
+	    "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
+	    "                         used objects not in use are evicted (default: no bound)\n"
 	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	    "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
 	    "                         http_proxy, https_proxy and no_proxy variables)\n"
@@ -189,6 +194,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->cache_dir);
 	free(opts->ca_file);
 	free(opts->proxy);
+	free(opts->cache_max_size);
 	free(opts->log_level);
 	free(opts->endpoint);
 	free(opts->region);

@@ -13,7 +13,8 @@
  *     once the rows are in (index_namespace_indexes), which is cheaper than updating them
  *     per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent), which
  *     carries the rowid, serves readdir in inode order.
- *   spool_object(key PRIMARY KEY, complete), spool_range(key, off_start, off_end):
+ *   spool_object(key PRIMARY KEY, complete, size, last_used), spool_range(key, off_start,
+ *   off_end):
  *     kept across opens so a persistent cache can resume.
  */
 #include "index/index_i.h"
@@ -27,7 +28,9 @@
 
 static const char schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
                                  " key TEXT PRIMARY KEY NOT NULL,"
-                                 " complete INTEGER NOT NULL DEFAULT 0);"
+                                 " complete INTEGER NOT NULL DEFAULT 0,"
+                                 " size INTEGER NOT NULL DEFAULT 0,"
+                                 " last_used INTEGER NOT NULL DEFAULT 0);"
                                  "CREATE TABLE IF NOT EXISTS spool_range("
                                  " key TEXT NOT NULL,"
                                  " off_start INTEGER NOT NULL,"
@@ -261,8 +264,15 @@ static int setup_schema(sqlite3 *db)
 	if (rc < 0)
 		return rc;
 	rc = index_sqlite_errno(sqlite3_exec(db, schema_sql, NULL, NULL, NULL));
+	/* Version 2 added the sizes and use times that --cache-max-size evicts by. */
+	if (rc == 0 && version == 1)
+		rc = index_sqlite_errno(sqlite3_exec(
+		    db,
+		    "ALTER TABLE spool_object ADD COLUMN size INTEGER NOT NULL DEFAULT 0;"
+		    "ALTER TABLE spool_object ADD COLUMN last_used INTEGER NOT NULL DEFAULT 0;",
+		    NULL, NULL, NULL));
 	if (rc == 0)
-		rc = pragma_int(db, "PRAGMA user_version = 1", NULL);
+		rc = pragma_int(db, "PRAGMA user_version = 2", NULL);
 	if (rc == 0)
 		rc = index_sqlite_errno(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL));
 	if (rc < 0 && !sqlite3_get_autocommit(db))

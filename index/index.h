@@ -107,7 +107,25 @@ int index_record_complete(struct index *idx, const char *key, bool complete);
  * 0, -ENOENT when there is no record, or -errno.
  */
 int index_spool_lookup(struct index *idx, const char *key, bool *complete,
-		       struct index_ranges *ranges);
+                       struct index_ranges *ranges);
+
+/* Forgets key's recorded ranges and completeness, keeping its size and use time. */
+int index_spool_reset(struct index *idx, const char *key);
+
+/* Records that key's spool (size bytes) is in use now (`now` orders uses; larger = later). */
+int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t now);
+
+struct index_spool_entry {
+	char *key; /* malloc'd: the caller frees */
+	uint64_t size;
+};
+
+/*
+ * The bytes all recorded spools take, and up to max complete ones, least recently used
+ * first (eviction candidates) in lru[0..*n). 0 or -errno.
+ */
+int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_entry *lru, size_t max,
+                      size_t *n);
 
 /*
  * Checks one path segment (a file or directory name) for a namespace: non-empty, not "." or

@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 
-#define INDEX_SCHEMA_VERSION 1
+#define INDEX_SCHEMA_VERSION 2
 
 struct index {
 	pthread_mutex_t lock;

@@ -8,6 +8,8 @@
  * per call: this runs once per object per session, not per read.
  */
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "index/index_i.h"
 #include "index/ranges.h"
@@ -52,6 +54,100 @@ int index_spool_lookup(struct index *idx, const char *key, bool *complete,
 out:
 	sqlite3_finalize(obj);
 	sqlite3_finalize(rng);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t now)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->db,
+	    "INSERT INTO spool_object(key, complete, size, last_used) VALUES(:key, 0, :size, :now)"
+	    " ON CONFLICT(key) DO UPDATE SET size = :size, last_used = :now",
+	    -1, &st, NULL));
+	if (rc == 0)
+		rc = index_bind_text(st, ":key", key, -1);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":size", (int64_t)size);
+	if (rc == 0)
+		rc = index_bind_int64(st, ":now", now);
+	if (rc == 0)
+		rc = index_step_done(st);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_entry *lru, size_t max,
+                      size_t *n)
+{
+	sqlite3_stmt *sum = NULL, *old = NULL;
+	int rc;
+
+	*bytes = 0;
+	*n = 0;
+	pthread_mutex_lock(&idx->lock);
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->db, "SELECT coalesce(sum(size), 0) FROM spool_object", -1, &sum, NULL));
+	if (rc == 0)
+		rc = index_sqlite_errno(
+		    sqlite3_prepare_v2(idx->db,
+		                       "SELECT key, size FROM spool_object WHERE complete = 1"
+		                       " ORDER BY last_used, key LIMIT :max",
+		                       -1, &old, NULL));
+	if (rc == 0)
+		rc = index_bind_int64(old, ":max", (int64_t)max);
+	if (rc)
+		goto out;
+	if (sqlite3_step(sum) == SQLITE_ROW)
+		*bytes = (uint64_t)sqlite3_column_int64(sum, 0);
+	while ((rc = sqlite3_step(old)) == SQLITE_ROW && *n < max) {
+		const unsigned char *key = sqlite3_column_text(old, 0);
+		lru[*n].key = strdup(key ? (const char *)key : "");
+		lru[*n].size = (uint64_t)sqlite3_column_int64(old, 1);
+		if (!lru[*n].key) {
+			rc = -ENOMEM;
+			break;
+		}
+		(*n)++;
+	}
+	rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : rc < 0 ? rc : index_step_errno(rc);
+out:
+	sqlite3_finalize(sum);
+	sqlite3_finalize(old);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_spool_reset(struct index *idx, const char *key)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_begin(idx);
+	if (rc)
+		goto out;
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->db, "UPDATE spool_object SET complete = 0 WHERE key = :key", -1, &st, NULL));
+	if (rc == 0)
+		rc = index_bind_text(st, ":key", key, -1);
+	if (rc == 0)
+		rc = index_step_done(st);
+	if (rc == 0)
+		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
+	if (rc == 0)
+		rc = index_step_done(idx->st_range_clear);
+	if (rc == 0)
+		rc = index_commit(idx);
+	if (rc)
+		index_rollback(idx);
+out:
+	sqlite3_finalize(st);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }

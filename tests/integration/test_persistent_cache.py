@@ -27,6 +27,14 @@ def wait_durable(m, name, timeout=20):
         time.sleep(0.01)
 
 
+def wait_closed(m, name, timeout=20):
+    """Until the daemon has seen the release of every handle on the object."""
+    deadline = time.monotonic() + timeout * SLOW
+    while flights(m).get(name, {}).get("handles", 0) != 0:
+        assert time.monotonic() < deadline, flights(m)
+        time.sleep(0.01)
+
+
 def expected(store, path):
     with open(os.path.join(store.root, path), "rb") as f:
         return f.read()
@@ -109,3 +117,38 @@ def test_second_mount_on_the_same_cache_dir_is_refused(store, mount, tmp_path):
     # the refused mount removed nothing of the first one's
     assert read_file(m.p(a)) == expected(store, a)
     assert (cache / "index.db").exists()
+
+
+def test_cache_max_size_evicts_least_recently_used(store, mount, tmp_path):
+    a, b, c = (store.add(n, 4 * MiB) for n in ("a.bin", "b.bin", "c.bin"))
+    url = store.write()
+    m = mount(url, "--cache-dir", str(tmp_path / "cache"), "--cache-max-size", "10M")
+    for p in (a, b):
+        assert read_file(m.p(p)) == expected(store, p)
+        wait_durable(m, p)
+        wait_closed(m, p)  # the kernel sends release after close() returns
+    assert read_file(m.p(c)) == expected(store, c)  # 12 MiB > 10 MiB: a, the oldest, goes
+    wait_durable(m, c)
+    gets = {p: store.up.stats(p)["gets"] for p in (a, b, c)}
+    assert read_file(m.p(b)) == expected(store, b)
+    assert store.up.stats(b)["gets"] == gets[b], "b was evicted instead of a"
+    # An evicted object is fetched again by its next open (its pages may still be in the
+    # kernel's cache, so the read itself need not wait for that fetch).
+    assert read_file(m.p(a)) == expected(store, a)
+    store.up.wait_for(lambda st: st["gets"] == gets[a] + 1, timeout=20 * SLOW, path=a)
+    assert len(os.listdir(tmp_path / "cache" / "spool")) <= 3
+
+
+def test_cache_max_size_never_evicts_an_object_in_use(store, mount, tmp_path):
+    a, b, c = (store.add(n, 4 * MiB) for n in ("a.bin", "b.bin", "c.bin"))
+    url = store.write()
+    m = mount(url, "--cache-dir", str(tmp_path / "cache"), "--cache-max-size", "6M")
+    with open(m.p(a), "rb") as held:
+        assert held.read() == expected(store, a)
+        wait_durable(m, a)
+        for p in (b, c):
+            assert read_file(m.p(p)) == expected(store, p)
+        held.seek(0)
+        assert held.read() == expected(store, a)
+    assert store.up.stats(a)["gets"] == 1
+    assert "over --cache-max-size" in m.stderr()
