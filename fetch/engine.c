@@ -304,7 +304,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	s->easy = curl_easy_init();
 	if (!s->easy)
 		goto fail_stream;
-	curl_easy_setopt(s->easy, CURLOPT_URL, f->url);
+	curl_easy_setopt(s->easy, CURLOPT_URL, f->urls[f->url_idx]);
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
@@ -552,7 +552,7 @@ static void fail_flight(struct engine *e, struct flight *f, int err, const char 
 	char url[512];
 
 	fetch_log(FETCH_LOG_ERROR, "%s: download failed (%s) from %s", f->name, why,
-	          fetch_redact_url(f->url, url, sizeof(url)));
+	          fetch_redact_url(f->urls[f->url_idx], url, sizeof(url)));
 	atomic_fetch_add_explicit(&e->stats.failures, 1, memory_order_relaxed);
 	while (f->streams)
 		stream_free(e, f->streams);
@@ -696,6 +696,19 @@ static int activate(struct engine *e, struct flight *f)
 	return 0;
 }
 
+/*
+ * After a failed attempt the next goes to the next mirror. A hash keeps bytes from two
+ * servers honest, so a hashed object switches at any point and drops its pinned ETag
+ * (mirrors need not agree on ETags); an unhashed one switches only before its first byte.
+ */
+static void next_mirror(struct flight *f)
+{
+	if (f->n_urls < 2 || (!f->sha256[0] && flight_written(f) > 0))
+		return;
+	f->url_idx = (f->url_idx + 1) % f->n_urls;
+	f->etag[0] = '\0';
+}
+
 static void on_done(struct engine *e, struct stream *s, CURLcode result)
 {
 	struct flight *f = s->f;
@@ -758,9 +771,10 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	fetch_log(FETCH_LOG_WARN,
 	          "%s: %s from %s; retry %u in %" PRIu64 " ms (%" PRIu64 " of %" PRIu64
 	          " bytes local)",
-	          f->name, why, fetch_redact_url(f->url, url, sizeof(url)), f->failures, delay,
-	          written, f->size);
+	          f->name, why, fetch_redact_url(f->urls[f->url_idx], url, sizeof(url)),
+	          f->failures, delay, written, f->size);
 	atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+	next_mirror(f);
 	/* Other streams of this flight keep going; new ones wait for the backoff. */
 	uint64_t due = now_ms() + delay;
 	if (f->retry_due_ms < due)

@@ -143,8 +143,16 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	f->key = strdup(spec->key);
 	f->url = strdup(spec->url);
 	f->name = strdup(spec->name);
-	if (!f->key || !f->url || !f->name)
+	f->urls = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->urls));
+	if (!f->key || !f->url || !f->name || !f->urls)
 		goto fail;
+	f->urls[f->n_urls++] = f->url;
+	for (unsigned i = 0; i < spec->n_mirror_urls; i++) {
+		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
+		if (!f->urls[f->n_urls])
+			goto fail;
+		f->n_urls++;
+	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
 	snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
 	f->size = spec->size;
@@ -162,6 +170,9 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 		goto fail;
 	return f;
 fail:
+	for (unsigned i = 1; i < f->n_urls; i++)
+		free(f->urls[i]);
+	free(f->urls);
 	EVP_MD_CTX_free(f->hash);
 	free(f->key);
 	free(f->url);
@@ -366,6 +377,9 @@ void flight_unref(struct flight *f)
 	index_ranges_free(&f->written);
 	index_ranges_free(&f->published);
 	EVP_MD_CTX_free(f->hash);
+	for (unsigned i = 1; i < f->n_urls; i++)
+		free(f->urls[i]);
+	free(f->urls);
 	pthread_mutex_destroy(&f->lock);
 	free(f->spool_path);
 	free(f->key);
@@ -555,7 +569,7 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		if (idle)
 			f->in_table = false;
 		pthread_mutex_unlock(&f->lock);
-				if (!idle) {
+		if (!idle) {
 			fetch_log(FETCH_LOG_DEBUG, "%s: kept in the cache: in use", f->name);
 			rc = -EBUSY;
 			break;

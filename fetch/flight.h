@@ -65,6 +65,8 @@ struct flight_spec {
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */
 	const char *etag;   /* the version to pin every request to, or NULL (first response's) */
+	const char *const *mirror_urls; /* the same object elsewhere, tried when url fails */
+	unsigned n_mirror_urls;
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
 };
@@ -74,6 +76,8 @@ struct flight {
 	char *key;
 	char *url;
 	char *name;
+	char **urls; /* url, then its mirrors (n_urls in all) */
+	unsigned n_urls;
 	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
 	 * before any byte is delivered; read by whoever delivers and hashes. */
 	char sha256[65];
@@ -116,7 +120,8 @@ struct flight {
 	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
 	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
 	int last_status;                  /* last HTTP status, for the failure log line */
-	bool no_ranges; /* the server answered a ranged GET with 200: one stream */
+	bool no_ranges;   /* the server answered a ranged GET with 200: one stream */
+	unsigned url_idx; /* which of urls the next request goes to */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */

@@ -26,6 +26,8 @@ struct fs_options {
 	char *ca_file;
 	char *proxy;
 	char *cache_max_size; /* "10G": parsed by main */
+	char **mirrors;       /* --mirror bases, in order */
+	unsigned n_mirrors;
 	char *log_level;
 	char *endpoint; /* S3 */
 	char *region;
@@ -67,6 +69,7 @@ struct fs_handle {
 struct fs_session {
 	struct fs_options opts;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
+	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
 	/* Lazy listing: which directories are being listed now (see listing.c). */
 	pthread_mutex_t list_lock;
 	pthread_cond_t list_done;

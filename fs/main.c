@@ -209,8 +209,17 @@ static int load_manifest(struct fs_session *s)
 	if (rc)
 		goto out;
 	rc = index_load_manifest(s->idx, text, len, base_url, err, sizeof(err));
-	if (rc)
+	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
+		goto out;
+	}
+	/* Object URLs under the manifest's directory are the ones a mirror also has. */
+	size_t dir_len = strcspn(base_url, "?#");
+	while (dir_len > 0 && base_url[dir_len - 1] != '/')
+		dir_len--;
+	s->manifest_dir = strndup(base_url, dir_len);
+	if (!s->manifest_dir)
+		rc = -ENOMEM;
 out:
 	free(base_url);
 	free(text);
@@ -447,6 +456,7 @@ out_cache:
 		close(s.cache_lock_fd);
 	free(s.spool_dir);
 	free(s.cache_dir);
+	free(s.manifest_dir);
 	curl_global_cleanup();
 out_args:
 	fs_options_free(&s.opts);

@@ -301,12 +301,43 @@ void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, s
 	memmove(buf, buf + len - used, used);
 }
 
+/*
+ * The object's URL on each --mirror: the part after the manifest's directory, on the
+ * mirror's base. *out is NULL when there are no mirrors or the URL is elsewhere.
+ */
+static int mirror_urls(struct fs_session *s, const char *url, char ***out)
+{
+	size_t dir_len = s->manifest_dir ? strlen(s->manifest_dir) : 0;
+	char **v;
+
+	*out = NULL;
+	if (!s->opts.n_mirrors || !dir_len || strncmp(url, s->manifest_dir, dir_len) != 0)
+		return 0;
+	v = calloc(s->opts.n_mirrors, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (unsigned i = 0; i < s->opts.n_mirrors; i++) {
+		const char *base = s->opts.mirrors[i];
+		size_t len = strlen(base);
+		if (asprintf(&v[i], "%s%s%s", base, len && base[len - 1] == '/' ? "" : "/",
+		             url + dir_len) < 0) {
+			v[i] = NULL;
+			for (unsigned j = 0; j < i; j++)
+				free(v[j]);
+			free(v);
+			return -ENOMEM;
+		}
+	}
+	*out = v;
+	return 0;
+}
+
 /* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
 static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created)
 {
 	struct index_node n;
 	struct flight_spec spec;
-	char *url = NULL, *key = NULL, path[1024], etag[256];
+	char *url = NULL, *key = NULL, path[1024], etag[256], **mirrors = NULL;
 	int rc;
 
 	rc = index_get(s->idx, ino, &n);
@@ -326,7 +357,12 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	if (rc)
 		goto out;
 	fs_node_path(s, &n, path, sizeof(path));
+	rc = mirror_urls(s, url, &mirrors);
+	if (rc)
+		goto out;
 	spec = (struct flight_spec){.key = key,
+	                            .mirror_urls = (const char *const *)mirrors,
+	                            .n_mirror_urls = mirrors ? s->opts.n_mirrors : 0,
 	                            .url = url,
 	                            .etag = etag,
 	                            .sha256 = n.sha256,
@@ -340,6 +376,9 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	if (*created)
 		engine_kick(s->engine, *out);
 out:
+	for (unsigned i = 0; mirrors && i < s->opts.n_mirrors; i++)
+		free(mirrors[i]);
+	free(mirrors);
 	free(key);
 	free(url);
 	return rc;

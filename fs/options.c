@@ -14,6 +14,7 @@
 enum {
 	KEY_FOREGROUND,
 	KEY_DEBUG,
+	KEY_MIRROR,
 };
 
 #define OPT(template, field)                                                                       \
@@ -71,6 +72,9 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("--version", show_version),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
+    FUSE_OPT_KEY("--mirror=", KEY_MIRROR),
+    FUSE_OPT_KEY("--mirror ", KEY_MIRROR),
+    FUSE_OPT_KEY("mirror=", KEY_MIRROR),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
     /* Options mount(8), fstab and mount.fuse3 pass on that mean nothing to a FUSE mount. */
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
@@ -119,6 +123,8 @@ void fs_options_usage(const char *prog)
 	    "  --stall-timeout SEC    no byte for this long restarts a transfer (default 30)\n"
 	    "  --retries N            tries without progress before a read fails (default 6)\n"
 	    "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
+	    "                         tried in order when a fetch fails (repeatable)\n"
 	    "  --log-level LEVEL      debug, info, warn or error (default info)\n"
 	    "S3 sources (credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN,\n"
 	    "then the shared credentials file; never on the command line):\n"
@@ -153,6 +159,23 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 	case KEY_FOREGROUND:
 		opts->foreground = 1;
 		return 0;
+	case KEY_MIRROR: {
+		/* fuse_opt hands over "--mirror=URL", "--mirrorURL" (separate argument) or
+		 * "mirror=URL". */
+		const char *url = arg;
+		if (strncmp(url, "--mirror", 8) == 0)
+			url += 8;
+		else if (strncmp(url, "mirror", 6) == 0)
+			url += 6;
+		if (*url == '=')
+			url++;
+		char **v = realloc(opts->mirrors, (opts->n_mirrors + 1) * sizeof(*v));
+		if (!v)
+			return -1;
+		opts->mirrors = v;
+		v[opts->n_mirrors] = strdup(url);
+		return v[opts->n_mirrors++] ? 0 : -1;
+	}
 	case KEY_DEBUG:
 		opts->debug = 1;
 		opts->foreground = 1;
@@ -195,6 +218,9 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->ca_file);
 	free(opts->proxy);
 	free(opts->cache_max_size);
+	for (unsigned i = 0; i < opts->n_mirrors; i++)
+		free(opts->mirrors[i]);
+	free(opts->mirrors);
 	free(opts->log_level);
 	free(opts->endpoint);
 	free(opts->region);

@@ -1,0 +1,46 @@
+"""--mirror: the manifest's objects are also on other bases; a failed fetch tries the next."""
+
+import os
+import threading
+
+from client import Upstream
+from conftest import SLOW, read_file
+
+MiB = 1 << 20
+
+
+def expected(store, path):
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def test_reads_go_on_when_the_first_upstream_dies(store, mount):
+    a = store.add("dir/a.bin", 3 * MiB)
+    b = store.add("dir/b.bin", 3 * MiB)
+    url = store.write()
+    with Upstream(store.root) as mirror:
+        m = mount(url, "--mirror", mirror.url(""), "--retries", "4")
+        assert read_file(m.p(a)) == expected(store, a)
+        assert mirror.stats(a)["gets"] == 0  # the first upstream serves while it is up
+        store.up.stop()
+        assert read_file(m.p(b)) == expected(store, b)
+        assert mirror.stats(b)["gets"] >= 1
+        assert read_file(m.p(a)) == expected(store, a)  # still local
+
+
+def test_a_download_cut_mid_object_finishes_from_the_mirror(store, mount):
+    size = 16 * MiB
+    c = store.add("c.bin", size)
+    url = store.write()
+    with Upstream(store.root) as mirror:
+        m = mount(url, "-o", "mirror=%s" % mirror.url(""), "--stall-timeout", "2")
+        store.up.fault(c, rate=4 * MiB)
+        result = {}
+        t = threading.Thread(target=lambda: result.update(data=read_file(m.p(c))))
+        t.start()
+        store.up.wait_for(lambda s: s["bytes"] >= 2 * MiB, timeout=30 * SLOW, path=c)
+        store.up.stop()
+        t.join(60 * SLOW)
+        assert result.get("data") == expected(store, c)
+        # the mirror sent only what the first upstream had not (no full refetch)
+        assert mirror.stats(c)["bytes"] < size
