@@ -52,14 +52,15 @@ def is_mounted(path):
 class Mount:
     """One spoolfs daemon in the foreground, mounted on `path`."""
 
-    def __init__(self, source, path, log_path, args=(), timeout=20.0):
+    def __init__(self, source, path, log_path, args=(), timeout=20.0, env=None):
         self.path = str(path)
         self.log_path = str(log_path)
         os.makedirs(self.path, exist_ok=True)
         self.log = open(self.log_path, "wb")
         cmd = [SPOOLFS, "-f", str(source), self.path] + list(args)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=daemon_env())
+                                     stderr=subprocess.STDOUT,
+                                     env=daemon_env() if env is None else env)
         self.unmounted = False
         deadline = time.monotonic() + timeout * SLOW
         while not is_mounted(self.path):
@@ -173,6 +174,12 @@ def mount(tmp_path):
         return m
 
     yield make
+    teardown_mounts(mounts)
+
+
+def teardown_mounts(mounts):
+    """Checks each mount still up for a clean exit; always unmounts them all, then
+    raises the first failure."""
     failed = []
     for m in mounts:
         if m.unmounted:

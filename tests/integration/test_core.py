@@ -1,30 +1,18 @@
 """The core promises, against a real mount and the project's test upstream."""
 
 import errno
-import hashlib
 import os
 import signal
 import stat
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
 
 from conftest import SLOW, read_file
+from helpers import expected, kill_first_reader, sha
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
-
-
-def expected(store, path):
-    with open(os.path.join(store.root, path), "rb") as f:
-        return f.read()
-
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
 
 
 def test_tree_attributes_and_read(store, mount):
@@ -145,36 +133,6 @@ def test_follower_streams_while_leader_downloads(store, mount):
     assert store.up.stats(path)["bytes"] <= size + CHUNK
 
 
-READER = r"""
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb", buffering=0) as f:
-    while True:
-        b = f.read(1 << 20)
-        if not b:
-            break
-        h.update(b)
-print(h.hexdigest())
-"""
-
-
-def opened_by(pid, path):
-    try:
-        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path
-                   for fd in os.listdir("/proc/%d/fd" % pid))
-    except OSError:
-        return False
-
-
-def blocked_in_read(pid):
-    """True once the process sleeps in the kernel (its read is parked on the daemon)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("round_", range(10))
 def test_killed_first_reader(store, mount, round_):
     size = 8 * MiB
@@ -182,26 +140,7 @@ def test_killed_first_reader(store, mount, round_):
     m = mount(store.write())
     store.up.fault(path, gate=True)
     target = m.p(path)
-    leader = subprocess.Popen([sys.executable, "-c", READER, target], stdout=subprocess.PIPE)
-    followers = []
-    try:
-        store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
-        for _ in range(5):
-            followers.append(subprocess.Popen([sys.executable, "-c", READER, target],
-                                              stdout=subprocess.PIPE))
-        deadline = time.monotonic() + 20 * SLOW
-        while not all(opened_by(p.pid, target) and blocked_in_read(p.pid) for p in followers):
-            assert time.monotonic() < deadline, "followers never reached their read"
-            time.sleep(0.01)
-        leader.kill()
-        leader.wait()
-        store.up.release(path)
-        outs = [p.communicate(timeout=60 * SLOW)[0].decode().strip() for p in followers]
-    finally:
-        for p in [leader] + followers:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = kill_first_reader(store.up, path, target)
     assert outs == [store.sha256(path)] * 5
     st = store.up.stats(path)
     assert st["bytes"] <= size + CHUNK, st

@@ -6,7 +6,6 @@ costs well under a second of backoff.
 """
 
 import errno
-import hashlib
 import os
 import re
 import subprocess
@@ -17,32 +16,10 @@ import pytest
 
 from client import Upstream
 from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
+from helpers import expected, read_until_error, sha
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES: the unit of re-sent bytes per resume
-
-
-def expected(store, path):
-    with open(os.path.join(store.root, path), "rb") as f:
-        return f.read()
-
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def read_until_error(path, block=128 * 1024):
-    """Reads sequentially; returns (bytes read, the OSError that stopped it or None)."""
-    got = bytearray()
-    try:
-        with open(path, "rb", buffering=0) as f:
-            while True:
-                b = f.read(block)
-                if not b:
-                    return bytes(got), None
-                got += b
-    except OSError as e:
-        return bytes(got), e
 
 
 def in_thread(fn, *args):

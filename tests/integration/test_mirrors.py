@@ -1,17 +1,12 @@
 """--mirror: the manifest's objects are also on other bases; a failed fetch tries the next."""
 
-import os
 import threading
 
 from client import Upstream
 from conftest import SLOW, read_file
+from helpers import expected
 
 MiB = 1 << 20
-
-
-def expected(store, path):
-    with open(os.path.join(store.root, path), "rb") as f:
-        return f.read()
 
 
 def test_reads_go_on_when_the_first_upstream_dies(store, mount):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import SLOW, is_mounted, read_file
+from helpers import expected
 
 MiB = 1 << 20
 
@@ -33,11 +34,6 @@ def wait_closed(m, name, timeout=20):
     while flights(m).get(name, {}).get("handles", 0) != 0:
         assert time.monotonic() < deadline, flights(m)
         time.sleep(0.01)
-
-
-def expected(store, path):
-    with open(os.path.join(store.root, path), "rb") as f:
-        return f.read()
 
 
 def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):

@@ -18,8 +18,7 @@ import time
 
 import pytest
 
-import conftest
-from conftest import SLOW, Mount, daemon_env, read_file
+from conftest import SLOW, Mount, daemon_env, read_file, teardown_mounts
 
 MiB = 1 << 20
 TINYPROXY = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
@@ -112,27 +111,12 @@ def proxied_mount(tmp_path):
         for var in PROXY_VARS:
             env.pop(var, None)
         env.update(env_extra)
-        saved = conftest.daemon_env
-        conftest.daemon_env = lambda: env  # Mount takes its environment from here
-        try:
-            m = Mount(source, tmp_path / "mnt", tmp_path / "mnt.log", args)
-        finally:
-            conftest.daemon_env = saved
+        m = Mount(source, tmp_path / "mnt", tmp_path / "mnt.log", args, env=env)
         mounts.append(m)
         return m
 
     yield make
-    failed = []
-    for m in mounts:
-        if m.unmounted:
-            continue
-        try:
-            m.check_clean_exit()
-        except BaseException as e:  # always unmount the rest
-            failed.append(e)
-            m.kill()
-    if failed:
-        raise failed[0]
+    teardown_mounts(mounts)
 
 
 def check_went_through_proxy(store, proxy, m, paths):

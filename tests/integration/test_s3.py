@@ -19,6 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, is_mounted, read_file
+from helpers import kill_first_reader, read_until_error, sha
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
 from s3_client import S3Upstream  # noqa: E402
@@ -30,40 +31,6 @@ AK = "AKIDSPOOLFSTEST0001"
 SECRET = "sEcReT/spoolfs+Test=Value0123456789abcdef"
 TOKEN = "tOkEn/spoolfs+Session=0123456789ABCDEFfedcba"
 BUCKET = "bkt"
-
-# Same helpers as test_core.py (kept local so this file stands alone).
-READER = r"""
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb", buffering=0) as f:
-    while True:
-        b = f.read(1 << 20)
-        if not b:
-            break
-        h.update(b)
-print(h.hexdigest())
-"""
-
-
-def sha(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def opened_by(pid, path):
-    try:
-        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path
-                   for fd in os.listdir("/proc/%d/fd" % pid))
-    except OSError:
-        return False
-
-
-def blocked_in_read(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
-    except OSError:
-        return False
-
 
 def content(key, size):
     """Deterministic bytes of an object."""
@@ -138,16 +105,8 @@ def error_lines(err):
 
 def read_all(path, block=MiB):
     """Reads until EOF or an error -> (bytes read, errno or None)."""
-    got = bytearray()
-    try:
-        with open(path, "rb", buffering=0) as f:
-            while True:
-                b = f.read(block)
-                if not b:
-                    return bytes(got), None
-                got += b
-    except OSError as e:
-        return bytes(got), e.errno
+    got, err = read_until_error(path, block)
+    return got, err.errno if err is not None else None
 
 
 # ---------------------------------------------------------------- 1. 2,500 objects, paged
@@ -259,26 +218,7 @@ def test_killed_first_reader(s3_server, mount, round_):
     rel = BUCKET + "/" + key
     s3.fault(rel, gate=True)
     target = m.p(key)
-    leader = subprocess.Popen([sys.executable, "-c", READER, target], stdout=subprocess.PIPE)
-    followers = []
-    try:
-        s3.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=rel)
-        for _ in range(5):
-            followers.append(subprocess.Popen([sys.executable, "-c", READER, target],
-                                              stdout=subprocess.PIPE))
-        deadline = time.monotonic() + 20 * SLOW
-        while not all(opened_by(p.pid, target) and blocked_in_read(p.pid) for p in followers):
-            assert time.monotonic() < deadline, "followers never reached their read"
-            time.sleep(0.01)
-        leader.kill()
-        leader.wait()
-        s3.release(rel)
-        outs = [p.communicate(timeout=60 * SLOW)[0].decode().strip() for p in followers]
-    finally:
-        for p in [leader] + followers:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    outs = kill_first_reader(s3, rel, target)
     assert outs == [sha(data)] * 5
     st = s3.stats(rel)
     assert st["bytes"] <= size + CHUNK, st

@@ -33,7 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 START = os.path.join(HERE, "start-s3rver.sh")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "upstream"))
 import s3_upstream  # noqa: E402  (SigV4 signer)
-from s3_client import parse_error, parse_list  # noqa: E402,F401
+from s3_client import list_pages, list_query, parse_error, parse_list  # noqa: E402,F401
+from client import ServerProcess, send_raw, stop_process  # noqa: E402
 
 ACCESS_KEY = "S3RVER"
 SECRET = "S3RVER"
@@ -61,7 +62,7 @@ def install(timeout=300):
     return time.monotonic() - t0
 
 
-class S3rver:
+class S3rver(ServerProcess):
     def __init__(self, buckets=(), directory=None, port=0, startup_timeout=300.0):
         """startup_timeout covers a first-time npm install. Without directory a
         temporary one is made (and removed by stop())."""
@@ -113,19 +114,7 @@ class S3rver:
             hs, _ = s3_upstream.sign(method, raw_path, query, hs, creds[0], creds[1], region,
                                      payload_hash=s3_upstream.hashlib.sha256(body).hexdigest())
         c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        try:
-            c.putrequest(method, raw_path + ("?" + query if query else ""), skip_host=True,
-                         skip_accept_encoding=True)
-            for k, v in hs:
-                c.putheader(k, v)
-            if body or method in ("PUT", "POST"):
-                c.putheader("Content-Length", str(len(body)))
-            c.endheaders(body if body else None)
-            r = c.getresponse()
-            data = r.read()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-        finally:
-            c.close()
+        return send_raw(c, method, raw_path + ("?" + query if query else ""), hs, body)
 
     def create_bucket(self, bucket, **kw):
         st, _, body = self.request("PUT", bucket, **kw)
@@ -167,13 +156,8 @@ class S3rver:
 
     def list(self, bucket, prefix=None, delimiter=None, token=None, max_keys=None, **kw):
         """One ListObjectsV2 page -> s3_client.parse_list() dict (namespace-agnostic)."""
-        q = [("list-type", "2")]
-        for name, v in (("prefix", prefix), ("delimiter", delimiter),
-                        ("continuation-token", token), ("max-keys", max_keys)):
-            if v is not None:
-                q.append((name, v))
         query = "&".join(s3_upstream.uri_encode(k) + "=" + s3_upstream.uri_encode(str(v))
-                         for k, v in q)
+                         for k, v in list_query(prefix, delimiter, token, max_keys))
         st, _, body = self.request("GET", bucket, query=query, **kw)
         if st != 200:
             raise RuntimeError("list %s -> %d %s" % (bucket, st, body[:300]))
@@ -184,44 +168,17 @@ class S3rver:
 
     def list_all(self, bucket, prefix=None, delimiter=None, max_keys=None, **kw):
         """Follow continuation tokens -> (keys, prefixes (deduplicated), pages)."""
-        keys, prefixes, token, pages = [], [], None, 0
-        while True:
-            p = self.list(bucket, prefix=prefix, delimiter=delimiter, token=token,
-                          max_keys=max_keys, **kw)
-            pages += 1
-            keys += [k[0] for k in p["keys"]]
-            prefixes += [x for x in p["prefixes"] if x not in prefixes]
-            if not p["truncated"]:
-                return keys, prefixes, pages
-            token = p["token"]
+        return list_pages(lambda token: self.list(bucket, prefix=prefix, delimiter=delimiter,
+                                                  token=token, max_keys=max_keys, **kw),
+                          dedup_prefixes=True)
 
     # ---------------------------------------------------------------- lifetime
     def stop(self, timeout=10.0):
         p = self.proc
         if p is None:
             return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        if p.stdout:
-            p.stdout.close()
+        rc = stop_process(p, timeout, kill=lambda q: os.killpg(q.pid, signal.SIGKILL))
         self.proc = None
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
-        return p.returncode
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def __del__(self):
-        try:
-            self.stop()
-        except Exception:
-            pass
+        return rc

@@ -44,17 +44,77 @@ class UpstreamError(RuntimeError):
     pass
 
 
-class Upstream:
+def send_raw(conn, method, target, headers, body=b""):
+    """Sends one request as given (headers: [(name, value)], Host among them) on conn,
+    closes it -> (status, {lower-case header: value}, body)."""
+    try:
+        conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        for k, v in headers:
+            conn.putheader(k, v)
+        if body or method in ("PUT", "POST"):
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body if body else None)
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def stop_process(proc, timeout, kill=None):
+    """SIGTERM, up to timeout seconds, then kill(proc) (default: proc.kill()); closes its
+    stdout -> its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            (kill or subprocess.Popen.kill)(proc)
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+    return proc.returncode
+
+
+class ServerProcess:
+    """A test server subprocess owned by this object: a context manager whose exit
+    (and garbage collection) calls stop()."""
+
+    proc = None
+
+    def stop(self, timeout=5.0):
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __del__(self):
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+
+class Upstream(ServerProcess):
     def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0,
                  tls_cert=None, tls_key=None):
-        self.root = str(root)
-        self.host = host
-        self.tls = bool(tls_cert)
-        cmd = [PYTHON, UPSTREAM, "--root", self.root, "--host", host, "--port", str(port)]
+        cmd = [PYTHON, UPSTREAM, "--root", str(root), "--host", host, "--port", str(port)]
         if verbose:
             cmd.append("--verbose")
         if tls_cert:
             cmd += ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)]
+        self._start(cmd, root, host, bool(tls_cert), startup_timeout)
+
+    def _start(self, cmd, root, host, tls, startup_timeout):
+        """Runs cmd (a server that prints "PORT N" first) and sets up this object's
+        connection to it (root, host, tls, port, base, _ssl, _opener)."""
+        self.root = str(root)
+        self.host = host
+        self.tls = tls
+        if tls:
             # The control channel trusts the test's own certificate, whatever it is.
             self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             self._ssl.check_hostname = False
@@ -155,14 +215,17 @@ class Upstream:
             time.sleep(interval)
 
     # ------------------------------------------------------- direct requests
+    def _connection(self, timeout):
+        """A fresh (not yet connected) HTTP(S) connection to the server."""
+        if self._ssl is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                               context=self._ssl)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
     def request(self, path, method="GET", headers=None, timeout=10):
         """One request on a fresh connection: returns (status, headers dict, body).
         Raises http.client.IncompleteRead etc. on injected drops."""
-        if self._ssl is not None:
-            c = http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                            context=self._ssl)
-        else:
-            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        c = self._connection(timeout)
         try:
             c.request(method, "/" + urllib.parse.quote(str(path).lstrip("/")),
                       headers=headers or {})
@@ -177,26 +240,6 @@ class Upstream:
         p = self.proc
         if p is None:
             return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if p.stdout:
-            p.stdout.close()
+        rc = stop_process(p, timeout)
         self.proc = None
-        return p.returncode
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def __del__(self):
-        try:
-            self.stop()
-        except Exception:
-            pass
+        return rc

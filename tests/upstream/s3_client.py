@@ -20,11 +20,8 @@ sign=False or other creds= are given.
 """
 
 import base64
-import http.client
 import json
 import os
-import ssl
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -33,7 +30,7 @@ import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from client import PYTHON, Upstream, UpstreamError  # noqa: E402
+from client import PYTHON, Upstream, UpstreamError, send_raw  # noqa: E402
 import s3_upstream  # noqa: E402
 
 S3_UPSTREAM = os.path.join(HERE, "s3_upstream.py")
@@ -75,6 +72,36 @@ def parse_list(body):
             "name": t(root, "Name")}
 
 
+def list_query(prefix=None, delimiter=None, token=None, max_keys=None, start_after=None,
+               encoding_type=None):
+    """The query of one ListObjectsV2 request: [(name, value)], the parameters not None."""
+    q = [("list-type", "2")]
+    for name, v in (("prefix", prefix), ("delimiter", delimiter),
+                    ("continuation-token", token), ("max-keys", max_keys),
+                    ("start-after", start_after), ("encoding-type", encoding_type)):
+        if v is not None:
+            q.append((name, v))
+    return q
+
+
+def list_pages(list_page, dedup_prefixes=False):
+    """Calls list_page(continuation token or None) -> parse_list() dict, following the
+    tokens until a page is not truncated -> (keys [str], prefixes [str], pages).
+    dedup_prefixes: drop the prefixes an earlier page already gave."""
+    keys, prefixes, token, pages = [], [], None, 0
+    while True:
+        p = list_page(token)
+        pages += 1
+        keys += [k[0] for k in p["keys"]]
+        if dedup_prefixes:
+            prefixes += [x for x in p["prefixes"] if x not in prefixes]
+        else:
+            prefixes += p["prefixes"]
+        if not p["truncated"]:
+            return keys, prefixes, pages
+        token = p["token"]
+
+
 class S3Upstream(Upstream):
     def __init__(self, root, host="127.0.0.1", port=0, region="us-east-1", verify=None,
                  session_token=None, region_error=400, public=(), max_skew=None,
@@ -83,24 +110,10 @@ class S3Upstream(Upstream):
         """verify: (access_key, secret) enables --verify-sigv4; these creds also sign
         this helper's requests. Credentials go on the server's command line (a test
         server; keep real secrets away from it). tls_cert/tls_key: serve HTTPS."""
-        self.root = str(root)
-        self.host = host
-        self.tls = bool(tls_cert)
-        # What client.Upstream's methods (_ctl, request) use; set here because its
-        # __init__ (which also builds the command line) is not reusable as is.
-        if tls_cert:
-            self._ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            self._ssl.check_hostname = False
-            self._ssl.verify_mode = ssl.CERT_NONE
-            self._opener = urllib.request.build_opener(
-                urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self._ssl))
-        else:
-            self._ssl = None
-            self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self.region = region
         self.creds = tuple(verify) if verify else None
         self.session_token = session_token
-        cmd = [PYTHON, S3_UPSTREAM, "--root", self.root, "--host", host, "--port", str(port),
+        cmd = [PYTHON, S3_UPSTREAM, "--root", str(root), "--host", host, "--port", str(port),
                "--region", region, "--region-error", str(region_error), "--etag", etag]
         if verify:
             cmd += ["--verify-sigv4", "%s:%s" % tuple(verify)]
@@ -115,14 +128,7 @@ class S3Upstream(Upstream):
         if verbose:
             cmd.append("--verbose")
         cmd += list(extra_args)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        try:
-            self.port = self._read_port(startup_timeout)
-        except BaseException:
-            self.stop()
-            raise
-        self.base = "%s://%s:%d" % ("https" if self.tls else "http",
-                                    host if ":" not in host else "[%s]" % host, self.port)
+        self._start(cmd, root, host, bool(tls_cert), startup_timeout)
 
     @property
     def endpoint(self):
@@ -200,23 +206,7 @@ class S3Upstream(Upstream):
                 amz_date=amz_date, payload_hash=ph,
                 session_token=session_token if session_token is not None else self.session_token)
         target = raw_path + ("?" + raw_query if raw_query else "")
-        if self._ssl is not None:
-            c = http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                            context=self._ssl)
-        else:
-            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        try:
-            c.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-            for k, v in hs:
-                c.putheader(k, v)
-            if body or method in ("PUT", "POST"):
-                c.putheader("Content-Length", str(len(body)))
-            c.endheaders(body if body else None)
-            r = c.getresponse()
-            data = r.read()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-        finally:
-            c.close()
+        return send_raw(self._connection(timeout), method, target, hs, body)
 
     def get(self, bucket, key, headers=None, **kw):
         return self.s3_request("GET", bucket, key, headers=headers, **kw)
@@ -227,12 +217,7 @@ class S3Upstream(Upstream):
     def list(self, bucket, prefix=None, delimiter=None, token=None, max_keys=None,
              start_after=None, encoding_type=None, **kw):
         """One ListObjectsV2 page -> parse_list() dict (raises UpstreamError on non-200)."""
-        q = [("list-type", "2")]
-        for name, v in (("prefix", prefix), ("delimiter", delimiter),
-                        ("continuation-token", token), ("max-keys", max_keys),
-                        ("start-after", start_after), ("encoding-type", encoding_type)):
-            if v is not None:
-                q.append((name, v))
+        q = list_query(prefix, delimiter, token, max_keys, start_after, encoding_type)
         st, _, body = self.s3_request("GET", bucket, query=q, **kw)
         if st != 200:
             raise UpstreamError("ListObjectsV2 %s -> %d: %s" % (bucket, st, body[:500]))
@@ -240,16 +225,8 @@ class S3Upstream(Upstream):
 
     def list_all(self, bucket, prefix=None, delimiter=None, max_keys=None, **kw):
         """Follow continuation tokens; -> (keys [str], prefixes [str], pages)."""
-        keys, prefixes, token, pages = [], [], None, 0
-        while True:
-            p = self.list(bucket, prefix=prefix, delimiter=delimiter, token=token,
-                          max_keys=max_keys, **kw)
-            pages += 1
-            keys += [k[0] for k in p["keys"]]
-            prefixes += p["prefixes"]
-            if not p["truncated"]:
-                return keys, prefixes, pages
-            token = p["token"]
+        return list_pages(lambda token: self.list(bucket, prefix=prefix, delimiter=delimiter,
+                                                  token=token, max_keys=max_keys, **kw))
 
 
 def _selftest():  # pragma: no cover - manual smoke

@@ -89,8 +89,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -451,14 +449,7 @@ BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 def file_md5(path, sig):
     if CFG.etag_mode == "fast":
         return hashlib.md5(("%s:%d:%d:%d" % ((path,) + sig)).encode()).hexdigest()
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(1 << 20)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+    return file_digest(path, "md5").hex()
 
 
 def file_digest(path, algo):
@@ -805,21 +796,7 @@ class S3Handler(up.Handler):
         """Consume an injected fail_status for rel (as upstream.py). -> (code, retry) or None."""
         st = up.STATE
         with st.lock:
-            cfg = st.faults.get(rel, {})
-            if "fail_status" not in cfg:
-                return None
-            cnt = cfg.get("fail_count")
-            fail = None
-            if cnt is None or cnt > 0:
-                fail = (cfg["fail_status"], cfg.get("retry_after"))
-            if cnt is not None:
-                cnt -= 1
-                if cnt <= 0:
-                    for k in ("fail_status", "fail_count", "retry_after"):
-                        cfg.pop(k, None)
-                else:
-                    cfg["fail_count"] = cnt
-            return fail
+            return up.take_fail(st.faults.get(rel, {}))
 
     @staticmethod
     def _injected(code, retry):
@@ -997,13 +974,7 @@ class S3Handler(up.Handler):
         head = method == "HEAD"
         rel = bucket + "/"
         st = up.STATE
-        with st.lock:
-            s = st.stat(rel)
-            if head:
-                s["heads"] += 1
-            else:
-                s["gets"] += 1
-                s["ranges"].append(None)
+        self._count_request(rel, head, None)
         rec = {"bucket": bucket, "method": method, "query": q}
         try:
             self._authenticate(method, bucket, raw_path, raw_query, q=q)
@@ -1013,11 +984,8 @@ class S3Handler(up.Handler):
             with st.lock:
                 LISTS.append(rec)
             raise
-        if not self._gate(rel):
-            self._abort()
+        if not self._admit(rel):
             return
-        with st.lock:
-            st.stat(rel)["active"] += 1
         try:
             code = self._bucket_respond(head, bucket, q, rel)
             rec["status"] = code
@@ -1146,23 +1114,14 @@ class S3Handler(up.Handler):
         rel = bucket + "/" + key
         rng = self.headers.get("Range")
         st = up.STATE
-        with st.lock:
-            s = st.stat(rel)
-            if head:
-                s["heads"] += 1
-            else:
-                s["gets"] += 1
-                s["ranges"].append(rng)
+        self._count_request(rel, head, rng)
         try:
             self._authenticate("HEAD" if head else "GET", bucket, raw_path, raw_query)
         except S3Error as e:
             self._status(rel, e.status)
             raise
-        if not self._gate(rel):
-            self._abort()
+        if not self._admit(rel):
             return
-        with st.lock:
-            st.stat(rel)["active"] += 1
         try:
             self._object_respond(head, bucket, key, rel, rng)
         except S3Error as e:
@@ -1204,9 +1163,7 @@ class S3Handler(up.Handler):
         etag = cfg.get("etag") or o.etag
         lastmod = email.utils.formatdate(o.mtime, usegmt=True)
         size = cfg.get("size_lie", real_size)
-        im = self.headers.get("If-Match")
-        if cfg.get("ignore_if_match"):
-            im = None  # a server that does not check preconditions
+        im = self._if_match(cfg)
         if im is not None and not up.etag_list_match(im, etag):
             e = S3Error(412, "PreconditionFailed",
                         "At least one of the pre-conditions you specified did not hold",
@@ -1222,32 +1179,19 @@ class S3Handler(up.Handler):
             self.end_headers()
             return
         start, end, partial = 0, size, False
-        if rng is not None and not cfg.get("ignore_range"):
-            use = True
-            ir = self.headers.get("If-Range")
-            if ir is not None:
-                ir = ir.strip()
-                use = (ir == etag) if (ir.startswith('"') or ir.startswith("W/")) \
-                    else (ir == lastmod)
-            if use:
-                r = up.parse_range(rng, size)
-                if r == "416":
-                    e = S3Error(416, "InvalidRange", "The requested range is not satisfiable",
-                                RangeRequested=rng, ActualObjectSize=str(size))
-                    e.headers += [("Content-Range", "bytes */%d" % size), ("ETag", etag),
-                                  ("Accept-Ranges", "bytes")]
-                    raise e
-                if r is not None:
-                    start, end = r
-                    partial = True
-        code = 206 if partial else 200
-        self._status(rel, code)
-        self.send_response(code)
-        self.send_header("Content-Type", o.ctype)
-        self.send_header("Content-Length", str(end - start))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", etag)
-        self.send_header("Last-Modified", lastmod)
+        if rng is not None and not cfg.get("ignore_range") and \
+                up.if_range_holds(self.headers.get("If-Range"), etag, lastmod):
+            r = up.parse_range(rng, size)
+            if r == "416":
+                e = S3Error(416, "InvalidRange", "The requested range is not satisfiable",
+                            RangeRequested=rng, ActualObjectSize=str(size))
+                e.headers += [("Content-Range", "bytes */%d" % size), ("ETag", etag),
+                              ("Accept-Ranges", "bytes")]
+                raise e
+            if r is not None:
+                start, end = r
+                partial = True
+        self._object_headers(rel, 206 if partial else 200, o.ctype, end - start, etag, lastmod)
         self.send_header("x-amz-request-id", request_id())
         for k, v in sorted(o.meta.items()):
             self.send_header("x-amz-meta-" + k, v)
@@ -1256,8 +1200,7 @@ class S3Handler(up.Handler):
             self.send_header("x-amz-checksum-sha256", o.checksum)
             self.send_header("x-amz-checksum-type", "FULL_OBJECT")
         if partial:
-            off = 4096 if cfg.get("content_range_lie") else 0
-            self.send_header("Content-Range", "bytes %d-%d/%d" % (start + off, end - 1 + off, size))
+            self._content_range(cfg, start, end, size)
         self.end_headers()
         if head or end == start:
             return
@@ -1346,37 +1289,8 @@ def main(argv=None):
     CFG.etag_mode = a.etag
     CFG.blobdir = tempfile.mkdtemp(prefix="s3up-blobs-")
     rescan()
-    if ":" in a.host:
-        up.Server.address_family = socket.AF_INET6
-    httpd = up.Server((a.host, a.port), S3Handler)
-    if a.tls_cert:
-        import ssl
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(a.tls_cert, a.tls_key)
-        httpd.tls = ctx  # upstream.Server wraps accepted sockets; handshake in Handler.setup
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True)
-    t.start()
-    sys.stdout.write("PORT %d\n" % httpd.server_address[1])
-    sys.stdout.flush()
-    while not stop.wait(0.05):
-        pass
-    with up.STATE.cond:
-        up.STATE.stopping = True
-        up.STATE.cond.notify_all()
-    httpd.shutdown()
-    httpd.server_close()
-    shutil.rmtree(CFG.blobdir, ignore_errors=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    up.serve(a.host, a.port, S3Handler, a.tls_cert, a.tls_key,
+             cleanup=lambda: shutil.rmtree(CFG.blobdir, ignore_errors=True))
 
 
 if __name__ == "__main__":

@@ -183,6 +183,36 @@ def parse_range(value, size):
         return None
 
 
+def take_fail(cfg):
+    """Consumes one injected fail_status from a path's fault config (the caller holds
+    STATE.lock) -> (status, retry_after) or None. fail_count None: fail every time."""
+    if "fail_status" not in cfg:
+        return None
+    cnt = cfg.get("fail_count")
+    fail = None
+    if cnt is None or cnt > 0:
+        fail = (cfg["fail_status"], cfg.get("retry_after"))
+    if cnt is not None:
+        cnt -= 1
+        if cnt <= 0:
+            for k in ("fail_status", "fail_count", "retry_after"):
+                cfg.pop(k, None)
+        else:
+            cfg["fail_count"] = cnt
+    return fail
+
+
+def if_range_holds(header, etag, lastmod):
+    """Whether a Range may be honoured under If-Range (header None: there was none): an
+    entity tag compares strongly (a weak one never matches), a date exactly."""
+    if header is None:
+        return True
+    header = header.strip()
+    if header.startswith('"') or header.startswith("W/"):
+        return header == etag
+    return header == lastmod
+
+
 def etag_list_match(header, etag):
     header = header.strip()
     if header == "*":
@@ -373,6 +403,26 @@ class Handler(BaseHTTPRequestHandler):
             finally:
                 s["gated"] -= 1
 
+    def _count_request(self, rel, head, rng):
+        """Counts a GET (with its Range header, None for none) or HEAD of rel."""
+        with STATE.lock:
+            s = STATE.stat(rel)
+            if head:
+                s["heads"] += 1
+            else:
+                s["gets"] += 1
+                s["ranges"].append(rng)
+
+    def _admit(self, rel):
+        """Waits at rel's gate; then counts the response active (the caller decrements
+        "active" when done) and returns True, or aborts the connection and returns False."""
+        if not self._gate(rel):
+            self._abort()
+            return False
+        with STATE.lock:
+            STATE.stat(rel)["active"] += 1
+        return True
+
     def _object(self, head):
         path, _ = self._split()
         if path.startswith(CTL) or path.rstrip("/") == CTL.rstrip("/"):
@@ -382,18 +432,9 @@ class Handler(BaseHTTPRequestHandler):
         rel = norm_path(path)
         rng = self.headers.get("Range")
         st = STATE
-        with st.lock:
-            s = st.stat(rel)
-            if head:
-                s["heads"] += 1
-            else:
-                s["gets"] += 1
-                s["ranges"].append(rng)
-        if not self._gate(rel):
-            self._abort()
+        self._count_request(rel, head, rng)
+        if not self._admit(rel):
             return
-        with st.lock:
-            st.stat(rel)["active"] += 1
         try:
             self._respond(rel, head, rng)
         except (ConnectionError, TimeoutError, OSError):
@@ -436,20 +477,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _respond(self, rel, head, rng):
         st = STATE
-        fail = None
         with st.lock:
             cfg = st.faults.get(rel, {})
-            if "fail_status" in cfg:
-                cnt = cfg.get("fail_count")
-                if cnt is None or cnt > 0:
-                    fail = (cfg["fail_status"], cfg.get("retry_after"))
-                if cnt is not None:
-                    cnt -= 1
-                    if cnt <= 0:
-                        for k in ("fail_status", "fail_count", "retry_after"):
-                            cfg.pop(k, None)
-                    else:
-                        cfg["fail_count"] = cnt
+            fail = take_fail(cfg)
             cfg = dict(cfg)
         if fail is not None:
             code, ra = fail
@@ -472,51 +502,57 @@ class Handler(BaseHTTPRequestHandler):
         lastmod = email.utils.formatdate(stt.st_mtime, usegmt=True)
         size = cfg.get("size_lie", real_size)
 
-        im = self.headers.get("If-Match")
-        if cfg.get("ignore_if_match"):
-            im = None  # a server that does not check preconditions
+        im = self._if_match(cfg)
         if im is not None and not etag_list_match(im, etag):
             self._status(rel, 412)
             return self._simple(412, "precondition failed\n",
                                 extra=[("ETag", etag)], head=head)
 
         start, end, partial = 0, size, False
-        if rng is not None and not cfg.get("ignore_range"):
-            use = True
-            ir = self.headers.get("If-Range")
-            if ir is not None:
-                ir = ir.strip()
-                if ir.startswith('"') or ir.startswith("W/"):
-                    use = ir == etag  # strong comparison; weak never matches
-                else:
-                    use = ir == lastmod
-            if use:
-                r = parse_range(rng, size)
-                if r == "416":
-                    self._status(rel, 416)
-                    return self._simple(416, "", extra=[
-                        ("Content-Range", "bytes */%d" % size),
-                        ("ETag", etag), ("Accept-Ranges", "bytes")], head=head)
-                if r is not None:
-                    start, end = r
-                    partial = True
+        if rng is not None and not cfg.get("ignore_range") and \
+                if_range_holds(self.headers.get("If-Range"), etag, lastmod):
+            r = parse_range(rng, size)
+            if r == "416":
+                self._status(rel, 416)
+                return self._simple(416, "", extra=[
+                    ("Content-Range", "bytes */%d" % size),
+                    ("ETag", etag), ("Accept-Ranges", "bytes")], head=head)
+            if r is not None:
+                start, end = r
+                partial = True
 
-        code = 206 if partial else 200
-        self._status(rel, code)
-        self.send_response(code)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - start))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", etag)
-        self.send_header("Last-Modified", lastmod)
+        self._object_headers(rel, 206 if partial else 200, "application/octet-stream",
+                             end - start, etag, lastmod)
         if partial:
-            off = 4096 if cfg.get("content_range_lie") else 0
-            self.send_header("Content-Range", "bytes %d-%d/%d" % (start + off, end - 1 + off, size))
+            self._content_range(cfg, start, end, size)
         self.end_headers()
         if head or end == start:
             return
         with open(full, "rb") as f:
             self._send_body(rel, f.fileno(), real_size, start, end)
+
+    def _object_headers(self, rel, code, ctype, length, etag, lastmod):
+        """Counts the status and starts an object response: its status line and the
+        headers every one has (the caller adds more and ends them)."""
+        self._status(rel, code)
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", etag)
+        self.send_header("Last-Modified", lastmod)
+
+    def _if_match(self, cfg):
+        """The request's If-Match, or None under ignore_if_match (a server that does not
+        check preconditions)."""
+        if cfg.get("ignore_if_match"):
+            return None
+        return self.headers.get("If-Match")
+
+    def _content_range(self, cfg, start, end, size):
+        """Sends Content-Range for [start, end) of size (shifted under content_range_lie)."""
+        off = 4096 if cfg.get("content_range_lie") else 0
+        self.send_header("Content-Range", "bytes %d-%d/%d" % (start + off, end - 1 + off, size))
 
     def _send_body(self, rel, fd, real_size, start, end):
         st = STATE
@@ -584,13 +620,16 @@ class Handler(BaseHTTPRequestHandler):
                     for o in corrupt:
                         b[o - pos] ^= 0xFF
                     data = bytes(b)
+                # Counted before it is handed over: a client that has the bytes must find
+                # them counted (after sendall, this thread may run only later). A client
+                # that hangs up mid-piece makes this over-count by at most one piece.
+                with st.lock:
+                    st.stat(rel)["bytes"] += n
                 try:
                     sock.sendall(data)
                 except OSError:
                     self.close_connection = True
                     return
-                with st.lock:
-                    st.stat(rel)["bytes"] += n
                 pos += n
             if event in ("drop", "drop_at"):
                 with st.lock:
@@ -673,13 +712,21 @@ def main(argv=None):
     if not os.path.isdir(ROOT):
         sys.stderr.write("upstream: --root %s is not a directory\n" % a.root)
         return 2
-    if ":" in a.host:
+    serve(a.host, a.port, Handler, a.tls_cert, a.tls_key)
+
+
+def serve(host, port, handler, tls_cert=None, tls_key=None, cleanup=None):
+    """Serves handler on host:port (HTTPS with tls_cert/tls_key), prints "PORT N" once
+    listening, and runs until SIGTERM/SIGINT; then releases gated/stalled responses,
+    closes the server, calls cleanup() and exits the process (never returns).
+    s3_upstream.py serves with this too."""
+    if ":" in host:
         Server.address_family = socket.AF_INET6
-    httpd = Server((a.host, a.port), Handler)
-    if a.tls_cert:
+    httpd = Server((host, port), handler)
+    if tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(a.tls_cert, a.tls_key)
-        httpd.tls = ctx
+        ctx.load_cert_chain(tls_cert, tls_key)
+        httpd.tls = ctx  # Server wraps accepted sockets; the handshake is in Handler.setup
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -699,6 +746,8 @@ def main(argv=None):
         STATE.cond.notify_all()
     httpd.shutdown()
     httpd.server_close()
+    if cleanup is not None:
+        cleanup()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

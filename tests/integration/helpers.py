@@ -1,0 +1,92 @@
+"""Helpers shared by the integration tests (plain functions; fixtures live in conftest.py)."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+from conftest import SLOW
+
+# A child process that reads a whole file (1 MiB reads) and prints its sha256:
+# subprocess.Popen([sys.executable, "-c", READER, path], stdout=subprocess.PIPE).
+READER = r"""
+import hashlib, sys
+h = hashlib.sha256()
+with open(sys.argv[1], "rb", buffering=0) as f:
+    while True:
+        b = f.read(1 << 20)
+        if not b:
+            break
+        h.update(b)
+print(h.hexdigest())
+"""
+
+
+def expected(store, path):
+    """The bytes of path as the test upstream's store holds them."""
+    with open(os.path.join(store.root, path), "rb") as f:
+        return f.read()
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def opened_by(pid, path):
+    """True when process pid holds path open."""
+    try:
+        return any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path
+                   for fd in os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return False
+
+
+def blocked_in_read(pid):
+    """True once the process sleeps in the kernel (its read is parked on the daemon)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
+    except OSError:
+        return False
+
+
+def read_until_error(path, block=128 * 1024):
+    """Reads sequentially; returns (bytes read, the OSError that stopped it or None)."""
+    got = bytearray()
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                b = f.read(block)
+                if not b:
+                    return bytes(got), None
+                got += b
+    except OSError as e:
+        return bytes(got), e
+
+
+def kill_first_reader(up, up_path, target, followers=5):
+    """The killed-first-reader scenario. The caller has gated up_path on the upstream up
+    (up.fault(up_path, gate=True)). A READER of target starts the fetch; once the
+    upstream holds it at the gate, `followers` more READERs open target and park in
+    their reads; the first reader is killed, the gate released -> the followers' sha256s."""
+    leader = subprocess.Popen([sys.executable, "-c", READER, target], stdout=subprocess.PIPE)
+    procs = []
+    try:
+        up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=up_path)
+        for _ in range(followers):
+            procs.append(subprocess.Popen([sys.executable, "-c", READER, target],
+                                          stdout=subprocess.PIPE))
+        deadline = time.monotonic() + 20 * SLOW
+        while not all(opened_by(p.pid, target) and blocked_in_read(p.pid) for p in procs):
+            assert time.monotonic() < deadline, "followers never reached their read"
+            time.sleep(0.01)
+        leader.kill()
+        leader.wait()
+        up.release(up_path)
+        return [p.communicate(timeout=60 * SLOW)[0].decode().strip() for p in procs]
+    finally:
+        for p in [leader] + procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
