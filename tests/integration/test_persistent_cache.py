@@ -99,7 +99,9 @@ def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
     assert read_file(m2.p(done)) == expected(store, done)
     assert store.up.stats(done)["gets"] == 0, "a finished object was fetched again"
     assert read_file(m2.p(partial)) == expected(store, partial)
-    assert store.up.stats(partial)["bytes"] <= 32 * MiB
+    # resumed or refetched, never more than once (+ one chunk: the killed session's last
+    # piece may still be counted by the upstream after the reset)
+    assert store.up.stats(partial)["bytes"] <= 32 * MiB + MiB
 
 
 def test_second_mount_on_the_same_cache_dir_is_refused(store, mount, tmp_path):
