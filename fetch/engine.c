@@ -500,8 +500,12 @@ static void schedule(struct engine *e, struct flight *f)
 		while (index_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
 		       gap_end <= wanted[i])
 			;
+		/* A reader that arrives before the download started gets the parallel parts too,
+		 * the first one starting at its chunk. */
 		if (gap_start <= wanted[i] && wanted[i] < gap_end)
-			rc = stream_start(e, f, gap_start, gap_end);
+			rc = f->n_streams == 0 && !f->no_ranges && background_room(e) > 0
+			         ? start_parts(e, f, gap_start, gap_end)
+			         : stream_start(e, f, gap_start, gap_end);
 	}
 	/* The download belongs to the object: with nobody waiting it still runs to the end. */
 	if (rc == 0 && f->n_streams == 0 && background_room(e) > 0) {

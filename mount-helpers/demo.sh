@@ -74,6 +74,8 @@ for a in sha256 cached; do
 		"$(/usr/bin/python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], sys.argv[2]).decode())' \
 			"$mnt/toolchains/gcc-12.tar" "user.spoolfs.$a")"
 done
+echo "\$ spoolfs status $mnt"
+build/spoolfs status "$mnt" --interval 0.2
 echo "upstream requests so far: $(curl -s "http://127.0.0.1:$port/_ctl/stats" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["total_gets"], "GETs,", d["total_bytes"], "bytes")')"
 echo
 echo "The mount stays up. Unmount and stop the store with:"
