@@ -426,12 +426,12 @@ static unsigned background_room(struct engine *e)
 {
 	unsigned reserve = e->cfg.max_transfers / 4 ? e->cfg.max_transfers / 4 : 1;
 	unsigned cap = e->cfg.max_transfers > reserve ? e->cfg.max_transfers - reserve : 1;
-	unsigned busy = e->n_background > e->n_transfers ? e->n_transfers : e->n_background;
+	unsigned free_slots;
 
-	(void)busy;
-	return e->n_background >= cap || e->n_transfers >= e->cfg.max_transfers
-	           ? 0
-	           : cap - e->n_background;
+	if (e->n_background >= cap || e->n_transfers >= e->cfg.max_transfers)
+		return 0;
+	free_slots = e->cfg.max_transfers - e->n_transfers;
+	return cap - e->n_background < free_slots ? cap - e->n_background : free_slots;
 }
 
 static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint64_t end)

@@ -82,7 +82,7 @@ struct fs_session {
 	struct fuse_session *se;
 	char *cache_dir; /* the directory in use */
 	char *spool_dir;
-	bool remove_cache;       /* a fresh temporary directory: removed whole at unmount */
+
 	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
 	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
 	uint64_t cache_max_size; /* bytes; 0 = unbounded */

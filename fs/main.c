@@ -57,9 +57,11 @@ static void remove_cache_files(struct fs_session *s)
 	char path[4096];
 
 	/* Without the lock the files are another mount's. */
-	if (!s->cache_dir || s->cache_lock_fd < 0 || (!s->remove_cache && s->opts.keep_cache))
+	bool temporary = !s->opts.cache_dir; /* a fresh directory of ours: goes whole */
+
+	if (!s->cache_dir || s->cache_lock_fd < 0 || (!temporary && s->opts.keep_cache))
 		return;
-	if (s->remove_cache) {
+	if (temporary) {
 		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 		return;
 	}
@@ -162,7 +164,6 @@ static int make_cache_dir(struct fs_session *s)
 			free(path);
 			return rc;
 		}
-		s->remove_cache = true;
 	}
 	s->cache_dir = path;
 	rc = lock_cache_dir(s);
@@ -289,7 +290,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.max_transfers = s->opts.max_transfers;
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
-	cfg.durable = !s->remove_cache;
+	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
 	if (s->s3) {

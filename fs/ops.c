@@ -540,7 +540,9 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	 * `ls -l` asks every file for security.selinux and system.posix_acl_access: answer
 	 * those without touching the index (200,000 requests for a 100,000-file tree).
 	 */
-	if (strncmp(name, "user.spoolfs.", 13) != 0 || fs_virtual_ino(ino)) {
+	if ((strcmp(name, XATTR_SHA256) != 0 && strcmp(name, XATTR_URL) != 0 &&
+	     strcmp(name, XATTR_CACHED) != 0) ||
+	    fs_virtual_ino(ino)) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}

@@ -191,6 +191,7 @@ static int prepare_all(struct index *idx)
 	    {&idx->st_obj_complete, "INSERT INTO spool_object(key, complete) VALUES(:key, 1)"
 	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
 	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
+	    {&idx->st_obj_reset, "UPDATE spool_object SET complete = 0 WHERE key = :key"},
 	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
 	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
 	                            " VALUES(:key, :start, :end)"},
@@ -220,6 +221,7 @@ static void finalize_all(struct index *idx)
 	    &idx->st_begin,        &idx->st_commit,     &idx->st_rollback,    &idx->st_obj_touch,
 	    &idx->st_obj_complete, &idx->st_obj_forget, &idx->st_range_clear, &idx->st_range_insert,
 	    &idx->st_listed,       &idx->st_get_etag,   &idx->st_mark_listed, &idx->st_insert_entry,
+	    &idx->st_obj_reset,
 	};
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -621,7 +623,7 @@ out:
 	return rc;
 }
 
-int index_record_complete(struct index *idx, const char *key, bool complete)
+int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges)
 {
 	bool began = false;
 	int rc;
@@ -631,19 +633,13 @@ int index_record_complete(struct index *idx, const char *key, bool complete)
 	if (rc < 0)
 		goto out;
 	began = true;
-	if (complete) {
-		rc = index_bind_text(idx->st_obj_complete, ":key", key, -1);
-		if (rc == 0)
-			rc = index_step_done(idx->st_obj_complete);
-	} else {
-		rc = index_bind_text(idx->st_obj_forget, ":key", key, -1);
-		if (rc == 0)
-			rc = index_step_done(idx->st_obj_forget);
-		if (rc == 0)
-			rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
-		if (rc == 0)
-			rc = index_step_done(idx->st_range_clear);
-	}
+	rc = index_bind_text(obj, ":key", key, -1);
+	if (rc == 0)
+		rc = index_step_done(obj);
+	if (rc == 0 && clear_ranges)
+		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
+	if (rc == 0 && clear_ranges)
+		rc = index_step_done(idx->st_range_clear);
 	if (rc == 0)
 		rc = index_commit(idx);
 out:
@@ -651,6 +647,12 @@ out:
 		index_rollback(idx);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
+}
+
+int index_record_complete(struct index *idx, const char *key, bool complete)
+{
+	return complete ? index_spool_change(idx, idx->st_obj_complete, key, false)
+	                : index_spool_change(idx, idx->st_obj_forget, key, true);
 }
 
 const char *index_check_segment(const char *name, size_t len)

@@ -36,6 +36,7 @@ struct index {
 	sqlite3_stmt *st_get_etag;
 	sqlite3_stmt *st_mark_listed;
 	sqlite3_stmt *st_insert_entry;
+	sqlite3_stmt *st_obj_reset;
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;
 	uint64_t total_files;
@@ -60,6 +61,12 @@ int index_step_done(sqlite3_stmt *st);
 /* Builds the namespace's lookup and readdir indexes; a loader calls it once, after its rows
  * are in and before its commit. Statements prepared earlier re-prepare to use them. */
 int index_namespace_indexes(struct index *idx);
+
+/*
+ * Runs obj (a spool_object statement with :key) and, with clear_ranges, forgets key's
+ * recorded ranges, in one transaction. Takes idx->lock itself. 0 or -errno.
+ */
+int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges);
 
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK on idx's connection. */
 int index_begin(struct index *idx);

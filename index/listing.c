@@ -26,26 +26,32 @@ int index_begin_lazy(struct index *idx)
 	return rc;
 }
 
+/* Steps st (":ino" bound to ino) to its one row: 1 with the row ready, or -errno. The
+ * caller holds the index lock and resets st. */
+static int step_ino(sqlite3_stmt *st, uint64_t ino)
+{
+	int rc = index_bind_int64(st, ":ino", (int64_t)ino);
+
+	if (rc)
+		return rc;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+}
+
 int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
 {
 	sqlite3_stmt *st = idx->st_listed;
 	int rc;
 
 	pthread_mutex_lock(&idx->lock);
-	rc = index_bind_int64(st, ":ino", (int64_t)dir);
-	if (rc)
-		goto out;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		if (!sqlite3_column_int(st, 0))
-			rc = -ENOTDIR;
-		else
-			*listed = sqlite3_column_int(st, 1) != 0, rc = 0;
-	} else {
-		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	rc = step_ino(st, dir);
+	if (rc == 1) {
+		rc = sqlite3_column_int(st, 0) ? 0 : -ENOTDIR;
+		*listed = sqlite3_column_int(st, 1) != 0;
 	}
 	sqlite3_reset(st);
-out:
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }
@@ -115,21 +121,13 @@ int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len)
 	int rc;
 
 	pthread_mutex_lock(&idx->lock);
-	rc = index_bind_int64(st, ":ino", (int64_t)ino);
-	if (rc)
-		goto out;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
+	rc = step_ino(st, ino);
+	if (rc == 1) {
 		const unsigned char *value = sqlite3_column_text(st, 1);
-		if (sqlite3_column_int(st, 0))
-			rc = -EISDIR;
-		else
-			snprintf(etag, len, "%s", value ? (const char *)value : ""), rc = 0;
-	} else {
-		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+		rc = sqlite3_column_int(st, 0) ? -EISDIR : 0;
+		snprintf(etag, len, "%s", value ? (const char *)value : "");
 	}
 	sqlite3_reset(st);
-out:
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }

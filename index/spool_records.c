@@ -125,29 +125,5 @@ out:
 
 int index_spool_reset(struct index *idx, const char *key)
 {
-	sqlite3_stmt *st = NULL;
-	int rc;
-
-	pthread_mutex_lock(&idx->lock);
-	rc = index_begin(idx);
-	if (rc)
-		goto out;
-	rc = index_sqlite_errno(sqlite3_prepare_v2(
-	    idx->db, "UPDATE spool_object SET complete = 0 WHERE key = :key", -1, &st, NULL));
-	if (rc == 0)
-		rc = index_bind_text(st, ":key", key, -1);
-	if (rc == 0)
-		rc = index_step_done(st);
-	if (rc == 0)
-		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
-	if (rc == 0)
-		rc = index_step_done(idx->st_range_clear);
-	if (rc == 0)
-		rc = index_commit(idx);
-	if (rc)
-		index_rollback(idx);
-out:
-	sqlite3_finalize(st);
-	pthread_mutex_unlock(&idx->lock);
-	return rc;
+	return index_spool_change(idx, idx->st_obj_reset, key, true);
 }

@@ -227,8 +227,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		limits.max_bytes = (size_t)(data[4] >> 4) * 64;
 		lim = &limits;
 	}
-	size_t max_entries = lim && limits.max_entries ? limits.max_entries
-	                                                : S3_LIST_DEFAULT_MAX_ENTRIES;
+	size_t max_entries =
+	    lim && limits.max_entries ? limits.max_entries : S3_LIST_DEFAULT_MAX_ENTRIES;
 
 	/* A heap copy of exactly len bytes: ASan sees any read past the body. */
 	body = malloc(len ? len : 1);

@@ -227,7 +227,11 @@ def test_local_manifest_and_relative_urls(store, mount, tmp_path):
         {"path": "via-url.bin", "size": 123_456, "url": store.up.url("d/obj.bin")},
         {"path": "x/y.bin", "size": 123_456, "sha256": store.sha256("d/obj.bin"),
          "url": store.up.url("d/obj.bin")},
+        # relative to the manifest's own location: a file next to it
+        {"path": "rel.bin", "size": 123_456, "url": "objs/rel.bin"},
     ]}))
+    (tmp_path / "objs").mkdir()
+    (tmp_path / "objs" / "rel.bin").write_bytes(expected(store, "d/obj.bin"))
     m = mount(str(local))
     assert read_file(m.p("via-url.bin")) == expected(store, "d/obj.bin")
     assert read_file(m.p("x/y.bin")) == expected(store, "d/obj.bin")

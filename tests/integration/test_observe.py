@@ -53,7 +53,8 @@ def test_status_shows_a_download_in_progress(store, mount):
     path = store.add("slow/big.bin", size)
     m = mount(store.write())
     store.up.fault(path, rate=4 * MiB)
-    t = threading.Thread(target=read_file, args=(m.p(path),))
+    result = {}
+    t = threading.Thread(target=lambda: result.update(data=read_file(m.p(path))))
     t.start()
     try:
         store.up.wait_for(lambda s: s["bytes"] >= 2 * MiB, timeout=30 * SLOW, path=path)
@@ -66,8 +67,11 @@ def test_status_shows_a_download_in_progress(store, mount):
     finally:
         store.up.clear(path)
         t.join()
+    with open(os.path.join(store.root, path), "rb") as f:
+        assert result.get("data") == f.read()
     out = subprocess.run([SPOOLFS, "status", m.path, "--interval", "0.1"],
                          capture_output=True, text=True, timeout=30 * SLOW)
+    assert out.returncode == 0, out.stderr
     assert "100%" in out.stdout and "complete" in out.stdout
 
 
