@@ -1,21 +1,24 @@
 /*
- * index.c owns the sqlite connection: the schema, the session's namespace table and the
+ * index.c owns the sqlite connections: the schemas, the session's namespace table and the
  * spool records, and every statement that reads them at run time.
  *
- * Lock: idx->lock (a plain pthread mutex) serialises every statement on the one connection,
- * which is opened SQLITE_OPEN_NOMUTEX because that lock already does sqlite's job. It is the
- * innermost lock of the program: nothing here calls out while holding it, except
- * index_readdir's callback, which must not call back in.
+ * Lock: idx->lock serialises every statement on the namespace connection, idx->spool_lock
+ * every statement on the spool connection; both are opened SQLITE_OPEN_NOMUTEX because
+ * those locks already do sqlite's job. They are the innermost locks of the program: nothing
+ * here calls out while holding one, except index_readdir's callback, which must not call
+ * back in.
  *
- * Schema (PRAGMA user_version = INDEX_SCHEMA_VERSION):
+ * Namespace (a private temporary database: "" to sqlite, deleted when closed, so two
+ * mounts never see each other's and a crash leaves none behind):
  *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, size, mtime, executable, sha256, url)
- *     Rebuilt at every open: a session is a snapshot. Its indexes are built by the loader
+ *     Built at every open: a session is a snapshot. Its indexes are built by the loader
  *     once the rows are in (index_namespace_indexes), which is cheaper than updating them
  *     per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent), which
  *     carries the rowid, serves readdir in inode order.
+ * Spool records (the cache directory's index.db, PRAGMA user_version =
+ * INDEX_SCHEMA_VERSION, shared by every mount of that directory):
  *   spool_object(key PRIMARY KEY, complete, size, last_used), spool_range(key, off_start,
- *   off_end):
- *     kept across opens so a persistent cache can resume.
+ *   off_end): kept across sessions so a persistent cache can resume.
  */
 #include "index/index_i.h"
 #include "index/ranges.h"
@@ -26,30 +29,32 @@
 
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
 
-static const char schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
-                                 " key TEXT PRIMARY KEY NOT NULL,"
-                                 " complete INTEGER NOT NULL DEFAULT 0,"
-                                 " size INTEGER NOT NULL DEFAULT 0,"
-                                 " last_used INTEGER NOT NULL DEFAULT 0);"
-                                 "CREATE TABLE IF NOT EXISTS spool_range("
-                                 " key TEXT NOT NULL,"
-                                 " off_start INTEGER NOT NULL,"
-                                 " off_end INTEGER NOT NULL,"
-                                 " PRIMARY KEY(key, off_start)) WITHOUT ROWID;"
-                                 "DROP TABLE IF EXISTS node;"
-                                 "CREATE TABLE node("
-                                 " ino INTEGER PRIMARY KEY,"
-                                 " parent INTEGER NOT NULL,"
-                                 " name TEXT NOT NULL,"
-                                 " is_dir INTEGER NOT NULL,"
-                                 " size INTEGER NOT NULL DEFAULT 0,"
-                                 " mtime INTEGER NOT NULL DEFAULT 0,"
-                                 " executable INTEGER NOT NULL DEFAULT 0,"
-                                 " sha256 TEXT,"
-                                 " url TEXT,"
-                                 " etag TEXT,"
-                                 " listed INTEGER NOT NULL DEFAULT 1);"
-                                 "INSERT INTO node(ino, parent, name, is_dir) VALUES(1, 1, '', 1);";
+static const char spool_schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
+
+                                       " key TEXT PRIMARY KEY NOT NULL,"
+                                       " complete INTEGER NOT NULL DEFAULT 0,"
+                                       " size INTEGER NOT NULL DEFAULT 0,"
+                                       " last_used INTEGER NOT NULL DEFAULT 0);"
+                                       "CREATE TABLE IF NOT EXISTS spool_range("
+                                       " key TEXT NOT NULL,"
+                                       " off_start INTEGER NOT NULL,"
+                                       " off_end INTEGER NOT NULL,"
+                                       " PRIMARY KEY(key, off_start)) WITHOUT ROWID;";
+
+static const char namespace_schema_sql[] =
+    "CREATE TABLE node("
+    " ino INTEGER PRIMARY KEY,"
+    " parent INTEGER NOT NULL,"
+    " name TEXT NOT NULL,"
+    " is_dir INTEGER NOT NULL,"
+    " size INTEGER NOT NULL DEFAULT 0,"
+    " mtime INTEGER NOT NULL DEFAULT 0,"
+    " executable INTEGER NOT NULL DEFAULT 0,"
+    " sha256 TEXT,"
+    " url TEXT,"
+    " etag TEXT,"
+    " listed INTEGER NOT NULL DEFAULT 1);"
+    "INSERT INTO node(ino, parent, name, is_dir) VALUES(1, 1, '', 1);";
 
 int index_namespace_indexes(struct index *idx)
 {
@@ -171,12 +176,23 @@ static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st)
 	    sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL));
 }
 
-static int prepare_all(struct index *idx)
+struct stmt_def {
+	sqlite3_stmt **st;
+	const char *sql;
+};
+
+static int prepare_defs(sqlite3 *db, const struct stmt_def *defs, size_t n)
 {
-	const struct {
-		sqlite3_stmt **st;
-		const char *sql;
-	} stmts[] = {
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = prepare(db, defs[i].sql, defs[i].st);
+	return rc;
+}
+
+static int prepare_namespace(struct index *idx)
+{
+	const struct stmt_def defs[] = {
 	    {&idx->st_lookup, "SELECT " NODE_COLUMNS " FROM node"
 	                      " WHERE parent = :parent AND name = :name AND ino <> 1"},
 	    {&idx->st_get, "SELECT " NODE_COLUMNS " FROM node WHERE ino = :ino"},
@@ -186,15 +202,6 @@ static int prepare_all(struct index *idx)
 	    {&idx->st_begin, "BEGIN IMMEDIATE"},
 	    {&idx->st_commit, "COMMIT"},
 	    {&idx->st_rollback, "ROLLBACK"},
-	    {&idx->st_obj_touch, "INSERT INTO spool_object(key, complete) VALUES(:key, 0)"
-	                         " ON CONFLICT(key) DO NOTHING"},
-	    {&idx->st_obj_complete, "INSERT INTO spool_object(key, complete) VALUES(:key, 1)"
-	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
-	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
-	    {&idx->st_obj_reset, "UPDATE spool_object SET complete = 0 WHERE key = :key"},
-	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
-	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
-	                            " VALUES(:key, :start, :end)"},
 	    {&idx->st_listed, "SELECT is_dir, listed FROM node WHERE ino = :ino"},
 	    {&idx->st_get_etag, "SELECT is_dir, etag FROM node WHERE ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
@@ -204,24 +211,43 @@ static int prepare_all(struct index *idx)
 	     " listed) VALUES(:parent, :name, :is_dir, :size, :mtime, :sha256, :url, :etag,"
 	     " :listed)"},
 	};
-	int rc = 0;
 
-	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++) {
-		rc = prepare(idx->db, stmts[i].sql, stmts[i].st);
-		if (rc < 0)
-			break;
-	}
-	return rc;
+	return prepare_defs(idx->db, defs, sizeof(defs) / sizeof(defs[0]));
+}
+
+static int prepare_spool(struct index *idx)
+{
+	const struct stmt_def defs[] = {
+	    {&idx->st_spool_begin, "BEGIN IMMEDIATE"},
+	    {&idx->st_spool_commit, "COMMIT"},
+	    {&idx->st_spool_rollback, "ROLLBACK"},
+	    {&idx->st_obj_touch, "INSERT INTO spool_object(key, complete) VALUES(:key, 0)"
+	                         " ON CONFLICT(key) DO NOTHING"},
+	    {&idx->st_obj_complete, "INSERT INTO spool_object(key, complete) VALUES(:key, 1)"
+	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
+	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
+	    {&idx->st_obj_reset, "UPDATE spool_object SET complete = 0 WHERE key = :key"},
+	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
+	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
+	                            " VALUES(:key, :start, :end)"},
+	};
+
+	return prepare_defs(idx->spool_db, defs, sizeof(defs) / sizeof(defs[0]));
 }
 
 static void finalize_all(struct index *idx)
 {
 	sqlite3_stmt **all[] = {
-	    &idx->st_lookup,       &idx->st_get,        &idx->st_get_url,     &idx->st_readdir,
-	    &idx->st_begin,        &idx->st_commit,     &idx->st_rollback,    &idx->st_obj_touch,
-	    &idx->st_obj_complete, &idx->st_obj_forget, &idx->st_range_clear, &idx->st_range_insert,
-	    &idx->st_listed,       &idx->st_get_etag,   &idx->st_mark_listed, &idx->st_insert_entry,
-	    &idx->st_obj_reset,
+	    &idx->st_lookup,       &idx->st_get,
+	    &idx->st_get_url,      &idx->st_readdir,
+	    &idx->st_begin,        &idx->st_commit,
+	    &idx->st_rollback,     &idx->st_listed,
+	    &idx->st_get_etag,     &idx->st_mark_listed,
+	    &idx->st_insert_entry, &idx->st_spool_begin,
+	    &idx->st_spool_commit, &idx->st_spool_rollback,
+	    &idx->st_obj_touch,    &idx->st_obj_complete,
+	    &idx->st_obj_forget,   &idx->st_obj_reset,
+	    &idx->st_range_clear,  &idx->st_range_insert,
 	};
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -251,21 +277,30 @@ out:
 	return rc;
 }
 
-/* Creates missing tables and starts a fresh namespace, keeping the spool records. */
-static int setup_schema(sqlite3 *db)
+static int run_pragmas(sqlite3 *db, const char *const *pragmas, size_t n)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = pragma_int(db, pragmas[i], NULL);
+	return rc;
+}
+
+/* Creates missing spool tables, upgrading an older cache's. */
+static int setup_spool_schema(sqlite3 *db)
 {
 	int64_t version = 0;
-	int rc = pragma_int(db, "PRAGMA user_version", &version);
+	int rc = index_sqlite_errno(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
 
 	if (rc < 0)
 		return rc;
+	/* Read inside the transaction: another mount may be upgrading the same file. */
+	rc = pragma_int(db, "PRAGMA user_version", &version);
 	/* A newer spoolfs wrote this cache; its spool records may mean something else. */
-	if (version > INDEX_SCHEMA_VERSION)
-		return -EPROTO;
-	rc = index_sqlite_errno(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
-	if (rc < 0)
-		return rc;
-	rc = index_sqlite_errno(sqlite3_exec(db, schema_sql, NULL, NULL, NULL));
+	if (rc == 0 && version > INDEX_SCHEMA_VERSION)
+		rc = -EPROTO;
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_exec(db, spool_schema_sql, NULL, NULL, NULL));
 	/* Version 2 added the sizes and use times that --cache-max-size evicts by. */
 	if (rc == 0 && version == 1)
 		rc = index_sqlite_errno(sqlite3_exec(
@@ -283,24 +318,44 @@ static int setup_schema(sqlite3 *db)
 }
 
 /*
- * Applied at every open, in order.
- * - locking_mode EXCLUSIVE: one daemon owns the cache database; the namespace table is its
- *   session's alone. Taken before WAL is entered, it means no shared-memory index and no
- *   fcntl locking per statement (half the cost of a lookup), and a second mount on the
- *   same cache directory fails with -EBUSY instead of replacing our namespace.
- * - journal_mode WAL answers with the mode it got; a filesystem without WAL support keeps
- *   the rollback journal, slower but still correct.
- * - synchronous NORMAL: in WAL mode it loses at most the last transactions on power loss,
- *   never consistency; spool ranges are recorded only after their data is durable.
- * - cache_size: the default 2 MB spills a 100,000-entry load to the WAL and reads it back;
- *   64 MB is a ceiling, used only as the namespace needs it.
+ * The namespace connection, private to this session.
+ * - locking_mode EXCLUSIVE: nobody else can open a temporary database, so file locks per
+ *   statement would be pure cost (half of a lookup's).
+ * - journal_mode MEMORY: the journal only needs to roll a failed load back, never to
+ *   survive a crash: the database does not outlive the connection.
+ * - cache_size: the default 2 MB spills a 100,000-entry load to the temporary file and
+ *   reads it back; 64 MB is a ceiling, used only as the namespace needs it.
  */
-static const char *const session_pragmas[] = {
+static const char *const namespace_pragmas[] = {
     "PRAGMA locking_mode = EXCLUSIVE",
-    "PRAGMA journal_mode = WAL",
-    "PRAGMA synchronous = NORMAL",
+    "PRAGMA journal_mode = MEMORY",
     "PRAGMA cache_size = -65536",
 };
+
+/*
+ * The spool connection, shared with other mounts of the same cache directory through
+ * sqlite's own file locking.
+ * - journal_mode WAL: readers of one mount never wait for another's writer. It answers with
+ *   the mode it got; a filesystem without WAL support keeps the rollback journal, slower
+ *   but still correct.
+ * - synchronous NORMAL: in WAL mode it loses at most the last transactions on power loss,
+ *   never consistency; spool ranges are recorded only after their data is durable.
+ */
+static const char *const spool_pragmas[] = {
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+};
+
+static int open_connection(const char *path, sqlite3 **db)
+{
+	int rc = sqlite3_open_v2(
+	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+
+	if (rc != SQLITE_OK)
+		return *db ? index_sqlite_errno(rc) : -ENOMEM;
+	/* Another mount's writer holds the spool records only for one short transaction. */
+	return index_sqlite_errno(sqlite3_busy_timeout(*db, 5000));
+}
 
 int index_open(const char *db_path, struct index **out)
 {
@@ -313,25 +368,27 @@ int index_open(const char *db_path, struct index **out)
 	rc = -pthread_mutex_init(&idx->lock, NULL);
 	if (rc < 0)
 		goto err_free;
-	rc =
-	    sqlite3_open_v2(db_path, &idx->db,
-	                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-	if (rc != SQLITE_OK) {
-		rc = idx->db ? index_sqlite_errno(rc) : -ENOMEM;
-		goto err_close;
-	}
-	rc = index_sqlite_errno(sqlite3_busy_timeout(idx->db, 5000));
+	rc = -pthread_mutex_init(&idx->spool_lock, NULL);
 	if (rc < 0)
-		goto err_close;
-	for (size_t i = 0; i < sizeof(session_pragmas) / sizeof(session_pragmas[0]); i++) {
-		rc = pragma_int(idx->db, session_pragmas[i], NULL);
-		if (rc < 0)
-			goto err_close;
-	}
-	rc = setup_schema(idx->db);
-	if (rc < 0)
-		goto err_close;
-	rc = prepare_all(idx);
+		goto err_lock;
+	rc = open_connection("", &idx->db);
+	if (rc == 0)
+		rc = run_pragmas(idx->db, namespace_pragmas,
+		                 sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
+	if (rc == 0)
+		rc = index_sqlite_errno(
+		    sqlite3_exec(idx->db, namespace_schema_sql, NULL, NULL, NULL));
+	if (rc == 0)
+		rc = open_connection(db_path, &idx->spool_db);
+	if (rc == 0)
+		rc = run_pragmas(idx->spool_db, spool_pragmas,
+		                 sizeof(spool_pragmas) / sizeof(spool_pragmas[0]));
+	if (rc == 0)
+		rc = setup_spool_schema(idx->spool_db);
+	if (rc == 0)
+		rc = prepare_namespace(idx);
+	if (rc == 0)
+		rc = prepare_spool(idx);
 	if (rc < 0)
 		goto err_close;
 	*out = idx;
@@ -339,7 +396,10 @@ int index_open(const char *db_path, struct index **out)
 
 err_close:
 	finalize_all(idx);
+	sqlite3_close(idx->spool_db);
 	sqlite3_close(idx->db);
+	pthread_mutex_destroy(&idx->spool_lock);
+err_lock:
 	pthread_mutex_destroy(&idx->lock);
 err_free:
 	free(idx);
@@ -351,7 +411,9 @@ void index_close(struct index *idx)
 	if (!idx)
 		return;
 	finalize_all(idx);
+	sqlite3_close(idx->spool_db);
 	sqlite3_close(idx->db);
+	pthread_mutex_destroy(&idx->spool_lock);
 	pthread_mutex_destroy(&idx->lock);
 	free(idx);
 }
@@ -583,13 +645,30 @@ int index_totals(struct index *idx, uint64_t *files, uint64_t *dirs, uint64_t *b
 	return rc;
 }
 
+/* Transactions on the spool connection; the caller holds idx->spool_lock. */
+static int spool_begin(struct index *idx)
+{
+	return index_step_done(idx->st_spool_begin);
+}
+
+static int spool_commit(struct index *idx)
+{
+	return index_step_done(idx->st_spool_commit);
+}
+
+static void spool_rollback(struct index *idx)
+{
+	if (!sqlite3_get_autocommit(idx->spool_db))
+		(void)index_step_done(idx->st_spool_rollback);
+}
+
 int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges)
 {
 	bool began = false;
 	int rc;
 
-	pthread_mutex_lock(&idx->lock);
-	rc = index_begin(idx);
+	pthread_mutex_lock(&idx->spool_lock);
+	rc = spool_begin(idx);
 	if (rc < 0)
 		goto out;
 	began = true;
@@ -615,11 +694,11 @@ int index_record_ranges(struct index *idx, const char *key, const struct index_r
 			rc = index_step_done(idx->st_range_insert);
 	}
 	if (rc == 0)
-		rc = index_commit(idx);
+		rc = spool_commit(idx);
 out:
 	if (rc < 0 && began)
-		index_rollback(idx);
-	pthread_mutex_unlock(&idx->lock);
+		spool_rollback(idx);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
 
@@ -628,8 +707,8 @@ int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bo
 	bool began = false;
 	int rc;
 
-	pthread_mutex_lock(&idx->lock);
-	rc = index_begin(idx);
+	pthread_mutex_lock(&idx->spool_lock);
+	rc = spool_begin(idx);
 	if (rc < 0)
 		goto out;
 	began = true;
@@ -641,11 +720,11 @@ int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bo
 	if (rc == 0 && clear_ranges)
 		rc = index_step_done(idx->st_range_clear);
 	if (rc == 0)
-		rc = index_commit(idx);
+		rc = spool_commit(idx);
 out:
 	if (rc < 0 && began)
-		index_rollback(idx);
-	pthread_mutex_unlock(&idx->lock);
+		spool_rollback(idx);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
 

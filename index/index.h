@@ -1,8 +1,9 @@
 /*
- * index: the session's namespace (inodes, names, sizes, hashes, URLs) and the record of
- * spooled objects, in one sqlite database inside the cache directory.
+ * index: the session's namespace (inodes, names, sizes, hashes, URLs), in a private
+ * temporary sqlite database, and the record of spooled objects, in the cache directory's
+ * index.db, which every mount sharing that directory uses.
  *
- * Lock: struct index has one mutex that serialises every statement on its connection.
+ * Lock: struct index has one mutex per connection, each serialising its statements.
  * Callers hold no lock of theirs while calling in (the index is the innermost lock: never
  * call out of it). Inode numbers are sqlite rowids; the root directory is inode 1, which is
  * FUSE's root id. The namespace never changes after loading: the session is a snapshot.
@@ -33,7 +34,10 @@ struct index_node {
 	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
 };
 
-/* Opens (creating when missing) the database at db_path. *out is owned by the caller. */
+/*
+ * Opens (creating when missing) the spool records at db_path, shared with any other mount of
+ * the same cache directory, and a fresh private namespace. *out is owned by the caller.
+ */
 int index_open(const char *db_path, struct index **out);
 void index_close(struct index *idx);
 

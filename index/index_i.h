@@ -2,8 +2,13 @@
  * Private to index/: the layout of struct index and the statement helpers that index.c
  * and manifest.c share. Nothing outside index/ includes this.
  *
- * Lock: idx->lock serialises every use of idx->db and of every statement prepared on it.
- * The helpers below expect the caller to hold it.
+ * Two connections, each with its own lock:
+ * - idx->lock serialises every use of idx->db (the namespace: a private temporary
+ *   database, this session's alone) and of every statement prepared on it;
+ * - idx->spool_lock serialises idx->spool_db (the spool records in the cache directory's
+ *   index.db, which other mounts sharing the directory read and write too).
+ * A thread never holds both. The helpers below expect the caller to hold the lock of the
+ * connection the statement belongs to.
  */
 #ifndef SPOOLFS_INDEX_INDEX_I_H
 #define SPOOLFS_INDEX_INDEX_I_H
@@ -16,6 +21,19 @@
 #define INDEX_SCHEMA_VERSION 2
 
 struct index {
+	pthread_mutex_t spool_lock;
+	/* Guarded by spool_lock: the shared spool records and their statements. */
+	sqlite3 *spool_db;
+	sqlite3_stmt *st_spool_begin;
+	sqlite3_stmt *st_spool_commit;
+	sqlite3_stmt *st_spool_rollback;
+	sqlite3_stmt *st_obj_touch;
+	sqlite3_stmt *st_obj_complete;
+	sqlite3_stmt *st_obj_forget;
+	sqlite3_stmt *st_obj_reset;
+	sqlite3_stmt *st_range_clear;
+	sqlite3_stmt *st_range_insert;
+
 	pthread_mutex_t lock;
 	/* Everything below is guarded by lock. */
 	sqlite3 *db;
@@ -27,16 +45,10 @@ struct index {
 	sqlite3_stmt *st_begin;
 	sqlite3_stmt *st_commit;
 	sqlite3_stmt *st_rollback;
-	sqlite3_stmt *st_obj_touch;
-	sqlite3_stmt *st_obj_complete;
-	sqlite3_stmt *st_obj_forget;
-	sqlite3_stmt *st_range_clear;
-	sqlite3_stmt *st_range_insert;
 	sqlite3_stmt *st_listed;
 	sqlite3_stmt *st_get_etag;
 	sqlite3_stmt *st_mark_listed;
 	sqlite3_stmt *st_insert_entry;
-	sqlite3_stmt *st_obj_reset;
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;
 	uint64_t total_files;
@@ -64,11 +76,11 @@ int index_namespace_indexes(struct index *idx);
 
 /*
  * Runs obj (a spool_object statement with :key) and, with clear_ranges, forgets key's
- * recorded ranges, in one transaction. Takes idx->lock itself. 0 or -errno.
+ * recorded ranges, in one transaction. Takes idx->spool_lock itself. 0 or -errno.
  */
 int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges);
 
-/* BEGIN IMMEDIATE / COMMIT / ROLLBACK on idx's connection. */
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK on the namespace connection (idx->db). */
 int index_begin(struct index *idx);
 int index_commit(struct index *idx);
 void index_rollback(struct index *idx);

@@ -4,7 +4,7 @@
  * after their bytes were made durable, so what this returns may be served without a
  * request.
  *
- * Lock: idx->lock, as for every statement (see index_i.h). The statements are prepared
+ * Lock: idx->spool_lock, as for every spool statement (see index_i.h). The statements are prepared
  * per call: this runs once per object per session, not per read.
  */
 #include <errno.h>
@@ -21,12 +21,12 @@ int index_spool_lookup(struct index *idx, const char *key, bool *complete,
 	int rc;
 
 	index_ranges_clear(ranges);
-	pthread_mutex_lock(&idx->lock);
+	pthread_mutex_lock(&idx->spool_lock);
 	rc = index_sqlite_errno(sqlite3_prepare_v2(
-	    idx->db, "SELECT complete FROM spool_object WHERE key = :key", -1, &obj, NULL));
+	    idx->spool_db, "SELECT complete FROM spool_object WHERE key = :key", -1, &obj, NULL));
 	if (rc == 0)
 		rc = index_sqlite_errno(
-		    sqlite3_prepare_v2(idx->db,
+		    sqlite3_prepare_v2(idx->spool_db,
 		                       "SELECT off_start, off_end FROM spool_range WHERE key = "
 		                       ":key ORDER BY off_start",
 		                       -1, &rng, NULL));
@@ -54,7 +54,7 @@ int index_spool_lookup(struct index *idx, const char *key, bool *complete,
 out:
 	sqlite3_finalize(obj);
 	sqlite3_finalize(rng);
-	pthread_mutex_unlock(&idx->lock);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
 
@@ -63,9 +63,9 @@ int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t
 	sqlite3_stmt *st = NULL;
 	int rc;
 
-	pthread_mutex_lock(&idx->lock);
+	pthread_mutex_lock(&idx->spool_lock);
 	rc = index_sqlite_errno(sqlite3_prepare_v2(
-	    idx->db,
+	    idx->spool_db,
 	    "INSERT INTO spool_object(key, complete, size, last_used) VALUES(:key, 0, :size, :now)"
 	    " ON CONFLICT(key) DO UPDATE SET size = :size, last_used = :now",
 	    -1, &st, NULL));
@@ -78,7 +78,7 @@ int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t
 	if (rc == 0)
 		rc = index_step_done(st);
 	sqlite3_finalize(st);
-	pthread_mutex_unlock(&idx->lock);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
 
@@ -90,12 +90,12 @@ int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_ent
 
 	*bytes = 0;
 	*n = 0;
-	pthread_mutex_lock(&idx->lock);
+	pthread_mutex_lock(&idx->spool_lock);
 	rc = index_sqlite_errno(sqlite3_prepare_v2(
-	    idx->db, "SELECT coalesce(sum(size), 0) FROM spool_object", -1, &sum, NULL));
+	    idx->spool_db, "SELECT coalesce(sum(size), 0) FROM spool_object", -1, &sum, NULL));
 	if (rc == 0)
 		rc = index_sqlite_errno(
-		    sqlite3_prepare_v2(idx->db,
+		    sqlite3_prepare_v2(idx->spool_db,
 		                       "SELECT key, size FROM spool_object WHERE complete = 1"
 		                       " ORDER BY last_used, key LIMIT :max",
 		                       -1, &old, NULL));
@@ -119,7 +119,7 @@ int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_ent
 out:
 	sqlite3_finalize(sum);
 	sqlite3_finalize(old);
-	pthread_mutex_unlock(&idx->lock);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
 
