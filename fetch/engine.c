@@ -15,16 +15,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fetch/http.h"
+#include "fetch/lease.h"
 #include "fetch/log.h"
 #include "index/index.h"
 
 /* A reader this far ahead of a stream's position gets a stream of its own. */
 #define FAR_AHEAD_BYTES FLIGHT_CHUNK_BYTES
-/* Record progress in the index at least this often per flight. */
-#define RECORD_EVERY_BYTES (64u << 20)
+/*
+ * Record progress in the index at least this often per flight: every so many bytes, and
+ * whatever arrived every so many milliseconds, which is how quickly readers in another mount
+ * sharing the cache directory see the bytes (each record costs an fdatasync).
+ */
+#define RECORD_EVERY_BYTES (16u << 20)
+#define RECORD_EVERY_MS 200
+/* How often a flight whose download another mount holds reads that mount's records. */
+#define WATCH_EVERY_MS 50
 #define MAX_WANTED 32
 /* A part of a parallel download is at least this big: below it, one request is cheaper. */
 #define PART_MIN_BYTES (16u << 20)
@@ -409,6 +418,12 @@ static bool can_start(struct engine *e, struct flight *f)
 	       f->n_streams < e->cfg.max_streams_per_flight;
 }
 
+/* A flight that another mount's download serves; the lease says who downloads. */
+static bool watching(const struct engine *e, const struct flight *f)
+{
+	return e->cfg.lease_path && !f->lease_held;
+}
+
 static void fail_flight(struct engine *e, struct flight *f, int err, const char *why);
 
 /*
@@ -471,7 +486,8 @@ static void schedule(struct engine *e, struct flight *f)
 	int rc = 0;
 
 	flight_progress(f, NULL, NULL, &state);
-	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms())
+	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms() ||
+	    watching(e, f))
 		return;
 	f->retry_due_ms = 0;
 	index_ranges_init(&claimed);
@@ -527,15 +543,19 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 	uint64_t total;
 	enum flight_state state;
 
-	/* Records matter only in a cache directory that a later session may reuse. */
-	if (!e->cfg.idx || !e->cfg.durable || atomic_load(&f->durable))
+	/* Records matter only in a cache directory that a later session may reuse, and only the
+	 * lease holder writes them. */
+	if (!e->cfg.idx || !e->cfg.durable || atomic_load(&f->durable) ||
+	    (e->cfg.lease_path && !f->lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	if (state == FLIGHT_FAILED) {
 		index_record_complete(e->cfg.idx, f->key, false);
 		return;
 	}
-	if (!force && total < f->recorded_bytes + RECORD_EVERY_BYTES)
+	uint64_t now = now_ms();
+	if (!force && total < f->recorded_bytes + RECORD_EVERY_BYTES &&
+	    (total == f->recorded_bytes || now - f->recorded_ms < RECORD_EVERY_MS))
 		return;
 	/* The data must be on disk before the index says it is there. */
 	if (e->cfg.durable && f->spool_fd >= 0 && fdatasync(f->spool_fd) != 0)
@@ -544,6 +564,7 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 	if (flight_copy_written(f, &written) == 0 &&
 	    index_record_ranges(e->cfg.idx, f->key, &written) == 0) {
 		f->recorded_bytes = total;
+		f->recorded_ms = now;
 		if (state == FLIGHT_COMPLETE &&
 		    index_record_complete(e->cfg.idx, f->key, true) == 0)
 			atomic_store(&f->durable, true);
@@ -634,7 +655,7 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == 0)
-		rc = flight_reopen_spool(f, &recorded, complete);
+		rc = flight_reopen_spool(f, &recorded, complete, false);
 	if (rc == 0) {
 		f->recorded_bytes = recorded.total;
 		if (complete)
@@ -645,6 +666,128 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	}
 	index_ranges_free(&recorded);
 	return rc;
+}
+
+/* This mount downloads f: from what the cache holds, else from the start. */
+static void start_owned(struct engine *e, struct flight *f)
+{
+	int rc;
+
+	if (e->cfg.durable && e->cfg.idx && e->cfg.cache_max_size)
+		make_room(e, f);
+	rc = reuse_spool(e, f);
+	if (rc == 0)
+		return;
+	if (f->spool_fd >= 0) {
+		fail_flight(e, f, rc, "cannot restore the spool file");
+		return;
+	}
+	/* Stale records must go before the file is truncated, or a crash could restore them. */
+	if (e->cfg.durable && e->cfg.idx) {
+		rc = index_spool_reset(e->cfg.idx, f->key);
+		if (rc) {
+			fail_flight(e, f, rc, "cannot update the cache index");
+			return;
+		}
+	}
+	rc = flight_open_spool(f);
+	if (rc) {
+		char why[128];
+		snprintf(why, sizeof(why), "%s: %s",
+		         rc == -ENOSPC ? "no space left in the cache directory"
+		                       : "cannot create the spool file",
+		         strerror(-rc));
+		fail_flight(e, f, rc, why);
+		return;
+	}
+	if (f->size == 0) {
+		rc = flight_complete_empty(f);
+		if (rc)
+			fail_flight(e, f, rc, "sha256 mismatch");
+	}
+}
+
+/* Lets other mounts take the download over: once finished, failed or stopped. */
+static void release_lease(struct flight *f)
+{
+	if (f->lease_fd >= 0)
+		close(f->lease_fd);
+	f->lease_fd = -1;
+	f->lease_held = false;
+}
+
+/*
+ * The mount that was downloading f let go: finished, failed, unmounted or killed. What it
+ * recorded says which; an unfinished download continues here from its recorded ranges.
+ */
+static void take_over(struct engine *e, struct flight *f)
+{
+	struct index_ranges recorded;
+	bool complete = false;
+	struct stat st;
+	int rc;
+
+	f->lease_held = true;
+	if (f->spool_fd < 0) {
+		start_owned(e, f); /* it never got far enough to show us a spool */
+		return;
+	}
+	/* A download that fails deletes its spool: its readers got the error, ours do too. */
+	if (fstat(f->spool_fd, &st) != 0 || st.st_nlink == 0) {
+		fail_flight(e, f, -EIO, "the download in another mount of the cache failed");
+		return;
+	}
+	flight_claim_spool(f);
+	index_ranges_init(&recorded);
+	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == 0) {
+		rc = flight_adopt(f, &recorded, complete);
+		f->recorded_bytes = recorded.total;
+		if (complete)
+			atomic_store(&f->durable, true);
+	}
+	index_ranges_free(&recorded);
+	/* Without a record, what was adopted earlier was recorded then: keep going from it. */
+	if (rc && rc != -ENOENT) {
+		fail_flight(e, f, rc, "cannot take over another mount's download");
+		return;
+	}
+	fetch_log(FETCH_LOG_INFO,
+	          "%s: %s the download from another mount (%" PRIu64 " of %" PRIu64 " bytes local)",
+	          f->name, complete ? "finished by" : "took over", flight_written(f), f->size);
+}
+
+/*
+ * Another mount holds f's lease: serves its readers what that mount has recorded, from the
+ * same spool file, and takes over when the lease comes free.
+ */
+static void watch(struct engine *e, struct flight *f)
+{
+	struct index_ranges recorded;
+	bool complete = false;
+	int rc = lease_try(f->lease_fd, f->key);
+
+	f->next_watch_ms = now_ms() + WATCH_EVERY_MS;
+	if (rc == 1) {
+		take_over(e, f);
+		return;
+	}
+	index_ranges_init(&recorded);
+	if (rc == 0)
+		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == 0 && f->spool_fd < 0) {
+		rc = flight_reopen_spool(f, &recorded, complete, true);
+		/* Not created, or not sized, yet: the holder has only just started. */
+		if (f->spool_fd < 0 && (rc == -ENOENT || rc == -ESTALE))
+			rc = 0;
+	} else if (rc == 0) {
+		rc = flight_adopt(f, &recorded, complete);
+	} else if (rc == -ENOENT) {
+		rc = 0; /* nothing recorded yet */
+	}
+	index_ranges_free(&recorded);
+	if (rc)
+		fail_flight(e, f, rc, "cannot follow another mount's download");
 }
 
 static int activate(struct engine *e, struct flight *f)
@@ -662,41 +805,25 @@ static int activate(struct engine *e, struct flight *f)
 	f->engine_started = true;
 	flight_ref(f);
 	e->active[e->n_active++] = f;
-	if (e->cfg.durable && e->cfg.idx) {
+	if (e->cfg.durable && e->cfg.idx)
 		index_spool_touch(e->cfg.idx, f->key, f->size, use_stamp(e));
-		if (e->cfg.cache_max_size)
-			make_room(e, f);
-	}
-	rc = reuse_spool(e, f);
-	if (rc == 0)
-		return 0;
-	if (f->spool_fd >= 0) {
-		fail_flight(e, f, rc, "cannot restore the spool file");
-		return 0;
-	}
-	/* Stale records must go before the file is truncated, or a crash could restore them. */
-	if (e->cfg.durable && e->cfg.idx) {
-		rc = index_spool_reset(e->cfg.idx, f->key);
-		if (rc) {
-			fail_flight(e, f, rc, "cannot update the cache index");
+	if (e->cfg.lease_path) {
+		rc = f->lease_fd = lease_open(e->cfg.lease_path);
+		if (rc >= 0)
+			rc = lease_try(f->lease_fd, f->key);
+		if (rc < 0) {
+			fail_flight(e, f, rc, "cannot lock the cache directory's lease file");
+			return 0;
+		}
+		f->lease_held = rc == 1;
+		if (!f->lease_held) {
+			fetch_log(FETCH_LOG_INFO,
+			          "%s: another mount of the cache is downloading it", f->name);
+			watch(e, f);
 			return 0;
 		}
 	}
-	rc = flight_open_spool(f);
-	if (rc) {
-		char why[128];
-		snprintf(why, sizeof(why), "%s: %s",
-		         rc == -ENOSPC ? "no space left in the cache directory"
-		                       : "cannot create the spool file",
-		         strerror(-rc));
-		fail_flight(e, f, rc, why);
-		return 0;
-	}
-	if (f->size == 0) {
-		rc = flight_complete_empty(f);
-		if (rc)
-			fail_flight(e, f, rc, "sha256 mismatch");
-	}
+	start_owned(e, f);
 	return 0;
 }
 
@@ -799,6 +926,7 @@ static void retire_finished(struct engine *e)
 				atomic_fetch_add_explicit(&e->stats.completed, 1,
 				                          memory_order_relaxed);
 			record_progress(e, f, true);
+			release_lease(f);
 			flight_unref(f);
 			continue;
 		}
@@ -859,6 +987,13 @@ static void *engine_main(void *arg)
 		now = now_ms();
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];
+			if (watching(e, f)) {
+				if (f->next_watch_ms <= now)
+					watch(e, f);
+				if (watching(e, f) && (long)(f->next_watch_ms - now) < timeout)
+					timeout = (long)(f->next_watch_ms - now);
+				continue;
+			}
 			if (f->retry_due_ms && f->retry_due_ms > now) {
 				if ((long)(f->retry_due_ms - now) < timeout)
 					timeout = (long)(f->retry_due_ms - now);
@@ -920,6 +1055,7 @@ void engine_stop(struct engine *e)
 			record_progress(e, e->active[i], true);
 			flight_stop(e->active[i], -EIO);
 		}
+		release_lease(e->active[i]);
 		flight_unref(e->active[i]);
 	}
 	e->n_active = 0;

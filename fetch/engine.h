@@ -9,6 +9,11 @@
  * pinned to the first response's ETag with If-Match, after a backoff; attempts without
  * progress are bounded, then the flight fails and its readers get -EIO.
  *
+ * With a cache directory shared by several mounts, one mount downloads each object (it holds
+ * the object's lease) and records its progress in the shared index as it goes; the others
+ * watch those records, serve their readers from the same spool file, and take the download
+ * over from the recorded ranges if the holder lets go without finishing (killed, unmounted).
+ *
  * Locks: queue_lock guards the hand-over queue and the stop flag. Everything else in the
  * engine is owned by the transfer thread. The engine takes flight locks only through
  * flight.h calls and never holds its queue lock while doing so.
@@ -40,6 +45,9 @@ struct engine_config {
 	bool durable;            /* fdatasync the spool before recording its ranges */
 	uint64_t cache_max_size; /* with durable: evict least recently used beyond it; 0 = no */
 	struct index *idx;       /* records ranges and completions; may be NULL */
+	/* With durable: the lease file that decides which of the mounts sharing the cache
+	 * directory downloads an object (lease.h); the others read its records. May be NULL. */
+	const char *lease_path;
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
 	void *sign_ctx;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fetch/flight_i.h"
+#include "fetch/lease.h"
 #include "fetch/log.h"
 
 #define TABLE_BUCKETS 1024
@@ -163,6 +164,7 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	pthread_mutex_init(&f->lock, NULL);
 	f->state = FLIGHT_ACTIVE;
 	f->spool_fd = -1;
+	f->lease_fd = -1;
 	index_ranges_init(&f->written);
 	index_ranges_init(&f->published);
 	f->hash = EVP_MD_CTX_new();
@@ -374,6 +376,8 @@ void flight_unref(struct flight *f)
 		return;
 	if (f->spool_fd >= 0)
 		close(f->spool_fd);
+	if (f->lease_fd >= 0)
+		close(f->lease_fd);
 	index_ranges_free(&f->written);
 	index_ranges_free(&f->published);
 	EVP_MD_CTX_free(f->hash);
@@ -586,29 +590,45 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		free(found);
 	}
 	rc = spool_path_for(table, key, &path);
-	if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+	/* Another mount sharing the cache directory may be reading it (our own mark is gone
+	 * with the flight dropped above). */
+	if (rc == 0 && lease_in_use_elsewhere(path))
+		rc = -EBUSY;
+	else if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
 		rc = -errno;
 	free(path);
 	return rc;
 }
 
 /* Makes fd the flight's spool, unless the flight failed meanwhile. Takes path. */
-static int install_spool(struct flight *f, int fd, char *path)
+static int install_spool(struct flight *f, int fd, char *path, bool borrowed)
 {
 	pthread_mutex_lock(&f->lock);
 	if (f->state == FLIGHT_FAILED) {
 		int rc = f->error;
 		pthread_mutex_unlock(&f->lock);
 		/* Failed before it started: nobody else would ever delete this file. */
-		unlink(path);
+		if (!borrowed)
+			unlink(path);
 		close(fd);
 		free(path);
 		return rc;
 	}
 	f->spool_fd = fd;
 	f->spool_path = path;
+	f->spool_borrowed = borrowed;
 	pthread_mutex_unlock(&f->lock);
+	/* Advisory: without the mark, eviction elsewhere may delete a file still read here, which
+	 * costs a refetch in a later session, never wrong bytes. */
+	(void)lease_mark_in_use(fd);
 	return 0;
+}
+
+void flight_claim_spool(struct flight *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->spool_borrowed = false;
+	pthread_mutex_unlock(&f->lock);
 }
 
 int flight_open_spool(struct flight *f)
@@ -634,7 +654,7 @@ int flight_open_spool(struct flight *f)
 		if (rc)
 			goto fail_unlink;
 	}
-	return install_spool(f, fd, path);
+	return install_spool(f, fd, path, false);
 fail_unlink:
 	unlink(path);
 fail:
@@ -644,10 +664,9 @@ fail:
 	return rc;
 }
 
-int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete)
+int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete,
+                        bool borrowed)
 {
-	bool verify = f->sha256[0] != '\0', all_written;
-	struct flight_waiter *ready;
 	char *path = NULL;
 	struct stat st;
 	int fd = -1, rc;
@@ -669,12 +688,36 @@ int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, boo
 		goto fail;
 	}
 	/* The fd goes in first: a reader that sees bytes published must find it. */
-	rc = install_spool(f, fd, path);
+	rc = install_spool(f, fd, path, borrowed);
 	if (rc)
 		return rc;
+	return flight_adopt(f, ranges, complete);
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return rc;
+}
+
+int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool complete)
+{
+	bool verify = f->sha256[0] != '\0', all_written, grew;
+	struct flight_waiter *ready;
+	uint64_t before;
+	int rc = 0;
+
+	if (complete && ranges->total != f->size)
+		return -ESTALE;
 	pthread_mutex_lock(&f->lock);
+	if (f->state != FLIGHT_ACTIVE) {
+		pthread_mutex_unlock(&f->lock);
+		return 0;
+	}
+	before = f->written.total;
 	for (size_t i = 0; i < ranges->n && rc == 0; i++)
-		rc = index_ranges_add(&f->written, ranges->v[i].start, ranges->v[i].end);
+		rc = ranges->v[i].end <= f->size
+		         ? index_ranges_add(&f->written, ranges->v[i].start, ranges->v[i].end)
+		         : -ESTALE;
 	/* Restored bytes follow the same rule as received ones: the last ones wait for the hash. */
 	for (size_t i = 0; i < ranges->n && rc == 0; i++)
 		if (complete || !verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
@@ -682,24 +725,21 @@ int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, boo
 	if (rc == 0 && complete)
 		f->state = FLIGHT_COMPLETE;
 	all_written = f->written.total == f->size;
+	grew = f->written.total > before;
 	ready = rc ? NULL : collect_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, 0);
 	if (rc == 0 && !complete && !verify && all_written) {
-		/* All there, but the crash came before the completion was recorded. */
+		/* All there, but the completion was not recorded (a crash, or another mount
+		 * about to record it). */
 		complete_flight(f);
-	} else if (rc == 0 && !complete && verify) {
+	} else if (rc == 0 && !complete && verify && grew) {
 		/* What is already there is hashed now; streams bring the rest. */
 		if (f->table->hasher)
 			flight_hasher_kick(f->table->hasher, f);
 		else
 			rc = flight_hash_progress(f);
 	}
-	return rc;
-fail:
-	if (fd >= 0)
-		close(fd);
-	free(path);
 	return rc;
 }
 
@@ -876,7 +916,8 @@ void flight_fail(struct flight *f, int err)
 		f->state = FLIGHT_FAILED;
 		f->error = err < 0 ? err : -EIO;
 	}
-	const char *spool_path = f->spool_path; /* set once, before any byte is written */
+	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
+	const char *spool_path = f->spool_borrowed ? NULL : f->spool_path;
 	pthread_mutex_unlock(&f->lock);
 	/*
 	 * Out of the table, spool gone, hook run, and only then are the readers told: one who

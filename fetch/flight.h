@@ -97,6 +97,9 @@ struct flight {
 	int error;    /* -errno once FAILED */
 	int spool_fd; /* -1 until the engine created the spool */
 	char *spool_path;
+	/* The spool is another mount's download (shared cache directory): read it, never
+	 * delete it. */
+	bool spool_borrowed;
 	struct index_ranges written;   /* on disk */
 	struct index_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
@@ -119,9 +122,13 @@ struct flight {
 	struct flight *engine_next;       /* guarded by the engine's queue lock */
 	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
 	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
+	uint64_t recorded_ms;             /* when they were */
 	int last_status;                  /* last HTTP status, for the failure log line */
-	bool no_ranges;   /* the server answered a ranged GET with 200: one stream */
-	unsigned url_idx; /* which of urls the next request goes to */
+	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
+	unsigned url_idx;       /* which of urls the next request goes to */
+	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
+	bool lease_held;        /* this flight downloads; else another mount does and it watches */
+	uint64_t next_watch_ms; /* when a watching flight next reads the other's records */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
@@ -238,10 +245,24 @@ int flight_open_spool(struct flight *f);
  * Transfer thread only. Reopens the spool file a previous session left (persistent cache
  * directories) and restores what it recorded: `ranges` durably written, all of the object
  * when `complete`. Restored bytes are published under the same rule as received ones.
- * 0, or -errno: before the file is installed (f->spool_fd still -1: -ENOENT, -ESTALE for
- * a file that does not match) start afresh; after it, the flight must fail.
+ * With `borrowed` the file is another mount's download in progress: it is read, never
+ * deleted, until flight_claim_spool. 0, or -errno: before the file is installed
+ * (f->spool_fd still -1: -ENOENT, -ESTALE for a file that does not match) start afresh or
+ * try later; after it, the flight must fail.
  */
-int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete);
+int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete,
+                        bool borrowed);
+
+/*
+ * Transfer thread only. Adds what another mount recorded since (ranges durably written,
+ * all of it when `complete`) to an installed spool, under the same publishing rule.
+ * 0 or -errno (the flight must fail).
+ */
+int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool complete);
+
+/* Transfer thread only. The borrowed spool is this flight's to finish (and delete on
+ * failure) now: the mount that was downloading it let go. */
+void flight_claim_spool(struct flight *f);
 
 /*
  * Transfer thread only. Writes [off, off+len) to the spool, hashes what became contiguous,

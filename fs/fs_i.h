@@ -82,6 +82,7 @@ struct fs_session {
 	struct fuse_session *se;
 	char *cache_dir; /* the directory in use */
 	char *spool_dir;
+	char *lease_path; /* a named cache directory's lease file (fetch/lease.h), else NULL */
 
 	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
 	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */

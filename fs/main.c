@@ -48,12 +48,13 @@ static void raise_fd_limit(void)
 
 /*
  * What unmount leaves behind: nothing, unless --keep-cache. Only our own files go from a
- * directory the user named; the directory itself goes if we created it.
+ * directory the user named; the directory itself goes if we created it. A directory that
+ * other mounts still use is left to the last of them.
  */
 static void remove_cache_files(struct fs_session *s)
 {
 	static const char *const index_files[] = {"index.db", "index.db-wal", "index.db-shm",
-	                                          "index.db-journal"};
+	                                          "index.db-journal", "leases"};
 	char path[4096];
 
 	/* Without the lock the files are another mount's. */
@@ -65,6 +66,9 @@ static void remove_cache_files(struct fs_session *s)
 		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 		return;
 	}
+	/* Exclusive only when no other mount holds its shared lock: we are the last one. */
+	if (flock(s->cache_lock_fd, LOCK_EX | LOCK_NB) != 0)
+		return;
 	for (size_t i = 0; i < sizeof(index_files) / sizeof(index_files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", s->cache_dir, index_files[i]);
 		unlink(path);
@@ -78,25 +82,35 @@ static void remove_cache_files(struct fs_session *s)
 }
 
 /*
- * One mount per cache directory: two would share spool files by name and drop each other's
- * namespace. The lock lives as long as the process (flock, so the daemonised child keeps it).
+ * Every mount of a cache directory holds a shared lock on DIR/lock while it runs (flock, so
+ * the daemonised child keeps it); the last one out takes it exclusive to clean up. A mount
+ * that starts during that clean-up waits for it, and retries if the file it locked was the
+ * one the clean-up deleted.
  */
 static int lock_cache_dir(struct fs_session *s)
 {
 	char *lock_path = NULL;
-	int fd, rc = 0;
+	int fd = -1, rc = 0;
 
 	if (asprintf(&lock_path, "%s/lock", s->cache_dir) < 0)
 		return -ENOMEM;
-	fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		rc = -errno;
-	} else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	for (;;) {
+		struct stat locked, named;
+		fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0 || flock(fd, LOCK_SH) != 0 || fstat(fd, &locked) != 0) {
+			rc = -errno;
+			break;
+		}
+		if (stat(lock_path, &named) == 0 && named.st_ino == locked.st_ino &&
+		    named.st_dev == locked.st_dev) {
+			s->cache_lock_fd = fd;
+			fd = -1;
+			break;
+		}
 		close(fd);
-	} else {
-		s->cache_lock_fd = fd;
 	}
+	if (fd >= 0)
+		close(fd);
 	free(lock_path);
 	return rc;
 }
@@ -175,6 +189,11 @@ static int make_cache_dir(struct fs_session *s)
 	}
 	if (mkdir(s->spool_dir, 0700) != 0 && errno != EEXIST)
 		return -errno;
+	/* Only a named directory can be shared with another mount. */
+	if (s->opts.cache_dir && asprintf(&s->lease_path, "%s/leases", path) < 0) {
+		s->lease_path = NULL;
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -293,6 +312,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
+	cfg.lease_path = s->lease_path;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
@@ -423,11 +443,6 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	rc = make_cache_dir(&s);
-	if (rc == -EBUSY) {
-		fprintf(stderr, "spoolfs: cache directory %s is in use by another spoolfs mount\n",
-		        s.cache_dir);
-		goto out_cache;
-	}
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot create the cache directory: %s\n", strerror(-rc));
 		goto out_cache;
@@ -456,6 +471,7 @@ out_cache:
 	if (s.cache_lock_fd >= 0)
 		close(s.cache_lock_fd);
 	free(s.spool_dir);
+	free(s.lease_path);
 	free(s.cache_dir);
 	free(s.manifest_dir);
 	curl_global_cleanup();

@@ -20,6 +20,7 @@
 #define INDEX_ROOT_INO 1
 #define INDEX_NAME_MAX 255
 #define INDEX_SHA256_HEX 64
+#define INDEX_ETAG_MAX 250 /* longest version tag a manifest may pin */
 
 struct index;
 

@@ -52,9 +52,19 @@ struct load {
 };
 
 /* The fields of an entry that mean something; other keys are ignored. */
-enum field_id { F_PATH, F_SIZE, F_SHA256, F_URL, F_MTIME, F_EXECUTABLE, F_COUNT };
-static const char *const field_names[F_COUNT] = {"path", "size",  "sha256",
-                                                 "url",  "mtime", "executable"};
+enum field_id { F_PATH, F_SIZE, F_SHA256, F_URL, F_MTIME, F_EXECUTABLE, F_ETAG, F_COUNT };
+static const char *const field_names[F_COUNT] = {"path",  "size",       "sha256", "url",
+                                                 "mtime", "executable", "etag"};
+
+/* What a file's node row holds besides its place in the tree. */
+struct file_attrs {
+	int64_t size;
+	int64_t mtime;
+	bool executable;
+	const char *sha256; /* lower-case hex or NULL */
+	const char *url;
+	const char *etag; /* the version to pin, or NULL */
+};
 
 /* One field as st_each gave it. Text is copied: a column dies at the next step. */
 struct field {
@@ -91,14 +101,14 @@ static const char top_sql[] =
  */
 static const char each_sql[] =
     "SELECT e.key, e.type, f.key, f.type, f.atom,"
-    " CASE WHEN :has_nul AND f.type = 'text' AND f.key IN ('path', 'sha256', 'url')"
+    " CASE WHEN :has_nul AND f.type = 'text' AND f.key IN ('path', 'sha256', 'url', 'etag')"
     "  THEN e.value -> f.key END"
     " FROM json_each(:json, '$.files') AS e"
     " LEFT JOIN json_each(CASE WHEN e.type = 'object' THEN e.value ELSE '{}' END) AS f";
 
 static const char ins_sql[] =
-    "INSERT INTO node(parent, name, is_dir, size, mtime, executable, sha256, url)"
-    " VALUES(:parent, :name, :is_dir, :size, :mtime, :executable, :sha256, :url)";
+    "INSERT INTO node(parent, name, is_dir, size, mtime, executable, sha256, url, etag)"
+    " VALUES(:parent, :name, :is_dir, :size, :mtime, :executable, :sha256, :url, :etag)";
 
 static const char mtime_sql[] = "UPDATE node SET mtime = :mtime WHERE ino = :ino";
 
@@ -376,29 +386,33 @@ out:
 	return rc;
 }
 
-/* Inserts one node row and returns its inode, or -errno. */
+/* Inserts one node row (a directory when attrs is NULL) and returns its inode, or -errno. */
 static int64_t insert_node(struct load *ld, int64_t parent, const char *name, size_t name_len,
-                           bool is_dir, int64_t size, int64_t mtime, bool executable,
-                           const char *sha256, const char *url)
+                           const struct file_attrs *attrs)
 {
+	static const struct file_attrs dir = {0};
+	const struct file_attrs *a = attrs ? attrs : &dir;
 	sqlite3_stmt *st = ld->st_ins;
 	int rc = index_bind_int64(st, ":parent", parent);
 
 	if (rc == 0)
 		rc = index_bind_text(st, ":name", name, (int)name_len);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":is_dir", is_dir);
+		rc = index_bind_int64(st, ":is_dir", attrs == NULL);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":size", size);
+		rc = index_bind_int64(st, ":size", a->size);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":mtime", mtime);
+		rc = index_bind_int64(st, ":mtime", a->mtime);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":executable", executable);
+		rc = index_bind_int64(st, ":executable", a->executable);
 	if (rc == 0)
-		rc = sha256 ? index_bind_text(st, ":sha256", sha256, INDEX_SHA256_HEX)
-		            : index_bind_null(st, ":sha256");
+		rc = a->sha256 ? index_bind_text(st, ":sha256", a->sha256, INDEX_SHA256_HEX)
+		               : index_bind_null(st, ":sha256");
 	if (rc == 0)
-		rc = url ? index_bind_text(st, ":url", url, -1) : index_bind_null(st, ":url");
+		rc = a->url ? index_bind_text(st, ":url", a->url, -1) : index_bind_null(st, ":url");
+	if (rc == 0)
+		rc = a->etag ? index_bind_text(st, ":etag", a->etag, -1)
+		             : index_bind_null(st, ":etag");
 	if (rc == 0)
 		rc = index_step_done(st);
 	if (rc < 0)
@@ -410,8 +424,8 @@ static int64_t insert_node(struct load *ld, int64_t parent, const char *name, si
  * Adds a file at `path` with its implied directories. Returns 0, -errno, or -EINVAL with the
  * entry's message written when the path clashes with an earlier one.
  */
-static int add_file(struct load *ld, int64_t i, const char *path, size_t len, int64_t size,
-                    int64_t mtime, bool executable, const char *sha256, const char *url)
+static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
+                    const struct file_attrs *attrs)
 {
 	uint32_t parent = 0; /* the root */
 	long found;
@@ -431,8 +445,8 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len, in
 				                   "\"%.*s\" is both a file and a directory",
 				                   (int)end, path);
 		} else {
-			ino = insert_node(ld, ld->pt.v[parent].ino, path + start, end - start, true,
-			                  0, 0, false, NULL, NULL);
+			ino =
+			    insert_node(ld, ld->pt.v[parent].ino, path + start, end - start, NULL);
 			if (ino < 0)
 				return (int)ino;
 			found = pt_add(&ld->pt, path, end, h, ino, true, parent);
@@ -450,22 +464,21 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len, in
 		return entry_error(ld, i, path, len, "%s",
 		                   ld->pt.v[found].is_dir ? "path is both a file and a directory"
 		                                          : "duplicate path");
-	ino = insert_node(ld, ld->pt.v[parent].ino, path + start, len - start, false, size, mtime,
-	                  executable, sha256, url);
+	ino = insert_node(ld, ld->pt.v[parent].ino, path + start, len - start, attrs);
 	if (ino < 0)
 		return (int)ino;
 	found = pt_add(&ld->pt, path, len, h, ino, false, parent);
 	if (found < 0)
 		return (int)found;
 	ld->files++;
-	ld->bytes =
-	    ld->bytes + (uint64_t)size < ld->bytes ? UINT64_MAX : ld->bytes + (uint64_t)size;
+	uint64_t size = (uint64_t)attrs->size;
+	ld->bytes = ld->bytes + size < ld->bytes ? UINT64_MAX : ld->bytes + size;
 	/* A directory's mtime is the newest below it; ancestors are never older than their
 	 * children, so the walk stops at the first that already is new enough. */
 	for (uint32_t d = parent;; d = ld->pt.v[d].parent) {
-		if (ld->pt.v[d].mtime >= mtime)
+		if (ld->pt.v[d].mtime >= attrs->mtime)
 			break;
-		ld->pt.v[d].mtime = mtime;
+		ld->pt.v[d].mtime = attrs->mtime;
 		if (d == 0)
 			break;
 	}
@@ -545,6 +558,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 {
 	const struct field *fp = &e->f[F_PATH], *fz = &e->f[F_SIZE], *fs = &e->f[F_SHA256];
 	const struct field *fu = &e->f[F_URL], *fm = &e->f[F_MTIME], *fx = &e->f[F_EXECUTABLE];
+	const struct field *fe = &e->f[F_ETAG];
 	const char *path = fp->text, *bad;
 	size_t len = fp->len;
 	char sha256[INDEX_SHA256_HEX + 1], why[256];
@@ -594,14 +608,32 @@ static int load_entry(struct load *ld, const struct entry *e)
 		return entry_error(ld, i, path, len, "mtime is not an integer");
 	if (fx->seen && !is_type(fx, "true") && !is_type(fx, "false"))
 		return entry_error(ld, i, path, len, "executable is not a boolean");
+	if (fe->seen && !is_type(fe, "text"))
+		return entry_error(ld, i, path, len, "etag is not a string");
+	/* It goes into an If-Match header as it is: visible ASCII only, so no header can be
+	 * injected, and short enough for the flight's copy. */
+	if (fe->seen && fe->has_nul)
+		return entry_error(ld, i, path, len, "etag contains a NUL byte");
+	if (fe->seen && (fe->len == 0 || fe->len > INDEX_ETAG_MAX))
+		return entry_error(ld, i, path, len, "etag must be 1 to %d characters",
+		                   INDEX_ETAG_MAX);
+	for (size_t k = 0; fe->seen && k < fe->len; k++)
+		if (fe->text[k] < 0x21 || fe->text[k] > 0x7e)
+			return entry_error(ld, i, path, len,
+			                   "etag has a character that is not visible ASCII");
 
 	rc = resolve_url(ld, fu->seen ? fu->text : NULL, path, len, &url, why, sizeof(why));
 	if (rc == -EINVAL)
 		return entry_error(ld, i, path, len, "%s", why);
 	if (rc < 0)
 		return rc;
-	rc = add_file(ld, i, path, len, fz->i, fm->seen ? fm->i : 0, is_type(fx, "true"),
-	              fs->seen ? sha256 : NULL, url);
+	const struct file_attrs attrs = {.size = fz->i,
+	                                 .mtime = fm->seen ? fm->i : 0,
+	                                 .executable = is_type(fx, "true"),
+	                                 .sha256 = fs->seen ? sha256 : NULL,
+	                                 .url = url,
+	                                 .etag = fe->seen ? fe->text : NULL};
+	rc = add_file(ld, i, path, len, &attrs);
 	curl_free(url);
 	return rc;
 }

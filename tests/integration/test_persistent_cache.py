@@ -1,5 +1,6 @@
 """A cache directory that outlives the session: --keep-cache, and recovery after SIGKILL."""
 
+import errno
 import json
 import os
 import signal
@@ -104,17 +105,47 @@ def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
     assert store.up.stats(partial)["bytes"] <= 32 * MiB + MiB
 
 
-def test_second_mount_on_the_same_cache_dir_is_refused(store, mount, tmp_path):
-    a = store.add("a.bin", MiB)
-    url = store.write()
+def set_etag(path, etag):
+    def mutate(manifest):
+        for e in manifest["files"]:
+            if e["path"] == path:
+                e["etag"] = etag
+    return mutate
+
+
+def test_a_manifest_etag_lets_an_unhashed_object_be_reused(store, mount, tmp_path):
+    a = store.add("a.bin", 3 * MiB, hashed=False)
+    store.up.fault(a, etag='"v1"')
+    url = store.write(mutate=set_etag(a, '"v1"'))
     cache = tmp_path / "cache"
-    m = mount(url, "--cache-dir", str(cache))
-    with pytest.raises(RuntimeError) as e:
-        mount(url, "--cache-dir", str(cache), name="mnt2")
-    assert "is in use by another spoolfs mount" in str(e.value)
-    # the refused mount removed nothing of the first one's
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
     assert read_file(m.p(a)) == expected(store, a)
-    assert (cache / "index.db").exists()
+    wait_durable(m, a)
+    m.check_clean_exit()
+    gets = store.up.stats(a)["gets"]
+
+    m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == gets, "the version the manifest pins was fetched again"
+    m2.check_clean_exit()
+
+    # a new version in the manifest is a new object
+    store.up.fault(a, etag='"v2"')
+    url = store.write(mutate=set_etag(a, '"v2"'))
+    m3 = mount(url, "--cache-dir", str(cache), name="mnt3")
+    assert read_file(m3.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == gets + 1
+
+
+def test_a_manifest_etag_the_server_does_not_have_is_an_error(store, mount, tmp_path):
+    a = store.add("a.bin", MiB, hashed=False)
+    store.up.fault(a, etag='"v2"')
+    url = store.write(mutate=set_etag(a, '"v1"'))
+    m = mount(url)
+    with pytest.raises(OSError) as e:
+        read_file(m.p(a))
+    assert e.value.errno == errno.EIO
+    assert "no longer matches" in m.stderr(), m.stderr()
 
 
 def test_cache_max_size_evicts_least_recently_used(store, mount, tmp_path):

@@ -62,7 +62,7 @@ def test_escaping_paths_are_refused(store, tmp_path, bad, why):
     assert {p for p in after if not p.startswith(("mnt", "cache"))} == set(), after
     assert not os.path.exists(tmp_path / "x")
     if cache.exists():
-        assert {n for n in os.listdir(cache) if not n.startswith("index.db")} <= {"spool", "lock"}
+        assert {n for n in os.listdir(cache) if not n.startswith("index.db")} <= {"spool", "lock", "leases"}
         assert not (cache / "spool").exists() or os.listdir(cache / "spool") == []
 
 
@@ -85,7 +85,7 @@ def test_odd_but_legal_names_stay_inside(store, mount, tmp_path):
     # identity, nothing named after an object
     spool = os.listdir(cache / "spool")
     assert all(re.fullmatch(r"[0-9a-f]{64}\.spool", f) for f in spool), spool
-    assert {n for n in os.listdir(cache) if n not in ("spool", "lock") and not n.startswith("index.db")} == set()
+    assert {n for n in os.listdir(cache) if n not in ("spool", "lock", "leases") and not n.startswith("index.db")} == set()
     new = tree(tmp_path) - before
     assert {p for p in new if not p.startswith(("mnt", "cache"))} == set(), new
 

@@ -676,7 +676,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	rec_init(&w, 0, PIECE);
 	assert_int_equal(flight_park(f, &w.w), 0);
 	alloc_fail_arm(n);
-	rc = flight_reopen_spool(f, &rec, false);
+	rc = flight_reopen_spool(f, &rec, false, false);
 	alloc_fail_disarm();
 	assert_flight_unlocked(f);
 	if (rc) {

@@ -717,6 +717,36 @@ static void test_refuse_executable_not_boolean(void **state)
 	               "files[1] \"b.bin\": executable is not a boolean");
 }
 
+static void test_etag_is_kept(void **state)
+{
+	struct fixture *f = *state;
+	char etag[256];
+
+	assert_int_equal(load(f, "{\"version\":1,\"files\":["
+	                         "{\"path\":\"v.bin\",\"size\":1,\"etag\":\"\\\"v1\\\"\"},"
+	                         "{\"path\":\"w.bin\",\"size\":1}]}"),
+	                 0);
+	assert_int_equal(
+	    index_get_etag(f->idx, lookup_ino(f, INDEX_ROOT_INO, "v.bin"), etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "\"v1\"");
+	assert_int_equal(
+	    index_get_etag(f->idx, lookup_ino(f, INDEX_ROOT_INO, "w.bin"), etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "");
+}
+
+static void test_refuse_bad_etag(void **state)
+{
+	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":1,\"etag\":7}"),
+	               "files[1] \"b.bin\": etag is not a string");
+	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":1,\"etag\":\"\"}"),
+	               "files[1] \"b.bin\": etag must be 1 to 250 characters");
+	/* A line break would end the If-Match header and start one of the manifest's choosing. */
+	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":1,\"etag\":\"v\\r\\nX-A: 1\"}"),
+	               "files[1] \"b.bin\": etag has a character that is not visible ASCII");
+	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":1,\"etag\":\"v\\u0000\"}"),
+	               "files[1] \"b.bin\": etag contains a NUL byte");
+}
+
 static void test_refuse_duplicate_path(void **state)
 {
 	expect_refusal(*state,
@@ -835,6 +865,8 @@ int main(void)
 	    T(test_refuse_url_nul),
 	    T(test_refuse_mtime_not_integer),
 	    T(test_refuse_executable_not_boolean),
+	    T(test_etag_is_kept),
+	    T(test_refuse_bad_etag),
 	    T(test_refuse_duplicate_path),
 	    T(test_refuse_file_then_dir),
 	    T(test_refuse_dir_then_file),

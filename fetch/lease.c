@@ -1,0 +1,69 @@
+/*
+ * Leases and in-use marks, on Linux open file description locks: unlike POSIX record locks
+ * they belong to the open file, not the process, so two flights of one mount exclude each
+ * other as two mounts do, and closing an unrelated fd on the same file drops nothing.
+ */
+#include "fetch/lease.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+int lease_open(const char *lease_path)
+{
+	int fd = open(lease_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* The lease byte of key: 56 bits of its sha256, so it fits any off_t. */
+static int lease_offset(const char *key, off_t *off)
+{
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+	uint64_t v = 0;
+
+	if (EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL) != 1 || len < 7)
+		return -EIO;
+	for (int i = 0; i < 7; i++)
+		v = v << 8 | digest[i];
+	*off = (off_t)v;
+	return 0;
+}
+
+int lease_try(int fd, const char *key)
+{
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
+	int rc = lease_offset(key, &lk.l_start);
+
+	if (rc)
+		return rc;
+	if (fcntl(fd, F_OFD_SETLK, &lk) == 0)
+		return 1;
+	return errno == EAGAIN || errno == EACCES ? 0 : -errno;
+}
+
+int lease_mark_in_use(int spool_fd)
+{
+	struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+
+	return fcntl(spool_fd, F_OFD_SETLK, &lk) == 0 ? 0 : -errno;
+}
+
+bool lease_in_use_elsewhere(const char *path)
+{
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	bool busy;
+
+	if (fd < 0)
+		return false;
+	/* Asks whether a write lock could be placed: any read mark on the byte says no. */
+	busy = fcntl(fd, F_OFD_GETLK, &lk) != 0 || lk.l_type != F_UNLCK;
+	close(fd);
+	return busy;
+}

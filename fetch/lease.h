@@ -1,0 +1,38 @@
+/*
+ * Cross-mount coordination for a cache directory that several spoolfs mounts share.
+ *
+ * Lease: which mount downloads an object. Every mount that wants the object opens the
+ * directory's lease file (one open file description per flight) and tries an OFD write lock
+ * on a byte picked by a hash of the object's key. The holder downloads and records its
+ * progress in the shared index; the others watch those records and read the spool file as
+ * it grows. The kernel drops the lock when its holder closes the fd or dies, so a killed
+ * mount hands the download over instead of stranding it. Two keys that share a byte only
+ * wait for each other; they never share data.
+ *
+ * In use: every spool fd a flight holds carries an OFD read lock on the spool's first
+ * byte, so eviction in one mount can tell that another mount still reads the file.
+ *
+ * All functions are safe from any thread; none keeps state of its own.
+ */
+#ifndef SPOOLFS_FETCH_LEASE_H
+#define SPOOLFS_FETCH_LEASE_H
+
+#include <stdbool.h>
+
+/* Opens the lease file (creating it) for one flight. The fd, or -errno. */
+int lease_open(const char *lease_path);
+
+/*
+ * Tries to take key's lease on fd without waiting: 1 when this fd holds it now (also when it
+ * already did), 0 when another open file description holds it, or -errno.
+ */
+int lease_try(int fd, const char *key);
+
+/* Marks a spool fd as in use by this mount. 0, or -errno (the mark is advisory). */
+int lease_mark_in_use(int spool_fd);
+
+/* True when some other open file description (any mount, this one included) marked the
+ * spool at path in use. A missing file is not in use. */
+bool lease_in_use_elsewhere(const char *path);
+
+#endif

@@ -1,0 +1,144 @@
+"""Two mounts sharing one cache directory: one upstream fetch per object between them, the
+second mount's readers served from the first one's spool as it grows, a killed downloader
+handed over, and clean-up left to the last mount out."""
+
+import hashlib
+import os
+import threading
+import time
+
+from conftest import SLOW, read_file
+from helpers import expected
+
+MiB = 1 << 20
+
+
+def wait_for(pred, what, timeout=20):
+    deadline = time.monotonic() + timeout * SLOW
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+class Reader(threading.Thread):
+    """Reads one file whole in the background; .data or .error afterwards."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path, self.data, self.error = path, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.data = read_file(self.path)
+        except OSError as e:
+            self.error = e
+
+    def result(self, timeout=60):
+        self.join(timeout * SLOW)
+        assert not self.is_alive(), "reader of %s hung" % self.path
+        assert self.error is None, self.error
+        return self.data
+
+
+def spool_of(cache, store, path):
+    key = "sha256:" + store.sha256(path)
+    return cache / "spool" / (hashlib.sha256(key.encode()).hexdigest() + ".spool")
+
+
+def shared_mounts(mount, url, cache, *extra):
+    m1 = mount(url, "--cache-dir", str(cache), *extra, name="mnt1")
+    m2 = mount(url, "--cache-dir", str(cache), *extra, name="mnt2")
+    return m1, m2
+
+
+def test_a_cold_object_read_through_two_mounts_is_fetched_once(store, mount, tmp_path):
+    a = store.add("a.bin", 24 * MiB)
+    url = store.write()
+    m1, m2 = shared_mounts(mount, url, tmp_path / "cache")
+    store.up.fault(a, gate=True)
+    r1 = Reader(m1.p(a))
+    store.up.wait_for(lambda s: s["gated"] >= 1, path=a)
+    r2 = Reader(m2.p(a))
+    wait_for(lambda: "another mount of the cache is downloading it" in m2.stderr(),
+             "the second mount did not defer to the first one's download")
+    store.up.release(a)
+    assert r1.result() == expected(store, a)
+    assert r2.result() == expected(store, a)
+    st = store.up.stats(a)
+    assert st["gets"] == 1, st
+    assert st["bytes"] <= 24 * MiB + MiB, st
+
+
+def test_the_second_mount_reads_while_the_first_downloads(store, mount, tmp_path):
+    """A reader in the other mount waits for its own bytes, not for the whole object."""
+    size = 32 * MiB
+    a = store.add("a.bin", size, hashed=False)
+    url = store.write()
+    m1, m2 = shared_mounts(mount, url, tmp_path / "cache", "--max-transfers", "1")
+    store.up.fault(a, rate=4 * MiB)
+    r1 = Reader(m1.p(a))
+    store.up.wait_for(lambda s: s["bytes"] > 0, path=a)
+    with open(m2.p(a), "rb", buffering=0) as f:
+        first = f.read(MiB)
+    sent = store.up.stats(a)["bytes"]
+    assert first == expected(store, a)[:MiB]
+    assert sent < size // 2, "the second mount waited for %d of %d bytes" % (sent, size)
+    store.up.clear(a)
+    assert r1.result() == expected(store, a)
+    assert store.up.stats(a)["gets"] == 1
+
+
+def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
+    size = 24 * MiB
+    a = store.add("a.bin", size)
+    url = store.write()
+    m1, m2 = shared_mounts(mount, url, tmp_path / "cache")
+    store.up.fault(a, rate=8 * MiB)
+    r1 = Reader(m1.p(a))
+    store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, path=a)
+    r2 = Reader(m2.p(a))
+    wait_for(lambda: "another mount of the cache is downloading it" in m2.stderr(),
+             "the second mount did not defer to the first one's download")
+    m1.kill()
+    r1.join(10 * SLOW)
+    store.up.clear(a)
+    assert r2.result() == expected(store, a)
+    assert "took over the download from another mount" in m2.stderr()
+    st = store.up.stats(a)
+    assert st["gets"] == 2, st  # the killed one's, then the rest from where it stopped
+    # resumed from what the killed mount recorded, not refetched from the start
+    assert st["bytes"] < 2 * size - 2 * MiB, st
+
+
+def test_the_last_mount_out_cleans_up(store, mount, tmp_path):
+    a = store.add("a.bin", 2 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m1, m2 = shared_mounts(mount, url, cache)
+    assert read_file(m1.p(a)) == expected(store, a)
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == 1
+    m1.check_clean_exit()
+    # the other mount still uses the spool and the index
+    assert os.listdir(cache / "spool")
+    assert read_file(m2.p(a)) == expected(store, a)
+    m2.check_clean_exit()
+    # empty; the directory itself stays: the mount that created it was not the last
+    assert os.listdir(cache) == []
+
+
+def test_eviction_spares_an_object_another_mount_reads(store, mount, tmp_path):
+    a, b, c = (store.add(n, 4 * MiB) for n in ("a.bin", "b.bin", "c.bin"))
+    url = store.write()
+    m1, m2 = shared_mounts(mount, url, tmp_path / "cache", "--cache-max-size", "6M")
+    with open(m2.p(a), "rb") as held:  # a stays open in the second mount
+        assert held.read() == expected(store, a)
+        for p in (b, c):  # each pushes the cache over its limit in the first mount
+            assert read_file(m1.p(p)) == expected(store, p)
+        assert os.path.exists(spool_of(tmp_path / "cache", store, a)), \
+            "an object in use by another mount was evicted"
+        held.seek(0)
+        assert held.read() == expected(store, a)
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == 1
