@@ -476,12 +476,33 @@ static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint6
 	return rc;
 }
 
+/*
+ * A sparse flight's stream for one missed read: its range rounded out to the demand unit,
+ * within the gap that holds its first missing byte.
+ */
+static int start_demand(struct engine *e, struct flight *f, const struct index_ranges *claimed,
+                        const struct flight_want *want)
+{
+	uint64_t from = want->off - want->off % FLIGHT_DEMAND_BYTES, gap_start, gap_end;
+	uint64_t to = want->end + (FLIGHT_DEMAND_BYTES - 1) - (want->end - 1) % FLIGHT_DEMAND_BYTES;
+
+	gap_end = from;
+	while (index_ranges_next_gap(claimed, gap_end, f->size, &gap_start, &gap_end) &&
+	       gap_end <= want->off)
+		;
+	if (!(gap_start <= want->off && want->off < gap_end))
+		return 0;
+	return stream_start(e, f, from > gap_start ? from : gap_start, to < gap_end ? to : gap_end);
+}
+
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
 static void schedule(struct engine *e, struct flight *f)
 {
-	uint64_t wanted[MAX_WANTED], gap_start, gap_end;
+	struct flight_want wanted[MAX_WANTED];
+	uint64_t gap_start, gap_end;
 	struct index_ranges claimed;
 	enum flight_state state;
+	bool whole;
 	unsigned n;
 	int rc = 0;
 
@@ -491,12 +512,12 @@ static void schedule(struct engine *e, struct flight *f)
 		return;
 	f->retry_due_ms = 0;
 	index_ranges_init(&claimed);
-	n = flight_wanted_offsets(f, wanted, MAX_WANTED);
+	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
 	for (unsigned i = 0; i < n && rc == 0 && can_start(e, f); i++) {
-		uint64_t chunk = wanted[i] - wanted[i] % FLIGHT_CHUNK_BYTES;
-		struct stream *s = stream_covering(f, wanted[i]);
+		uint64_t off = wanted[i].off, chunk = off - off % FLIGHT_CHUNK_BYTES;
+		struct stream *s = stream_covering(f, off);
 		if (s) {
-			if (wanted[i] - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
+			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
 			    f->no_ranges)
 				continue;
 			/* Split: the new stream takes the far part, the old one stops there. */
@@ -509,22 +530,27 @@ static void schedule(struct engine *e, struct flight *f)
 		rc = claimed_ranges(f, &claimed);
 		if (rc)
 			break;
-		if (index_ranges_covers(&claimed, wanted[i], wanted[i] + 1))
+		if (index_ranges_covers(&claimed, off, off + 1))
 			continue; /* written, withheld until verification */
+		if (!whole && !f->no_ranges) {
+			rc = start_demand(e, f, &claimed, &wanted[i]);
+			continue;
+		}
 		/* The gap holding the reader's byte, from its chunk boundary at the earliest. */
 		gap_end = chunk;
 		while (index_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
-		       gap_end <= wanted[i])
+		       gap_end <= off)
 			;
 		/* A reader that arrives before the download started gets the parallel parts too,
 		 * the first one starting at its chunk. */
-		if (gap_start <= wanted[i] && wanted[i] < gap_end)
+		if (gap_start <= off && off < gap_end)
 			rc = f->n_streams == 0 && !f->no_ranges && background_room(e) > 0
 			         ? start_parts(e, f, gap_start, gap_end)
 			         : stream_start(e, f, gap_start, gap_end);
 	}
-	/* The download belongs to the object: with nobody waiting it still runs to the end. */
-	if (rc == 0 && f->n_streams == 0 && background_room(e) > 0) {
+	/* Once it is read through, the download belongs to the object: with nobody waiting it
+	 * still runs to the end. */
+	if (rc == 0 && whole && f->n_streams == 0 && background_room(e) > 0) {
 		rc = claimed_ranges(f, &claimed);
 		if (rc == 0 && index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
 			rc = start_parts(e, f, gap_start, gap_end);
@@ -808,6 +834,8 @@ static int activate(struct engine *e, struct flight *f)
 	if (e->cfg.durable && e->cfg.idx)
 		index_spool_touch(e->cfg.idx, f->key, f->size, use_stamp(e));
 	if (e->cfg.lease_path) {
+		/* Other mounts may read any part of it, and only this one can fetch it. */
+		flight_fetch_whole(f);
 		rc = f->lease_fd = lease_open(e->cfg.lease_path);
 		if (rc >= 0)
 			rc = lease_try(f->lease_fd, f->key);

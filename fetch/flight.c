@@ -165,6 +165,7 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	f->state = FLIGHT_ACTIVE;
 	f->spool_fd = -1;
 	f->lease_fd = -1;
+	f->whole = spec->size < FLIGHT_SPARSE_MIN_BYTES;
 	index_ranges_init(&f->written);
 	index_ranges_init(&f->published);
 	f->hash = EVP_MD_CTX_new();
@@ -336,6 +337,7 @@ void flight_table_foreach(struct flight_table *table,
 			info.written = f->written.total;
 			info.published = f->published.total;
 			info.state = f->state;
+			info.whole = f->whole;
 			for (struct flight_waiter *w = f->waiters; w; w = w->next)
 				info.waiters++;
 			pthread_mutex_unlock(&f->lock);
@@ -473,28 +475,60 @@ bool flight_unpark(struct flight *f, struct flight_waiter *w)
 	return removed;
 }
 
-bool flight_far_ahead(struct flight *f, uint64_t off)
+bool flight_should_kick(struct flight *f, uint64_t off)
 {
 	uint64_t first, run_start = 0;
+	bool sparse;
 
 	pthread_mutex_lock(&f->lock);
+	sparse = !f->whole;
 	first = index_ranges_run_end(&f->written, off);
 	/* The end of the last written run before `first`, where a stream would be writing. */
 	for (size_t i = 0; i < f->written.n && f->written.v[i].end <= first; i++)
 		run_start = f->written.v[i].end;
 	pthread_mutex_unlock(&f->lock);
-	return first - run_start > FLIGHT_CHUNK_BYTES;
+	return sparse || first - run_start > FLIGHT_CHUNK_BYTES;
 }
 
-unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max)
+bool flight_note_read(struct flight *f, uint64_t off, uint64_t len)
+{
+	bool switched = false;
+
+	pthread_mutex_lock(&f->lock);
+	if (!f->whole) {
+		/* Within a chunk of where the last read ended: FUSE's worker threads and the
+		 * kernel's readahead deliver a sequential reader's requests slightly out of order.
+		 */
+		bool continues = f->seq_seen && off + FLIGHT_CHUNK_BYTES >= f->seq_next &&
+		                 off <= f->seq_next + FLIGHT_CHUNK_BYTES;
+		f->seq_run = continues ? f->seq_run + len : 0;
+		if (!continues || off + len > f->seq_next)
+			f->seq_next = off + len;
+		f->seq_seen = true;
+		switched = off == 0 || f->seq_run >= FLIGHT_SEQUENTIAL_BYTES;
+		f->whole = switched;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return switched;
+}
+
+void flight_fetch_whole(struct flight *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->whole = true;
+	pthread_mutex_unlock(&f->lock);
+}
+
+unsigned flight_wanted(struct flight *f, struct flight_want *out, unsigned max, bool *whole)
 {
 	unsigned n = 0;
 
 	pthread_mutex_lock(&f->lock);
+	*whole = f->whole;
 	for (struct flight_waiter *w = f->waiters; w && n < max; w = w->next) {
 		uint64_t first = index_ranges_run_end(&f->written, w->off);
 		if (first < w->off + w->len)
-			offsets[n++] = first;
+			out[n++] = (struct flight_want){.off = first, .end = w->off + w->len};
 	}
 	pthread_mutex_unlock(&f->lock);
 	return n;

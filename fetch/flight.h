@@ -29,6 +29,16 @@
 /* The unit of scheduling: far reads fetch from a chunk boundary, hashes withhold a chunk. */
 #define FLIGHT_CHUNK_BYTES (1u << 20)
 #define FLIGHT_HOLD_BYTES FLIGHT_CHUNK_BYTES
+/*
+ * Objects this small are downloaded whole as soon as they are opened. A larger one is too
+ * once a reader reads it from the start or reads FLIGHT_SEQUENTIAL_BYTES in a row; until
+ * then (sparse access: an index at the end, records here and there) each missed read
+ * fetches only its own range, rounded out to FLIGHT_DEMAND_BYTES, which bounds what a small
+ * random read costs upstream.
+ */
+#define FLIGHT_SPARSE_MIN_BYTES (8u << 20)
+#define FLIGHT_SEQUENTIAL_BYTES FLIGHT_CHUNK_BYTES
+#define FLIGHT_DEMAND_BYTES (256u << 10)
 
 struct flight;
 struct stream;
@@ -103,7 +113,11 @@ struct flight {
 	struct index_ranges written;   /* on disk */
 	struct index_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
-	bool in_table; /* also guarded by the table lock (both held to change) */
+	bool in_table;     /* also guarded by the table lock (both held to change) */
+	bool whole;        /* download to the end; else only the ranges readers miss */
+	bool seq_seen;     /* a read was noted: seq_next means something */
+	uint64_t seq_next; /* where a read continuing the last one starts */
+	uint64_t seq_run;  /* bytes read in a row up to seq_next */
 
 	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
 	EVP_MD_CTX *hash;         /* running sha256 of the contiguous prefix */
@@ -185,6 +199,7 @@ struct flight_info {
 	int handles;
 	unsigned waiters;
 	bool durable;
+	bool whole; /* downloading to the end, else only what readers miss */
 };
 
 /*
@@ -225,15 +240,32 @@ int flight_park(struct flight *f, struct flight_waiter *w);
 bool flight_unpark(struct flight *f, struct flight_waiter *w);
 
 /*
- * A hint for readers about to park at off: true when off is more than a chunk beyond the
- * end of the written run before it, so no running stream is about to reach it and the
- * engine should be woken to schedule it. (Nearer waiters are picked up by the engine's own
- * loop, which runs whenever data arrives.)
+ * A hint for readers about to park at off: true when the engine should be woken to
+ * schedule it: the download is sparse (nothing fetches what nobody asked for), or off is
+ * more than a chunk beyond the end of the written run before it, so no running stream is
+ * about to reach it. (Other waiters are picked up by the engine's own loop, which runs
+ * whenever data arrives.)
  */
-bool flight_far_ahead(struct flight *f, uint64_t off);
+bool flight_should_kick(struct flight *f, uint64_t off);
 
-/* The first offset a parked waiter needs that is not written yet; for the scheduler. */
-unsigned flight_wanted_offsets(struct flight *f, uint64_t *offsets, unsigned max);
+/*
+ * Notes a read of [off, off+len), to tell sparse from sequential access. Returns true when
+ * it made the flight download whole: the caller then kicks the engine.
+ */
+bool flight_note_read(struct flight *f, uint64_t off, uint64_t len);
+
+/* Downloads the rest of the object whatever readers do (shared caches). */
+void flight_fetch_whole(struct flight *f);
+
+/* What a parked waiter needs that is not written yet: from off (its first such byte) to
+ * end (where its range ends). */
+struct flight_want {
+	uint64_t off;
+	uint64_t end;
+};
+
+/* Fills up to max wants, for the scheduler; *whole tells how far to fetch. */
+unsigned flight_wanted(struct flight *f, struct flight_want *out, unsigned max, bool *whole);
 
 /*
  * Transfer thread only. Creates the spool file (sized to the object: space is reserved up

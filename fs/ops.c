@@ -482,6 +482,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
+	if (flight_note_read(f, (uint64_t)off, len))
+		engine_kick(s->engine, f);
 	rc = flight_ready(f, (uint64_t)off, len);
 	if (rc == 1) {
 		fs_reply_spool(req, f, (uint64_t)off, len);

@@ -78,7 +78,7 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	rw->req = req;
 	flight_ref(f);
 	rw->flight = f;
-	bool far = flight_far_ahead(f, off);
+	bool kick = flight_should_kick(f, off);
 	/* Registered before parking: an interrupt that already came is seen by flight_park. */
 	fuse_req_interrupt_func(req, on_interrupt, rw);
 	/*
@@ -88,7 +88,7 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	flight_ref(f);
 	rc = flight_park(f, &rw->waiter);
 	if (rc == 0) {
-		if (far)
+		if (kick)
 			engine_kick(s->engine, f);
 		flight_unref(f);
 		return;

@@ -140,9 +140,10 @@ static void write_flight(void *ctx, const struct flight_info *info)
 	json_string(out, info->name);
 	fprintf(out,
 	        ",\"size\":%" PRIu64 ",\"written\":%" PRIu64 ",\"local\":%" PRIu64
-	        ",\"state\":\"%s\",\"handles\":%d,\"waiting_reads\":%u,\"durable\":%s}\n",
+	        ",\"state\":\"%s\",\"handles\":%d,\"waiting_reads\":%u,\"durable\":%s,"
+	        "\"access\":\"%s\"}\n",
 	        info->size, info->written, info->published, states[info->state], info->handles,
-	        info->waiters, info->durable ? "true" : "false");
+	        info->waiters, info->durable ? "true" : "false", info->whole ? "whole" : "sparse");
 }
 
 int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_t *len)

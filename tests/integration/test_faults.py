@@ -178,6 +178,8 @@ def test_upstream_ignores_range(store, mount, hashed):
     store.up.fault(path, ignore_range=True, rate=2 * MiB)
     want = expected(store, path)
     with open(m.p(path), "rb", buffering=0) as f:
+        # Read from the start: the whole object is downloaded, by a request from byte 0.
+        assert os.pread(f.fileno(), 4096, 0) == want[:4096]
         # A read far ahead of the running stream splits off a ranged request, which this
         # upstream answers with the whole body from byte 0.
         t, out = in_thread(os.pread, f.fileno(), 8192, size - 10000)
@@ -245,12 +247,15 @@ def test_content_range_mismatch_gives_eio(store, mount):
     m = mount(store.write())
     store.up.fault(path, gate=True, content_range_lie=True)
     with open(m.p(path), "rb", buffering=0) as f:
+        # read from the start: the whole download begins
+        t0, out0 = in_thread(os.pread, f.fileno(), 4096, 0)
         store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
         t, out = in_thread(os.pread, f.fileno(), 4096, size - 4096)
         # the far read asks for its chunk with a Range; its answer claims other bytes
         store.up.wait_for(lambda s: s["gated"] == 2, timeout=20 * SLOW, path=path)
         store.up.release(path)
         join(t, out)
+        join(t0, out0)
     assert isinstance(out.get("error"), OSError) and out["error"].errno == errno.EIO, out
     assert log_lines(m, "crlie.bin", "Content-Range")
 

@@ -749,10 +749,11 @@ static void test_wanted_offsets(void **state)
 	uint8_t *data = make_object(size);
 	struct flight *f = start(fx, "url:wanted", "", size);
 	struct rec_waiter w1, w2, w3, w4;
-	uint64_t offs[8];
+	struct flight_want offs[8];
+	bool whole;
 	unsigned n;
 
-	assert_int_equal(flight_wanted_offsets(f, offs, 8), 0);
+	assert_int_equal(flight_wanted(f, offs, 8, &whole), 0);
 	assert_int_equal(flight_deliver(f, 0, data, 1000), 0);
 	assert_int_equal(flight_deliver(f, 5000, data + 5000, 1000), 0);
 
@@ -765,34 +766,34 @@ static void test_wanted_offsets(void **state)
 	assert_int_equal(flight_park(f, &w3.w), 0);
 	assert_int_equal(flight_park(f, &w4.w), 0);
 
-	n = flight_wanted_offsets(f, offs, 8);
+	n = flight_wanted(f, offs, 8, &whole);
 	assert_int_equal(n, 4);
 	qsort(offs, n, sizeof(offs[0]), cmp_u64);
-	assert_int_equal(offs[0], 1000);
-	assert_int_equal(offs[1], 3000);
-	assert_int_equal(offs[2], 6000);
-	assert_int_equal(offs[3], 100000);
+	assert_int_equal(offs[0].off, 1000);
+	assert_int_equal(offs[1].off, 3000);
+	assert_int_equal(offs[2].off, 6000);
+	assert_int_equal(offs[3].off, 100000);
 
 	/* Bounded by max. */
-	assert_int_equal(flight_wanted_offsets(f, offs, 2), 2);
-	assert_int_equal(flight_wanted_offsets(f, offs, 0), 0);
+	assert_int_equal(flight_wanted(f, offs, 2, &whole), 2);
+	assert_int_equal(flight_wanted(f, offs, 0, &whole), 0);
 
 	/* Progress moves the hints; answered waiters drop out. */
 	assert_int_equal(flight_deliver(f, 1000, data + 1000, 1500), 0);
 	assert_int_equal(w1.calls, 1);
-	n = flight_wanted_offsets(f, offs, 8);
+	n = flight_wanted(f, offs, 8, &whole);
 	assert_int_equal(n, 3);
 	qsort(offs, n, sizeof(offs[0]), cmp_u64);
-	assert_int_equal(offs[0], 3000);
-	assert_int_equal(offs[1], 6000);
-	assert_int_equal(offs[2], 100000);
+	assert_int_equal(offs[0].off, 3000);
+	assert_int_equal(offs[1].off, 6000);
+	assert_int_equal(offs[2].off, 100000);
 
 	assert_true(flight_unpark(f, &w3.w));
-	n = flight_wanted_offsets(f, offs, 8);
+	n = flight_wanted(f, offs, 8, &whole);
 	assert_int_equal(n, 2);
 
 	deliver_range(f, data, 0, size, 64 * KIB);
-	assert_int_equal(flight_wanted_offsets(f, offs, 8), 0);
+	assert_int_equal(flight_wanted(f, offs, 8, &whole), 0);
 	assert_int_equal(w2.calls, 1);
 	assert_int_equal(w4.calls, 1);
 	assert_int_equal(w3.calls, 0);
@@ -809,7 +810,8 @@ static void test_wanted_offsets_withheld(void **state)
 	char sha[65];
 	struct flight *f;
 	struct rec_waiter w;
-	uint64_t offs[4];
+	struct flight_want offs[4];
+	bool whole;
 
 	/* Written but withheld for verification: nothing more to fetch for this waiter. */
 	sha256_hex(data, size, sha);
@@ -818,12 +820,63 @@ static void test_wanted_offsets_withheld(void **state)
 	assert_int_equal(flight_park(f, &w.w), 0);
 	assert_int_equal(flight_deliver(f, 0, data, 600), 0);
 	assert_int_equal(w.calls, 0);
-	assert_int_equal(flight_wanted_offsets(f, offs, 4), 0);
+	assert_int_equal(flight_wanted(f, offs, 4, &whole), 0);
 	assert_int_equal(flight_deliver(f, 600, data + 600, 400), 0);
 	assert_int_equal(w.calls, 1);
 
 	finish(fx, &f, 1);
 	free(data);
+}
+
+static bool is_whole(struct flight *f)
+{
+	struct flight_want w[1];
+	bool whole;
+
+	flight_wanted(f, w, 1, &whole);
+	return whole;
+}
+
+static void test_access_pattern(void **state)
+{
+	struct fixture *fx = *state;
+	bool created;
+	/* No spool needed: only the pattern is looked at. */
+	struct flight *small = join(fx, "url:small", "", FLIGHT_SPARSE_MIN_BYTES - 1, &created);
+	struct flight *f = join(fx, "url:pattern", "", 256 * MIB, &created);
+	struct flight *mid = join(fx, "url:middle", "", 256 * MIB, &created);
+	struct flight *zero = join(fx, "url:zero", "", 256 * MIB, &created);
+	struct flight *all[] = {small, f, mid, zero};
+
+	/* Small objects are worth fetching whole before anyone reads. */
+	assert_true(is_whole(small));
+
+	/* Scattered reads stay sparse, and every parked one wakes the engine. */
+	assert_false(is_whole(f));
+	for (uint64_t i = 0; i < 64; i++) {
+		uint64_t off = (i * 37 % 61 + 1) * 4 * MIB;
+		assert_false(flight_note_read(f, off, 128 * KIB));
+	}
+	assert_false(is_whole(f));
+	assert_true(flight_should_kick(f, 100 * MIB));
+
+	/* Reading on from anywhere: sequential once a chunk went by in a row, even with the
+	 * requests a little out of order. */
+	assert_false(flight_note_read(mid, 100 * MIB, 256 * KIB));
+	assert_false(flight_note_read(mid, 100 * MIB + 512 * KIB, 256 * KIB));
+	assert_false(flight_note_read(mid, 100 * MIB + 256 * KIB, 256 * KIB));
+	assert_false(flight_note_read(mid, 100 * MIB + 768 * KIB, 256 * KIB));
+	assert_true(flight_note_read(mid, 101 * MIB, 256 * KIB));
+	assert_true(is_whole(mid));
+	assert_false(flight_note_read(mid, 200 * MIB, 4096)); /* switched once */
+
+	/* A read from the start means the whole file. */
+	assert_true(flight_note_read(zero, 0, 4096));
+	assert_true(is_whole(zero));
+	/* Whole and near the written prefix: the engine's own loop will serve it. */
+	assert_false(flight_should_kick(zero, 4096));
+
+	finish(fx, all, 4);
 }
 
 /* ---- edge cases --------------------------------------------------------------------- */
@@ -1155,6 +1208,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_unpark_then_fail, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_wanted_offsets, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_wanted_offsets_withheld, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_access_pattern, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_complete_empty, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_deliver_past_size, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_copy_written, setup, teardown),
