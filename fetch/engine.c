@@ -21,19 +21,23 @@
 #include "fetch/http.h"
 #include "fetch/lease.h"
 #include "fetch/log.h"
+#include "fetch/recorder.h"
 #include "index/index.h"
 
 /* A reader this far ahead of a stream's position gets a stream of its own. */
 #define FAR_AHEAD_BYTES FLIGHT_CHUNK_BYTES
 /*
- * Record progress in the index at least this often per flight: every so many bytes, and
- * whatever arrived every so many milliseconds, which is how quickly readers in another mount
- * sharing the cache directory see the bytes (each record costs an fdatasync).
+ * Record progress in the index at least this often per flight (each record costs an
+ * fdatasync). While another mount sharing the cache directory watches the download, also
+ * whatever arrived every so many milliseconds: that is how quickly its readers see bytes.
  */
-#define RECORD_EVERY_BYTES (16u << 20)
-#define RECORD_EVERY_MS 200
-/* How often a flight whose download another mount holds reads that mount's records. */
+#define RECORD_EVERY_BYTES (64u << 20)
+#define RECORD_WATCHED_BYTES (16u << 20)
+#define RECORD_WATCHED_MS 200
+/* How often a flight whose download another mount holds reads that mount's records, and
+ * how often a holder looks for such watchers. */
 #define WATCH_EVERY_MS 50
+#define WATCHERS_EVERY_MS 200
 #define MAX_WANTED 32
 /* A part of a parallel download is at least this big: below it, one request is cheaper. */
 #define PART_MIN_BYTES (16u << 20)
@@ -80,6 +84,7 @@ struct engine {
 	unsigned n_background; /* transfers of streams nobody is waiting on */
 	int64_t last_use_stamp;
 	uint64_t rng;
+	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 };
 
 static uint64_t now_ms(void)
@@ -570,30 +575,30 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 	enum flight_state state;
 
 	/* Records matter only in a cache directory that a later session may reuse, and only the
-	 * lease holder writes them. */
-	if (!e->cfg.idx || !e->cfg.durable || atomic_load(&f->durable) ||
+	 * lease holder writes them; the last one (complete or failed) is written once. */
+	if (!e->recorder || f->final_recorded || atomic_load(&f->durable) ||
 	    (e->cfg.lease_path && !f->lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	if (state == FLIGHT_FAILED) {
-		index_record_complete(e->cfg.idx, f->key, false);
+		recorder_failed(e->recorder, f);
+		f->final_recorded = true;
 		return;
 	}
 	uint64_t now = now_ms();
 	if (!force && total < f->recorded_bytes + RECORD_EVERY_BYTES &&
-	    (total == f->recorded_bytes || now - f->recorded_ms < RECORD_EVERY_MS))
+	    !(f->watched && total > f->recorded_bytes &&
+	      (total >= f->recorded_bytes + RECORD_WATCHED_BYTES ||
+	       now - f->recorded_ms >= RECORD_WATCHED_MS)))
 		return;
-	/* The data must be on disk before the index says it is there. */
-	if (e->cfg.durable && f->spool_fd >= 0 && fdatasync(f->spool_fd) != 0)
+	if (total == f->recorded_bytes && state != FLIGHT_COMPLETE)
 		return;
 	index_ranges_init(&written);
-	if (flight_copy_written(f, &written) == 0 &&
-	    index_record_ranges(e->cfg.idx, f->key, &written) == 0) {
+	if (flight_copy_written(f, &written) == 0) {
+		recorder_ranges(e->recorder, f, &written, state == FLIGHT_COMPLETE);
 		f->recorded_bytes = total;
 		f->recorded_ms = now;
-		if (state == FLIGHT_COMPLETE &&
-		    index_record_complete(e->cfg.idx, f->key, true) == 0)
-			atomic_store(&f->durable, true);
+		f->final_recorded = state == FLIGHT_COMPLETE;
 	}
 	index_ranges_free(&written);
 }
@@ -733,13 +738,31 @@ static void start_owned(struct engine *e, struct flight *f)
 	}
 }
 
-/* Lets other mounts take the download over: once finished, failed or stopped. */
-static void release_lease(struct flight *f)
+/*
+ * Lets other mounts take the download over: once finished, failed or stopped. Through the
+ * recorder, so the lease goes only after the records the next holder starts from.
+ */
+static void release_lease(struct engine *e, struct flight *f)
 {
-	if (f->lease_fd >= 0)
+	if (f->lease_fd >= 0 && e->recorder && f->lease_held)
+		recorder_release(e->recorder, f->lease_fd);
+	else if (f->lease_fd >= 0)
 		close(f->lease_fd);
 	f->lease_fd = -1;
 	f->lease_held = false;
+}
+
+/*
+ * A holder's readers may all be sparse, but a mount watching its download can only wait for
+ * what it fetches: once watched, it fetches everything, and records progress often.
+ */
+static void look_for_watchers(struct flight *f, uint64_t now)
+{
+	f->next_watch_ms = now + WATCHERS_EVERY_MS;
+	if (f->watched || !lease_watched(f->lease_fd, f->key))
+		return;
+	f->watched = true;
+	flight_fetch_whole(f);
 }
 
 /*
@@ -834,8 +857,6 @@ static int activate(struct engine *e, struct flight *f)
 	if (e->cfg.durable && e->cfg.idx)
 		index_spool_touch(e->cfg.idx, f->key, f->size, use_stamp(e));
 	if (e->cfg.lease_path) {
-		/* Other mounts may read any part of it, and only this one can fetch it. */
-		flight_fetch_whole(f);
 		rc = f->lease_fd = lease_open(e->cfg.lease_path);
 		if (rc >= 0)
 			rc = lease_try(f->lease_fd, f->key);
@@ -844,6 +865,11 @@ static int activate(struct engine *e, struct flight *f)
 			return 0;
 		}
 		f->lease_held = rc == 1;
+		/* Said before the first look at the records: the holder then goes whole. */
+		if (!f->lease_held && (rc = lease_watch(f->lease_fd, f->key)) < 0) {
+			fail_flight(e, f, rc, "cannot lock the cache directory's lease file");
+			return 0;
+		}
 		if (!f->lease_held) {
 			fetch_log(FETCH_LOG_INFO,
 			          "%s: another mount of the cache is downloading it", f->name);
@@ -954,7 +980,7 @@ static void retire_finished(struct engine *e)
 				atomic_fetch_add_explicit(&e->stats.completed, 1,
 				                          memory_order_relaxed);
 			record_progress(e, f, true);
-			release_lease(f);
+			release_lease(e, f);
 			flight_unref(f);
 			continue;
 		}
@@ -1022,6 +1048,11 @@ static void *engine_main(void *arg)
 					timeout = (long)(f->next_watch_ms - now);
 				continue;
 			}
+			if (f->lease_held && f->next_watch_ms <= now)
+				look_for_watchers(f, now);
+			if (f->lease_held && !f->watched &&
+			    (long)(f->next_watch_ms - now) < timeout)
+				timeout = (long)(f->next_watch_ms - now);
 			if (f->retry_due_ms && f->retry_due_ms > now) {
 				if ((long)(f->retry_due_ms - now) < timeout)
 					timeout = (long)(f->retry_due_ms - now);
@@ -1041,10 +1072,19 @@ static void *engine_main(void *arg)
 
 int engine_start(struct engine *e)
 {
-	int rc = pthread_create(&e->thread, NULL, engine_main, e);
+	int rc = 0;
 
+	/* Records matter only in a cache directory that a later session may reuse. */
+	if (e->cfg.durable && e->cfg.idx)
+		rc = recorder_start(e->cfg.idx, &e->recorder);
 	if (rc)
+		return rc;
+	rc = pthread_create(&e->thread, NULL, engine_main, e);
+	if (rc) {
+		recorder_stop(e->recorder);
+		e->recorder = NULL;
 		return -rc;
+	}
 	pthread_setname_np(e->thread, "spoolfs-xfer");
 	e->thread_started = true;
 	return 0;
@@ -1083,10 +1123,13 @@ void engine_stop(struct engine *e)
 			record_progress(e, e->active[i], true);
 			flight_stop(e->active[i], -EIO);
 		}
-		release_lease(e->active[i]);
+		release_lease(e, e->active[i]);
 		flight_unref(e->active[i]);
 	}
 	e->n_active = 0;
+	/* Every record queued above is written before the index closes. */
+	recorder_stop(e->recorder);
+	e->recorder = NULL;
 }
 
 void engine_destroy(struct engine *e)

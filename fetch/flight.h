@@ -142,7 +142,10 @@ struct flight {
 	unsigned url_idx;       /* which of urls the next request goes to */
 	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
 	bool lease_held;        /* this flight downloads; else another mount does and it watches */
-	uint64_t next_watch_ms; /* when a watching flight next reads the other's records */
+	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
+	                   holder next looks for watchers */
+	bool watched;           /* a holder that another mount watches: whole, recorded often */
+	bool final_recorded;    /* its completion or failure is queued for the index */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */

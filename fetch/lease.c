@@ -47,6 +47,30 @@ int lease_try(int fd, const char *key)
 	return errno == EAGAIN || errno == EACCES ? 0 : -errno;
 }
 
+/* The watch byte sits 2^56 above the lease byte: the two ranges never meet. */
+#define WATCH_OFFSET ((off_t)1 << 56)
+
+int lease_watch(int fd, const char *key)
+{
+	struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_len = 1};
+	int rc = lease_offset(key, &lk.l_start);
+
+	if (rc)
+		return rc;
+	lk.l_start += WATCH_OFFSET;
+	return fcntl(fd, F_OFD_SETLK, &lk) == 0 ? 0 : -errno;
+}
+
+bool lease_watched(int fd, const char *key)
+{
+	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
+
+	if (lease_offset(key, &lk.l_start))
+		return false;
+	lk.l_start += WATCH_OFFSET;
+	return fcntl(fd, F_OFD_GETLK, &lk) == 0 && lk.l_type != F_UNLCK;
+}
+
 int lease_mark_in_use(int spool_fd)
 {
 	struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};

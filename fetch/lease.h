@@ -28,6 +28,16 @@ int lease_open(const char *lease_path);
  */
 int lease_try(int fd, const char *key);
 
+/*
+ * Watching: a mount that waits on another's download says so with a read lock on a second
+ * byte of the key, held on its lease fd, so the holder knows someone reads through it:
+ * it then downloads the object whole and records its progress often. 0 or -errno.
+ */
+int lease_watch(int fd, const char *key);
+
+/* True when some other open file description watches key (see lease_watch). */
+bool lease_watched(int fd, const char *key);
+
 /* Marks a spool fd as in use by this mount. 0, or -errno (the mark is advisory). */
 int lease_mark_in_use(int spool_fd);
 

@@ -17,6 +17,7 @@
 #include "fetch/engine.h"
 #include "fetch/source_s3.h"
 #include "fetch/flight.h"
+#include "fetch/worker.h"
 #include "index/index.h"
 
 struct fs_options {
@@ -68,6 +69,11 @@ struct fs_handle {
 
 struct fs_session {
 	struct fs_options opts;
+	/* The mountpoint's canonical path (set before mounting), and whether its readahead has
+	 * been raised: done at the first open, once the kernel has applied FUSE's INIT reply,
+	 * which would undo it (see readahead.c). */
+	char *mount_path;
+	atomic_bool readahead_tuned;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
 	/* Lazy listing: which directories are being listed now (see listing.c). */
@@ -91,6 +97,10 @@ struct fs_session {
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */
 	atomic_int inval_jobs; /* cache invalidations still running; waited for at unmount */
+	/* Replies to parked reads whose bytes arrived, so the thread that published them (the
+	 * transfer thread) goes back to receiving at once. Set before the FUSE loop starts and
+	 * cleared after the engine stopped: no thread can be queueing to it then. */
+	struct worker *replier;
 	struct fs_counters counters;
 };
 
@@ -120,10 +130,24 @@ void fs_handle_free(struct fs_handle *h);
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len);
 
 /* Reads that are not local yet: parks them on the flight (see reply.c). Replies always. */
+/* Starts and stops the replier thread; stopping answers what is queued first. 0 or -errno. */
+int fs_replier_start(struct fs_session *s);
+void fs_replier_stop(struct fs_session *s);
+
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
                   uint64_t len);
 
 /* Invalidates the kernel's cached pages of a failed object; the engine's on_failed hook. */
 void fs_on_flight_failed(void *ctx, struct flight *f);
+
+/*
+ * Raises the kernel's readahead for the FUSE mount at mountpoint (an absolute, canonical
+ * path, mounted by this process) to the largest read request libfuse can still splice.
+ * 0, or -errno (it needs root; the default then stays).
+ */
+int fs_raise_readahead(const char *mountpoint);
+
+/* fs_raise_readahead for the session's mount, the first time it is called. */
+void fs_tune_readahead_once(struct fs_session *s);
 
 #endif

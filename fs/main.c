@@ -355,6 +355,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		goto out;
 	if (fuse_set_signal_handlers(s->se) != 0)
 		goto out_session;
+	/* Canonical before the mount: afterwards, resolving it would ask this daemon. */
+	s->mount_path = realpath(s->opts.mountpoint, NULL);
 	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 		goto out_signals;
 	if (fuse_daemonize(s->opts.foreground) != 0)
@@ -362,7 +364,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	/* Daemonised, stderr is /dev/null: operators look in the journal. */
 	if (!s->opts.foreground)
 		fetch_log_use_syslog();
-	rc = flight_table_start_hasher(s->flights);
+	rc = fs_replier_start(s);
+	if (rc == 0)
+		rc = flight_table_start_hasher(s->flights);
 	if (rc == 0)
 		rc = engine_start(s->engine);
 	if (rc) {
@@ -387,6 +391,7 @@ out_engine:
 	/* Answers every parked reader before the session goes away. */
 	engine_stop(s->engine);
 	flight_table_stop_hasher(s->flights);
+	fs_replier_stop(s);
 	while (atomic_load(&s->inval_jobs) > 0)
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 out_unmount:
@@ -412,6 +417,7 @@ int main(int argc, char *argv[])
 	s.cache_lock_fd = -1;
 	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_cond_init(&s.list_done, NULL);
+
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
@@ -467,11 +473,13 @@ out_cache:
 	free(s.listing);
 	pthread_cond_destroy(&s.list_done);
 	pthread_mutex_destroy(&s.list_lock);
+
 	remove_cache_files(&s);
 	if (s.cache_lock_fd >= 0)
 		close(s.cache_lock_fd);
 	free(s.spool_dir);
 	free(s.lease_path);
+	free(s.mount_path);
 	free(s.cache_dir);
 	free(s.manifest_dir);
 	curl_global_cleanup();

@@ -393,6 +393,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	bool created = false;
 	int rc;
 
+	fs_tune_readahead_once(s);
+
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		rc = -EROFS;
 		goto fail;

@@ -8,9 +8,14 @@
  * transfer thread replies it clears the interrupt callback: libfuse runs that callback with
  * the request's lock held, so clearing it waits out a callback in progress and no later
  * one can see a freed read_wait.
+ *
+ * The publishing thread only queues a finished wait; the replier thread sends the reply
+ * (one copy of the data into the kernel per reply). Measured on a 2-core VM, cold 1 GiB
+ * cat: with the transfer thread replying itself, receiving stalled behind every splice.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "fs/fs_i.h"
@@ -18,7 +23,9 @@
 struct read_wait {
 	struct flight_waiter waiter; /* first: done() gets this pointer */
 	fuse_req_t req;
-	struct flight *flight; /* a reference of its own */
+	struct flight *flight;  /* a reference of its own */
+	int err;                /* what done() said, for the replier */
+	struct worker_job link; /* in the replier's queue */
 };
 
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len)
@@ -37,17 +44,42 @@ static void read_wait_free(struct read_wait *rw)
 	free(rw);
 }
 
-/* Transfer thread, no locks held. */
+static void send_reply(struct read_wait *rw)
+{
+	fuse_req_interrupt_func(rw->req, NULL, NULL);
+	if (rw->err)
+		fuse_reply_err(rw->req, -rw->err);
+	else
+		fs_reply_spool(rw->req, rw->flight, rw->waiter.off, rw->waiter.len);
+	read_wait_free(rw);
+}
+
+/* The publishing thread (transfer or hasher), no locks held. */
 static void on_published(struct flight_waiter *w, int err)
 {
 	struct read_wait *rw = (struct read_wait *)w;
+	struct fs_session *s = fuse_req_userdata(rw->req);
 
-	fuse_req_interrupt_func(rw->req, NULL, NULL);
-	if (err)
-		fuse_reply_err(rw->req, -err);
-	else
-		fs_reply_spool(rw->req, rw->flight, w->off, w->len);
-	read_wait_free(rw);
+	rw->err = err;
+	if (!s->replier || !worker_queue(s->replier, &rw->link))
+		send_reply(rw); /* no replier (shutting down): answer here */
+}
+
+static void replier_run(void *ctx, struct worker_job *link)
+{
+	(void)ctx;
+	send_reply((struct read_wait *)((char *)link - offsetof(struct read_wait, link)));
+}
+
+int fs_replier_start(struct fs_session *s)
+{
+	return worker_start("spoolfs-reply", replier_run, s, &s->replier);
+}
+
+void fs_replier_stop(struct fs_session *s)
+{
+	worker_stop(s->replier); /* it answers what was queued before it ends */
+	s->replier = NULL;
 }
 
 /* A FUSE worker, with libfuse's lock on req held. */

@@ -70,6 +70,7 @@ def config():
         "w5_dirs": int(os.environ.get("W5_DIRS", "20" if small else "1000")),
         "timeout": float(os.environ.get("OP_TIMEOUT", "60" if small else "300")),
         "peers": os.environ.get("PEERS", "spoolfs,rclone,httpdirfs,s3fs").split(","),
+        "workloads": os.environ.get("WORKLOADS", "W1,W2,W2cap,W4,W5").split(","),
     }
     for k in ("W1_SIZE", "W2_SIZE", "CAP_SIZE"):
         if os.environ.get(k):
@@ -752,9 +753,11 @@ class Bench:
             for run in range(1, c["runs"] + 1):
                 self.baselines(run)
                 for s in live:
-                    for wname, fn in (("W1", self.w1), ("W2/W3", self.w2w3),
-                                      ("W2 capped", self.w2cap), ("W4", self.w4),
-                                      ("W5", self.w5)):
+                    for wname, key, fn in (("W1", "W1", self.w1), ("W2/W3", "W2", self.w2w3),
+                                           ("W2 capped", "W2cap", self.w2cap),
+                                           ("W4", "W4", self.w4), ("W5", "W5", self.w5)):
+                        if key not in c["workloads"]:
+                            continue
                         log("run %d/%d: %s %s" % (run, c["runs"], s.name, wname))
                         t0 = time.monotonic()
                         fn(s, run)

@@ -14,6 +14,7 @@
 # same run. A peer that cannot run a workload shows n/a and why.
 #
 # Env: SCALE (full|small), RUNS, PEERS (default spoolfs,rclone,httpdirfs,s3fs),
+# WORKLOADS (default W1,W2,W2cap,W4,W5; W3 runs with W2, W6 with each),
 # OP_TIMEOUT (s per measured operation), SEED, SPOOLFS_BIN (default: built in build-bench/),
 # W1_SIZE, W2_SIZE, CAP_SIZE, W5_FILES, W5_DIRS, KEEP=1 (keep the work dir).
 # A benchmark, not a test: timings are never asserted. Exit status 1 only when something

@@ -142,3 +142,18 @@ def test_eviction_spares_an_object_another_mount_reads(store, mount, tmp_path):
         assert held.read() == expected(store, a)
     assert read_file(m2.p(a)) == expected(store, a)
     assert store.up.stats(a)["gets"] == 1
+
+
+def test_a_sparse_download_goes_whole_once_another_mount_watches(store, mount, tmp_path):
+    size = 32 * MiB
+    a = store.add("a.bin", size)
+    url = store.write()
+    m1, m2 = shared_mounts(mount, url, tmp_path / "cache")
+    with open(m1.p(a), "rb", buffering=0) as f:
+        # a sparse reader: the first mount holds the download but fetches only this
+        assert os.pread(f.fileno(), 4096, 20 * MiB) == expected(store, a)[20 * MiB:20 * MiB + 4096]
+        assert store.up.stats(a)["bytes"] < 2 * MiB
+        # the second mount can only wait for the first one's download: it must go whole
+        assert Reader(m2.p(a)).result() == expected(store, a)
+    st = store.up.stats(a)
+    assert st["bytes"] <= size + MiB, st

@@ -1,0 +1,146 @@
+/*
+ * The recorder thread (see recorder.h). Measured on a 2-core VM, a cold 1 GiB read with
+ * --cache-dir took 2.5-2.7 s with the transfer thread fdatasyncing every 64 MiB itself,
+ * against 1.35 s without a persistent cache: the sync stalled receiving every time.
+ */
+#include "fetch/recorder.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "fetch/log.h"
+#include "fetch/worker.h"
+#include "index/index.h"
+
+enum job_kind { JOB_RANGES, JOB_FAILED, JOB_RELEASE };
+
+struct job {
+	struct worker_job link; /* first: the worker hands this back */
+	enum job_kind kind;
+	struct flight *f; /* a reference of its own; NULL for JOB_RELEASE */
+	struct index_ranges written;
+	bool complete;
+	int lease_fd;
+};
+
+struct recorder {
+	struct index *idx;
+	struct worker *worker;
+};
+
+static void run(void *ctx, struct worker_job *link)
+{
+	struct recorder *r = ctx;
+	struct job *j = (struct job *)link;
+	int fd;
+
+	switch (j->kind) {
+	case JOB_RANGES:
+		/* The data must be on disk before the index says it is there. */
+		fd = flight_spool_fd(j->f);
+		if (fd < 0 || fdatasync(fd) != 0) {
+			fetch_log(FETCH_LOG_WARN,
+			          "%s: cannot sync the spool: progress not recorded", j->f->name);
+			break;
+		}
+		if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
+		    index_record_complete(r->idx, j->f->key, true) == 0)
+			atomic_store(&j->f->durable, true);
+		break;
+	case JOB_FAILED:
+		index_record_complete(r->idx, j->f->key, false);
+		break;
+	case JOB_RELEASE:
+		close(j->lease_fd);
+		break;
+	}
+	if (j->f)
+		flight_unref(j->f);
+	index_ranges_free(&j->written);
+	free(j);
+}
+
+int recorder_start(struct index *idx, struct recorder **out)
+{
+	struct recorder *r = calloc(1, sizeof(*r));
+	int rc;
+
+	*out = NULL;
+	if (!r)
+		return -ENOMEM;
+	r->idx = idx;
+	rc = worker_start("spoolfs-record", run, r, &r->worker);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void recorder_stop(struct recorder *r)
+{
+	if (!r)
+		return;
+	worker_stop(r->worker);
+	free(r);
+}
+
+/* A job for f (referenced), or NULL without memory. */
+static struct job *job_new(enum job_kind kind, struct flight *f)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->kind = kind;
+	j->f = f;
+	j->lease_fd = -1;
+	index_ranges_init(&j->written);
+	if (f)
+		flight_ref(f);
+	return j;
+}
+
+/* Queues j; after recorder_stop began, runs it here (nothing else would). */
+static void submit(struct recorder *r, struct job *j)
+{
+	if (!worker_queue(r->worker, &j->link))
+		run(r, &j->link);
+}
+
+void recorder_ranges(struct recorder *r, struct flight *f, struct index_ranges *written,
+                     bool complete)
+{
+	struct job *j = job_new(JOB_RANGES, f);
+
+	if (!j) {
+		index_ranges_clear(written);
+		return; /* a later record, or the next session's refetch, covers it */
+	}
+	j->written = *written;
+	index_ranges_init(written);
+	j->complete = complete;
+	submit(r, j);
+}
+
+void recorder_failed(struct recorder *r, struct flight *f)
+{
+	struct job *j = job_new(JOB_FAILED, f);
+
+	if (j)
+		submit(r, j);
+}
+
+void recorder_release(struct recorder *r, int lease_fd)
+{
+	struct job *j = job_new(JOB_RELEASE, NULL);
+
+	if (!j) {
+		close(lease_fd); /* out of memory: the lease goes now rather than never */
+		return;
+	}
+	j->lease_fd = lease_fd;
+	submit(r, j);
+}

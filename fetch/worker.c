@@ -1,0 +1,108 @@
+/* A thread with a FIFO of jobs (see worker.h). */
+#include "fetch/worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+struct worker {
+	pthread_t thread;
+	void (*run)(void *ctx, struct worker_job *job);
+	void *ctx;
+	pthread_mutex_t lock;
+	pthread_cond_t ready;
+	/* Guarded by lock. */
+	struct worker_job *head;
+	struct worker_job *tail;
+	bool stopping;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct worker_job *job = w->head;
+		if (!job && w->stopping)
+			break;
+		if (!job) {
+			pthread_cond_wait(&w->ready, &w->lock);
+			continue;
+		}
+		w->head = job->next;
+		if (!w->head)
+			w->tail = NULL;
+		pthread_mutex_unlock(&w->lock);
+		w->run(w->ctx, job);
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int worker_start(const char *name, void (*run)(void *ctx, struct worker_job *job), void *ctx,
+                 struct worker **out)
+{
+	struct worker *w = calloc(1, sizeof(*w));
+	sigset_t all, old;
+	int rc;
+
+	*out = NULL;
+	if (!w)
+		return -ENOMEM;
+	w->run = run;
+	w->ctx = ctx;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->ready, NULL);
+	/* Signals are for libfuse's handlers in the FUSE threads; the new thread inherits
+	 * this mask. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = -pthread_create(&w->thread, NULL, worker_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		pthread_cond_destroy(&w->ready);
+		pthread_mutex_destroy(&w->lock);
+		free(w);
+		return rc;
+	}
+	pthread_setname_np(w->thread, name);
+	*out = w;
+	return 0;
+}
+
+bool worker_queue(struct worker *w, struct worker_job *job)
+{
+	bool queued = false;
+
+	job->next = NULL;
+	pthread_mutex_lock(&w->lock);
+	if (!w->stopping) {
+		if (w->tail)
+			w->tail->next = job;
+		else
+			w->head = job;
+		w->tail = job;
+		queued = true;
+		pthread_cond_signal(&w->ready);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return queued;
+}
+
+void worker_stop(struct worker *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stopping = true;
+	pthread_cond_signal(&w->ready);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	pthread_cond_destroy(&w->ready);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
