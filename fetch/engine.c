@@ -110,8 +110,8 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->net.connect_timeout_s = 10;
 	cfg->max_tries = 6;
 	cfg->max_transfers = 16;
-	cfg->max_streams_per_flight = 8;
-	cfg->parallel_parts = 4;
+	cfg->max_streams_per_flight = 10;
+	cfg->parallel_parts = 8;
 	cfg->backoff_base_ms = 200;
 	cfg->backoff_cap_ms = 5000;
 }
@@ -806,13 +806,25 @@ static void take_over(struct engine *e, struct flight *f)
 	          f->name, complete ? "finished by" : "took over", flight_written(f), f->size);
 }
 
+/* True when f's spool path still names the file f has open. */
+static bool spool_still_named(struct flight *f)
+{
+	struct stat named, open_file;
+
+	return f->spool_path && stat(f->spool_path, &named) == 0 &&
+	       fstat(f->spool_fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
+	       named.st_dev == open_file.st_dev;
+}
+
 /*
  * Another mount holds f's lease: serves its readers what that mount has recorded, from the
- * same spool file, and takes over when the lease comes free.
+ * same spool file, and takes over when the lease comes free. The records are read after
+ * the file is opened and trusted only while the path still names that file: a holder that
+ * starts afresh makes a new file, and the old one's records say nothing about it.
  */
 static void watch(struct engine *e, struct flight *f)
 {
-	struct index_ranges recorded;
+	struct index_ranges none, recorded;
 	bool complete = false;
 	int rc = lease_try(f->lease_fd, f->key);
 
@@ -821,21 +833,28 @@ static void watch(struct engine *e, struct flight *f)
 		take_over(e, f);
 		return;
 	}
+	index_ranges_init(&none);
 	index_ranges_init(&recorded);
-	if (rc == 0)
-		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == 0 && f->spool_fd < 0) {
-		rc = flight_reopen_spool(f, &recorded, complete, true);
+		/* Opened with nothing adopted yet: what it holds is decided below. */
+		rc = flight_reopen_spool(f, &none, false, true);
 		/* Not created, or not sized, yet: the holder has only just started. */
 		if (f->spool_fd < 0 && (rc == -ENOENT || rc == -ESTALE))
-			rc = 0;
-	} else if (rc == 0) {
-		rc = flight_adopt(f, &recorded, complete);
-	} else if (rc == -ENOENT) {
-		rc = 0; /* nothing recorded yet */
+			rc = 1;
 	}
+	if (rc == 0)
+		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == -ENOENT)
+		rc = 1; /* nothing recorded yet */
+	if (rc == 0 && !spool_still_named(f)) {
+		rc = -ESTALE;
+		fetch_log(FETCH_LOG_WARN, "%s: the other mount restarted its download; reopen it",
+		          f->name);
+	}
+	if (rc == 0)
+		rc = flight_adopt(f, &recorded, complete);
 	index_ranges_free(&recorded);
-	if (rc)
+	if (rc < 0)
 		fail_flight(e, f, rc, "cannot follow another mount's download");
 }
 

@@ -675,7 +675,13 @@ int flight_open_spool(struct flight *f)
 		path = NULL;
 		goto fail;
 	}
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* A new inode, never the old one truncated: a mount sharing the cache directory may
+	 * still read the old file, whose bytes must stay what its records say. */
+	if (unlink(path) != 0 && errno != ENOENT) {
+		rc = -errno;
+		goto fail;
+	}
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		goto fail;
