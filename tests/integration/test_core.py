@@ -236,3 +236,17 @@ def test_local_manifest_and_relative_urls(store, mount, tmp_path):
     m = mount(str(local))
     assert read_file(m.p("via-url.bin")) == expected(store, "d/obj.bin")
     assert read_file(m.p("x/y.bin")) == expected(store, "d/obj.bin")
+
+
+def test_kernel_readahead_is_raised_at_the_first_open(store, mount):
+    store.add("ra.bin", MiB)
+    m = mount(store.write())
+    st = os.stat(m.path)
+    knob = "/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(st.st_dev), os.minor(st.st_dev))
+    if not os.access(knob, os.W_OK):
+        pytest.skip("sysfs is read-only here: the daemon cannot raise the readahead either")
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        want = min(256, int(f.read()) // 2 // 1024)  # what libfuse can still splice
+    assert read_file(m.p("ra.bin")) == expected(store, "ra.bin")
+    with open(knob) as f:
+        assert int(f.read()) == want

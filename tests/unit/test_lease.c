@@ -1,0 +1,110 @@
+/*
+ * Leases between mounts (fetch/lease.c): two open file descriptions of one lease file stand
+ * for two mounts, since OFD locks conflict between open files, not processes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fetch/lease.h"
+
+struct fixture {
+	char dir[64];
+	char lease_path[96];
+	char spool_path[96];
+};
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-lease-XXXXXX");
+	if (!mkdtemp(fx->dir))
+		return -1;
+	snprintf(fx->lease_path, sizeof(fx->lease_path), "%s/leases", fx->dir);
+	snprintf(fx->spool_path, sizeof(fx->spool_path), "%s/x.spool", fx->dir);
+	*state = fx;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	unlink(fx->lease_path);
+	unlink(fx->spool_path);
+	rmdir(fx->dir);
+	free(fx);
+	return 0;
+}
+
+static void test_one_holder_per_key(void **state)
+{
+	struct fixture *fx = *state;
+	int a = lease_open(fx->lease_path), b = lease_open(fx->lease_path);
+
+	assert_true(a >= 0 && b >= 0);
+	assert_int_equal(lease_try(a, "sha256:one"), 1);
+	assert_int_equal(lease_try(a, "sha256:one"), 1); /* holding it again is fine */
+	assert_int_equal(lease_try(b, "sha256:one"), 0);
+	/* Another key is another lease. */
+	assert_int_equal(lease_try(b, "sha256:two"), 1);
+	/* The holder goes (closes, or dies): the other takes over. */
+	close(a);
+	assert_int_equal(lease_try(b, "sha256:one"), 1);
+	close(b);
+}
+
+static void test_watchers_are_seen_by_the_holder(void **state)
+{
+	struct fixture *fx = *state;
+	int holder = lease_open(fx->lease_path), watcher = lease_open(fx->lease_path);
+
+	assert_int_equal(lease_try(holder, "url:x#1"), 1);
+	assert_false(lease_watched(holder, "url:x#1"));
+	assert_int_equal(lease_try(watcher, "url:x#1"), 0);
+	assert_int_equal(lease_watch(watcher, "url:x#1"), 0);
+	assert_true(lease_watched(holder, "url:x#1"));
+	assert_false(lease_watched(holder, "url:y#1"));
+	/* A watcher that takes over does not count itself. */
+	close(holder);
+	assert_int_equal(lease_try(watcher, "url:x#1"), 1);
+	assert_false(lease_watched(watcher, "url:x#1"));
+	close(watcher);
+}
+
+static void test_in_use_marks(void **state)
+{
+	struct fixture *fx = *state;
+	FILE *f = fopen(fx->spool_path, "w");
+	int reader;
+
+	assert_non_null(f);
+	fclose(f);
+	assert_false(lease_in_use_elsewhere(fx->spool_path));
+	reader = open(fx->spool_path, O_RDWR);
+	assert_true(reader >= 0);
+	assert_int_equal(lease_mark_in_use(reader), 0);
+	assert_true(lease_in_use_elsewhere(fx->spool_path));
+	close(reader);
+	assert_false(lease_in_use_elsewhere(fx->spool_path));
+	assert_false(lease_in_use_elsewhere("/nonexistent/spool"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_one_holder_per_key, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watchers_are_seen_by_the_holder, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_in_use_marks, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
