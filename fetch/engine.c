@@ -844,8 +844,8 @@ static void watch(struct engine *e, struct flight *f)
 	}
 	if (rc == 0)
 		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
-	if (rc == -ENOENT)
-		rc = 1; /* nothing recorded yet */
+	if (rc == -ENOENT || rc == -EBUSY)
+		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
 	if (rc == 0 && !spool_still_named(f)) {
 		rc = -ESTALE;
 		fetch_log(FETCH_LOG_WARN, "%s: the other mount restarted its download; reopen it",
@@ -910,7 +910,10 @@ static void next_mirror(struct flight *f)
 	if (f->n_urls < 2 || (!f->sha256[0] && flight_written(f) > 0))
 		return;
 	f->url_idx = (f->url_idx + 1) % f->n_urls;
-	f->etag[0] = '\0';
+	/* A version the source named is part of the object's identity: every mirror must
+	 * serve that one (the key says so). */
+	if (f->sha256[0] || !f->source_etag)
+		f->etag[0] = '\0';
 }
 
 static void on_done(struct engine *e, struct stream *s, CURLcode result)
@@ -1061,6 +1064,11 @@ static void *engine_main(void *arg)
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];
 			if (watching(e, f)) {
+				enum flight_state state;
+				flight_progress(f, NULL, NULL, &state);
+				if (state != FLIGHT_ACTIVE)
+					continue; /* failed or finished: retire_finished lets it go
+					           */
 				if (f->next_watch_ms <= now)
 					watch(e, f);
 				if (watching(e, f) && (long)(f->next_watch_ms - now) < timeout)
@@ -1141,6 +1149,9 @@ void engine_stop(struct engine *e)
 			/* Kept for the next session: a persistent cache resumes from here. */
 			record_progress(e, e->active[i], true);
 			flight_stop(e->active[i], -EIO);
+		} else {
+			/* Finished or failed since the last retire: its final record first. */
+			record_progress(e, e->active[i], true);
 		}
 		release_lease(e, e->active[i]);
 		flight_unref(e->active[i]);

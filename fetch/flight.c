@@ -156,6 +156,7 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
 	snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
+	f->source_etag = f->etag[0] != '\0';
 	f->size = spec->size;
 	f->ino = spec->ino;
 	f->id = id;
@@ -739,9 +740,22 @@ fail:
 	return rc;
 }
 
+/*
+ * With a hash, the bytes that would complete the object wait for it; a sparse flight that
+ * got that far fetches the rest (at most FLIGHT_HOLD_BYTES), or its readers of those bytes
+ * would wait for a hash that never finishes. Caller holds f->lock.
+ */
+static bool withhold_locked(struct flight *f, bool verify)
+{
+	if (!verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
+		return false;
+	f->whole = true;
+	return true;
+}
+
 int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool complete)
 {
-	bool verify = f->sha256[0] != '\0', all_written, grew;
+	bool verify = f->sha256[0] != '\0', borrowed, all_written, grew;
 	struct flight_waiter *ready;
 	uint64_t before;
 	int rc = 0;
@@ -753,15 +767,18 @@ int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool compl
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
+	/* Another mount may know a hash this one does not (S3 sends it with the object): its
+	 * download's last bytes wait for its completion record. */
+	borrowed = f->spool_borrowed;
 	before = f->written.total;
 	for (size_t i = 0; i < ranges->n && rc == 0; i++)
 		rc = ranges->v[i].end <= f->size
 		         ? index_ranges_add(&f->written, ranges->v[i].start, ranges->v[i].end)
 		         : -ESTALE;
 	/* Restored bytes follow the same rule as received ones: the last ones wait for the hash. */
-	for (size_t i = 0; i < ranges->n && rc == 0; i++)
-		if (complete || !verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
-			rc = index_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
+	bool hold = !complete && withhold_locked(f, verify || borrowed);
+	for (size_t i = 0; i < ranges->n && rc == 0 && !hold; i++)
+		rc = index_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
 	if (rc == 0 && complete)
 		f->state = FLIGHT_COMPLETE;
 	all_written = f->written.total == f->size;
@@ -769,9 +786,8 @@ int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool compl
 	ready = rc ? NULL : collect_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, 0);
-	if (rc == 0 && !complete && !verify && all_written) {
-		/* All there, but the completion was not recorded (a crash, or another mount
-		 * about to record it). */
+	if (rc == 0 && !complete && !verify && !borrowed && all_written) {
+		/* All there, but the crash came before the completion was recorded. */
 		complete_flight(f);
 	} else if (rc == 0 && !complete && verify && grew) {
 		/* What is already there is hashed now; streams bring the rest. */
@@ -914,7 +930,7 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 	 * FLIGHT_HOLD_BYTES or more to arrive) stay unpublished until it matches: no reader
 	 * can read the whole object unverified.
 	 */
-	if (rc == 0 && (!verify || written_total + FLIGHT_HOLD_BYTES <= f->size))
+	if (rc == 0 && !withhold_locked(f, verify))
 		rc = index_ranges_add(&f->published, off, off + len);
 	prefix = index_ranges_run_end(&f->written, 0);
 	ready = rc ? NULL : collect_locked(f);

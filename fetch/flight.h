@@ -96,6 +96,7 @@ struct flight {
 	uint64_t id;
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
+	bool source_etag;   /* the manifest or listing pinned the version (spec->etag) */
 
 	atomic_int refs;
 	atomic_int handles;  /* open file handles (maintained by fs/), for status */

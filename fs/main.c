@@ -97,6 +97,11 @@ static int lock_cache_dir(struct fs_session *s)
 	for (;;) {
 		struct stat locked, named;
 		fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		/* The last mount out removed the directory it had made while we waited. */
+		if (fd < 0 && errno == ENOENT && mkdir(s->cache_dir, 0700) == 0) {
+			s->made_cache_dir = true;
+			continue;
+		}
 		if (fd < 0 || flock(fd, LOCK_SH) != 0 || fstat(fd, &locked) != 0) {
 			rc = -errno;
 			break;
@@ -371,7 +376,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		rc = engine_start(s->engine);
 	if (rc) {
 		fetch_log(FETCH_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
-		goto out_unmount;
+		goto out_engine; /* each stop is a no-op for what did not start */
 	}
 	fetch_log(FETCH_LOG_INFO, "mounted on %s", s->opts.mountpoint);
 	loop = fuse_loop_cfg_create();

@@ -88,3 +88,19 @@ def test_a_reader_going_through_from_the_middle_gets_the_whole_download(store, m
         time.sleep(0.01)
     st = store.up.stats(path)
     assert st["bytes"] <= size + 2 * MiB, st["bytes"]
+
+
+def test_scattered_reads_of_a_hashed_object_never_wait_for_a_hash_that_cannot_finish(store, mount):
+    """Reading a hashed object here and there until nearly all of it is local: the bytes
+    that would complete it wait for the hash, so the rest must be fetched, not waited for."""
+    size = 9 * MiB
+    path = store.add("h.bin", size)
+    m = mount(store.write())
+    want = expected(store, path)
+    chunks = size // DEMAND
+    offs = [(i * 7 % chunks) * DEMAND + 4096 for i in range(chunks)]  # 1.75 MiB apart
+    with open(m.p(path), "rb", buffering=0) as f:
+        for off in offs:
+            assert os.pread(f.fileno(), 4096, off) == want[off:off + 4096], off
+    assert flight_of(m, path)["state"] == "complete"
+    assert store.up.stats(path)["bytes"] <= size + DEMAND
