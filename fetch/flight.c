@@ -166,7 +166,7 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	f->state = FLIGHT_ACTIVE;
 	f->spool_fd = -1;
 	f->lease_fd = -1;
-	f->whole = spec->size < FLIGHT_SPARSE_MIN_BYTES;
+	atomic_init(&f->whole, spec->size < FLIGHT_SPARSE_MIN_BYTES);
 	index_ranges_init(&f->written);
 	index_ranges_init(&f->published);
 	f->hash = EVP_MD_CTX_new();
@@ -338,7 +338,7 @@ void flight_table_foreach(struct flight_table *table,
 			info.written = f->written.total;
 			info.published = f->published.total;
 			info.state = f->state;
-			info.whole = f->whole;
+			info.whole = atomic_load(&f->whole);
 			for (struct flight_waiter *w = f->waiters; w; w = w->next)
 				info.waiters++;
 			pthread_mutex_unlock(&f->lock);
@@ -479,24 +479,27 @@ bool flight_unpark(struct flight *f, struct flight_waiter *w)
 bool flight_should_kick(struct flight *f, uint64_t off)
 {
 	uint64_t first, run_start = 0;
-	bool sparse;
 
+	if (!atomic_load(&f->whole))
+		return true;
 	pthread_mutex_lock(&f->lock);
-	sparse = !f->whole;
 	first = index_ranges_run_end(&f->written, off);
 	/* The end of the last written run before `first`, where a stream would be writing. */
 	for (size_t i = 0; i < f->written.n && f->written.v[i].end <= first; i++)
 		run_start = f->written.v[i].end;
 	pthread_mutex_unlock(&f->lock);
-	return sparse || first - run_start > FLIGHT_CHUNK_BYTES;
+	return first - run_start > FLIGHT_CHUNK_BYTES;
 }
 
 bool flight_note_read(struct flight *f, uint64_t off, uint64_t len)
 {
 	bool switched = false;
 
+	/* Every read of a file being read through passes here: no lock for them. */
+	if (atomic_load_explicit(&f->whole, memory_order_relaxed))
+		return false;
 	pthread_mutex_lock(&f->lock);
-	if (!f->whole) {
+	if (!atomic_load(&f->whole)) {
 		/* Within a chunk of where the last read ended: FUSE's worker threads and the
 		 * kernel's readahead deliver a sequential reader's requests slightly out of order.
 		 */
@@ -507,7 +510,8 @@ bool flight_note_read(struct flight *f, uint64_t off, uint64_t len)
 			f->seq_next = off + len;
 		f->seq_seen = true;
 		switched = off == 0 || f->seq_run >= FLIGHT_SEQUENTIAL_BYTES;
-		f->whole = switched;
+		if (switched)
+			atomic_store(&f->whole, true);
 	}
 	pthread_mutex_unlock(&f->lock);
 	return switched;
@@ -515,9 +519,7 @@ bool flight_note_read(struct flight *f, uint64_t off, uint64_t len)
 
 void flight_fetch_whole(struct flight *f)
 {
-	pthread_mutex_lock(&f->lock);
-	f->whole = true;
-	pthread_mutex_unlock(&f->lock);
+	atomic_store(&f->whole, true);
 }
 
 unsigned flight_wanted(struct flight *f, struct flight_want *out, unsigned max, bool *whole)
@@ -525,7 +527,7 @@ unsigned flight_wanted(struct flight *f, struct flight_want *out, unsigned max, 
 	unsigned n = 0;
 
 	pthread_mutex_lock(&f->lock);
-	*whole = f->whole;
+	*whole = atomic_load(&f->whole);
 	for (struct flight_waiter *w = f->waiters; w && n < max; w = w->next) {
 		uint64_t first = index_ranges_run_end(&f->written, w->off);
 		if (first < w->off + w->len)
@@ -749,7 +751,7 @@ static bool withhold_locked(struct flight *f, bool verify)
 {
 	if (!verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
 		return false;
-	f->whole = true;
+	atomic_store(&f->whole, true);
 	return true;
 }
 

@@ -101,6 +101,9 @@ struct flight {
 	atomic_int refs;
 	atomic_int handles;  /* open file handles (maintained by fs/), for status */
 	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
+	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
+	 * every read checks it without the lock; seq_* (below) decide when, under it. */
+	atomic_bool whole;
 
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
@@ -115,7 +118,6 @@ struct flight {
 	struct index_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
 	bool in_table;     /* also guarded by the table lock (both held to change) */
-	bool whole;        /* download to the end; else only the ranges readers miss */
 	bool seq_seen;     /* a read was noted: seq_next means something */
 	uint64_t seq_next; /* where a read continuing the last one starts */
 	uint64_t seq_run;  /* bytes read in a row up to seq_next */

@@ -1,6 +1,7 @@
 """Helpers shared by the integration tests (plain functions; fixtures live in conftest.py)."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,20 @@ def expected(store, path):
 
 def sha(data):
     return hashlib.sha256(data).hexdigest()
+
+
+def flight_records(m):
+    """The mount's /.spoolfs/flights, by object name."""
+    with open(m.p(".spoolfs/flights")) as f:
+        return {d["name"]: d for d in (json.loads(line) for line in f if line.strip())}
+
+
+def wait_until(pred, what, timeout=20):
+    """Polls pred until it holds; fails with what(), or what, when it never does."""
+    deadline = time.monotonic() + timeout * SLOW
+    while not pred():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.01)
 
 
 def opened_by(pid, path):

@@ -1,40 +1,29 @@
 """A cache directory that outlives the session: --keep-cache, and recovery after SIGKILL."""
 
 import errno
-import json
 import os
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 
 from conftest import SLOW, is_mounted, read_file
-from helpers import expected
+from helpers import expected, flight_records, wait_until
 
 MiB = 1 << 20
 
 
-def flights(m):
-    with open(m.p(".spoolfs/flights")) as f:
-        return {d["name"]: d for d in (json.loads(l) for l in f if l.strip())}
-
-
 def wait_durable(m, name, timeout=20):
     """Until the daemon says the object is recorded complete in its index."""
-    deadline = time.monotonic() + timeout * SLOW
-    while not flights(m).get(name, {}).get("durable"):
-        assert time.monotonic() < deadline, flights(m)
-        time.sleep(0.01)
+    wait_until(lambda: flight_records(m).get(name, {}).get("durable"),
+               lambda: flight_records(m), timeout)
 
 
 def wait_closed(m, name, timeout=20):
     """Until the daemon has seen the release of every handle on the object."""
-    deadline = time.monotonic() + timeout * SLOW
-    while flights(m).get(name, {}).get("handles", 0) != 0:
-        assert time.monotonic() < deadline, flights(m)
-        time.sleep(0.01)
+    wait_until(lambda: flight_records(m).get(name, {}).get("handles", 0) == 0,
+               lambda: flight_records(m), timeout)
 
 
 def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):
@@ -182,7 +171,7 @@ def test_cache_max_size_never_evicts_an_object_in_use(store, mount, tmp_path):
             assert read_file(m.p(p)) == expected(store, p)
         held.seek(0)
         assert held.read() == expected(store, a)
-        assert flights(m)[a]["local"] == 4 * MiB, "an object in use was evicted"
+        assert flight_records(m)[a]["local"] == 4 * MiB, "an object in use was evicted"
     assert read_file(m.p(a)) == expected(store, a)  # a fresh open: still no request
     assert store.up.stats(a)["gets"] == 1
     assert "over --cache-max-size" in m.stderr()

@@ -5,19 +5,11 @@ handed over, and clean-up left to the last mount out."""
 import hashlib
 import os
 import threading
-import time
 
 from conftest import SLOW, read_file
-from helpers import expected
+from helpers import expected, wait_until
 
 MiB = 1 << 20
-
-
-def wait_for(pred, what, timeout=20):
-    deadline = time.monotonic() + timeout * SLOW
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 class Reader(threading.Thread):
@@ -60,7 +52,7 @@ def test_a_cold_object_read_through_two_mounts_is_fetched_once(store, mount, tmp
     r1 = Reader(m1.p(a))
     store.up.wait_for(lambda s: s["gated"] >= 1, path=a)
     r2 = Reader(m2.p(a))
-    wait_for(lambda: "another mount of the cache is downloading it" in m2.stderr(),
+    wait_until(lambda: "another mount of the cache is downloading it" in m2.stderr(),
              "the second mount did not defer to the first one's download")
     store.up.release(a)
     assert r1.result() == expected(store, a)
@@ -98,7 +90,7 @@ def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
     r1 = Reader(m1.p(a))
     store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, path=a)
     r2 = Reader(m2.p(a))
-    wait_for(lambda: "another mount of the cache is downloading it" in m2.stderr(),
+    wait_until(lambda: "another mount of the cache is downloading it" in m2.stderr(),
              "the second mount did not defer to the first one's download")
     m1.kill()
     r1.join(10 * SLOW)

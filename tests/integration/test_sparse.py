@@ -1,15 +1,12 @@
 """Sparse access: a large object read here and there costs only the ranges read (rounded to
 256 KiB), while one read through, from the start or from anywhere, is downloaded whole."""
 
-import json
 import os
 import random
-import time
 
 import pytest
 
-from conftest import SLOW
-from helpers import expected
+from helpers import expected, flight_records, wait_until
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -17,12 +14,12 @@ DEMAND = 256 * KiB
 
 
 def flight_of(m, name):
-    with open(m.p(".spoolfs/flights")) as f:
-        for line in f:
-            d = json.loads(line)
-            if d["name"] == name:
-                return d
-    return {}
+    return flight_records(m).get(name, {})
+
+
+def wait_complete(m, name):
+    wait_until(lambda: flight_of(m, name).get("state") == "complete",
+               lambda: flight_of(m, name), timeout=30)
 
 
 def scattered_offsets(size, n, seed=7):
@@ -65,10 +62,7 @@ def test_reading_from_the_start_downloads_whole(store, mount):
     with open(m.p(path), "rb", buffering=0) as f:
         assert f.read(4096) == expected(store, path)[:4096]
     # nobody reads on, yet the whole object arrives: the download belongs to the object
-    deadline = time.monotonic() + 30 * SLOW
-    while not flight_of(m, path).get("state") == "complete":
-        assert time.monotonic() < deadline, flight_of(m, path)
-        time.sleep(0.01)
+    wait_complete(m, path)
     assert store.up.stats(path)["bytes"] <= size + MiB
 
 
@@ -82,10 +76,7 @@ def test_a_reader_going_through_from_the_middle_gets_the_whole_download(store, m
         f.seek(start)
         for i in range(48):  # 3 MiB in a row
             assert f.read(64 * KiB) == want[start + i * 64 * KiB:start + (i + 1) * 64 * KiB]
-    deadline = time.monotonic() + 30 * SLOW
-    while not flight_of(m, path).get("state") == "complete":
-        assert time.monotonic() < deadline, flight_of(m, path)
-        time.sleep(0.01)
+    wait_complete(m, path)
     st = store.up.stats(path)
     assert st["bytes"] <= size + 2 * MiB, st["bytes"]
 
