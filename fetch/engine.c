@@ -568,6 +568,18 @@ static void schedule(struct engine *e, struct flight *f)
 
 /* ---- flight lifecycle in the engine -------------------------------------------------- */
 
+/* Whether `fresh` bytes written since the last record are worth an fdatasync now. */
+static bool record_due(const struct flight *f, uint64_t fresh, uint64_t now, bool force)
+{
+	if (fresh == 0)
+		return false;
+	if (force || fresh >= RECORD_EVERY_BYTES)
+		return true;
+	/* A watching mount sees only what is recorded: often, then. */
+	return f->watched &&
+	       (fresh >= RECORD_WATCHED_BYTES || now - f->recorded_ms >= RECORD_WATCHED_MS);
+}
+
 static void record_progress(struct engine *e, struct flight *f, bool force)
 {
 	struct index_ranges written;
@@ -586,12 +598,7 @@ static void record_progress(struct engine *e, struct flight *f, bool force)
 		return;
 	}
 	uint64_t now = now_ms();
-	if (!force && total < f->recorded_bytes + RECORD_EVERY_BYTES &&
-	    !(f->watched && total > f->recorded_bytes &&
-	      (total >= f->recorded_bytes + RECORD_WATCHED_BYTES ||
-	       now - f->recorded_ms >= RECORD_WATCHED_MS)))
-		return;
-	if (total == f->recorded_bytes && state != FLIGHT_COMPLETE)
+	if (state != FLIGHT_COMPLETE && !record_due(f, total - f->recorded_bytes, now, force))
 		return;
 	index_ranges_init(&written);
 	if (flight_copy_written(f, &written) == 0) {
