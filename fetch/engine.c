@@ -39,8 +39,9 @@
 #define WATCH_EVERY_MS 50
 #define WATCHERS_EVERY_MS 200
 #define MAX_WANTED 32
-/* A part of a parallel download is at least this big: below it, one request is cheaper. */
-#define PART_MIN_BYTES (16u << 20)
+/* What one request of a whole download asks for: big enough that a request's own cost
+ * does not show, small enough that the prefix readers wait on keeps up with the sum. */
+#define PIECE_BYTES (8u << 20)
 
 struct stream {
 	struct engine *engine;
@@ -56,6 +57,7 @@ struct stream {
 	bool retryable;        /* the status asked for a retry (5xx, 429, 408) */
 	bool stalled;          /* aborted: no byte for the stall timeout */
 	bool background;       /* fills the object for nobody in particular */
+	unsigned round;        /* the flight's fail_round when it started */
 	uint64_t last_byte_ms; /* when the last header or body byte arrived */
 	int fatal;             /* -errno decided in a callback; the flight fails with it */
 	char why[160];         /* what went wrong, for the log line */
@@ -314,6 +316,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	s->f = f;
 	s->pos = s->attempt_start = start;
 	s->end = end;
+	s->round = f->fail_round;
 	http_response_reset(&s->resp);
 	s->easy = curl_easy_init();
 	if (!s->easy)
@@ -432,13 +435,6 @@ static bool watching(const struct engine *e, const struct flight *f)
 static void fail_flight(struct engine *e, struct flight *f, int err, const char *why);
 
 /*
- * Fetches [start, end) as up to parallel_parts ranged requests of at least
- * PART_MIN_BYTES, each asking for exactly its part (nothing is sent twice). Several
- * connections win where each is capped; under a shared cap the bytes arrive no later in
- * total, and a reader ahead of its part's stream is split off as usual. One slot per
- * flight stays free for such far readers.
- */
-/*
  * Slots background streams may take: some are always left for readers, so a reader of a
  * new object never waits for whole other objects nobody is reading.
  */
@@ -454,29 +450,63 @@ static unsigned background_room(struct engine *e)
 	return cap - e->n_background < free_slots ? cap - e->n_background : free_slots;
 }
 
-static int start_parts(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
+/* Streams of f that fill the object for nobody in particular. */
+static unsigned background_streams(const struct flight *f)
 {
-	uint64_t len = end - start, parts = len / PART_MIN_BYTES;
+	unsigned n = 0;
+
+	for (const struct stream *s = f->streams; s; s = s->next)
+		n += s->background;
+	return n;
+}
+
+/*
+ * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, at
+ * most PIECE_BYTES of it unless what would be left is a small tail. Adds it to claimed.
+ */
+static int start_piece(struct engine *e, struct flight *f, struct index_ranges *claimed,
+                       uint64_t gap_start, uint64_t gap_end, bool background)
+{
+	uint64_t to = gap_end;
+	int rc;
+
+	if (!f->no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
+		to = gap_start + PIECE_BYTES;
+	rc = stream_start(e, f, gap_start, to);
+	if (rc == 0 && background) {
+		f->streams->background = true; /* stream_start puts it first */
+		e->n_background++;
+	}
+	return rc ? rc : index_ranges_add(claimed, gap_start, to);
+}
+
+/*
+ * Keeps up to parallel_parts background pieces running on a whole download, each taking
+ * the first unclaimed bytes at or after `from` (then from the start). Pieces in order,
+ * not one long part per connection, so the contiguous prefix that sequential readers and
+ * the hash wait on grows at the speed of all connections together; several connections
+ * win where each is capped. One slot per flight stays free for far readers.
+ */
+static bool room_for_piece(struct engine *e, const struct flight *f)
+{
 	unsigned room = e->cfg.max_streams_per_flight > 1 ? e->cfg.max_streams_per_flight - 1 : 1;
+
+	return background_room(e) > 0 && f->n_streams < room &&
+	       (f->n_streams == 0 ||
+	        (!f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
+}
+
+static int fill_pieces(struct engine *e, struct flight *f, struct index_ranges *claimed,
+                       uint64_t from)
+{
+	uint64_t gap_start, gap_end;
 	int rc = 0;
 
-	if (parts > e->cfg.parallel_parts)
-		parts = e->cfg.parallel_parts;
-	if (parts > room)
-		parts = room;
-	if (parts > background_room(e))
-		parts = background_room(e);
-	if (parts < 1 || f->no_ranges)
-		parts = 1;
-	for (uint64_t i = 0; i < parts && rc == 0; i++) {
-		uint64_t from = start + len / parts * i, to = start + len / parts * (i + 1);
-		from -= i ? from % FLIGHT_CHUNK_BYTES : 0;
-		to = i + 1 == parts ? end : to - to % FLIGHT_CHUNK_BYTES;
-		rc = stream_start(e, f, from, to);
-		if (rc == 0) {
-			f->streams->background = true; /* stream_start puts it first */
-			e->n_background++;
-		}
+	while (rc == 0 && room_for_piece(e, f)) {
+		if (!index_ranges_next_gap(claimed, from, f->size, &gap_start, &gap_end) &&
+		    !index_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
+			break;
+		rc = start_piece(e, f, claimed, gap_start, gap_end, true);
 	}
 	return rc;
 }
@@ -507,6 +537,7 @@ static void schedule(struct engine *e, struct flight *f)
 	uint64_t gap_start, gap_end;
 	struct index_ranges claimed;
 	enum flight_state state;
+	uint64_t anchor = UINT64_MAX; /* where the first piece for a waiting reader began */
 	bool whole;
 	unsigned n;
 	int rc = 0;
@@ -546,19 +577,17 @@ static void schedule(struct engine *e, struct flight *f)
 		while (index_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
 		       gap_end <= off)
 			;
-		/* A reader that arrives before the download started gets the parallel parts too,
-		 * the first one starting at its chunk. */
-		if (gap_start <= off && off < gap_end)
-			rc = f->n_streams == 0 && !f->no_ranges && background_room(e) > 0
-			         ? start_parts(e, f, gap_start, gap_end)
-			         : stream_start(e, f, gap_start, gap_end);
+		if (gap_start <= off && off < gap_end) {
+			rc = start_piece(e, f, &claimed, gap_start, gap_end, false);
+			anchor = anchor < gap_start ? anchor : gap_start;
+		}
 	}
 	/* Once it is read through, the download belongs to the object: with nobody waiting it
-	 * still runs to the end. */
-	if (rc == 0 && whole && f->n_streams == 0 && background_room(e) > 0) {
+	 * still runs to the end, nearest the first waiting reader first. */
+	if (rc == 0 && whole && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);
-		if (rc == 0 && index_ranges_next_gap(&claimed, 0, f->size, &gap_start, &gap_end))
-			rc = start_parts(e, f, gap_start, gap_end);
+		if (rc == 0)
+			rc = fill_pieces(e, f, &claimed, anchor == UINT64_MAX ? 0 : anchor);
 	}
 	index_ranges_free(&claimed);
 	/* Nothing else would ever start a request for it: its readers must not wait forever. */
@@ -933,9 +962,12 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	if (!s->checked && result == CURLE_OK)
 		check_response(s);
 	if (s->reached_end) {
+		/* A reader's range is worth a record at once; pieces of a whole download are
+		 * recorded every so many bytes, and the last one at completion. */
+		bool for_reader = !s->background;
 		f->failures = 0;
 		stream_free(e, s);
-		record_progress(e, f, true);
+		record_progress(e, f, for_reader || f->n_streams == 0);
 		return;
 	}
 	fatal = s->fatal;
@@ -963,11 +995,21 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	}
 	snprintf(why, sizeof(why), "%s", s->why);
 	int retry_after = s->retryable ? s->resp.retry_after_s : -1;
+	unsigned round = s->round;
 	stream_free(e, s);
 	if (fatal) {
 		fail_flight(e, f, fatal, why);
 		return;
 	}
+	/* An outage cuts every connection of a flight at once: the streams started before the
+	 * last counted failure share its try, its backoff and its mirror switch (counting each
+	 * would use up the tries at once and switch mirrors back and forth). */
+	if (round != f->fail_round) {
+		fetch_log(FETCH_LOG_DEBUG, "%s: %s (counted with the previous failure)", f->name,
+		          why);
+		return;
+	}
+	f->fail_round++;
 	if (progress > 0)
 		f->failures = 0;
 	f->failures++;

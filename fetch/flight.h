@@ -132,6 +132,7 @@ struct flight {
 	struct stream *streams;
 	unsigned n_streams;
 	unsigned failures;     /* consecutive failed attempts without progress */
+	unsigned fail_round;   /* failures counted so far: streams started since share one */
 	uint64_t retry_due_ms; /* 0 = no retry pending */
 	char etag[256];        /* pinned from the first response, "" = none yet */
 	bool engine_started;

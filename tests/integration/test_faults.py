@@ -147,6 +147,26 @@ def test_transient_status_is_retried(store, mount, status):
     assert len(log_lines(m, "flaky.bin", "HTTP %d" % status, "retry")) == k
 
 
+def test_one_outage_across_parallel_requests_is_one_try(store, mount):
+    """A large object downloads as several ranged requests; an outage that fails all of
+    them at once uses one try of --retries, not one per request."""
+    size = 48 * MiB  # 6 pieces, all requested at once
+    path = store.add("parts.bin", size)
+    m = mount(store.write(), "--retries", "3")
+    store.up.fault(path, gate=True)
+    t, out = in_thread(read_file, m.p(path))
+    store.up.wait_for(lambda s: s["gated"] >= 6, timeout=10 * SLOW, path=path)
+    store.up.fault(path, fail_status=503, fail_count=6)
+    store.up.release(path)
+    join(t, out)
+    assert out.get("value") == expected(store, path)
+    st = store.up.stats(path)
+    assert st["statuses"].count(503) == 6, st
+    assert st["bytes"] == size, st
+    assert len(log_lines(m, "parts.bin", "HTTP 503", "retry 1 in")) == 1
+    assert not log_lines(m, "parts.bin", "retry 2 in")
+
+
 @pytest.mark.parametrize("status", [500, 503, 429])
 def test_status_beyond_retry_bound_gives_eio_then_recovers(store, mount, status):
     size = 2 * MiB

@@ -58,7 +58,7 @@ def test_a_cold_object_read_through_two_mounts_is_fetched_once(store, mount, tmp
     assert r1.result() == expected(store, a)
     assert r2.result() == expected(store, a)
     st = store.up.stats(a)
-    assert st["gets"] == 1, st
+    # every byte sent once (a download runs as several ranged requests, one mount's)
     assert st["bytes"] <= 24 * MiB + MiB, st
 
 
@@ -78,7 +78,7 @@ def test_the_second_mount_reads_while_the_first_downloads(store, mount, tmp_path
     assert sent < size // 2, "the second mount waited for %d of %d bytes" % (sent, size)
     store.up.clear(a)
     assert r1.result() == expected(store, a)
-    assert store.up.stats(a)["gets"] == 1
+    assert store.up.stats(a)["bytes"] <= size + MiB
 
 
 def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
@@ -98,7 +98,6 @@ def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
     assert r2.result() == expected(store, a)
     assert "took over the download from another mount" in m2.stderr()
     st = store.up.stats(a)
-    assert st["gets"] == 2, st  # the killed one's, then the rest from where it stopped
     # resumed from what the killed mount recorded, not refetched from the start
     assert st["bytes"] < 2 * size - 2 * MiB, st
 
