@@ -199,6 +199,7 @@ static void check_response(struct stream *s)
 			           s->resp.range_total, f->size);
 			return;
 		}
+		f->ranges_seen = true;
 	} else if (code == 200) {
 		if (s->resp.has_content_length && s->resp.content_length != f->size) {
 			s->fatal = -EIO;
@@ -211,6 +212,10 @@ static void check_response(struct stream *s)
 		s->skip = s->pos;
 		if (s->pos > 0 || s->end < f->size)
 			f->no_ranges = true;
+		/* It sends the rest of the object anyway: keep it all when no other request is
+		 * fetching any of it, rather than ask again from byte 0. */
+		if (f->n_streams == 1)
+			s->end = f->size;
 	} else if (code == 408 || code == 429 || code >= 500) {
 		s->retryable = true;
 		stream_why(s, "HTTP %ld", code);
@@ -491,9 +496,11 @@ static bool room_for_piece(struct engine *e, const struct flight *f)
 {
 	unsigned room = e->cfg.max_streams_per_flight > 1 ? e->cfg.max_streams_per_flight - 1 : 1;
 
+	/* One request until a 206 shows that the server honours Range: one that answers
+	 * each with the whole object would send it again for every piece. */
 	return background_room(e) > 0 && f->n_streams < room &&
 	       (f->n_streams == 0 ||
-	        (!f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
+	        (f->ranges_seen && !f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
 }
 
 static int fill_pieces(struct engine *e, struct flight *f, struct index_ranges *claimed,
@@ -537,7 +544,7 @@ static void schedule(struct engine *e, struct flight *f)
 	uint64_t gap_start, gap_end;
 	struct index_ranges claimed;
 	enum flight_state state;
-	uint64_t anchor = UINT64_MAX; /* where the first piece for a waiting reader began */
+	uint64_t anchor = UINT64_MAX; /* the chunk of the first byte a reader waits for */
 	bool whole;
 	unsigned n;
 	int rc = 0;
@@ -552,6 +559,7 @@ static void schedule(struct engine *e, struct flight *f)
 	for (unsigned i = 0; i < n && rc == 0 && can_start(e, f); i++) {
 		uint64_t off = wanted[i].off, chunk = off - off % FLIGHT_CHUNK_BYTES;
 		struct stream *s = stream_covering(f, off);
+		anchor = anchor < chunk ? anchor : chunk;
 		if (s) {
 			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
 			    f->no_ranges)
@@ -577,10 +585,8 @@ static void schedule(struct engine *e, struct flight *f)
 		while (index_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
 		       gap_end <= off)
 			;
-		if (gap_start <= off && off < gap_end) {
+		if (gap_start <= off && off < gap_end)
 			rc = start_piece(e, f, &claimed, gap_start, gap_end, false);
-			anchor = anchor < gap_start ? anchor : gap_start;
-		}
 	}
 	/* Once it is read through, the download belongs to the object: with nobody waiting it
 	 * still runs to the end, nearest the first waiting reader first. */
@@ -963,11 +969,11 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		check_response(s);
 	if (s->reached_end) {
 		/* A reader's range is worth a record at once; pieces of a whole download are
-		 * recorded every so many bytes, and the last one at completion. */
+		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
 		f->failures = 0;
 		stream_free(e, s);
-		record_progress(e, f, for_reader || f->n_streams == 0);
+		record_progress(e, f, for_reader);
 		return;
 	}
 	fatal = s->fatal;

@@ -143,6 +143,7 @@ struct flight {
 	uint64_t recorded_ms;             /* when they were */
 	int last_status;                  /* last HTTP status, for the failure log line */
 	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
+	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
 	unsigned url_idx;       /* which of urls the next request goes to */
 	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
 	bool lease_held;        /* this flight downloads; else another mount does and it watches */

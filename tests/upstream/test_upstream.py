@@ -181,6 +181,18 @@ def test_gate_release(up):
     assert up.request("s.bin")[0] == 200
 
 
+def test_gate_skip_lets_the_first_requests_through(up):
+    up.fault("s.bin", gate=True, gate_skip=1)
+    assert up.request("s.bin")[0] == 200  # the first passes
+    res = []
+    t = threading.Thread(target=lambda: res.append(up.request("s.bin")))
+    t.start()
+    up.wait_for(lambda s: s["gated"] == 1, path="s.bin")  # the second waits
+    up.release("s.bin")
+    t.join(5)
+    assert [r[0] for r in res] == [200]
+
+
 def test_gate_client_gone(up):
     up.fault("s.bin", gate=True)
     c = socket.create_connection(("127.0.0.1", up.port))

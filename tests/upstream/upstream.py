@@ -19,7 +19,7 @@ Control (never files):
   GET  /_ctl/faults                   current fault configs
 With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
 that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
-Fault options: gate, rate (B/s per response), total_rate (B/s shared by all responses
+Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per response), total_rate (B/s shared by all responses
 for the path), drop_after, drop_at, stall_at, corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
   content_range_lie, ignore_if_match.  See tests/upstream/client.py for a summary.
@@ -45,7 +45,7 @@ CHUNK = 64 * 1024
 CTL = "/_ctl/"
 
 BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match")
-INT_OPTS = ("drop_after", "stall_at", "fail_status", "fail_count", "size_lie")
+INT_OPTS = ("drop_after", "stall_at", "fail_status", "fail_count", "size_lie", "gate_skip")
 NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
 OTHER_OPTS = ("etag", "retry_after")
@@ -390,7 +390,11 @@ class Handler(BaseHTTPRequestHandler):
         """Wait while the path is gated. Returns False if the client went away."""
         st = STATE
         with st.cond:
-            if not st.faults.get(path, {}).get("gate"):
+            cfg = st.faults.get(path, {})
+            if not cfg.get("gate"):
+                return True
+            if cfg.get("gate_skip"):  # the first gate_skip requests pass the gate
+                cfg["gate_skip"] -= 1
                 return True
             s = st.stat(path)
             s["gated"] += 1
