@@ -485,13 +485,7 @@ static int start_piece(struct engine *e, struct flight *f, struct index_ranges *
 	return rc ? rc : index_ranges_add(claimed, gap_start, to);
 }
 
-/*
- * Keeps up to parallel_parts background pieces running on a whole download, each taking
- * the first unclaimed bytes at or after `from` (then from the start). Pieces in order,
- * not one long part per connection, so the contiguous prefix that sequential readers and
- * the hash wait on grows at the speed of all connections together; several connections
- * win where each is capped. One slot per flight stays free for far readers.
- */
+/* Whether f may start another piece now. One slot per flight stays free for far readers. */
 static bool room_for_piece(struct engine *e, const struct flight *f)
 {
 	unsigned room = e->cfg.max_streams_per_flight > 1 ? e->cfg.max_streams_per_flight - 1 : 1;
@@ -503,6 +497,13 @@ static bool room_for_piece(struct engine *e, const struct flight *f)
 	        (f->ranges_seen && !f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
 }
 
+/*
+ * Keeps up to parallel_parts background pieces running on a whole download, each taking
+ * the first unclaimed bytes at or after `from` (then from the start). Pieces in order,
+ * not one long part per connection, so the contiguous prefix that sequential readers and
+ * the hash wait on grows at the speed of all connections together; several connections
+ * win where each is capped.
+ */
 static int fill_pieces(struct engine *e, struct flight *f, struct index_ranges *claimed,
                        uint64_t from)
 {
@@ -545,11 +546,12 @@ static void schedule(struct engine *e, struct flight *f)
 	struct index_ranges claimed;
 	enum flight_state state;
 	uint64_t anchor = UINT64_MAX; /* the chunk of the first byte a reader waits for */
+	uint64_t written;
 	bool whole;
 	unsigned n;
 	int rc = 0;
 
-	flight_progress(f, NULL, NULL, &state);
+	flight_progress(f, &written, NULL, &state);
 	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms() ||
 	    watching(e, f))
 		return;
@@ -590,7 +592,9 @@ static void schedule(struct engine *e, struct flight *f)
 	}
 	/* Once it is read through, the download belongs to the object: with nobody waiting it
 	 * still runs to the end, nearest the first waiting reader first. */
-	if (rc == 0 && whole && room_for_piece(e, f)) {
+	/* Called on every turn of the transfer loop: the ranges are copied only while there is
+	 * something left to fetch. */
+	if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);
 		if (rc == 0)
 			rc = fill_pieces(e, f, &claimed, anchor == UINT64_MAX ? 0 : anchor);

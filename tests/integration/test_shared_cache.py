@@ -7,7 +7,7 @@ import os
 import threading
 
 from conftest import SLOW, read_file
-from helpers import expected, wait_until
+from helpers import expected, flight_records, wait_until
 
 MiB = 1 << 20
 
@@ -92,14 +92,20 @@ def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
     r2 = Reader(m2.p(a))
     wait_until(lambda: "another mount of the cache is downloading it" in m2.stderr(),
              "the second mount did not defer to the first one's download")
+    # the other mount has seen some of the killed one's recorded progress
+    wait_until(lambda: flight_records(m2).get(a, {}).get("local", 0) > 0,
+               lambda: flight_records(m2))
     m1.kill()
     r1.join(10 * SLOW)
+    asked_before = len(store.up.stats(a)["ranges"])
     store.up.clear(a)
     assert r2.result() == expected(store, a)
     assert "took over the download from another mount" in m2.stderr()
     st = store.up.stats(a)
     # resumed from what the killed mount recorded, not refetched from the start
     assert st["bytes"] < 2 * size - 2 * MiB, st
+    resumed = st["ranges"][asked_before:]
+    assert resumed and all(r and not r.startswith("bytes=0-") for r in resumed), st
 
 
 def test_the_last_mount_out_cleans_up(store, mount, tmp_path):

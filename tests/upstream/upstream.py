@@ -19,8 +19,8 @@ Control (never files):
   GET  /_ctl/faults                   current fault configs
 With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
 that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
-Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per response), total_rate (B/s shared by all responses
-for the path), drop_after, drop_at, stall_at, corrupt_at,
+Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per
+response), total_rate (B/s shared by all responses for the path), drop_after, drop_at, stall_at, corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
   content_range_lie, ignore_if_match.  See tests/upstream/client.py for a summary.
 """
