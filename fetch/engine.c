@@ -42,6 +42,8 @@
 /* What one request of a whole download asks for: big enough that a request's own cost
  * does not show, small enough that the prefix readers wait on keeps up with the sum. */
 #define PIECE_BYTES (8u << 20)
+/* curl's receive buffer; body bytes are written to the spool in runs of up to this. */
+#define RECV_BUFFER_BYTES (512u << 10)
 
 struct stream {
 	struct engine *engine;
@@ -87,6 +89,16 @@ struct engine {
 	int64_t last_use_stamp;
 	uint64_t rng;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
+	/*
+	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
+	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
+	 * and a flight update per 16 KiB (65,536 per GiB). Always empty outside
+	 * curl_multi_perform, so everything else sees a stream's bytes as written up to pos.
+	 */
+	struct stream *pending_stream; /* NULL when empty */
+	uint64_t pending_off;
+	size_t pending_len;
+	char *pending_buf; /* RECV_BUFFER_BYTES */
 };
 
 static uint64_t now_ms(void)
@@ -126,6 +138,9 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
+	e->pending_buf = malloc(RECV_BUFFER_BYTES);
+	if (!e->pending_buf)
+		goto fail_engine;
 	e->multi = curl_multi_init();
 	if (!e->multi)
 		goto fail_engine;
@@ -134,6 +149,7 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	*out = e;
 	return 0;
 fail_engine:
+	free(e->pending_buf);
 	free(e);
 fail:
 	return rc;
@@ -266,6 +282,51 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	return 1;
 }
 
+/* Writes the pending bytes to their spool. Fails with -errno, which also ends the stream
+ * they belong to (its next callback or its end sees s->fatal). */
+static int flush_pending(struct engine *e)
+{
+	struct stream *s = e->pending_stream;
+	int rc;
+
+	if (!s)
+		return 0;
+	rc = flight_deliver(s->f, e->pending_off, e->pending_buf, e->pending_len);
+	e->pending_stream = NULL;
+	e->pending_len = 0;
+	if (rc && !s->fatal) {
+		s->fatal = rc;
+		stream_why(s, "spool write failed: %s", strerror(-rc));
+	}
+	return rc;
+}
+
+/* Takes body bytes for the spool at off; fails with -errno when this stream's bytes
+ * could not be written. */
+static int take_body(struct stream *s, uint64_t off, const char *data, size_t len)
+{
+	struct engine *e = s->engine;
+	int rc;
+
+	if (e->pending_stream &&
+	    (e->pending_stream != s || e->pending_off + e->pending_len != off ||
+	     e->pending_len + len > RECV_BUFFER_BYTES)) {
+		bool mine = e->pending_stream == s;
+		rc = flush_pending(e);
+		if (rc && mine)
+			return rc;
+	}
+	if (len > RECV_BUFFER_BYTES)
+		return flight_deliver(s->f, off, data, len);
+	if (!e->pending_stream) {
+		e->pending_stream = s;
+		e->pending_off = off;
+	}
+	memcpy(e->pending_buf + e->pending_len, data, len);
+	e->pending_len += len;
+	return 0;
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 {
 	struct stream *s = userdata;
@@ -286,10 +347,12 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 		size_t take = len - used;
 		if (take > s->end - s->pos)
 			take = (size_t)(s->end - s->pos);
-		rc = flight_deliver(s->f, s->pos, data + used, take);
+		rc = take_body(s, s->pos, data + used, take);
 		if (rc) {
-			s->fatal = rc;
-			stream_why(s, "spool write failed: %s", strerror(-rc));
+			if (!s->fatal) {
+				s->fatal = rc;
+				stream_why(s, "spool write failed: %s", strerror(-rc));
+			}
 			return CURL_WRITEFUNC_ERROR;
 		}
 		s->pos += take;
@@ -338,7 +401,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
 	curl_easy_setopt(s->easy, CURLOPT_ERRORBUFFER, s->errbuf);
-	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, (long)RECV_BUFFER_BYTES);
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
 	s->last_byte_ms = now_ms();
@@ -390,6 +453,8 @@ static void stream_free(struct engine *e, struct stream *s)
 {
 	struct stream **pp;
 
+	if (e->pending_stream == s)
+		(void)flush_pending(e); /* received and checked: as good as written */
 	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -971,7 +1036,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 
 	if (!s->checked && result == CURLE_OK)
 		check_response(s);
-	if (s->reached_end) {
+	if (s->reached_end && !s->fatal) {
 		/* A reader's range is worth a record at once; pieces of a whole download are
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
@@ -1112,6 +1177,7 @@ static void *engine_main(void *arg)
 
 		drain_queue(e);
 		curl_multi_perform(e->multi, &running);
+		(void)flush_pending(e); /* a failure is the stream's: on_done sees it */
 		while ((msg = curl_multi_info_read(e->multi, &pending))) {
 			struct stream *s = NULL;
 			if (msg->msg != CURLMSG_DONE)
@@ -1228,6 +1294,7 @@ void engine_destroy(struct engine *e)
 	engine_stop(e);
 	curl_multi_cleanup(e->multi);
 	pthread_mutex_destroy(&e->queue_lock);
+	free(e->pending_buf);
 	free(e->active);
 	free(e);
 }
