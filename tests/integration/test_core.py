@@ -74,6 +74,21 @@ def test_xattrs_and_statfs(store, mount):
     assert st.f_namemax == 255 and st.f_blocks * st.f_frsize >= 3 * MiB
 
 
+def test_foreign_xattr_namespaces_are_unsupported(store, mount):
+    # ENOTSUP (not ENODATA) is what lets `ls -l` stop asking every file of the mount for
+    # its SELinux label and ACL: one round trip per file each was 4 s on 100,000 files.
+    store.add("f.bin", 10)
+    m = mount(store.write())
+    for path in (m.p("f.bin"), m.path):
+        for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
+            with pytest.raises(OSError) as e:
+                os.getxattr(path, name)
+            assert e.value.errno == errno.ENOTSUP, (path, name, e.value)
+    with pytest.raises(OSError) as e:
+        os.getxattr(m.p("f.bin"), "user.other")
+    assert e.value.errno == errno.ENODATA
+
+
 def test_finished_object_is_served_without_requests(store, mount):
     path = store.add("once.bin", 5 * MiB)
     m = mount(store.write())
