@@ -44,7 +44,11 @@ struct load {
 	struct index *idx;
 	sqlite3_stmt *st_top, *st_each, *st_ins, *st_mtime;
 	CURLU *base; /* NULL when no usable base URL was given */
-	char *json;  /* NUL-terminated copy of the manifest */
+	/* What curl makes of a plain relative reference against base, up to the reference
+	 * itself ("http://h/dir/"); NULL when base is NULL. */
+	char *base_dir;
+	size_t base_dir_len;
+	char *json; /* NUL-terminated copy of the manifest */
 	struct ptable pt;
 	uint64_t files, dirs, bytes;
 	char *err;
@@ -326,20 +330,68 @@ static char *escape_path(const char *path, size_t len)
 	return out;
 }
 
+static bool scheme_allowed(const char *scheme)
+{
+	return strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0 ||
+	       strcmp(scheme, "file") == 0;
+}
+
+/*
+ * Whether ref is a relative path reference that resolving only appends to the base's
+ * directory: unreserved characters and '/', no leading '/', no empty, "." or ".."
+ * segment. Nothing in it is escaped, merged or removed by RFC 3986 resolution, so
+ * base_dir + ref is exactly what curl would build.
+ */
+static bool is_plain_ref(const char *ref, size_t len)
+{
+	size_t seg_start = 0;
+
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i <= len; i++) {
+		if (i == len || ref[i] == '/') {
+			size_t seg = i - seg_start;
+			if (seg == 0 || (seg == 1 && ref[seg_start] == '.') ||
+			    (seg == 2 && ref[seg_start] == '.' && ref[seg_start + 1] == '.'))
+				return false;
+			seg_start = i + 1;
+			continue;
+		}
+		unsigned char c = (unsigned char)ref[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '.' || c == '_' || c == '~'))
+			return false;
+	}
+	return true;
+}
+
 /*
  * Resolves an entry's URL: `rel` (its "url", relative or absolute) or, when NULL, its
- * escaped path, against the base. *out is curl-allocated (curl_free). Returns 0, -ENOMEM,
- * or -EINVAL with a reason in why.
+ * escaped path, against the base. *out is malloc'd. Returns 0, -ENOMEM, or -EINVAL with a
+ * reason in why.
  */
 static int resolve_url(struct load *ld, const char *rel, const char *path, size_t path_len,
                        char **out, char *why, size_t why_len)
 {
-	CURLU *h = ld->base ? curl_url_dup(ld->base) : curl_url();
-	char *escaped = NULL, *scheme = NULL;
+	const char *ref = rel ? rel : path;
+	size_t ref_len = rel ? strlen(rel) : path_len;
+	CURLU *h = NULL;
+	char *escaped = NULL, *scheme = NULL, *resolved = NULL;
 	CURLUcode uc;
 	int rc = -ENOMEM;
 
 	*out = NULL;
+	/* The common case, and a third of a 100,000-entry load when curl parsed each URL. */
+	if (ld->base_dir && is_plain_ref(ref, ref_len)) {
+		*out = malloc(ld->base_dir_len + ref_len + 1);
+		if (!*out)
+			return -ENOMEM;
+		memcpy(*out, ld->base_dir, ld->base_dir_len);
+		memcpy(*out + ld->base_dir_len, ref, ref_len);
+		(*out)[ld->base_dir_len + ref_len] = '\0';
+		return 0;
+	}
+	h = ld->base ? curl_url_dup(ld->base) : curl_url();
 	if (!h)
 		goto out;
 	if (!rel) {
@@ -363,14 +415,13 @@ static int resolve_url(struct load *ld, const char *rel, const char *path, size_
 	uc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
 	if (uc == CURLUE_OUT_OF_MEMORY)
 		goto out;
-	if (uc != CURLUE_OK || (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0 &&
-	                        strcmp(scheme, "file") != 0)) {
+	if (uc != CURLUE_OK || !scheme_allowed(scheme)) {
 		snprintf(why, why_len, "url scheme \"%s\" is not allowed (http, https, file)",
 		         scheme ? scheme : "");
 		rc = -EINVAL;
 		goto out;
 	}
-	uc = curl_url_get(h, CURLUPART_URL, out, 0);
+	uc = curl_url_get(h, CURLUPART_URL, &resolved, 0);
 	if (uc == CURLUE_OUT_OF_MEMORY)
 		goto out;
 	if (uc != CURLUE_OK) {
@@ -378,8 +429,12 @@ static int resolve_url(struct load *ld, const char *rel, const char *path, size_
 		rc = -EINVAL;
 		goto out;
 	}
+	*out = strdup(resolved);
+	if (!*out)
+		goto out;
 	rc = 0;
 out:
+	curl_free(resolved);
 	curl_free(scheme);
 	free(escaped);
 	curl_url_cleanup(h);
@@ -505,7 +560,10 @@ static int gather_field(struct load *ld, struct entry *e)
 	if (!f || f->seen)
 		return 0;
 	f->seen = true;
-	snprintf(f->type, sizeof(f->type), "%s", type);
+	/* json_type's names are at most 7 bytes; snprintf here was 5% of a large load. */
+	size_t type_len = strnlen(type, sizeof(f->type) - 1);
+	memcpy(f->type, type, type_len);
+	f->type[type_len] = '\0';
 	if (strcmp(type, "integer") == 0 && sqlite3_column_type(st, 4) == SQLITE_INTEGER) {
 		f->is_int64 = true;
 		f->i = sqlite3_column_int64(st, 4);
@@ -634,7 +692,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 	                                 .url = url,
 	                                 .etag = fe->seen ? fe->text : NULL};
 	rc = add_file(ld, i, path, len, &attrs);
-	curl_free(url);
+	free(url);
 	return rc;
 }
 
@@ -773,6 +831,43 @@ static int prepare_load(struct load *ld)
 	return rc;
 }
 
+/* Asks curl where a plain reference lands, so that resolve_url's shortcut is curl's own
+ * answer. Leaves base_dir NULL (no shortcut) when the base's scheme is not allowed or curl
+ * does not simply append. Fails only with -ENOMEM. */
+static int set_base_dir(struct load *ld)
+{
+	CURLU *h = curl_url_dup(ld->base);
+	char *probe = NULL, *scheme = NULL;
+	int rc = -ENOMEM;
+
+	if (!h)
+		goto out;
+	CURLUcode uc = curl_url_set(h, CURLUPART_URL, "x", 0);
+	if (uc == CURLUE_OUT_OF_MEMORY)
+		goto out;
+	if (uc == CURLUE_OK)
+		uc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
+	if (uc == CURLUE_OK)
+		uc = curl_url_get(h, CURLUPART_URL, &probe, 0);
+	if (uc == CURLUE_OUT_OF_MEMORY)
+		goto out;
+	rc = 0;
+	if (uc != CURLUE_OK || !scheme_allowed(scheme))
+		goto out;
+	size_t len = strlen(probe);
+	if (len < 2 || probe[len - 1] != 'x' || probe[len - 2] != '/')
+		goto out;
+	ld->base_dir = strndup(probe, len - 1);
+	if (!ld->base_dir)
+		rc = -ENOMEM;
+	ld->base_dir_len = len - 1;
+out:
+	curl_free(probe);
+	curl_free(scheme);
+	curl_url_cleanup(h);
+	return rc;
+}
+
 static int set_base(struct load *ld, const char *base_url)
 {
 	CURLUcode uc;
@@ -788,7 +883,7 @@ static int set_base(struct load *ld, const char *base_url)
 	if (uc != CURLUE_OK)
 		return load_error(ld, "base URL \"%.200s\" is not a valid URL (%s)", base_url,
 		                  curl_url_strerror(uc));
-	return 0;
+	return set_base_dir(ld);
 }
 
 int index_load_manifest(struct index *idx, const char *json, size_t json_len, const char *base_url,
@@ -866,6 +961,7 @@ out:
 	sqlite3_finalize(ld.st_ins);
 	sqlite3_finalize(ld.st_mtime);
 	curl_url_cleanup(ld.base);
+	free(ld.base_dir);
 	free(ld.json);
 	pt_free(&ld.pt);
 	pthread_mutex_unlock(&idx->lock);

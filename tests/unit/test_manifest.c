@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -821,6 +822,85 @@ static void test_refuse_empty_path(void **state)
 	expect_refusal(*state, BAD("{\"path\":\"\",\"size\":1}"), "files[1] \"\": path is empty");
 }
 
+/* What curl makes of ref against base: the manifest loader's answer, shortcut or not. */
+static char *curl_resolve(const char *base, const char *ref)
+{
+	CURLU *h = curl_url();
+	char *got = NULL, *out;
+
+	assert_non_null(h);
+	assert_int_equal(curl_url_set(h, CURLUPART_URL, base, 0), CURLUE_OK);
+	assert_int_equal(curl_url_set(h, CURLUPART_URL, ref, 0), CURLUE_OK);
+	assert_int_equal(curl_url_get(h, CURLUPART_URL, &got, 0), CURLUE_OK);
+	out = strdup(got);
+	curl_free(got);
+	curl_url_cleanup(h);
+	return out;
+}
+
+/*
+ * The loader appends plain relative references to the base's directory itself instead of
+ * asking curl per entry; every base and reference here, plain or not, must come out as
+ * curl would resolve it.
+ */
+static void test_urls_resolve_as_curl_would(void **state)
+{
+	static const char *const bases[] = {
+	    "https://example.com/m/manifest.json",
+	    "https://example.com/m/manifest.json?sig=a/b&x=1#frag",
+	    "http://127.0.0.1:8080",
+	    "http://127.0.0.1:8080/",
+	    "HTTP://Example.COM/a/./b/../c/m.json",
+	    "https://example.com/m/",
+	    "file:///srv/data/m.json",
+	};
+	static const char *const refs[] = {
+	    "a.bin",    "dir/sub/a.bin", "...",    ".hidden/x", "a~b_c-d.e",  "./a.bin",
+	    "../a.bin", "a/./b",         "a/../b", "a//b",      "/abs/a.bin", "a%20b",
+	    "a?q=1",    "a#f",           ".",      "..",        "a/",
+	};
+	struct fixture *f = *state;
+
+	for (size_t b = 0; b < sizeof(bases) / sizeof(bases[0]); b++) {
+		char db[128], json[8192];
+		size_t n = 0;
+		struct index *idx;
+
+		n += (size_t)snprintf(json + n, sizeof(json) - n, "{\"version\":1,\"files\":[");
+		for (size_t r = 0; r < sizeof(refs) / sizeof(refs[0]); r++)
+			n += (size_t)snprintf(json + n, sizeof(json) - n,
+			                      "%s{\"path\":\"f%zu\",\"size\":1,\"url\":\"%s\"}",
+			                      r ? "," : "", r, refs[r]);
+		snprintf(json + n, sizeof(json) - n, "]}");
+		snprintf(db, sizeof(db), "%s/idx%zu.db", f->dir, b);
+		assert_int_equal(index_open(db, &idx), 0);
+		int rc =
+		    index_load_manifest(idx, json, strlen(json), bases[b], f->err, sizeof(f->err));
+		if (rc != 0)
+			fail_msg("base %s: %d %s", bases[b], rc, f->err);
+		for (size_t r = 0; r < sizeof(refs) / sizeof(refs[0]); r++) {
+			char name[16], *got = NULL, *want = curl_resolve(bases[b], refs[r]);
+			struct index_node node;
+			snprintf(name, sizeof(name), "f%zu", r);
+			assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, name, &node), 0);
+			assert_int_equal(index_get_url(idx, node.ino, &got), 0);
+			if (strcmp(got, want) != 0)
+				fail_msg("base %s, ref %s: got %s, curl %s", bases[b], refs[r], got,
+				         want);
+			free(got);
+			free(want);
+		}
+		index_close(idx);
+		for (const char *sfx = ""; sfx; sfx = *sfx ? NULL : "-wal") {
+			char p[160];
+			snprintf(p, sizeof(p), "%s%s", db, sfx);
+			unlink(p);
+		}
+		snprintf(db + strlen(db), sizeof(db) - strlen(db), "-shm");
+		unlink(db);
+	}
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -835,6 +915,7 @@ int main(void)
 	    T(test_second_load_refused),
 	    T(test_empty_files_array),
 	    T(test_no_base_url),
+	    T(test_urls_resolve_as_curl_would),
 	    T(test_json_length_is_honoured),
 	    T(test_escaped_backslash_is_not_nul),
 	    cmocka_unit_test(test_check_segment),
