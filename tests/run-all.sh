@@ -68,6 +68,16 @@ for v in $variants; do
 			failed_steps+=("benchmark")
 			total_failed=$((total_failed + 1))
 		fi
+		# The side-by-side benchmark, spoolfs only, small sizes: keeps it (and its C reader
+		# crowd) working and fails when spoolfs gives a wrong or short read in any workload.
+		echo "=== $v: peers benchmark smoke run"
+		if SPOOLFS_BIN="$PWD/$dir/spoolfs" SCALE=small PEERS=spoolfs RUNS=1 \
+			bash tests/bench/peers.sh; then
+			total_passed=$((total_passed + 1))
+		else
+			failed_steps+=("peers benchmark")
+			total_failed=$((total_failed + 1))
+		fi
 		# Regressions in the parsers of untrusted input surface here; longer runs: run.sh.
 		echo "=== fuzz: ${FUZZ_SECONDS:-20} s per target"
 		if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh; then

@@ -76,6 +76,11 @@ else
 	cmake --build "$ROOT/build-bench" -j"$(nproc)" --target spoolfs >/dev/null
 fi
 [ -x "$SPOOLFS" ] || die "no spoolfs binary at $SPOOLFS"
+# W1's readers are threads of a small C program (Python's threads skewed first bytes).
+cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+	cmake --build "$ROOT/build-bench" -j"$(nproc)" --target bench_readers >/dev/null ||
+	die "cannot build bench_readers"
+export BENCH_READERS="$ROOT/build-bench/tests/bench_readers"
 
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/spoolfs-peers.XXXXXX")
 
