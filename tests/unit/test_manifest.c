@@ -853,7 +853,12 @@ static void test_urls_resolve_as_curl_would(void **state)
 	    "HTTP://Example.COM/a/./b/../c/m.json",
 	    "https://example.com/m/",
 	    "file:///srv/data/m.json",
+	    "https://example.com/m/manifest.json#frag/with/slash",
+	    "http://user:pw@[::1]:8080/a%20b/m.json",
 	};
+	/* Entries without "url": their path, escaped, is the reference. */
+	static const char *const bare_paths[][2] = {{"plain-name.bin", "plain-name.bin"},
+	                                            {"sp ace.bin", "sp%20ace.bin"}};
 	static const char *const refs[] = {
 	    "a.bin",    "dir/sub/a.bin", "...",    ".hidden/x", "a~b_c-d.e",  "./a.bin",
 	    "../a.bin", "a/./b",         "a/../b", "a//b",      "/abs/a.bin", "a%20b",
@@ -871,6 +876,9 @@ static void test_urls_resolve_as_curl_would(void **state)
 			n += (size_t)snprintf(json + n, sizeof(json) - n,
 			                      "%s{\"path\":\"f%zu\",\"size\":1,\"url\":\"%s\"}",
 			                      r ? "," : "", r, refs[r]);
+		for (size_t p = 0; p < 2; p++)
+			n += (size_t)snprintf(json + n, sizeof(json) - n,
+			                      ",{\"path\":\"%s\",\"size\":1}", bare_paths[p][0]);
 		snprintf(json + n, sizeof(json) - n, "]}");
 		snprintf(db, sizeof(db), "%s/idx%zu.db", f->dir, b);
 		assert_int_equal(index_open(db, &idx), 0);
@@ -887,6 +895,18 @@ static void test_urls_resolve_as_curl_would(void **state)
 			if (strcmp(got, want) != 0)
 				fail_msg("base %s, ref %s: got %s, curl %s", bases[b], refs[r], got,
 				         want);
+			free(got);
+			free(want);
+		}
+		for (size_t p = 0; p < 2; p++) {
+			char *got = NULL, *want = curl_resolve(bases[b], bare_paths[p][1]);
+			struct index_node node;
+			assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, bare_paths[p][0], &node),
+			                 0);
+			assert_int_equal(index_get_url(idx, node.ino, &got), 0);
+			if (strcmp(got, want) != 0)
+				fail_msg("base %s, path %s: got %s, curl %s", bases[b],
+				         bare_paths[p][0], got, want);
 			free(got);
 			free(want);
 		}
