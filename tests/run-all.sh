@@ -69,7 +69,8 @@ for v in $variants; do
 			total_failed=$((total_failed + 1))
 		fi
 		# The side-by-side benchmark, spoolfs only, small sizes: keeps it (and its C reader
-		# crowd) working and fails when spoolfs gives a wrong or short read in any workload.
+		# crowd) working and fails when a workload gets an error, a short read or a block
+		# whose (index, offset) stamp is not where it belongs.
 		echo "=== $v: peers benchmark smoke run"
 		if SPOOLFS_BIN="$PWD/$dir/spoolfs" SCALE=small PEERS=spoolfs RUNS=1 \
 			bash tests/bench/peers.sh; then

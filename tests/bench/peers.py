@@ -361,6 +361,7 @@ def op_readers(path, n, size):
     built it: Python's interpreter lock spreads 64 threads' first bytes by milliseconds."""
     tool = os.environ.get("BENCH_READERS")
     if tool and os.access(tool, os.X_OK):
+        # PR_SET_PDEATHSIG in readers.c ends it with this process on a timeout.
         p = subprocess.run([tool, path, str(n), str(size)], capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError("bench_readers: %s" % p.stderr.strip()[-200:])

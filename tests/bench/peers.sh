@@ -49,8 +49,11 @@ if [ "$INSTALL" = 1 ]; then
 	want=()
 	for p in rclone s3fs httpdirfs; do
 		command -v "$p" >/dev/null && continue
-		# Only ask apt for a package it knows (a name with a candidate version).
-		if apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+		# Only ask apt for a package it knows (a name with a candidate version). The
+		# output is captured first: with pipefail, grep -q quitting early made apt-cache's
+		# SIGPIPE fail the test, and peers were skipped as unknown at random.
+		policy=$(apt-cache policy "$p" 2>/dev/null || true)
+		if grep -q 'Candidate: [0-9]' <<<"$policy"; then
 			want+=("$p")
 		else
 			log "no Debian package $p here; it will show as n/a"
@@ -76,11 +79,16 @@ else
 	cmake --build "$ROOT/build-bench" -j"$(nproc)" --target spoolfs >/dev/null
 fi
 [ -x "$SPOOLFS" ] || die "no spoolfs binary at $SPOOLFS"
-# W1's readers are threads of a small C program (Python's threads skewed first bytes).
-cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-	cmake --build "$ROOT/build-bench" -j"$(nproc)" --target bench_readers >/dev/null ||
-	die "cannot build bench_readers"
-export BENCH_READERS="$ROOT/build-bench/tests/bench_readers"
+# W1's readers are threads of a small C program (Python's threads skewed first bytes),
+# built next to the spoolfs binary when that is a build tree's.
+BENCH_READERS="$(dirname "$SPOOLFS")/tests/bench_readers"
+if [ ! -x "$BENCH_READERS" ]; then
+	cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+		cmake --build "$ROOT/build-bench" -j"$(nproc)" --target bench_readers >/dev/null ||
+		die "cannot build bench_readers"
+	BENCH_READERS="$ROOT/build-bench/tests/bench_readers"
+fi
+export BENCH_READERS
 
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/spoolfs-peers.XXXXXX")
 
