@@ -233,7 +233,7 @@ static int load_manifest(struct fs_session *s)
 	rc = open_index(s);
 	if (rc)
 		goto out;
-	rc = index_load_manifest(s->idx, text, len, base_url, err, sizeof(err));
+	rc = index_load_manifest_text(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
 		goto out;

@@ -48,7 +48,8 @@ struct load {
 	 * itself ("http://h/dir/"); NULL when base is NULL. */
 	char *base_dir;
 	size_t base_dir_len;
-	char *json; /* NUL-terminated copy of the manifest */
+	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
+	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
 	struct ptable pt;
 	uint64_t files, dirs, bytes;
 	char *err;
@@ -886,8 +887,9 @@ static int set_base(struct load *ld, const char *base_url)
 	return set_base_dir(ld);
 }
 
-int index_load_manifest(struct index *idx, const char *json, size_t json_len, const char *base_url,
-                        char *err, size_t err_len)
+/* json[json_len] is '\0' when `terminated`; otherwise the text is copied to make it so. */
+static int load_manifest(struct index *idx, const char *json, size_t json_len, bool terminated,
+                         const char *base_url, char *err, size_t err_len)
 {
 	struct load ld = {.idx = idx, .err = err, .err_len = err_len};
 	bool began = false;
@@ -897,13 +899,18 @@ int index_load_manifest(struct index *idx, const char *json, size_t json_len, co
 	if (err && err_len)
 		err[0] = '\0';
 	pthread_mutex_lock(&idx->lock);
-	ld.json = malloc(json_len + 1);
-	if (!ld.json) {
-		rc = -ENOMEM;
-		goto out;
+	if (terminated) {
+		ld.json = json;
+	} else {
+		ld.json_copy = malloc(json_len + 1);
+		if (!ld.json_copy) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		memcpy(ld.json_copy, json, json_len);
+		ld.json_copy[json_len] = '\0';
+		ld.json = ld.json_copy;
 	}
-	memcpy(ld.json, json, json_len);
-	ld.json[json_len] = '\0';
 	rc = set_base(&ld, base_url);
 	if (rc < 0)
 		goto out;
@@ -962,8 +969,20 @@ out:
 	sqlite3_finalize(ld.st_mtime);
 	curl_url_cleanup(ld.base);
 	free(ld.base_dir);
-	free(ld.json);
+	free(ld.json_copy);
 	pt_free(&ld.pt);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
+}
+
+int index_load_manifest(struct index *idx, const char *json, size_t json_len, const char *base_url,
+                        char *err, size_t err_len)
+{
+	return load_manifest(idx, json, json_len, false, base_url, err, err_len);
+}
+
+int index_load_manifest_text(struct index *idx, const char *text, size_t len, const char *base_url,
+                             char *err, size_t err_len)
+{
+	return load_manifest(idx, text, len, true, base_url, err, err_len);
 }

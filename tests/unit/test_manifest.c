@@ -522,6 +522,25 @@ static void test_json_length_is_honoured(void **state)
 	assert_non_null(strstr(f->err, "not valid JSON"));
 }
 
+/* The daemon's path: its download buffer is read in place, so a NUL inside it must still
+ * be caught (sqlite would stop reading there), and a good text must load. */
+static void test_terminated_text_is_read_in_place(void **state)
+{
+	struct fixture *f = *state;
+	const char good[] = "{\"version\":1,\"files\":[{\"path\":\"a\",\"size\":1}]}";
+	const char cut[] = "{\"version\":1,\"files\":[]}\0{\"x\":1}";
+	struct index_node n;
+
+	assert_int_equal(
+	    index_load_manifest_text(f->idx, cut, sizeof(cut) - 1, BASE, f->err, sizeof(f->err)),
+	    -EINVAL);
+	assert_non_null(strstr(f->err, "not valid JSON"));
+	assert_int_equal(
+	    index_load_manifest_text(f->idx, good, strlen(good), BASE, f->err, sizeof(f->err)), 0);
+	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "a", &n), 0);
+	assert_url(f, n.ino, "https://example.com/m/a");
+}
+
 static void test_escaped_backslash_is_not_nul(void **state)
 {
 	struct fixture *f = *state;
@@ -937,6 +956,7 @@ int main(void)
 	    T(test_no_base_url),
 	    T(test_urls_resolve_as_curl_would),
 	    T(test_json_length_is_honoured),
+	    T(test_terminated_text_is_read_in_place),
 	    T(test_escaped_backslash_is_not_nul),
 	    cmocka_unit_test(test_check_segment),
 	    T(test_refuse_malformed_json),
