@@ -365,6 +365,43 @@ def test_cache_dir_full(store, small_tmpfs, mount):
     m.check_clean_exit()
 
 
+def test_spool_write_failure_mid_body_fails_readers_at_once(store, mount, tmp_path):
+    # The spool stops taking writes mid-body (made immutable here: EPERM on the open fd;
+    # a failing disk gives EIO) and the upstream then goes quiet. The readers get the
+    # write's error at once, not after the stall timeout, which is set far beyond the wait
+    # below. The 1,000 bytes before the stall come in one receive, so the failure is found
+    # by the flush after curl_multi_perform and no further body callback ever comes; the
+    # bytes that stream received must not look unclaimed and be asked for again.
+    size = 8 * MiB
+    path = store.add("imm.bin", size)
+    cache = tmp_path / "cache"
+    m = mount(store.write(), "--cache-dir", str(cache), "--stall-timeout", "600")
+    store.up.fault(path, gate=True)
+    t, out = in_thread(read_until_error, m.p(path))
+    spool = None
+    try:
+        store.up.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=path)
+        spools = list(cache.rglob("*.spool"))
+        assert len(spools) == 1, spools
+        if subprocess.run(["chattr", "+i", str(spools[0])],
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            pytest.skip("the cache directory's filesystem has no immutable attribute")
+        spool = spools[0]
+        store.up.fault(path, stall_at=1000)
+        store.up.release(path)
+        join(t, out, timeout=60)
+    finally:
+        if spool is not None:
+            subprocess.run(["chattr", "-i", str(spool)])
+        store.up.clear(path)
+        join(t, out)
+    got, err = out["value"]
+    assert err is not None and err.errno in (errno.EIO, errno.EPERM), err
+    assert got == expected(store, path)[:len(got)], "wrong bytes served"
+    assert log_lines(m, "imm.bin", "spool write failed")
+    assert store.up.stats(path)["gets"] == 1, store.up.stats(path)
+
+
 # ---------------------------------------------------------------------- hostile readers
 
 
