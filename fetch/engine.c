@@ -101,9 +101,9 @@ struct engine {
 	 * curl_multi_perform, so everything else sees a stream's bytes as written up to pos.
 	 */
 	struct stream *pending_stream; /* NULL when empty */
-	/* Transfer thread only: a running stream whose bytes the flush after perform could not
-	 * write; engine_main ends it at once (NULL when none, or once the stream is freed). */
-	struct stream *flush_failed;
+	/* Transfer thread only: a flush failed, so some stream curl still runs may carry a
+	 * fatal error no callback of its own will report; engine_main ends such streams. */
+	bool write_failed;
 	uint64_t pending_off;
 	size_t pending_len;
 	char *pending_buf; /* SPOOL_WRITE_BYTES */
@@ -290,8 +290,18 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	return 1;
 }
 
-/* Writes the pending bytes to their spool. Fails with -errno, which also ends the stream
- * they belong to (its next callback or its end sees s->fatal). */
+/* Marks s as failed by a spool write; the first failure is the one its reason names. */
+static void stream_write_failed(struct stream *s, int rc)
+{
+	if (s->fatal)
+		return;
+	s->fatal = rc;
+	stream_why(s, "spool write failed: %s", strerror(-rc));
+	s->engine->write_failed = true;
+}
+
+/* Writes the pending bytes to their spool. Fails with -errno, which also marks the stream
+ * they belong to as failed. */
 static int flush_pending(struct engine *e)
 {
 	struct stream *s = e->pending_stream;
@@ -302,10 +312,8 @@ static int flush_pending(struct engine *e)
 	rc = flight_deliver(s->f, e->pending_off, e->pending_buf, e->pending_len);
 	e->pending_stream = NULL;
 	e->pending_len = 0;
-	if (rc && !s->fatal) {
-		s->fatal = rc;
-		stream_why(s, "spool write failed: %s", strerror(-rc));
-	}
+	if (rc)
+		stream_write_failed(s, rc);
 	return rc;
 }
 
@@ -357,10 +365,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 			take = (size_t)(s->end - s->pos);
 		rc = take_body(s, s->pos, data + used, take);
 		if (rc) {
-			if (!s->fatal) {
-				s->fatal = rc;
-				stream_why(s, "spool write failed: %s", strerror(-rc));
-			}
+			stream_write_failed(s, rc);
 			return CURL_WRITEFUNC_ERROR;
 		}
 		s->pos += take;
@@ -461,10 +466,11 @@ static void stream_free(struct engine *e, struct stream *s)
 {
 	struct stream **pp;
 
+	/* Never true while the pending bytes are flushed after each perform and streams are
+	 * freed outside it; kept so that breaking that rule loses no bytes and frees nothing
+	 * still referenced. */
 	if (e->pending_stream == s)
-		(void)flush_pending(e); /* received and checked: as good as written */
-	if (e->flush_failed == s)
-		e->flush_failed = NULL;
+		(void)flush_pending(e);
 	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -1171,6 +1177,28 @@ static void drain_queue(struct engine *e)
 	}
 }
 
+/*
+ * Ends every stream still running with a spool write failure. A flush can fail for a
+ * stream other than the one whose callback is running, or after curl_multi_perform: curl
+ * keeps such a stream until its next callback, which an idle upstream may not send before
+ * the stall timeout, and until then its unwritten bytes would look unclaimed to
+ * schedule() and be asked for again. on_done may free other streams and flights: start
+ * over after each.
+ */
+static void end_failed_streams(struct engine *e)
+{
+	e->write_failed = false;
+again:
+	for (size_t i = 0; i < e->n_active; i++) {
+		for (struct stream *s = e->active[i]->streams; s; s = s->next) {
+			if (s->fatal) {
+				on_done(e, s, CURLE_WRITE_ERROR);
+				goto again;
+			}
+		}
+	}
+}
+
 static void *engine_main(void *arg)
 {
 	struct engine *e = arg;
@@ -1187,9 +1215,7 @@ static void *engine_main(void *arg)
 
 		drain_queue(e);
 		curl_multi_perform(e->multi, &running);
-		e->flush_failed = e->pending_stream;
-		if (flush_pending(e) == 0)
-			e->flush_failed = NULL;
+		(void)flush_pending(e); /* a failure marks its stream: see end_failed_streams */
 		while ((msg = curl_multi_info_read(e->multi, &pending))) {
 			struct stream *s = NULL;
 			if (msg->msg != CURLMSG_DONE)
@@ -1197,11 +1223,8 @@ static void *engine_main(void *arg)
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
 			on_done(e, s, msg->data.result);
 		}
-		/* Still running (on_done would have freed it): end it now rather than at its
-		 * next callback, which an idle upstream may not send before the stall timeout;
-		 * until then its unwritten bytes would look unclaimed to schedule(). */
-		if (e->flush_failed)
-			on_done(e, e->flush_failed, CURLE_WRITE_ERROR);
+		if (e->write_failed)
+			end_failed_streams(e);
 		now = now_ms();
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];

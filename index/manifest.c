@@ -331,12 +331,6 @@ static char *escape_path(const char *path, size_t len)
 	return out;
 }
 
-static bool scheme_allowed(const char *scheme)
-{
-	return strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0 ||
-	       strcmp(scheme, "file") == 0;
-}
-
 /*
  * Whether ref is a relative path reference that resolving only appends to the base's
  * directory: unreserved characters and '/', no leading '/', no empty, "." or ".."
@@ -416,7 +410,8 @@ static int resolve_url(struct load *ld, const char *rel, const char *path, size_
 	uc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
 	if (uc == CURLUE_OUT_OF_MEMORY)
 		goto out;
-	if (uc != CURLUE_OK || !scheme_allowed(scheme)) {
+	if (uc != CURLUE_OK || (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0 &&
+	                        strcmp(scheme, "file") != 0)) {
 		snprintf(why, why_len, "url scheme \"%s\" is not allowed (http, https, file)",
 		         scheme ? scheme : "");
 		rc = -EINVAL;
@@ -832,41 +827,23 @@ static int prepare_load(struct load *ld)
 	return rc;
 }
 
-/* Asks curl where a plain reference lands, so that resolve_url's shortcut is curl's own
- * answer. Leaves base_dir NULL (no shortcut) when the base's scheme is not allowed or curl
- * does not simply append. Fails only with -ENOMEM. */
+/* Asks resolve_url (curl, while base_dir is still NULL) where a plain reference lands, so
+ * that its shortcut is curl's own answer. Leaves base_dir NULL (no shortcut) when the base
+ * cannot resolve one or curl does not simply append. Fails only with -ENOMEM. */
 static int set_base_dir(struct load *ld)
 {
-	CURLU *h = curl_url_dup(ld->base);
-	char *probe = NULL, *scheme = NULL;
-	int rc = -ENOMEM;
+	char *probe = NULL, why[160];
+	int rc = resolve_url(ld, "x", NULL, 0, &probe, why, sizeof(why));
+	size_t len = probe ? strlen(probe) : 0;
 
-	if (!h)
-		goto out;
-	CURLUcode uc = curl_url_set(h, CURLUPART_URL, "x", 0);
-	if (uc == CURLUE_OUT_OF_MEMORY)
-		goto out;
-	if (uc == CURLUE_OK)
-		uc = curl_url_get(h, CURLUPART_SCHEME, &scheme, 0);
-	if (uc == CURLUE_OK)
-		uc = curl_url_get(h, CURLUPART_URL, &probe, 0);
-	if (uc == CURLUE_OUT_OF_MEMORY)
-		goto out;
-	rc = 0;
-	if (uc != CURLUE_OK || !scheme_allowed(scheme))
-		goto out;
-	size_t len = strlen(probe);
-	if (len < 2 || probe[len - 1] != 'x' || probe[len - 2] != '/')
-		goto out;
-	ld->base_dir = strndup(probe, len - 1);
-	if (!ld->base_dir)
-		rc = -ENOMEM;
-	ld->base_dir_len = len - 1;
-out:
-	curl_free(probe);
-	curl_free(scheme);
-	curl_url_cleanup(h);
-	return rc;
+	if (rc == 0 && len >= 2 && probe[len - 2] == '/' && probe[len - 1] == 'x') {
+		probe[len - 1] = '\0';
+		ld->base_dir = probe;
+		ld->base_dir_len = len - 1;
+		return 0;
+	}
+	free(probe);
+	return rc == -ENOMEM ? rc : 0;
 }
 
 static int set_base(struct load *ld, const char *base_url)
