@@ -286,6 +286,26 @@ static int run_pragmas(sqlite3 *db, const char *const *pragmas, size_t n)
 	return rc;
 }
 
+#define BUSY_TIMEOUT_MS 5000
+
+/*
+ * run_pragmas for pragmas that may be repeated, retried while another connection holds
+ * the lock. Switching journal_mode answers SQLITE_BUSY at once, without calling the busy
+ * handler, while another process switches the same fresh file to WAL: two mounts started
+ * together on a new cache directory failed about one start in ten.
+ */
+static int run_pragmas_patiently(sqlite3 *db, const char *const *pragmas, size_t n)
+{
+	int rc = -EBUSY;
+
+	for (int waited_ms = 0; rc == -EBUSY && waited_ms <= BUSY_TIMEOUT_MS; waited_ms += 2) {
+		rc = run_pragmas(db, pragmas, n);
+		if (rc == -EBUSY)
+			sqlite3_sleep(2);
+	}
+	return rc;
+}
+
 /* Creates missing spool tables, upgrading an older cache's. */
 static int setup_spool_schema(sqlite3 *db)
 {
@@ -354,7 +374,7 @@ static int open_connection(const char *path, sqlite3 **db)
 	if (rc != SQLITE_OK)
 		return *db ? index_sqlite_errno(rc) : -ENOMEM;
 	/* Another mount's writer holds the spool records only for one short transaction. */
-	return index_sqlite_errno(sqlite3_busy_timeout(*db, 5000));
+	return index_sqlite_errno(sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS));
 }
 
 int index_open(const char *db_path, struct index **out)
@@ -381,8 +401,8 @@ int index_open(const char *db_path, struct index **out)
 	if (rc == 0)
 		rc = open_connection(db_path, &idx->spool_db);
 	if (rc == 0)
-		rc = run_pragmas(idx->spool_db, spool_pragmas,
-		                 sizeof(spool_pragmas) / sizeof(spool_pragmas[0]));
+		rc = run_pragmas_patiently(idx->spool_db, spool_pragmas,
+		                           sizeof(spool_pragmas) / sizeof(spool_pragmas[0]));
 	if (rc == 0)
 		rc = setup_spool_schema(idx->spool_db);
 	if (rc == 0)
