@@ -779,16 +779,19 @@ int flight_adopt(struct flight *f, const struct index_ranges *ranges, bool compl
 		         : -ESTALE;
 	/* Restored bytes follow the same rule as received ones: the last ones wait for the hash. */
 	bool hold = !complete && withhold_locked(f, verify || borrowed);
-	for (size_t i = 0; i < ranges->n && rc == 0 && !hold; i++)
+	/* All there with nothing to check: complete_flight (below) publishes it all along with
+	 * the state, so no reader sees every byte readable while the flight is still active. */
+	all_written = f->written.total == f->size;
+	bool completes_below = !complete && !verify && !borrowed && all_written;
+	for (size_t i = 0; i < ranges->n && rc == 0 && !hold && !completes_below; i++)
 		rc = index_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
 	if (rc == 0 && complete)
 		f->state = FLIGHT_COMPLETE;
-	all_written = f->written.total == f->size;
 	grew = f->written.total > before;
 	ready = rc ? NULL : collect_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, 0);
-	if (rc == 0 && !complete && !verify && !borrowed && all_written) {
+	if (rc == 0 && completes_below) {
 		/* All there, but the crash came before the completion was recorded. */
 		complete_flight(f);
 	} else if (rc == 0 && !complete && verify && grew) {

@@ -99,8 +99,13 @@ struct flight {
 	bool source_etag;   /* the manifest or listing pinned the version (spec->etag) */
 
 	atomic_int refs;
-	atomic_int handles;  /* open file handles (maintained by fs/), for status */
-	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
+	atomic_int handles; /* open file handles (maintained by fs/), for status */
+	/* How the kernel reads each open handle; maintained by fs/ under its passthrough lock. */
+	int pt_backing_id;   /* the spool registered as a passthrough backing file, 0 = none */
+	unsigned pt_handles; /* handles the kernel reads from the spool itself */
+	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
+	bool pt_page_cached;        /* a handle was ever opened through FUSE's page cache */
+	atomic_bool durable;        /* complete and recorded in the index (persistent caches) */
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */
 	atomic_bool whole;

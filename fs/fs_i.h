@@ -39,6 +39,7 @@ struct fs_options {
 	unsigned retries;
 	unsigned max_transfers;
 	int keep_cache;
+	int no_passthrough;
 	int foreground;
 	int debug;
 	int show_help;
@@ -47,10 +48,11 @@ struct fs_options {
 
 /* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
 struct fs_counters {
-	atomic_uint_fast64_t opens_local;  /* the object was already complete */
-	atomic_uint_fast64_t opens_new;    /* the open started a download */
-	atomic_uint_fast64_t opens_joined; /* the open joined a running download */
-	atomic_uint_fast64_t reads_parked; /* reads that waited for their bytes */
+	atomic_uint_fast64_t opens_local;       /* the object was already complete */
+	atomic_uint_fast64_t opens_passthrough; /* ... and the kernel reads its spool itself */
+	atomic_uint_fast64_t opens_new;         /* the open started a download */
+	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
+	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
 };
 
@@ -65,6 +67,7 @@ struct fs_handle {
 	 * with the handle, and release acquire-loads it before freeing, which states it.
 	 */
 	atomic_uint reads_done;
+	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
 };
 
 struct fs_session {
@@ -102,7 +105,42 @@ struct fs_session {
 	 * cleared after the engine stopped: no thread can be queueing to it then. */
 	struct worker *replier;
 	struct fs_counters counters;
+	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
+	atomic_int passthrough;
+	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */
+	pthread_mutex_t passthrough_lock; /* guards flights' pt_* fields (see passthrough.c) */
 };
+
+enum fs_passthrough {
+	FS_PASSTHROUGH_UNKNOWN, /* INIT not read yet */
+	FS_PASSTHROUGH_OFFERED, /* the kernel offers it; the INIT reply will ask for it */
+	FS_PASSTHROUGH_ON,      /* asked for; the first backing open confirms it */
+	FS_PASSTHROUGH_OFF,
+};
+
+/*
+ * Routes the session's device I/O through passthrough.c's hooks; call right after
+ * fuse_session_mount. With --no-passthrough it only records that it is off. 0 or -errno.
+ */
+int fs_passthrough_install(struct fs_session *s);
+
+/*
+ * Decides how a new handle of an object opens: returns the backing id to send with
+ * fs_passthrough_reply_open, or 0 for a plain open (fuse_reply_open). Either way
+ * fs_passthrough_release must follow, also when the reply fails.
+ */
+int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
+void fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
+
+/*
+ * For a flight just created: when the cache directory holds the object complete (another
+ * mount's download, or a --keep-cache remount), waits a moment for the transfer thread to
+ * take it up, so that even the first open of it is passthrough.
+ */
+void fs_passthrough_settle(struct fs_session *s, struct flight *f);
+
+/* fuse_reply_open for a passthrough open: libfuse 3.14 cannot send a backing id. */
+int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
 
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);

@@ -364,6 +364,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	s->mount_path = realpath(s->opts.mountpoint, NULL);
 	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 		goto out_signals;
+	rc = fs_passthrough_install(s);
+	if (rc) {
+		fetch_log(FETCH_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
+		goto out_unmount;
+	}
 	if (fuse_daemonize(s->opts.foreground) != 0)
 		goto out_unmount;
 	/* Daemonised, stderr is /dev/null: operators look in the journal. */
@@ -421,6 +426,7 @@ int main(int argc, char *argv[])
 	memset(&s, 0, sizeof(s));
 	s.cache_lock_fd = -1;
 	pthread_mutex_init(&s.list_lock, NULL);
+	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_cond_init(&s.list_done, NULL);
 
 	s.uid = getuid();
@@ -478,6 +484,7 @@ out_cache:
 	free(s.listing);
 	pthread_cond_destroy(&s.list_done);
 	pthread_mutex_destroy(&s.list_lock);
+	pthread_mutex_destroy(&s.passthrough_lock);
 
 	remove_cache_files(&s);
 	if (s.cache_lock_fd >= 0)

@@ -391,7 +391,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct flight *f = NULL;
 	enum flight_state state;
 	bool created = false;
-	int rc;
+	int backing_id, rc;
 
 	fs_tune_readahead_once(s);
 
@@ -419,6 +419,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		goto fail;
 	h->flight = f;
 	atomic_fetch_add(&f->handles, 1);
+	if (created)
+		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
 	atomic_fetch_add(created                    ? &s->counters.opens_new
 	                 : state == FLIGHT_COMPLETE ? &s->counters.opens_local
@@ -432,8 +434,15 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * pending reads, since the kernel locks those pages.)
 	 */
 	fi->keep_cache = !(created && f->after_failure);
-	if (fuse_reply_open(req, fi) != 0)
-		fs_handle_free(h); /* the open was interrupted: no release will come */
+	backing_id = fs_passthrough_open(s, h);
+	if (backing_id > 0)
+		atomic_fetch_add(&s->counters.opens_passthrough, 1);
+	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
+	                    : fuse_reply_open(req, fi)) != 0) {
+		/* The open was interrupted: no release will come. */
+		fs_passthrough_release(s, h);
+		fs_handle_free(h);
+	}
 	return;
 fail:
 	free(h);
@@ -500,8 +509,11 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+
 	/* Only the handle's reference goes: the download finishes for the object's sake. */
-	fs_handle_free((struct fs_handle *)(uintptr_t)fi->fh);
+	fs_passthrough_release(session_of(req), h);
+	fs_handle_free(h);
 	fuse_reply_err(req, 0);
 }
 

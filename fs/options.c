@@ -35,6 +35,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("--cache-max-size %s", cache_max_size),
     OPT("cache_max_size=%s", cache_max_size),
     OPT_FLAG("keep_cache", keep_cache),
+    OPT_FLAG("--no-passthrough", no_passthrough),
+    OPT_FLAG("no_passthrough", no_passthrough),
     OPT("--ca-file=%s", ca_file),
     OPT("--ca-file %s", ca_file),
     OPT("ca_file=%s", ca_file),
@@ -118,6 +120,9 @@ void fs_options_usage(const char *prog)
 	    "                         (a cache dir left by a crash is reused either way)\n"
 	    "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
 	    "                         used objects not in use are evicted (default: no bound)\n"
+	    "  --no-passthrough       read complete objects through FUSE's page cache, not\n"
+	    "                         kernel passthrough from the spool (passthrough needs\n"
+	    "                         root and Linux 6.9 or later; it is used when there)\n"
 	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	    "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
 	    "                         http_proxy, https_proxy and no_proxy variables)\n"

@@ -104,6 +104,9 @@ static void write_stats(struct fs_session *s, FILE *out)
 	       atomic_load(&es->failures));
 	metric(out, "cache_hits_total", "counter", "opens of objects already local",
 	       atomic_load(&s->counters.opens_local));
+	metric(out, "passthrough_opens_total", "counter",
+	       "opens of complete objects that the kernel reads from the spool itself",
+	       atomic_load(&s->counters.opens_passthrough));
 	metric(out, "cache_misses_total", "counter", "opens that started a download",
 	       atomic_load(&s->counters.opens_new));
 	metric(out, "coalesced_opens_total", "counter", "opens that joined a running download",

@@ -1,0 +1,303 @@
+/*
+ * Kernel passthrough for objects that are complete: an open of such an object names the
+ * spool file as its backing file, and the kernel reads it directly, with no request to
+ * this daemon and no second copy in FUSE's page cache (FUSE caches in 4 KiB pages, so a
+ * re-read through it costs about twice a local read; measured in the commit).
+ *
+ * The kernel offers passthrough from Linux 6.9 (FUSE_PASSTHROUGH in INIT's flags2);
+ * libfuse supports it from 3.16, but Debian 12 has 3.14, whose INIT reply cannot ask for
+ * it and whose open reply cannot carry a backing id. So the session's device I/O goes
+ * through libfuse's custom-io hooks: reading INIT tells whether the kernel offers it, and
+ * the INIT reply is amended on its way out (FUSE_INIT_EXT, FUSE_PASSTHROUGH, a stack depth
+ * of 1). Open replies that use it are sent whole by fs_passthrough_reply_open. Any of
+ * these missing (old kernel, not root, --no-passthrough) and every open is a plain one.
+ *
+ * The kernel keeps one I/O mode per inode: while a file is open through the page cache, a
+ * passthrough open fails with EIO, and the other way round; and all passthrough opens of
+ * an inode must name one backing id. A passthrough open also drops the inode's pages from
+ * FUSE's page cache, synchronously (0.16 s for 1 GiB on a 2-core VM, more than the read
+ * itself), and a re-read from those pages is faster than that drop plus a passthrough read.
+ * So an object opens passthrough only when it is complete and was never opened through
+ * the page cache in this session: objects another mount downloaded into a shared cache
+ * directory, and --keep-cache objects after a remount. Its backing id lives while any
+ * passthrough handle does. Deciding per flight (one object, maybe several inodes) is the
+ * safe side of per inode.
+ *
+ * Lock: fs_session.passthrough_lock guards each flight's pt_* fields and each handle's
+ * passthrough flag; a flight's lock may be taken under it, never the other way round.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fetch/log.h"
+#include "fs/fs_i.h"
+
+/* From the kernel's FUSE protocol 7.40; Debian 12's headers stop at 7.38. */
+#ifndef FUSE_PASSTHROUGH
+#define FUSE_PASSTHROUGH (1ULL << 37)
+#define FOPEN_PASSTHROUGH (1u << 7)
+struct fuse_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct fuse_backing_map)
+#define FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+#define INIT_OUT_STACK_DEPTH(out) ((out)->unused[0])
+#define OPEN_OUT_BACKING_ID(out) ((out)->padding)
+#else
+#define INIT_OUT_STACK_DEPTH(out) ((out)->max_stack_depth)
+#define OPEN_OUT_BACKING_ID(out) ((out)->backing_id)
+#endif
+#define PASSTHROUGH_FLAG2 ((uint32_t)(FUSE_PASSTHROUGH >> 32))
+
+static ssize_t device_read(int fd, void *buf, size_t len, void *userdata)
+{
+	struct fs_session *s = userdata;
+	ssize_t n = read(fd, buf, len);
+
+	if (n >= (ssize_t)sizeof(struct fuse_in_header) &&
+	    atomic_load(&s->passthrough) == FS_PASSTHROUGH_UNKNOWN) {
+		const struct fuse_in_header *in = buf;
+		const struct fuse_init_in *init = (const void *)(in + 1);
+
+		if (in->opcode == FUSE_INIT) {
+			/* Kernels before 5.17 send a shorter INIT, without flags2. */
+			bool offered = n >= (ssize_t)(sizeof(*in) + sizeof(*init)) &&
+			               init->major == 7 && (init->flags & FUSE_INIT_EXT) &&
+			               (init->flags2 & PASSTHROUGH_FLAG2);
+			s->init_unique = in->unique;
+			atomic_store(&s->passthrough,
+			             offered ? FS_PASSTHROUGH_OFFERED : FS_PASSTHROUGH_OFF);
+		}
+	}
+	return n;
+}
+
+/* Asks for passthrough in the INIT reply: the first reply to carry INIT's unique. */
+static void amend_init_reply(struct fs_session *s, struct iovec *iov, int count)
+{
+	const struct fuse_out_header *out;
+	struct fuse_init_out *init;
+
+	if (count < 2 || iov[0].iov_len != sizeof(*out) || iov[1].iov_len < sizeof(*init))
+		return;
+	out = iov[0].iov_base;
+	if (out->unique != s->init_unique || out->error != 0)
+		return;
+	init = iov[1].iov_base;
+	init->flags |= FUSE_INIT_EXT;
+	init->flags2 |= PASSTHROUGH_FLAG2;
+	/* The spool sits on a plain filesystem: one level of stacking. */
+	INIT_OUT_STACK_DEPTH(init) = 1;
+	atomic_store(&s->passthrough, FS_PASSTHROUGH_ON);
+}
+
+static ssize_t device_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	struct fs_session *s = userdata;
+
+	if (atomic_load(&s->passthrough) == FS_PASSTHROUGH_OFFERED)
+		amend_init_reply(s, iov, count);
+	return writev(fd, iov, count);
+}
+
+static ssize_t device_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                             unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int fs_passthrough_install(struct fs_session *s)
+{
+	/* No splice_receive: requests are read, as without custom io (no write_buf op). */
+	static const struct fuse_custom_io io = {
+	    .read = device_read,
+	    .writev = device_writev,
+	    .splice_send = device_splice,
+	};
+
+	if (s->opts.no_passthrough) {
+		atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
+		return 0;
+	}
+	return fuse_session_custom_io(s->se, &io, fuse_session_fd(s->se));
+}
+
+/* Under passthrough_lock. The flight's backing id, opened on first use; 0 = none. */
+static int backing_id_locked(struct fs_session *s, struct flight *f)
+{
+	struct fuse_backing_map map = {.fd = flight_spool_fd(f)};
+	int id;
+
+	if (f->pt_backing_id > 0)
+		return f->pt_backing_id;
+	id = ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_OPEN, &map);
+	if (id < 0 && (errno == EPERM || errno == EINVAL || errno == ENOTTY || errno == ELOOP)) {
+		/*
+		 * Not root, the kernel ignored the INIT amendment, or the cache directory is on
+		 * a stacked filesystem such as overlayfs (ELOOP: a stack depth of 2 would keep
+		 * spoolfs from being an overlay's lower layer): plain opens from now on.
+		 */
+		fetch_log(FETCH_LOG_INFO, "passthrough reads are off: %s", strerror(errno));
+		atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
+	}
+	if (id <= 0)
+		return 0;
+	f->pt_backing_id = id;
+	return id;
+}
+
+/* How long an open waits for the transfer thread to pick up a complete cached object. */
+#define SETTLE_MS 500
+
+/* An open waiting for its flight; on the heap, since the transfer thread ends the wait. */
+struct settle {
+	struct flight_waiter waiter; /* first: done() gets this pointer */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;       /* guarded by lock */
+	atomic_int refs; /* the opener's, and the waiter's until done() or a successful unpark */
+};
+
+static void settle_unref(struct settle *st)
+{
+	if (atomic_fetch_sub(&st->refs, 1) != 1)
+		return;
+	pthread_cond_destroy(&st->cond);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+static void settle_done(struct flight_waiter *w, int err)
+{
+	struct settle *st = (struct settle *)w;
+
+	(void)err; /* the opener looks at the flight's state itself */
+	pthread_mutex_lock(&st->lock);
+	st->done = true;
+	pthread_cond_signal(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	settle_unref(st);
+}
+
+/* Waits until f is readable in full, at most SETTLE_MS. */
+static void wait_readable(struct flight *f)
+{
+	struct settle *st = calloc(1, sizeof(*st));
+	pthread_condattr_t attr;
+	struct timespec deadline;
+	bool timed_out;
+
+	if (!st)
+		return;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&st->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	pthread_mutex_init(&st->lock, NULL);
+	atomic_init(&st->refs, 2);
+	st->waiter.off = 0;
+	st->waiter.len = f->size;
+	st->waiter.done = settle_done;
+	if (flight_park(f, &st->waiter) != 0) {
+		settle_unref(st); /* not parked: done() will not run */
+		goto out;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_nsec += SETTLE_MS * 1000000L;
+	deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+	deadline.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&st->lock);
+	while (!st->done && pthread_cond_timedwait(&st->cond, &st->lock, &deadline) != ETIMEDOUT)
+		;
+	timed_out = !st->done;
+	pthread_mutex_unlock(&st->lock);
+	if (timed_out && flight_unpark(f, &st->waiter))
+		settle_unref(st); /* done() will not run */
+out:
+	settle_unref(st);
+}
+
+void fs_passthrough_settle(struct fs_session *s, struct flight *f)
+{
+	struct index_ranges recorded;
+	bool complete = false;
+
+	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON || !s->opts.cache_dir || f->size == 0)
+		return;
+	index_ranges_init(&recorded);
+	/* All written but not yet recorded complete: the other mount is about to. */
+	if (index_spool_lookup(s->idx, f->key, &complete, &recorded) == 0 &&
+	    (complete || recorded.total == f->size))
+		wait_readable(f);
+	index_ranges_free(&recorded);
+}
+
+int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
+{
+	struct flight *f = h->flight;
+	enum flight_state state;
+	int id;
+
+	pthread_mutex_lock(&s->passthrough_lock);
+	/*
+	 * Once an object has passthrough handles, every open of it must be one, whatever
+	 * changed since; and the state is read under the lock, or an open that saw the
+	 * download running could go through the page cache after a later one went passthrough.
+	 */
+	id = f->pt_backing_id;
+	if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON && !f->after_failure &&
+	    !f->pt_page_cached) {
+		flight_progress(f, NULL, NULL, &state);
+		if (state == FLIGHT_COMPLETE)
+			id = backing_id_locked(s, f);
+	}
+	if (id > 0)
+		f->pt_handles++;
+	else
+		f->pt_page_cached = true;
+	h->passthrough = id > 0;
+	pthread_mutex_unlock(&s->passthrough_lock);
+	return id;
+}
+
+void fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
+{
+	struct flight *f = h->flight;
+	int close_id = 0;
+
+	if (!f)
+		return;
+	pthread_mutex_lock(&s->passthrough_lock);
+	if (h->passthrough && --f->pt_handles == 0) {
+		/* The kernel holds the backing file while any passthrough file is open. */
+		close_id = f->pt_backing_id;
+		f->pt_backing_id = 0;
+		uint32_t id = (uint32_t)close_id;
+		if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &id) != 0)
+			fetch_log(FETCH_LOG_WARN, "closing passthrough backing %d: %s", close_id,
+			          strerror(errno));
+	}
+	pthread_mutex_unlock(&s->passthrough_lock);
+}
+
+int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)
+{
+	/*
+	 * No other flag: the kernel refuses FOPEN_KEEP_CACHE with passthrough. So it drops
+	 * the inode's pages from FUSE's page cache at this open, which nobody reads any more.
+	 */
+	struct fuse_open_out out = {.fh = fi->fh, .open_flags = FOPEN_PASSTHROUGH};
+	OPEN_OUT_BACKING_ID(&out) = (uint32_t)backing_id;
+	/* Not fuse_reply_iov: it allocates, and on failure replies ENOMEM yet returns 0. */
+	return fuse_reply_buf(req, (const char *)&out, sizeof(out));
+}

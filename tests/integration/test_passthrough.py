@@ -1,0 +1,145 @@
+"""Kernel passthrough: a complete object that this mount never read through FUSE's page
+cache is read by the kernel straight from the spool file, with no request to the daemon.
+
+Shown by freezing the daemon (SIGSTOP) after the open: a passthrough read still returns
+every byte; a read that needed the daemon would wait for it. Passthrough needs root and
+Linux 6.9 or later; elsewhere these tests skip."""
+
+import gzip
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from conftest import SLOW, read_file
+from helpers import expected, flight_records, wait_until
+
+MiB = 1 << 20
+
+
+def why_no_passthrough():
+    """Why this machine cannot pass through, or None. Told from the machine alone, so that a
+    daemon that fails to turn passthrough on fails these tests instead of skipping them."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    if os.geteuid() != 0 or (major, minor) < (6, 9):
+        return "FUSE passthrough needs root and Linux >= 6.9"
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            if "CONFIG_FUSE_PASSTHROUGH=y" not in f.read():
+                return "the kernel is built without CONFIG_FUSE_PASSTHROUGH"
+    except OSError:
+        pass  # no config to read: assume the default (y)
+    # The spool must not be on a stacked filesystem (the daemon asks for a depth of 1).
+    if subprocess.run(["stat", "-f", "-c", "%T", tempfile.gettempdir()], capture_output=True,
+                      text=True).stdout.strip() == "overlayfs":
+        return "the temporary directory is on overlayfs"
+    return None
+
+
+pytestmark = pytest.mark.skipif(why_no_passthrough() is not None,
+                                reason=str(why_no_passthrough()))
+
+
+def metric(m, name):
+    with open(m.p(".spoolfs/stats")) as f:
+        for line in f:
+            if line.startswith("spoolfs_" + name + " "):
+                return int(line.split()[1])
+    raise AssertionError("no metric " + name)
+
+
+def kept_cache(store, mount, tmp_path, path):
+    """A cache directory holding path complete, left by a mount that has gone."""
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", name="first")
+    assert read_file(m.p(path)) == expected(store, path)
+    wait_until(lambda: flight_records(m).get(path, {}).get("durable"),
+               lambda: flight_records(m))
+    m.check_clean_exit()
+    return url, cache
+
+
+def read_while_frozen(m, path):
+    """Opens path, freezes the daemon, reads it whole; (bytes, error) or raises on a hang."""
+    result = {}
+    with open(m.p(path), "rb", buffering=0) as f:
+        m.proc.send_signal(signal.SIGSTOP)
+        try:
+            def run():
+                try:
+                    result["data"] = f.read()
+                except OSError as e:
+                    result["error"] = e
+            reader = threading.Thread(target=run, daemon=True)
+            reader.start()
+            reader.join(10 * SLOW)
+            hung = reader.is_alive()
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
+        reader.join(30 * SLOW)
+    assert not hung, "the read waited for the frozen daemon: not passthrough"
+    assert "error" not in result, result.get("error")
+    return result["data"]
+
+
+def test_a_kept_object_is_read_by_the_kernel_without_the_daemon(store, mount, tmp_path):
+    a = store.add("dir/a.bin", 6 * MiB + 123)
+    url, cache = kept_cache(store, mount, tmp_path, a)
+    gets = store.up.stats(a)["gets"]
+
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
+    # The very first open of the mount: it waits for the transfer thread to take the
+    # cached object up rather than open it through the page cache.
+    assert read_while_frozen(m, a) == expected(store, a)
+    assert read_while_frozen(m, a) == expected(store, a)
+    assert metric(m, "passthrough_opens_total") == 2
+    assert store.up.stats(a)["gets"] == gets
+
+
+def test_no_passthrough_reads_through_the_daemon(store, mount, tmp_path):
+    a = store.add("a.bin", 3 * MiB)
+    url, cache = kept_cache(store, mount, tmp_path, a)
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", "--no-passthrough")
+    assert read_file(m.p(a)) == expected(store, a)
+    assert metric(m, "passthrough_opens_total") == 0
+
+
+def test_an_object_open_through_the_page_cache_keeps_that_mode(store, mount, tmp_path):
+    """The kernel fails an open (EIO) that mixes passthrough with page-cache files of one
+    inode: a handle opened while the download ran keeps every later open off passthrough,
+    also once the object is complete."""
+    a = store.add("a.bin", 4 * MiB)  # below the sparse size: the open starts the download
+    url = store.write()
+    store.up.fault(a, gate=True)
+    m = mount(url, "--cache-dir", str(tmp_path / "cache"))
+    with open(m.p(a), "rb", buffering=0) as early:
+        store.up.wait_for(lambda s: s["gated"] >= 1, timeout=20 * SLOW, path=a)
+        store.up.clear(a)
+        store.up.release(a)
+        wait_until(lambda: flight_records(m).get(a, {}).get("state") == "complete",
+                   lambda: flight_records(m))
+        for _ in range(3):
+            assert read_file(m.p(a)) == expected(store, a)
+        assert early.read() == expected(store, a)
+    assert read_file(m.p(a)) == expected(store, a)
+    assert metric(m, "passthrough_opens_total") == 0
+
+
+def test_another_mounts_download_is_read_by_the_kernel(store, mount, tmp_path):
+    """Two live mounts share a cache directory: once the first has the object recorded
+    complete, the second mount's very first open of it is passthrough."""
+    a = store.add("a.bin", 5 * MiB)
+    url = store.write()
+    cache = str(tmp_path / "cache")
+    first = mount(url, "--cache-dir", cache, name="first")
+    second = mount(url, "--cache-dir", cache, name="second")
+    assert read_file(first.p(a)) == expected(store, a)
+    wait_until(lambda: flight_records(first).get(a, {}).get("durable"),
+               lambda: flight_records(first))
+    assert read_while_frozen(second, a) == expected(store, a)
+    assert metric(second, "passthrough_opens_total") == 1
+    assert store.up.stats(a)["gets"] >= 1 and metric(second, "upstream_requests_total") == 0
