@@ -109,6 +109,7 @@ struct fs_session {
 	atomic_int passthrough;
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */
 	pthread_mutex_t passthrough_lock; /* guards flights' pt_* fields (see passthrough.c) */
+	struct worker *dropper;           /* page_drop.c; NULL with --no-passthrough */
 };
 
 enum fs_passthrough {
@@ -138,6 +139,14 @@ void fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
  * take it up, so that even the first open of it is passthrough.
  */
 void fs_passthrough_settle(struct fs_session *s, struct flight *f);
+
+/* Starts and stops page_drop.c's worker (not with --no-passthrough). 0 or -errno. */
+int fs_page_drop_start(struct fs_session *s);
+void fs_page_drop_stop(struct fs_session *s);
+
+/* A read request of [off, off+len) reached the daemon: drops what lies far behind it. */
+void fs_page_drop_note_read(struct fs_session *s, struct flight *f, fuse_ino_t ino, uint64_t off,
+                            uint64_t len);
 
 /* fuse_reply_open for a passthrough open: libfuse 3.14 cannot send a backing id. */
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);

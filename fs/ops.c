@@ -495,6 +495,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
+	fs_page_drop_note_read(s, f, ino, (uint64_t)off, len);
 	rc = flight_ready(f, (uint64_t)off, len);
 	if (rc == 1) {
 		fs_reply_spool(req, f, (uint64_t)off, len);

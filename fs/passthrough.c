@@ -14,14 +14,13 @@
  *
  * The kernel keeps one I/O mode per inode: while a file is open through the page cache, a
  * passthrough open fails with EIO, and the other way round; and all passthrough opens of
- * an inode must name one backing id. A passthrough open also drops the inode's pages from
- * FUSE's page cache, synchronously (0.16 s for 1 GiB on a 2-core VM, more than the read
- * itself), and a re-read from those pages is faster than that drop plus a passthrough read.
- * So an object opens passthrough only when it is complete and was never opened through
- * the page cache in this session: objects another mount downloaded into a shared cache
- * directory, and --keep-cache objects after a remount. Its backing id lives while any
- * passthrough handle does. Deciding per flight (one object, maybe several inodes) is the
- * safe side of per inode.
+ * an inode must name one backing id. So an object opens passthrough when it is complete
+ * (verified) and no handle of it is open through the page cache; once it has passthrough
+ * handles, every open of it is one. Our counts go up when we reply and down at RELEASE,
+ * which the kernel sends after it counted the file out, so they are never below the
+ * kernel's. Deciding per flight (one object, maybe several inodes) is the safe side of
+ * per inode. A passthrough open makes the kernel drop the inode's page cache first (0.16 s
+ * for 1 GiB on a 2-core VM): page_drop.c keeps what is left to drop small.
  *
  * Lock: fs_session.passthrough_lock guards each flight's pt_* fields and each handle's
  * passthrough flag; a flight's lock may be taken under it, never the other way round.
@@ -256,7 +255,7 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	 */
 	id = f->pt_backing_id;
 	if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON && !f->after_failure &&
-	    !f->pt_page_cached) {
+	    f->pt_cached_handles == 0) {
 		flight_progress(f, NULL, NULL, &state);
 		if (state == FLIGHT_COMPLETE)
 			id = backing_id_locked(s, f);
@@ -264,7 +263,7 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	if (id > 0)
 		f->pt_handles++;
 	else
-		f->pt_page_cached = true;
+		f->pt_cached_handles++;
 	h->passthrough = id > 0;
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return id;
@@ -278,7 +277,9 @@ void fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 	if (!f)
 		return;
 	pthread_mutex_lock(&s->passthrough_lock);
-	if (h->passthrough && --f->pt_handles == 0) {
+	if (!h->passthrough) {
+		f->pt_cached_handles--;
+	} else if (--f->pt_handles == 0) {
 		/* The kernel holds the backing file while any passthrough file is open. */
 		close_id = f->pt_backing_id;
 		f->pt_backing_id = 0;
