@@ -104,8 +104,6 @@ struct flight {
 	int pt_backing_id;   /* the spool registered as a passthrough backing file, 0 = none */
 	unsigned pt_handles; /* handles the kernel reads from the spool itself */
 	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
-	uint64_t pt_read_end;       /* the furthest read request's end (fs/page_drop.c) */
-	uint64_t pt_dropped_to;     /* the kernel's cached pages below it are dropped */
 	atomic_bool durable;        /* complete and recorded in the index (persistent caches) */
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */

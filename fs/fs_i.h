@@ -54,6 +54,7 @@ struct fs_counters {
 	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
 	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
+	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
 };
 
 /* An open file: an object's flight, or a snapshot of a virtual file. */
@@ -68,6 +69,10 @@ struct fs_handle {
 	 */
 	atomic_uint reads_done;
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
+	/* This handle's sequential run (page_drop.c); guarded by passthrough_lock. */
+	uint64_t run_start;  /* where the run began */
+	uint64_t run_end;    /* the furthest read request's end in it */
+	uint64_t dropped_to; /* the kernel's cached pages of the run below it are dropped */
 };
 
 struct fs_session {
@@ -110,6 +115,7 @@ struct fs_session {
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */
 	pthread_mutex_t passthrough_lock; /* guards flights' pt_* fields (see passthrough.c) */
 	struct worker *dropper;           /* page_drop.c; NULL with --no-passthrough */
+	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 };
 
 enum fs_passthrough {
@@ -144,8 +150,8 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f);
 int fs_page_drop_start(struct fs_session *s);
 void fs_page_drop_stop(struct fs_session *s);
 
-/* A read request of [off, off+len) reached the daemon: drops what lies far behind it. */
-void fs_page_drop_note_read(struct fs_session *s, struct flight *f, fuse_ino_t ino, uint64_t off,
+/* A read request of h for [off, off+len) reached the daemon: drops what h left far behind. */
+void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino, uint64_t off,
                             uint64_t len);
 
 /* fuse_reply_open for a passthrough open: libfuse 3.14 cannot send a backing id. */

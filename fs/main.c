@@ -393,6 +393,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	}
 	fuse_loop_cfg_set_idle_threads(loop, 16);
 	rc = fuse_session_loop_mt(s->se, loop);
+	atomic_store(&s->loop_ended, true);
 	/* libfuse reports the signal that ended the loop; SIGTERM/SIGINT/SIGHUP are a clean stop.
 	 */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)

@@ -482,20 +482,20 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_snapshot(req, h, (uint64_t)off, size);
 		return;
 	}
-	/* Done with h: from here on only f, which the handle keeps alive until release. */
-	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
-	if (off < 0) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	if ((uint64_t)off >= f->size || size == 0) {
-		fuse_reply_buf(req, NULL, 0);
+	if (off < 0 || (uint64_t)off >= f->size || size == 0) {
+		atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
+		if (off < 0)
+			fuse_reply_err(req, EINVAL);
+		else
+			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
 	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
-	fs_page_drop_note_read(s, f, ino, (uint64_t)off, len);
+	fs_page_drop_note_read(s, h, ino, (uint64_t)off, len);
+	/* Done with h: from here on only f, which the handle keeps alive until release. */
+	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 	rc = flight_ready(f, (uint64_t)off, len);
 	if (rc == 1) {
 		fs_reply_spool(req, f, (uint64_t)off, len);

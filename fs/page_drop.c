@@ -8,15 +8,23 @@
  * that cost to the last window, spreads the work over the download, and keeps the page
  * cache of a large object from doubling the spool's.
  *
- * The window is measured from the furthest read request that reached the daemon: readers
- * that share the page cache follow within milliseconds of it (W1's followers start within
- * 10 ms), and a reader that lags more than a window only has its pages read again from
- * the spool, never wrong ones. Sparse access keeps its pages: it may come back to them.
+ * The window is measured per handle, from the end of the furthest read request of its
+ * sequential run: the kernel's readahead sends a handle's requests a little out of order,
+ * never far. A read that does not continue the run starts a new one, so sparse access
+ * keeps its pages (it may come back to them), and a handle that is left alone after
+ * another one closed drops nothing ahead of itself. A page dropped too early is only
+ * read again from the spool, never wrong.
  *
- * The kernel may wait on a locked page while dropping, and that page's read may wait for
- * the replier: so drops run on a worker of their own, never on the replier or the
- * transfer thread. Lock: the flights' pt_read_end and pt_dropped_to are guarded by
- * fs_session.passthrough_lock.
+ * The kernel waits on a locked page while dropping: a page whose read request is pending.
+ * That read may wait for the replier, so drops run on a worker of their own, never on the
+ * replier or the transfer thread. And a request the daemon never reads (the FUSE loop
+ * ended on SIGTERM with requests queued) would hold such a page, and the drop, and the
+ * shut-down, forever. So drops happen only while one handle reads the object through the
+ * page cache (its pending requests are at its own frontier, 64 MiB ahead of any drop),
+ * and none starts once the loop has ended. Several readers sharing the page cache (W1)
+ * keep their pages; the passthrough open after them drops them then.
+ *
+ * Lock: the handles' run_* and dropped_to are guarded by fs_session.passthrough_lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +33,9 @@
 
 #define DROP_BEHIND_BYTES (64ull << 20) /* kept behind the furthest read */
 #define DROP_STEP_BYTES (32ull << 20)   /* dropped at a time */
+/* How far past a run's end a request still continues it: the kernel's readahead keeps a
+ * few requests of up to 1 MiB in flight, and FUSE's threads may take them out of order. */
+#define RUN_SLACK_BYTES (8ull << 20)
 
 struct page_drop {
 	struct worker_job link; /* first: the worker hands this pointer back */
@@ -37,10 +48,11 @@ struct page_drop {
 static void drop_run(void *ctx, struct worker_job *job)
 {
 	struct page_drop *d = (struct page_drop *)job;
+	struct fs_session *s = ctx;
 
-	(void)ctx;
-	/* Fails harmlessly (ENOENT, ENOTCONN) once the inode or the mount is gone. */
-	fuse_lowlevel_notify_inval_inode(d->se, d->ino, (off_t)d->off, (off_t)d->len);
+	/* Fails harmlessly (ENOENT) once the inode is gone. */
+	if (!atomic_load(&s->loop_ended))
+		fuse_lowlevel_notify_inval_inode(d->se, d->ino, (off_t)d->off, (off_t)d->len);
 	free(d);
 }
 
@@ -57,25 +69,37 @@ void fs_page_drop_stop(struct fs_session *s)
 	s->dropper = NULL;
 }
 
-void fs_page_drop_note_read(struct fs_session *s, struct flight *f, fuse_ino_t ino, uint64_t off,
+void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino, uint64_t off,
                             uint64_t len)
 {
+	struct flight *f = h->flight;
 	struct page_drop *d = NULL;
 	uint64_t upto;
+	uint64_t dropped;
 
 	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
 	    !atomic_load(&f->whole) || f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
 	pthread_mutex_lock(&s->passthrough_lock);
-	if (off + len > f->pt_read_end)
-		f->pt_read_end = off + len;
-	upto = f->pt_read_end > DROP_BEHIND_BYTES ? f->pt_read_end - DROP_BEHIND_BYTES : 0;
-	if (upto >= f->pt_dropped_to + DROP_STEP_BYTES && (d = malloc(sizeof(*d)))) {
-		*d = (struct page_drop){.se = s->se, .ino = ino, .off = f->pt_dropped_to};
+	if (off < h->run_start || off > h->run_end + RUN_SLACK_BYTES) {
+		h->run_start = h->dropped_to = off;
+		h->run_end = off;
+	}
+	if (off + len > h->run_end)
+		h->run_end = off + len;
+	upto = h->run_end > DROP_BEHIND_BYTES ? h->run_end - DROP_BEHIND_BYTES : 0;
+	if (f->pt_cached_handles == 1 && !h->passthrough &&
+	    upto >= h->dropped_to + DROP_STEP_BYTES && (d = malloc(sizeof(*d)))) {
+		*d = (struct page_drop){.se = s->se, .ino = ino, .off = h->dropped_to};
 		d->len = upto - d->off;
-		f->pt_dropped_to = upto;
+		h->dropped_to = upto;
 	}
 	pthread_mutex_unlock(&s->passthrough_lock);
-	if (d && !worker_queue(s->dropper, &d->link))
+	if (!d)
+		return;
+	dropped = d->len; /* the worker frees d */
+	if (worker_queue(s->dropper, &d->link))
+		atomic_fetch_add(&s->counters.pages_dropped_bytes, dropped);
+	else
 		free(d); /* stopping: nothing will read these pages again */
 }

@@ -231,7 +231,9 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 	struct index_ranges recorded;
 	bool complete = false;
 
-	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON || !s->opts.cache_dir || f->size == 0)
+	/* After a failure the object is never passthrough (fs_passthrough_open): no use waiting. */
+	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON || !s->opts.cache_dir ||
+	    f->size == 0 || f->after_failure)
 		return;
 	index_ranges_init(&recorded);
 	/* All written but not yet recorded complete: the other mount is about to. */

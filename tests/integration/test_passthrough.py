@@ -155,14 +155,13 @@ def cached_mib(path):
 
 
 def test_pages_far_behind_a_sequential_reader_are_dropped(store, mount, tmp_path):
-    """While a large object is read through FUSE's page cache, what the readers have left
-    64 MiB behind is dropped (so a later passthrough open has little to drop); a reader
-    that lagged behind still gets every byte right, from the spool."""
+    """While one handle reads a large object through FUSE's page cache, what it has left
+    64 MiB behind is dropped (so the passthrough open after it has little to drop); a
+    second reader then gets the dropped bytes right, from the spool."""
     a = store.add("big.bin", 192 * MiB)
     m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
     want = expected(store, a)
-    with open(m.p(a), "rb", buffering=0) as laggard, open(m.p(a), "rb", buffering=0) as lead:
-        assert laggard.read(MiB) == want[:MiB]
+    with open(m.p(a), "rb", buffering=0) as lead:
         got = bytearray()
         while True:
             b = lead.read(MiB)
@@ -173,14 +172,38 @@ def test_pages_far_behind_a_sequential_reader_are_dropped(store, mount, tmp_path
         # The drops run on the daemon's own thread: wait for them to land.
         wait_until(lambda: cached_mib(m.p(a)) <= 96 + 1, lambda: "%.1f MiB of 192 still "
                    "cached" % cached_mib(m.p(a)))
-        rest = bytearray(laggard.read(MiB))
-        while True:
-            b = laggard.read(MiB)
-            if not b:
-                break
-            rest += b
-        assert bytes(rest) == want[MiB:]
+        # Still open: this one goes through the page cache too, and misses what was dropped.
+        assert read_file(m.p(a)) == want
+    assert metric(m, "passthrough_opens_total") == 0
+    assert metric(m, "page_cache_dropped_bytes_total") >= 96 * MiB
     # No handle is open through the page cache now: the next open passes through.
     assert read_file(m.p(a)) == want
     assert metric(m, "passthrough_opens_total") == 1
     assert store.up.stats(a)["gets"] >= 1 and metric(m, "upstream_bytes_total") == 192 * MiB
+
+
+def test_pages_of_sparse_or_shared_reads_are_kept(store, mount, tmp_path):
+    """Jumps start a new sequential run, so a handle that reads here and there keeps its
+    pages (it may come back to them); and while two handles share the page cache, neither
+    drops what the other may still have a request pending in."""
+    a = store.add("big.bin", 192 * MiB)
+    b = store.add("shared.bin", 192 * MiB)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    want = expected(store, a)
+    fd = os.open(m.p(a), os.O_RDONLY)
+    try:
+        for at in (0, 40, 80, 120, 160, 190):
+            assert os.pread(fd, MiB, at * MiB) == want[at * MiB:(at + 1) * MiB]
+        assert os.pread(fd, MiB, 10 * MiB) == want[10 * MiB:11 * MiB]
+    finally:
+        os.close(fd)
+    assert metric(m, "page_cache_dropped_bytes_total") == 0
+
+    want = expected(store, b)
+    with open(m.p(b), "rb", buffering=0) as one, open(m.p(b), "rb", buffering=0) as two:
+        got_one, got_two = bytearray(), bytearray()
+        while len(got_one) < len(want):
+            got_one += one.read(MiB)
+            got_two += two.read(MiB)
+        assert got_one == want and got_two == want
+    assert metric(m, "page_cache_dropped_bytes_total") == 0
