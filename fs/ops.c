@@ -85,8 +85,9 @@ void fs_handle_free(struct fs_handle *h)
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	/* Not SPLICE_MOVE: see fs_reply_spool. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
-		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;

@@ -28,6 +28,13 @@ struct read_wait {
 	struct worker_job link; /* in the replier's queue */
 };
 
+/*
+ * Spliced, not moved: to move a page the kernel must steal it from the spool's page cache
+ * (waiting out its writeback first, on this thread), and a stolen page is gone from the
+ * spool once FUSE's copy is dropped. Measured on a 2-core VM, 1 GiB with --cache-dir:
+ * moving left 1004-1023 MiB of the spool cached, so the first passthrough re-read went to
+ * the disk for the rest (0.09-0.14 s, median 0.124; 0.088-0.107, median 0.092, without).
+ */
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(len);
@@ -35,7 +42,7 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	buf.buf[0].fd = flight_spool_fd(f);
 	buf.buf[0].pos = (off_t)off;
-	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(req, &buf, 0);
 }
 
 static void read_wait_free(struct read_wait *rw)

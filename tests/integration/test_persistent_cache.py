@@ -175,3 +175,41 @@ def test_cache_max_size_never_evicts_an_object_in_use(store, mount, tmp_path):
     assert read_file(m.p(a)) == expected(store, a)  # a fresh open: still no request
     assert store.up.stats(a)["gets"] == 1
     assert "over --cache-max-size" in m.stderr()
+
+
+def spool_cached_bytes(cache):
+    """Bytes of the cache directory's spool files in the page cache."""
+    total = 0
+    for name in os.listdir(cache / "spool"):
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
+                              str(cache / "spool" / name)],
+                             capture_output=True, text=True, check=True).stdout
+        total += int(out.split()[0])
+    return total
+
+
+def test_reads_through_fuse_leave_the_spool_in_the_page_cache(store, mount, tmp_path):
+    """Replies copy from the spool and never take its pages: a page moved into FUSE's
+    cache is gone from the spool's, and the next reader of the spool (a passthrough open,
+    another mount) would wait for the disk. Once the spool is written back its pages can
+    be taken, so it is read through FUSE again with FUSE's own pages dropped."""
+    a = store.add("a.bin", 32 * MiB)
+    cache = tmp_path / "cache"
+    m = mount(store.write(), "--cache-dir", str(cache), "--no-passthrough")
+    want = expected(store, a)
+    assert read_file(m.p(a)) == want
+    wait_durable(m, a)  # fdatasync'd: the spool's pages are clean now
+    for _ in range(2):
+        fd = os.open(m.p(a), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # FUSE's copy, not the spool
+            got = bytearray()
+            while True:
+                b = os.read(fd, MiB)
+                if not b:
+                    break
+                got += b
+        finally:
+            os.close(fd)
+        assert got == want
+    assert spool_cached_bytes(cache) == 32 * MiB
