@@ -69,6 +69,9 @@ struct fs_handle {
 	 */
 	atomic_uint reads_done;
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
+	/* In fs_session.open_handles; guarded by fs_session.handles_lock. */
+	struct fs_handle *prev;
+	struct fs_handle *next;
 	/* This handle's sequential run (page_drop.c); guarded by passthrough_lock. */
 	uint64_t run_start;  /* where the run began */
 	uint64_t run_end;    /* the furthest read request's end in it */
@@ -116,6 +119,10 @@ struct fs_session {
 	pthread_mutex_t passthrough_lock; /* guards flights' pt_* fields (see passthrough.c) */
 	struct worker *dropper;           /* page_drop.c; NULL with --no-passthrough */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
+	/* Handles the kernel has not released: a release still queued when the loop ends is
+	 * never read, so the session frees what is left (fs_handles_free_all). */
+	pthread_mutex_t handles_lock;
+	struct fs_handle *open_handles; /* guarded by handles_lock */
 };
 
 enum fs_passthrough {
@@ -151,6 +158,13 @@ int fs_page_drop_start(struct fs_session *s);
 void fs_page_drop_stop(struct fs_session *s);
 
 /* A read request of h for [off, off+len) reached the daemon: drops what h left far behind. */
+/*
+ * h is being released (call after fs_passthrough_release): when it was the last handle of
+ * a complete object reading through the page cache, the next open passes through and the
+ * kernel would drop the object's pages then, on that open: drops them now instead.
+ */
+void fs_page_drop_released(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino);
+
 void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino, uint64_t off,
                             uint64_t len);
 
@@ -176,8 +190,12 @@ int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir);
 /* The node's path from the mount root ("a/b/c.bin", "" for the root). */
 void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len);
 
-/* Releases an open file's handle (its flight reference or its snapshot). */
-void fs_handle_free(struct fs_handle *h);
+/* Links a new handle into s->open_handles; fs_handle_free unlinks and frees it (its flight
+ * reference or its snapshot). */
+void fs_handle_track(struct fs_session *s, struct fs_handle *h);
+void fs_handle_free(struct fs_session *s, struct fs_handle *h);
+/* After the FUSE loop and every thread that reads handles have stopped. */
+void fs_handles_free_all(struct fs_session *s);
 
 /* Replies to a read from the spool: [off, off+len) must be readable. */
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len);

@@ -408,6 +408,7 @@ out_engine:
 	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
 	while (atomic_load(&s->inval_jobs) > 0)
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+	fs_handles_free_all(s);
 out_unmount:
 	fuse_session_unmount(s->se);
 out_signals:
@@ -431,6 +432,7 @@ int main(int argc, char *argv[])
 	s.cache_lock_fd = -1;
 	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_mutex_init(&s.passthrough_lock, NULL);
+	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_cond_init(&s.list_done, NULL);
 
 	s.uid = getuid();
@@ -489,6 +491,7 @@ out_cache:
 	pthread_cond_destroy(&s.list_done);
 	pthread_mutex_destroy(&s.list_lock);
 	pthread_mutex_destroy(&s.passthrough_lock);
+	pthread_mutex_destroy(&s.handles_lock);
 
 	remove_cache_files(&s);
 	if (s.cache_lock_fd >= 0)

@@ -72,8 +72,27 @@ static int flight_key(const struct index_node *n, const char *url, const char *e
 	return rc < 0 ? -ENOMEM : 0;
 }
 
-void fs_handle_free(struct fs_handle *h)
+void fs_handle_track(struct fs_session *s, struct fs_handle *h)
 {
+	pthread_mutex_lock(&s->handles_lock);
+	h->prev = NULL;
+	h->next = s->open_handles;
+	if (h->next)
+		h->next->prev = h;
+	s->open_handles = h;
+	pthread_mutex_unlock(&s->handles_lock);
+}
+
+void fs_handle_free(struct fs_session *s, struct fs_handle *h)
+{
+	pthread_mutex_lock(&s->handles_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		s->open_handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&s->handles_lock);
 	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
 	if (h->flight) {
 		atomic_fetch_sub(&h->flight->handles, 1);
@@ -81,6 +100,12 @@ void fs_handle_free(struct fs_handle *h)
 	}
 	free(h->text);
 	free(h);
+}
+
+void fs_handles_free_all(struct fs_session *s)
+{
+	while (s->open_handles)
+		fs_handle_free(s, s->open_handles);
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -411,8 +436,9 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			goto fail;
 		fi->direct_io = 1;
 		fi->fh = (uint64_t)(uintptr_t)h;
+		fs_handle_track(s, h);
 		if (fuse_reply_open(req, fi) != 0)
-			fs_handle_free(h);
+			fs_handle_free(s, h);
 		return;
 	}
 	rc = open_flight(s, ino, &f, &created);
@@ -438,11 +464,12 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	backing_id = fs_passthrough_open(s, h);
 	if (backing_id > 0)
 		atomic_fetch_add(&s->counters.opens_passthrough, 1);
+	fs_handle_track(s, h);
 	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
 	                    : fuse_reply_open(req, fi)) != 0) {
 		/* The open was interrupted: no release will come. */
 		fs_passthrough_release(s, h);
-		fs_handle_free(h);
+		fs_handle_free(s, h);
 	}
 	return;
 fail:
@@ -515,7 +542,8 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	/* Only the handle's reference goes: the download finishes for the object's sake. */
 	fs_passthrough_release(session_of(req), h);
-	fs_handle_free(h);
+	fs_page_drop_released(session_of(req), h, ino);
+	fs_handle_free(session_of(req), h);
 	fuse_reply_err(req, 0);
 }
 

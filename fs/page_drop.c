@@ -8,6 +8,12 @@
  * that cost to the last window, spreads the work over the download, and keeps the page
  * cache of a large object from doubling the spool's.
  *
+ * When the last handle reading a complete object through the page cache is released, the
+ * rest goes too, so that the next open (passthrough) finds nothing left to drop: measured
+ * on the same VM, the first re-read of 1 GiB after a cold read took 0.063-0.200 s (median
+ * 0.080) instead of 0.073-0.212 (median 0.101). The kernel sends release only once the
+ * handle's reads are answered, so that drop cannot wait on a pending one either.
+ *
  * The window is measured per handle, from the end of the furthest read request of its
  * sequential run: the kernel's readahead sends a handle's requests a little out of order,
  * never far. A read that does not continue the run starts a new one, so sparse access
@@ -22,7 +28,7 @@
  * shut-down, forever. So drops happen only while one handle reads the object through the
  * page cache (its pending requests are at its own frontier, 64 MiB ahead of any drop),
  * and none starts once the loop has ended. Several readers sharing the page cache (W1)
- * keep their pages; the passthrough open after them drops them then.
+ * keep their pages until the last of them is released.
  *
  * Lock: the handles' run_* and dropped_to are guarded by fs_session.passthrough_lock.
  */
@@ -56,6 +62,19 @@ static void drop_run(void *ctx, struct worker_job *job)
 	free(d);
 }
 
+static void queue_drop(struct fs_session *s, struct page_drop *d)
+{
+	uint64_t len;
+
+	if (!d)
+		return;
+	len = d->len; /* the worker frees d */
+	if (worker_queue(s->dropper, &d->link))
+		atomic_fetch_add(&s->counters.pages_dropped_bytes, len);
+	else
+		free(d); /* stopping: nothing will read these pages again */
+}
+
 int fs_page_drop_start(struct fs_session *s)
 {
 	if (s->opts.no_passthrough)
@@ -75,7 +94,6 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 	struct flight *f = h->flight;
 	struct page_drop *d = NULL;
 	uint64_t upto;
-	uint64_t dropped;
 
 	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
 	    !atomic_load(&f->whole) || f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
@@ -95,11 +113,23 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 		h->dropped_to = upto;
 	}
 	pthread_mutex_unlock(&s->passthrough_lock);
-	if (!d)
+	queue_drop(s, d);
+}
+
+void fs_page_drop_released(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino)
+{
+	struct flight *f = h->flight;
+	struct page_drop *d = NULL;
+	enum flight_state state;
+
+	if (!f || !s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
+	    f->after_failure || f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
-	dropped = d->len; /* the worker frees d */
-	if (worker_queue(s->dropper, &d->link))
-		atomic_fetch_add(&s->counters.pages_dropped_bytes, dropped);
-	else
-		free(d); /* stopping: nothing will read these pages again */
+	pthread_mutex_lock(&s->passthrough_lock);
+	flight_progress(f, NULL, NULL, &state);
+	if (!h->passthrough && f->pt_cached_handles == 0 && state == FLIGHT_COMPLETE &&
+	    (d = malloc(sizeof(*d))))
+		*d = (struct page_drop){.se = s->se, .ino = ino, .off = 0, .len = f->size};
+	pthread_mutex_unlock(&s->passthrough_lock);
+	queue_drop(s, d);
 }

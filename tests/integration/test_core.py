@@ -239,6 +239,30 @@ def test_sigterm_unmounts_and_cleans_cache(store, mount, tmp_path):
     assert os.listdir(tmpdir) == []
 
 
+def test_sigterm_with_files_still_open_exits_cleanly(store, mount):
+    """SIGTERM while readers hold files open (and a release may still be queued): the
+    kernel never sends those releases, so the daemon frees the handles itself; under the
+    sanitizers a leaked handle (and its flight) fails this."""
+    store.add("held.bin", MiB)
+    store.add("closed.bin", MiB)
+    m = mount(store.write())
+    from conftest import SANITIZER_MARKS, is_mounted
+    held = open(m.p("held.bin"), "rb")
+    try:
+        assert held.read(4096) == expected(store, "held.bin")[:4096]
+        assert read_file(m.p("closed.bin")) == expected(store, "closed.bin")
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(30 * SLOW) == 0
+    finally:
+        held.close()
+    m.unmounted = True
+    m.log.close()
+    assert not is_mounted(m.path)
+    log = m.stderr()
+    for mark in SANITIZER_MARKS:
+        assert mark not in log, log
+
+
 def test_local_manifest_and_relative_urls(store, mount, tmp_path):
     store.add("d/obj.bin", 123_456)
     store.write()
