@@ -55,6 +55,7 @@ struct fs_counters {
 	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
 	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
+	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
 };
 
 /* An open file: an object's flight, or a snapshot of a virtual file. */
@@ -84,6 +85,7 @@ struct fs_session {
 	 * been raised: done at the first open, once the kernel has applied FUSE's INIT reply,
 	 * which would undo it (see readahead.c). */
 	char *mount_path;
+	char mount_dev[32]; /* its "major:minor" in mountinfo, read right after mounting */
 	atomic_bool readahead_tuned;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
@@ -144,7 +146,9 @@ int fs_passthrough_install(struct fs_session *s);
  * fs_passthrough_release must follow, also when the reply fails.
  */
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
-void fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
+/* True when h was the last handle of a complete (verified) object open through the page
+ * cache: then fs_page_drop_released. */
+bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
 
 /*
  * For a flight just created: when the cache directory holds the object complete (another
@@ -157,14 +161,14 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f);
 int fs_page_drop_start(struct fs_session *s);
 void fs_page_drop_stop(struct fs_session *s);
 
-/* A read request of h for [off, off+len) reached the daemon: drops what h left far behind. */
 /*
- * h is being released (call after fs_passthrough_release): when it was the last handle of
- * a complete object reading through the page cache, the next open passes through and the
- * kernel would drop the object's pages then, on that open: drops them now instead.
+ * The last handle of complete object f open through the page cache was released (as
+ * fs_passthrough_release said): the next open passes through, and the kernel would drop
+ * the object's pages then, on that open. Drops them now instead.
  */
-void fs_page_drop_released(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino);
+void fs_page_drop_released(struct fs_session *s, struct flight *f, fuse_ino_t ino);
 
+/* A read request of h for [off, off+len) reached the daemon: drops what h left far behind. */
 void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino, uint64_t off,
                             uint64_t len);
 
@@ -220,5 +224,15 @@ int fs_raise_readahead(const char *mountpoint);
 
 /* fs_raise_readahead for the session's mount, the first time it is called. */
 void fs_tune_readahead_once(struct fs_session *s);
+
+/*
+ * The "major:minor" of the newest (topmost) mount at mountpoint, an absolute canonical
+ * path, from /proc/self/mountinfo. 0, or -ENOENT when nothing is mounted there, or -errno.
+ */
+int fs_mount_device(const char *mountpoint, char *dev, size_t len);
+
+/* Once the FUSE loop has ended: fails every request still pending in the kernel and
+ * detaches the mount (abort.c). Needs root; does nothing otherwise. */
+void fs_abort_connection(struct fs_session *s);
 
 #endif

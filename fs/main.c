@@ -364,6 +364,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	s->mount_path = realpath(s->opts.mountpoint, NULL);
 	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 		goto out_signals;
+	/* Now, while this mount is surely the one on top: see fs_abort_connection. */
+	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev)))
+		s->mount_dev[0] = '\0';
 	rc = fs_passthrough_install(s);
 	if (rc) {
 		fetch_log(FETCH_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
@@ -394,6 +397,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	fuse_loop_cfg_set_idle_threads(loop, 16);
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
+	/* Before anything below waits on a kernel invalidation (see abort.c). */
+	fs_abort_connection(s);
 	/* libfuse reports the signal that ended the loop; SIGTERM/SIGINT/SIGHUP are a clean stop.
 	 */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)

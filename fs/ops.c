@@ -104,8 +104,16 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 
 void fs_handles_free_all(struct fs_session *s)
 {
-	while (s->open_handles)
-		fs_handle_free(s, s->open_handles);
+	struct fs_handle *h;
+
+	for (;;) {
+		pthread_mutex_lock(&s->handles_lock);
+		h = s->open_handles;
+		pthread_mutex_unlock(&s->handles_lock);
+		if (!h)
+			break;
+		fs_handle_free(s, h);
+	}
 }
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
@@ -468,7 +476,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
 	                    : fuse_reply_open(req, fi)) != 0) {
 		/* The open was interrupted: no release will come. */
-		fs_passthrough_release(s, h);
+		(void)fs_passthrough_release(s, h); /* nothing was read through it to drop */
 		fs_handle_free(s, h);
 	}
 	return;
@@ -538,12 +546,13 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_session *s = session_of(req);
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 
 	/* Only the handle's reference goes: the download finishes for the object's sake. */
-	fs_passthrough_release(session_of(req), h);
-	fs_page_drop_released(session_of(req), h, ino);
-	fs_handle_free(session_of(req), h);
+	if (fs_passthrough_release(s, h))
+		fs_page_drop_released(s, h->flight, ino);
+	fs_handle_free(s, h);
 	fuse_reply_err(req, 0);
 }
 

@@ -23,14 +23,15 @@
  *
  * The kernel waits on a locked page while dropping: a page whose read request is pending.
  * That read may wait for the replier, so drops run on a worker of their own, never on the
- * replier or the transfer thread. And a request the daemon never reads (the FUSE loop
- * ended on SIGTERM with requests queued) would hold such a page, and the drop, and the
- * shut-down, forever. So drops happen only while one handle reads the object through the
- * page cache (its pending requests are at its own frontier, 64 MiB ahead of any drop),
- * and none starts once the loop has ended. Several readers sharing the page cache (W1)
- * keep their pages until the last of them is released.
+ * replier or the transfer thread. Drops behind a reader happen only while one handle reads
+ * the object through the page cache (its pending requests are at its own frontier, 64 MiB
+ * ahead of any drop); several readers sharing the page cache (W1) keep their pages until
+ * the last of them is released. A request the daemon never reads (the FUSE loop ended on
+ * SIGTERM with requests queued) would hold its page, and a drop waiting on it, until the
+ * connection ends: abort.c ends it as the loop ends, and no drop starts after that.
  *
  * Lock: the handles' run_* and dropped_to are guarded by fs_session.passthrough_lock.
+ * The counters are atomics: a drop counts once the kernel has done it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -56,23 +57,23 @@ static void drop_run(void *ctx, struct worker_job *job)
 	struct page_drop *d = (struct page_drop *)job;
 	struct fs_session *s = ctx;
 
-	/* Fails harmlessly (ENOENT) once the inode is gone. */
-	if (!atomic_load(&s->loop_ended))
-		fuse_lowlevel_notify_inval_inode(d->se, d->ino, (off_t)d->off, (off_t)d->len);
+	/* Fails harmlessly (ENOENT) once the inode is gone: only what was dropped counts. */
+	if (!atomic_load(&s->loop_ended) &&
+	    fuse_lowlevel_notify_inval_inode(d->se, d->ino, (off_t)d->off, (off_t)d->len) == 0)
+		atomic_fetch_add(&s->counters.pages_dropped_bytes, d->len);
+	atomic_fetch_sub(&s->counters.page_drops_pending, 1);
 	free(d);
 }
 
 static void queue_drop(struct fs_session *s, struct page_drop *d)
 {
-	uint64_t len;
-
 	if (!d)
 		return;
-	len = d->len; /* the worker frees d */
-	if (worker_queue(s->dropper, &d->link))
-		atomic_fetch_add(&s->counters.pages_dropped_bytes, len);
-	else
+	atomic_fetch_add(&s->counters.page_drops_pending, 1);
+	if (!worker_queue(s->dropper, &d->link)) {
+		atomic_fetch_sub(&s->counters.page_drops_pending, 1);
 		free(d); /* stopping: nothing will read these pages again */
+	}
 }
 
 int fs_page_drop_start(struct fs_session *s)
@@ -116,20 +117,15 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 	queue_drop(s, d);
 }
 
-void fs_page_drop_released(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino)
+void fs_page_drop_released(struct fs_session *s, struct flight *f, fuse_ino_t ino)
 {
-	struct flight *f = h->flight;
-	struct page_drop *d = NULL;
-	enum flight_state state;
+	struct page_drop *d;
 
-	if (!f || !s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
-	    f->after_failure || f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
+	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
+	    f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
-	pthread_mutex_lock(&s->passthrough_lock);
-	flight_progress(f, NULL, NULL, &state);
-	if (!h->passthrough && f->pt_cached_handles == 0 && state == FLIGHT_COMPLETE &&
-	    (d = malloc(sizeof(*d))))
+	d = malloc(sizeof(*d));
+	if (d)
 		*d = (struct page_drop){.se = s->se, .ino = ino, .off = 0, .len = f->size};
-	pthread_mutex_unlock(&s->passthrough_lock);
 	queue_drop(s, d);
 }

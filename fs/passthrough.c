@@ -271,16 +271,22 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	return id;
 }
 
-void fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
+bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 {
 	struct flight *f = h->flight;
+	enum flight_state state;
+	bool last_cached = false;
 	int close_id = 0;
 
 	if (!f)
-		return;
+		return false;
 	pthread_mutex_lock(&s->passthrough_lock);
 	if (!h->passthrough) {
-		f->pt_cached_handles--;
+		/* Decided here, under the lock: two releases racing must not both be the last. */
+		if (--f->pt_cached_handles == 0 && !f->after_failure) {
+			flight_progress(f, NULL, NULL, &state);
+			last_cached = state == FLIGHT_COMPLETE;
+		}
 	} else if (--f->pt_handles == 0) {
 		/* The kernel holds the backing file while any passthrough file is open. */
 		close_id = f->pt_backing_id;
@@ -291,6 +297,7 @@ void fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 			          strerror(errno));
 	}
 	pthread_mutex_unlock(&s->passthrough_lock);
+	return last_cached;
 }
 
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

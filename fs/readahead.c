@@ -40,49 +40,6 @@ static unsigned splice_friendly_kb(void)
 	return kb > READAHEAD_KB ? READAHEAD_KB : (unsigned)kb;
 }
 
-/* Undoes mountinfo's octal escapes (\040 for a space) in place. */
-static void unescape(char *s)
-{
-	char *out = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*out++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 | (s[3] - '0'));
-			s += 3;
-		} else {
-			*out++ = *s;
-		}
-	}
-	*out = '\0';
-}
-
-/* The "major:minor" of the newest mount at mountpoint, from /proc/self/mountinfo: asking
- * the mount itself (stat) would wait for this daemon, which does not serve requests yet. */
-static int find_device(const char *mountpoint, char *dev, size_t len)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int rc = -ENOENT;
-
-	if (!f)
-		return -errno;
-	while (getline(&line, &cap, f) > 0) {
-		char devno[64], where[4096];
-		if (sscanf(line, "%*s %*s %63s %*s %4095s", devno, where) != 2)
-			continue;
-		unescape(where);
-		if (strcmp(where, mountpoint) == 0) {
-			snprintf(dev, len, "%s", devno);
-			rc = 0; /* later lines are newer mounts: keep looking */
-		}
-	}
-	free(line);
-	fclose(f);
-	return rc;
-}
-
 void fs_tune_readahead_once(struct fs_session *s)
 {
 	int rc;
@@ -100,7 +57,7 @@ int fs_raise_readahead(const char *mountpoint)
 {
 	char dev[64], path[128];
 	unsigned kb = splice_friendly_kb();
-	int rc = find_device(mountpoint, dev, sizeof(dev));
+	int rc = fs_mount_device(mountpoint, dev, sizeof(dev));
 	FILE *f;
 
 	if (rc)

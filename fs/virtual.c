@@ -116,8 +116,10 @@ static void write_stats(struct fs_session *s, FILE *out)
 	metric(out, "read_failures_total", "counter", "reads answered with an error",
 	       atomic_load(&s->counters.reads_failed));
 	metric(out, "page_cache_dropped_bytes_total", "counter",
-	       "bytes of FUSE's page cache dropped far behind sequential readers",
+	       "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
 	       atomic_load(&s->counters.pages_dropped_bytes));
+	metric(out, "page_cache_drops_pending", "gauge", "page cache drops queued, not yet done",
+	       atomic_load(&s->counters.page_drops_pending));
 	metric(out, "bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local);
 	metric(out, "flights_in_progress", "gauge", "downloads running", t.active);
 	metric(out, "flights_complete", "gauge", "objects fully local and verified", t.complete);

@@ -66,6 +66,17 @@ def blocked_in_read(pid):
         return False
 
 
+def waiting_on_fuse(pid):
+    """True once the process waits for a FUSE request's answer (any sleep, where the
+    kernel does not name the function it sleeps in)."""
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            where = f.read().strip()
+    except OSError:
+        return False
+    return where == "request_wait_answer" if where != "0" else blocked_in_read(pid)
+
+
 def read_until_error(path, block=128 * 1024):
     """Reads sequentially; returns (bytes read, the OSError that stopped it or None)."""
     got = bytearray()

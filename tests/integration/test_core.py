@@ -4,12 +4,13 @@ import errno
 import os
 import signal
 import stat
+import subprocess
 import threading
 
 import pytest
 
 from conftest import SLOW, read_file
-from helpers import expected, kill_first_reader, sha
+from helpers import expected, kill_first_reader, sha, wait_until, waiting_on_fuse
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
@@ -261,6 +262,40 @@ def test_sigterm_with_files_still_open_exits_cleanly(store, mount):
     log = m.stderr()
     for mark in SANITIZER_MARKS:
         assert mark not in log, log
+
+
+def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
+    """Requests the kernel queued for a stopped daemon, then SIGTERM: libfuse reads and
+    drops them, or never reads them, and their pages stay locked until the connection
+    ends. The daemon aborts it as its loop ends, before it waits on any kernel
+    invalidation (which would wait on those pages): the reader gets its bytes or an error
+    at once, the daemon exits 0, and nothing stays mounted (the abort detaches the mount
+    too; libfuse's own unmount no longer does once the connection is gone)."""
+    path = store.add("queued.bin", 4 * MiB)
+    m = mount(store.write())
+    from conftest import is_mounted
+    m.proc.send_signal(signal.SIGSTOP)
+    reader = subprocess.Popen(["cat", m.p(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: waiting_on_fuse(reader.pid), "the reader never reached the mount")
+        m.proc.send_signal(signal.SIGTERM)
+    finally:
+        m.proc.send_signal(signal.SIGCONT)
+    try:
+        out, err = reader.communicate(timeout=30 * SLOW)
+    finally:
+        reader.kill()
+    assert m.proc.wait(30 * SLOW) == 0
+    m.unmounted = True
+    m.log.close()
+    assert not is_mounted(m.path)
+    if reader.returncode == 0:
+        assert out == expected(store, path)
+    else:
+        # ENOTCONN: never read; ECONNABORTED: read by libfuse and dropped, as it was exiting.
+        assert (b"Transport endpoint is not connected" in err or
+                b"Software caused connection abort" in err), err
 
 
 def test_local_manifest_and_relative_urls(store, mount, tmp_path):

@@ -174,6 +174,7 @@ def test_pages_far_behind_a_sequential_reader_are_dropped(store, mount, tmp_path
                    "cached" % cached_mib(m.p(a)))
         # Still open: this one goes through the page cache too, and misses what was dropped.
         assert read_file(m.p(a)) == want
+        wait_until(lambda: metric(m, "page_cache_drops_pending") == 0, lambda: "drops pending")
         behind = metric(m, "page_cache_dropped_bytes_total")
         assert 96 * MiB <= behind <= 128 * MiB
     assert metric(m, "passthrough_opens_total") == 0
@@ -206,6 +207,7 @@ def test_pages_of_sparse_or_shared_reads_are_kept(store, mount, tmp_path):
     # Its download goes on in the background: released after it ended, it drops all of it.
     wait_until(lambda: flight_records(m)[a]["state"] == "complete" and
                flight_records(m)[a]["handles"] == 0, lambda: flight_records(m)[a])
+    wait_until(lambda: metric(m, "page_cache_drops_pending") == 0, lambda: "drops pending")
     assert metric(m, "page_cache_dropped_bytes_total") in (0, 192 * MiB)
     before = metric(m, "page_cache_dropped_bytes_total")
 
@@ -222,3 +224,40 @@ def test_pages_of_sparse_or_shared_reads_are_kept(store, mount, tmp_path):
         assert metric(m, "page_cache_dropped_bytes_total") == before
     wait_until(lambda: metric(m, "page_cache_dropped_bytes_total") == before + 192 * MiB,
                lambda: "dropped %d bytes" % metric(m, "page_cache_dropped_bytes_total"))
+
+
+def test_handles_closed_together_drop_the_pages_once(store, mount, tmp_path):
+    """Two handles that read a complete object through the page cache, closed at the same
+    moment: whichever release is the last one drops the object's pages, and only it (both
+    releases used to be able to see no handle left, and drop, and count, twice)."""
+    a = store.add("pair.bin", 128 * MiB)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    want = expected(store, a)
+    fds = [os.open(m.p(a), os.O_RDONLY), os.open(m.p(a), os.O_RDONLY)]
+    closed = set()
+    try:
+        for fd in fds:
+            got = bytearray()
+            while len(got) < len(want):
+                got += os.read(fd, MiB)
+            assert got == want
+        assert metric(m, "page_cache_dropped_bytes_total") == 0
+        wait_until(lambda: flight_records(m)[a]["state"] == "complete",
+                   lambda: flight_records(m)[a])
+        together = threading.Barrier(len(fds))
+
+        def close(fd):
+            together.wait()
+            os.close(fd)
+            closed.add(fd)
+        closers = [threading.Thread(target=close, args=(fd,)) for fd in fds]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join()
+    finally:
+        for fd in set(fds) - closed:
+            os.close(fd)
+    wait_until(lambda: flight_records(m)[a]["handles"] == 0, lambda: flight_records(m)[a])
+    wait_until(lambda: metric(m, "page_cache_drops_pending") == 0, lambda: "drops pending")
+    assert metric(m, "page_cache_dropped_bytes_total") == 128 * MiB

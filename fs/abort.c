@@ -1,0 +1,43 @@
+/*
+ * Ends the kernel's side of the session when the FUSE loop has ended.
+ *
+ * Requests the kernel queued and the daemon never read stay pending, and so do requests
+ * libfuse read and threw away because the session was exiting. A page cache read among
+ * them keeps its pages locked, and an invalidation of those pages (page_drop.c, or the
+ * one after a failed flight) waits on that lock in the kernel, where no signal reaches
+ * it: joining that thread would hang the shut-down. Unmounting would not end it either,
+ * as the waiting thread holds the device open, and only its last close aborts the
+ * connection. So the connection is aborted right away, as `umount -f` does: every pending
+ * request ends with an error, the pages unlock, and the mount is detached at the same
+ * time (libfuse's own unmount then sees the connection gone and does nothing).
+ *
+ * It needs CAP_SYS_ADMIN. Without it (a mount through fusermount3) nothing changes: the
+ * page drops that could wait there run only with passthrough, which needs root too.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include "fetch/log.h"
+#include "fs/fs_i.h"
+
+void fs_abort_connection(struct fs_session *s)
+{
+	struct pollfd device = {.fd = fuse_session_fd(s->se)};
+	char dev[sizeof(s->mount_dev)];
+
+	if (geteuid() != 0 || !s->mount_path || !s->mount_dev[0])
+		return;
+	/* Unmounted already (fusermount3 -u ended the loop): nothing is pending. */
+	if (poll(&device, 1, 0) == 1 && (device.revents & POLLERR))
+		return;
+	/* Someone mounted over this mount: the path no longer names it, and forcing that
+	 * other mount is not ours to do. libfuse's unmount and the last close still end it. */
+	if (fs_mount_device(s->mount_path, dev, sizeof(dev)) != 0 || strcmp(dev, s->mount_dev) != 0)
+		return;
+	if (umount2(s->mount_path, MNT_FORCE | MNT_DETACH) != 0)
+		fetch_log(FETCH_LOG_WARN, "cannot abort the FUSE connection of %s: %s",
+		          s->mount_path, strerror(errno));
+}
