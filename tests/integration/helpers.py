@@ -74,7 +74,10 @@ def waiting_on_fuse(pid):
             where = f.read().strip()
     except OSError:
         return False
-    return where == "request_wait_answer" if where != "0" else blocked_in_read(pid)
+    if where == "0":
+        return blocked_in_read(pid)
+    # fuse_get_req and the like: queued behind INIT or the connection's congestion limit
+    return where == "request_wait_answer" or where.startswith("fuse_")
 
 
 def read_until_error(path, block=128 * 1024):

@@ -274,18 +274,22 @@ def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
     path = store.add("queued.bin", 4 * MiB)
     m = mount(store.write())
     from conftest import is_mounted
+    assert path in os.listdir(m.path)  # INIT is answered: the daemon serves requests
     m.proc.send_signal(signal.SIGSTOP)
     reader = subprocess.Popen(["cat", m.p(path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: waiting_on_fuse(reader.pid), "the reader never reached the mount")
-        m.proc.send_signal(signal.SIGTERM)
-    finally:
-        m.proc.send_signal(signal.SIGCONT)
-    try:
+        try:
+            wait_until(lambda: waiting_on_fuse(reader.pid),
+                       lambda: "the reader never reached the mount: %s" % open(
+                           "/proc/%d/wchan" % reader.pid).read())
+            m.proc.send_signal(signal.SIGTERM)
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
         out, err = reader.communicate(timeout=30 * SLOW)
     finally:
         reader.kill()
+        reader.wait()
     assert m.proc.wait(30 * SLOW) == 0
     m.unmounted = True
     m.log.close()
