@@ -11,8 +11,12 @@
  * request ends with an error, the pages unlock, and the mount is detached at the same
  * time (libfuse's own unmount then sees the connection gone and does nothing).
  *
- * It needs CAP_SYS_ADMIN. Without it (a mount through fusermount3) nothing changes: the
- * page drops that could wait there run only with passthrough, which needs root too.
+ * It needs CAP_SYS_ADMIN. Without it (a mount through fusermount3) the page drops cannot
+ * wait there (they need passthrough, which needs root), but the invalidation after a
+ * failed flight still can: it is skipped once the loop has ended (reply.c), which
+ * leaves only one that had already started. Aborting through fusectl's
+ * connections/N/abort would close that too; fusectl is not mounted on the machines this
+ * was built on, so it is left out untested.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,21 +27,32 @@
 #include "fetch/log.h"
 #include "fs/fs_i.h"
 
-void fs_abort_connection(struct fs_session *s)
+bool fs_mount_still_ours(const struct fs_session *s)
 {
-	struct pollfd device = {.fd = fuse_session_fd(s->se)};
 	char dev[sizeof(s->mount_dev)];
 
-	if (geteuid() != 0 || !s->mount_path || !s->mount_dev[0])
-		return;
+	return s->mount_path && s->mount_dev[0] &&
+	       fs_mount_device(s->mount_path, dev, sizeof(dev)) == 0 &&
+	       strcmp(dev, s->mount_dev) == 0;
+}
+
+bool fs_connection_gone(const struct fs_session *s)
+{
+	struct pollfd device = {.fd = fuse_session_fd(s->se)};
+
+	return poll(&device, 1, 0) == 1 && (device.revents & POLLERR);
+}
+
+int fs_abort_connection(struct fs_session *s)
+{
+	if (geteuid() != 0)
+		return 0;
 	/* Unmounted already (fusermount3 -u ended the loop): nothing is pending. */
-	if (poll(&device, 1, 0) == 1 && (device.revents & POLLERR))
-		return;
+	if (fs_connection_gone(s))
+		return 0;
 	/* Someone mounted over this mount: the path no longer names it, and forcing that
-	 * other mount is not ours to do. libfuse's unmount and the last close still end it. */
-	if (fs_mount_device(s->mount_path, dev, sizeof(dev)) != 0 || strcmp(dev, s->mount_dev) != 0)
-		return;
-	if (umount2(s->mount_path, MNT_FORCE | MNT_DETACH) != 0)
-		fetch_log(FETCH_LOG_WARN, "cannot abort the FUSE connection of %s: %s",
-		          s->mount_path, strerror(errno));
+	 * other mount is not ours to do. The device's last close still ends ours. */
+	if (!fs_mount_still_ours(s))
+		return 0;
+	return umount2(s->mount_path, MNT_FORCE | MNT_DETACH) == 0 ? 0 : -errno;
 }

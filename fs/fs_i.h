@@ -85,7 +85,9 @@ struct fs_session {
 	 * been raised: done at the first open, once the kernel has applied FUSE's INIT reply,
 	 * which would undo it (see readahead.c). */
 	char *mount_path;
-	char mount_dev[32]; /* its "major:minor" in mountinfo, read right after mounting */
+	/* Its "major:minor" in mountinfo, read right after mounting ("" when unknown); written
+	 * before the loop starts and only read after, so no lock. */
+	char mount_dev[32];
 	atomic_bool readahead_tuned;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
@@ -231,8 +233,15 @@ void fs_tune_readahead_once(struct fs_session *s);
  */
 int fs_mount_device(const char *mountpoint, char *dev, size_t len);
 
+/* Whether the topmost mount at the mountpoint is still this session's (abort.c). */
+bool fs_mount_still_ours(const struct fs_session *s);
+
+/* Whether the kernel has ended the connection (unmounted, or aborted). */
+bool fs_connection_gone(const struct fs_session *s);
+
 /* Once the FUSE loop has ended: fails every request still pending in the kernel and
- * detaches the mount (abort.c). Needs root; does nothing otherwise. */
-void fs_abort_connection(struct fs_session *s);
+ * detaches the mount (abort.c). Needs root; 0 without doing anything when it cannot
+ * apply (not root, unmounted already, another mount on top), or -errno. */
+int fs_abort_connection(struct fs_session *s);
 
 #endif

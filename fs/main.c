@@ -353,7 +353,7 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 static int run_session(struct fs_session *s, struct fuse_args *args)
 {
 	struct fuse_loop_config *loop = NULL;
-	int rc = -EIO;
+	int rc = -EIO, abort_rc;
 
 	s->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), s);
 	if (!s->se)
@@ -365,8 +365,13 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 		goto out_signals;
 	/* Now, while this mount is surely the one on top: see fs_abort_connection. */
-	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev)))
+	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
 		s->mount_dev[0] = '\0';
+		fetch_log(FETCH_LOG_WARN,
+		          "%s is not in the mount table: a stop cannot abort "
+		          "requests still queued in the kernel",
+		          s->opts.mountpoint);
+	}
 	rc = fs_passthrough_install(s);
 	if (rc) {
 		fetch_log(FETCH_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
@@ -398,7 +403,10 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
 	/* Before anything below waits on a kernel invalidation (see abort.c). */
-	fs_abort_connection(s);
+	abort_rc = fs_abort_connection(s);
+	if (abort_rc)
+		fetch_log(FETCH_LOG_WARN, "cannot abort the FUSE connection of %s: %s",
+		          s->mount_path, strerror(-abort_rc));
 	/* libfuse reports the signal that ended the loop; SIGTERM/SIGINT/SIGHUP are a clean stop.
 	 */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
@@ -415,7 +423,12 @@ out_engine:
 		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
 	fs_handles_free_all(s);
 out_unmount:
-	fuse_session_unmount(s->se);
+	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a
+	 * mount made over ours since, which ours then stays under until the device's last
+	 * close below ends it (libfuse 3.14 frees its copy of the path only in its unmount:
+	 * that one string is left to the exit). Once the connection is gone it only closes. */
+	if (!s->mount_dev[0] || fs_connection_gone(s) || fs_mount_still_ours(s))
+		fuse_session_unmount(s->se);
 out_signals:
 	fuse_remove_signal_handlers(s->se);
 out_session:

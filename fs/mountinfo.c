@@ -36,6 +36,7 @@ int fs_mount_device(const char *mountpoint, char *dev, size_t len)
 
 	if (!f)
 		return -errno;
+	errno = 0;
 	while (getline(&line, &cap, f) > 0) {
 		char devno[64], where[4096];
 		if (sscanf(line, "%*s %*s %63s %*s %4095s", devno, where) != 2)
@@ -46,6 +47,9 @@ int fs_mount_device(const char *mountpoint, char *dev, size_t len)
 			rc = 0; /* later lines are newer mounts, on top: keep looking */
 		}
 	}
+	/* A short read (ENOMEM) must not pass for the end of the table. */
+	if (ferror(f) || errno == ENOMEM)
+		rc = -(errno ? errno : EIO);
 	free(line);
 	fclose(f);
 	return rc;

@@ -150,7 +150,10 @@ static void *inval_main(void *arg)
 {
 	struct inval_job *job = arg;
 
-	fuse_lowlevel_notify_inval_inode(job->session->se, job->ino, 0, 0);
+	/* Once the loop has ended the pages can go with the mount; an invalidation now could
+	 * wait forever on a page whose read will never be answered (abort.c). */
+	if (!atomic_load(&job->session->loop_ended))
+		fuse_lowlevel_notify_inval_inode(job->session->se, job->ino, 0, 0);
 	atomic_fetch_sub(&job->session->inval_jobs, 1);
 	free(job);
 	return NULL;

@@ -302,6 +302,33 @@ def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
                 b"Software caused connection abort" in err), err
 
 
+def test_sigterm_leaves_a_mount_made_over_it(store, mount):
+    """Another mount made over ours (a tmpfs here; in CI, say, the next job's): as the
+    daemon stops, neither its abort nor libfuse's unmount may touch it, though both act
+    on the path. Without the check libfuse detached whatever was on top."""
+    from conftest import is_mounted
+    m = mount(store.write())
+    os.listdir(m.path)  # INIT is answered before anything goes on top
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "over-spoolfs", m.path],
+                   check=True)
+    try:
+        with open(os.path.join(m.path, "marker"), "w") as f:
+            f.write("still here")
+        m.proc.send_signal(signal.SIGTERM)
+        assert m.proc.wait(30 * SLOW) == 0
+        with open(os.path.join(m.path, "marker")) as f:
+            assert f.read() == "still here"
+        with open("/proc/self/mountinfo") as f:
+            assert any(l.split()[4] == m.path and "over-spoolfs" in l for l in f)
+    finally:
+        subprocess.run(["umount", m.path], check=False)
+        # Ours stayed under it, dead since the daemon closed the device: detach it.
+        while is_mounted(m.path):
+            subprocess.run(["umount", "-l", m.path], check=True)
+        m.unmounted = True
+        m.log.close()
+
+
 def test_local_manifest_and_relative_urls(store, mount, tmp_path):
     store.add("d/obj.bin", 123_456)
     store.write()
