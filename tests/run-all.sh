@@ -44,6 +44,7 @@ for v in $variants; do
 	log=$(mktemp)
 	export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 	export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+	export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp
 	if (cd "$dir" && ctest --output-on-failure 2>&1) | tee "$log"; then :; else failed_steps+=("$v unit"); fi
 	p=$(grep -Eo '[0-9]+ tests passed|tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1)
 	n=$(grep -Eo 'out of [0-9]+' "$log" | grep -Eo '[0-9]+' | tail -1)

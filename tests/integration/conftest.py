@@ -34,6 +34,8 @@ def daemon_env():
     env.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1:abort_on_error=0")
     env.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     env.setdefault("TSAN_OPTIONS", "halt_on_error=1:second_deadlock_stack=1")
+    env.setdefault("LSAN_OPTIONS", "suppressions=" + os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "lsan.supp"))
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
         env.pop(var, None)
     return env

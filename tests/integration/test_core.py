@@ -315,7 +315,7 @@ def test_sigterm_leaves_a_mount_made_over_it(store, mount):
         with open(os.path.join(m.path, "marker"), "w") as f:
             f.write("still here")
         m.proc.send_signal(signal.SIGTERM)
-        assert m.proc.wait(30 * SLOW) == 0
+        assert m.proc.wait(30 * SLOW) == 0, m.stderr()
         with open(os.path.join(m.path, "marker")) as f:
             assert f.read() == "still here"
         with open("/proc/self/mountinfo") as f:
