@@ -669,19 +669,8 @@ class Bench:
 
     def w2_durable(self, s, run):
         """W2 through a named --cache-dir (durable), then W3 through a second mount of it."""
-        row = "W2 cold read s, durable --cache-dir"
-        try:
-            m = self.mount(s, "big", "w2d.%d" % run, durable=True)
-        except RuntimeError as e:
-            self.fail(row, s.name, "mount: %s" % e)
-            return
-        try:
-            self.put(row, s.name, self.op("seq", m.mnt + "/w2.bin", self.c["w2_size"])["wall"])
-            self.w3_other_mount(s, m, run)
-        except RuntimeError as e:
-            self.fail(row, s.name, str(e)[:60])
-        finally:
-            self.unmount(s, m)
+        self.mount_and_read_w2(s, "W2 cold read s, durable --cache-dir", "big", "w2d.%d" % run,
+                               durable=True, then=lambda m: self.w3_other_mount(s, m, run))
 
     def w3_other_mount(self, s, first, run):
         """W3 on a second spoolfs mount sharing the first one's cache directory (CI jobs
@@ -701,8 +690,10 @@ class Bench:
         """W2 again on a manifest without sha256: nothing verified, as with the peers."""
         self.mount_and_read_w2(s, "W2 cold read s, no sha256", "big-nohash", "w2n.%d" % run)
 
-    def mount_and_read_w2(self, s, row, what, tag, shared_cache=None, durable=False):
-        """Row: one sequential read of w2.bin through a mount of its own."""
+    def mount_and_read_w2(self, s, row, what, tag, shared_cache=None, durable=False,
+                          then=None):
+        """Row: one sequential read of w2.bin through a mount of its own; then(mount), if
+        given, runs while it is still mounted."""
         try:
             m = self.mount(s, what, tag, shared_cache, durable)
         except RuntimeError as e:
@@ -710,6 +701,8 @@ class Bench:
             return
         try:
             self.put(row, s.name, self.op("seq", m.mnt + "/w2.bin", self.c["w2_size"])["wall"])
+            if then:
+                then(m)
         except RuntimeError as e:
             self.fail(row, s.name, str(e)[:60])
         finally:

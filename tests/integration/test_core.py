@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import SLOW, read_file
+from conftest import SANITIZER_MARKS, SLOW, is_mounted, read_file
 from helpers import expected, kill_first_reader, sha, wait_until, waiting_on_fuse
 
 MiB = 1 << 20
@@ -235,7 +235,6 @@ def test_sigterm_unmounts_and_cleans_cache(store, mount, tmp_path):
     assert m.proc.wait(30 * SLOW) == 0
     m.unmounted = True
     m.log.close()
-    from conftest import is_mounted
     assert not is_mounted(m.path)
     assert os.listdir(tmpdir) == []
 
@@ -247,7 +246,6 @@ def test_sigterm_with_files_still_open_exits_cleanly(store, mount):
     store.add("held.bin", MiB)
     store.add("closed.bin", MiB)
     m = mount(store.write())
-    from conftest import SANITIZER_MARKS, is_mounted
     held = open(m.p("held.bin"), "rb")
     try:
         assert held.read(4096) == expected(store, "held.bin")[:4096]
@@ -273,7 +271,6 @@ def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
     too; libfuse's own unmount no longer does once the connection is gone)."""
     path = store.add("queued.bin", 4 * MiB)
     m = mount(store.write())
-    from conftest import is_mounted
     assert path in os.listdir(m.path)  # INIT is answered: the daemon serves requests
     m.proc.send_signal(signal.SIGSTOP)
     reader = subprocess.Popen(["cat", m.p(path)], stdout=subprocess.PIPE,
@@ -306,7 +303,6 @@ def test_sigterm_leaves_a_mount_made_over_it(store, mount):
     """Another mount made over ours (a tmpfs here; in CI, say, the next job's): as the
     daemon stops, neither its abort nor libfuse's unmount may touch it, though both act
     on the path. Without the check libfuse detached whatever was on top."""
-    from conftest import is_mounted
     m = mount(store.write())
     os.listdir(m.path)  # INIT is answered before anything goes on top
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "over-spoolfs", m.path],
