@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fetch/engine.h"
 #include "fetch/source_s3.h"
@@ -228,10 +229,13 @@ int fs_raise_readahead(const char *mountpoint);
 void fs_tune_readahead_once(struct fs_session *s);
 
 /*
- * The "major:minor" of the newest (topmost) mount at mountpoint, an absolute canonical
- * path, from /proc/self/mountinfo. 0, or -ENOENT when nothing is mounted there, or -errno.
+ * The "major:minor" of the topmost mount at mountpoint, an absolute canonical path, from
+ * /proc/self/mountinfo. 0, or -ENOENT when nothing is mounted there, or -errno.
  */
 int fs_mount_device(const char *mountpoint, char *dev, size_t len);
+
+/* fs_mount_device on a table in mountinfo's format; the caller owns table. */
+int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len);
 
 /* Whether the topmost mount at the mountpoint is still this session's (abort.c). */
 bool fs_mount_still_ours(const struct fs_session *s);

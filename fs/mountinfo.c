@@ -2,6 +2,11 @@
  * Which mount sits at a path, from /proc/self/mountinfo. The mount itself is never asked
  * (stat would send a request to this daemon, which may not serve requests yet, or any
  * more): the kernel's table answers without it.
+ *
+ * Mounts stacked on one path each name the one below as their parent, so the topmost is
+ * the one no other mount at that path names. The table's line order is not that order:
+ * it follows the mount namespace's list, which a propagated or moved mount enters at
+ * its own place.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +14,12 @@
 #include <string.h>
 
 #include "fs/fs_i.h"
+
+struct mount_entry {
+	unsigned long id;
+	unsigned long parent;
+	char devno[32];
+};
 
 /* Undoes mountinfo's octal escapes (\040 for a space) in place. */
 static void unescape(char *s)
@@ -27,30 +38,60 @@ static void unescape(char *s)
 	*out = '\0';
 }
 
-int fs_mount_device(const char *mountpoint, char *dev, size_t len)
+/* Appends one mount to *at; fails with -ENOMEM. */
+static int add_entry(struct mount_entry **at, size_t *n, const struct mount_entry *e)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int rc = -ENOENT;
+	struct mount_entry *grown = realloc(*at, (*n + 1) * sizeof(**at));
 
-	if (!f)
-		return -errno;
+	if (!grown)
+		return -ENOMEM;
+	grown[(*n)++] = *e;
+	*at = grown;
+	return 0;
+}
+
+int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len)
+{
+	struct mount_entry *at = NULL, e;
+	char *line = NULL, where[4096];
+	size_t cap = 0, n = 0;
+	int rc = 0;
+
 	errno = 0;
-	while (getline(&line, &cap, f) > 0) {
-		char devno[64], where[4096];
-		if (sscanf(line, "%*s %*s %63s %*s %4095s", devno, where) != 2)
+	while (rc == 0 && getline(&line, &cap, table) > 0) {
+		if (sscanf(line, "%lu %lu %31s %*s %4095s", &e.id, &e.parent, e.devno, where) != 4)
 			continue;
 		unescape(where);
-		if (strcmp(where, mountpoint) == 0) {
-			snprintf(dev, len, "%s", devno);
-			rc = 0; /* later lines are newer mounts, on top: keep looking */
-		}
+		if (strcmp(where, mountpoint) == 0)
+			rc = add_entry(&at, &n, &e);
 	}
 	/* A short read (ENOMEM) must not pass for the end of the table. */
-	if (ferror(f) || errno == ENOMEM)
+	if (rc == 0 && (ferror(table) || errno == ENOMEM))
 		rc = -(errno ? errno : EIO);
+	if (rc == 0)
+		rc = -ENOENT;
+	for (size_t i = 0; rc == -ENOENT && i < n; i++) {
+		bool covered = false;
+		for (size_t j = 0; j < n && !covered; j++)
+			covered = at[j].parent == at[i].id;
+		if (!covered) {
+			snprintf(dev, len, "%s", at[i].devno);
+			rc = 0;
+		}
+	}
+	free(at);
 	free(line);
-	fclose(f);
+	return rc;
+}
+
+int fs_mount_device(const char *mountpoint, char *dev, size_t len)
+{
+	FILE *table = fopen("/proc/self/mountinfo", "re");
+	int rc;
+
+	if (!table)
+		return -errno;
+	rc = fs_mount_device_in(table, mountpoint, dev, len);
+	fclose(table);
 	return rc;
 }
