@@ -257,7 +257,9 @@ static void check_response(struct stream *s)
 	if (!f->sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 && flight_written(f) == 0)
 		memcpy(f->sha256, s->resp.sha256, sizeof(f->sha256));
 	if (f->etag[0] == '\0') {
+		pthread_mutex_lock(&f->lock);
 		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
+		pthread_mutex_unlock(&f->lock);
 	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag, f->etag);
@@ -1046,11 +1048,13 @@ static void next_mirror(struct flight *f)
 {
 	if (f->n_urls < 2 || (!f->sha256[0] && flight_written(f) > 0))
 		return;
+	pthread_mutex_lock(&f->lock);
 	f->url_idx = (f->url_idx + 1) % f->n_urls;
 	/* A version the source named is part of the object's identity: every mirror must
 	 * serve that one (the key says so). */
 	if (f->sha256[0] || !f->source_etag)
 		f->etag[0] = '\0';
+	pthread_mutex_unlock(&f->lock);
 }
 
 static void on_done(struct engine *e, struct stream *s, CURLcode result)

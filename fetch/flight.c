@@ -19,6 +19,7 @@
 #include "fetch/flight_i.h"
 #include "fetch/lease.h"
 #include "fetch/log.h"
+#include "fetch/version_pins.h"
 
 #define TABLE_BUCKETS 1024
 
@@ -30,6 +31,7 @@ struct flight_table {
 	uint64_t next_id;
 	struct tainted_key *tainted; /* keys whose last flight failed */
 	unsigned n_tainted;
+	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
@@ -71,10 +73,15 @@ int flight_table_create(const char *spool_dir, struct flight_table **out)
 	table->spool_dir = strdup(spool_dir);
 	if (!table->spool_dir)
 		goto fail_table;
+	table->pins = version_pins_new();
+	if (!table->pins)
+		goto fail_dir;
 	pthread_mutex_init(&table->lock, NULL);
 	table->next_id = 1;
 	*out = table;
 	return 0;
+fail_dir:
+	free(table->spool_dir);
 fail_table:
 	free(table);
 fail:
@@ -129,6 +136,7 @@ void flight_table_destroy(struct flight_table *table)
 		free(table->tainted);
 		table->tainted = next;
 	}
+	version_pins_free(table->pins);
 	pthread_mutex_destroy(&table->lock);
 	free(table->spool_dir);
 	free(table);
@@ -259,7 +267,11 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 		rc = -ENOMEM;
 		goto out;
 	}
-	e->flight = flight_new(table, spec, table->next_id);
+	/* The version a failed flight of it had seen is the session's: see version_pins.c. */
+	struct flight_spec pinned = *spec;
+	if (!spec->etag || !spec->etag[0])
+		pinned.etag = version_pins_get(table->pins, spec->key, spec->url);
+	e->flight = flight_new(table, &pinned, table->next_id);
 	if (!e->flight) {
 		free(e);
 		rc = -ENOMEM;
@@ -282,7 +294,7 @@ out:
  * Takes a failed flight out of the table so the next open starts a new one, and marks its
  * key so that open drops the kernel's cached pages. No locks held.
  */
-static void table_remove(struct flight *f)
+static void table_remove(struct flight *f, const char *etag, const char *url)
 {
 	struct flight_table *table = f->table;
 	uint64_t bucket = hash_key(f->key) % TABLE_BUCKETS;
@@ -301,6 +313,12 @@ static void table_remove(struct flight *f)
 		f->in_table = false;
 		pthread_mutex_unlock(&f->lock);
 		taint_locked(table, f->key);
+		if (etag[0] && version_pins_put(table->pins, f->key, url, etag) == -ENOSPC)
+			fetch_log(
+			    FETCH_LOG_WARN,
+			    "%s: too many failed objects to remember the version of this one: "
+			    "its next download takes what the server has then",
+			    f->name);
 	}
 	pthread_mutex_unlock(&table->lock);
 	if (found) {
@@ -974,12 +992,20 @@ void flight_fail(struct flight *f, int err)
 	struct flight_waiter *ready;
 	bool first;
 
+	char etag[sizeof(f->etag)] = "";
+	const char *url;
+
 	pthread_mutex_lock(&f->lock);
 	first = f->state != FLIGHT_FAILED;
 	if (first) {
 		f->state = FLIGHT_FAILED;
 		f->error = err < 0 ? err : -EIO;
 	}
+	/* The version its responses came in, which the next flight of the key must keep to. A
+	 * version the source named comes with every spec anyway. */
+	if (!f->source_etag)
+		memcpy(etag, f->etag, sizeof(etag));
+	url = f->urls[f->url_idx];
 	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
 	const char *spool_path = f->spool_borrowed ? NULL : f->spool_path;
 	pthread_mutex_unlock(&f->lock);
@@ -988,7 +1014,7 @@ void flight_fail(struct flight *f, int err)
 	 * reopens the moment it gets EIO must start a new flight, not join this one.
 	 */
 	if (first) {
-		table_remove(f);
+		table_remove(f, etag, url);
 		if (spool_path)
 			unlink(spool_path); /* open fds keep the data for handles still reading */
 		if (f->table->on_failed)

@@ -96,7 +96,7 @@ struct flight {
 	uint64_t id;
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
-	bool source_etag;   /* the manifest or listing pinned the version (spec->etag) */
+	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
 
 	atomic_int refs;
 	atomic_int handles; /* open file handles (maintained by fs/), for status */
@@ -138,7 +138,11 @@ struct flight {
 	unsigned failures;     /* consecutive failed attempts without progress */
 	unsigned fail_round;   /* failures counted so far: streams started since share one */
 	uint64_t retry_due_ms; /* 0 = no retry pending */
-	char etag[256];        /* pinned from the first response, "" = none yet */
+	/* The version every request asks for ("" = none yet: the first response's), and which
+	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
+	 * changes them under lock (it alone changes them, so it reads them without). */
+	char etag[256];
+	unsigned url_idx;
 	bool engine_started;
 	bool engine_queued;               /* guarded by the engine's queue lock */
 	struct flight *engine_next;       /* guarded by the engine's queue lock */
@@ -148,7 +152,6 @@ struct flight {
 	int last_status;                  /* last HTTP status, for the failure log line */
 	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
 	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
-	unsigned url_idx;       /* which of urls the next request goes to */
 	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
 	bool lease_held;        /* this flight downloads; else another mount does and it watches */
 	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a

@@ -251,9 +251,48 @@ def test_etag_change_before_resume_gives_eio(store, mount, how):
     st = store.up.stats(path)
     assert st["statuses"] == [200, 412 if how == "412" else 206], st
     assert log_lines(m, "changing.bin", "object changed upstream")
-    # still EIO for the open handle's next reads, and no wrong bytes on a new open either
+    # A new open is a new download, pinned to the version the failed one had: the server
+    # has another, so that is EIO too (it used to take the server's new ETag and succeed).
     got2, err2 = read_until_error(m.p(path))
     assert got2 == want[:len(got2)]
+    assert err2 is not None and err2.errno == errno.EIO, err2
+    assert store.up.stats(path)["statuses"][2] == (412 if how == "412" else 200)
+
+
+@pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "sha256"])
+def test_a_session_keeps_an_objects_version_after_its_download_failed(store, mount, hashed):
+    """The server replaces an object mid-session. A range read before that is the old
+    version; a range read after it fails (412 on If-Match), and so does every later read of
+    the object in this session, of any range: a new download after the failure must ask
+    for the same version, never serve the new bytes (promise 5). Sparse reads, so nothing
+    but the ETag keeps the two versions apart, even with a sha256."""
+    size = 40 * MiB
+    path = store.add("replaced.bin", size, hashed=hashed)
+    m = mount(store.write())
+    old = expected(store, path)
+
+    def read_at(off):
+        fd = os.open(m.p(path), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: stay sparse
+            return os.pread(fd, 4096, off)
+        finally:
+            os.close(fd)
+
+    assert read_at(20 * MiB) == old[20 * MiB:20 * MiB + 4096]
+    replacement = bytes(b ^ 0xFF for b in old[:MiB]) * (size // MiB)
+    tmp = os.path.join(store.root, path + ".new")
+    with open(tmp, "wb") as f:
+        f.write(replacement)
+    os.replace(tmp, os.path.join(store.root, path))
+    for off in (30 * MiB, 20 * MiB, 30 * MiB, 0):
+        with pytest.raises(OSError) as e:
+            got = read_at(off)
+            assert got != replacement[off:off + 4096], "the new version was served at %d" % off
+        assert e.value.errno == errno.EIO
+    st = store.up.stats(path)
+    assert st["statuses"][0] == 206 and set(st["statuses"][1:]) == {412}, st
+    assert log_lines(m, "replaced.bin", "object changed upstream")
 
 
 @pytest.mark.parametrize("delta", [1000, -1000], ids=["longer", "shorter"])
