@@ -7,12 +7,14 @@
 #include <ctype.h>
 #include <openssl/crypto.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
+#include "fetch/http.h"
 #include "fetch/log.h"
 #include "fetch/s3_creds.h"
 #include "fetch/s3_list.h"
@@ -20,6 +22,11 @@
 
 /* Bounds on what one directory listing may hold: memory is bounded, pages are followed. */
 #define LIST_MAX_PAGES 10000
+/* A listing's retries: the downloads' backoff, and a shorter cap on what Retry-After may
+ * ask for, since a lookup waits for it. */
+#define LIST_BACKOFF_BASE_MS 200
+#define LIST_BACKOFF_CAP_MS 5000
+#define LIST_RETRY_AFTER_CAP_MS 10000
 #define SKIPPED_LOG_MAX 10
 
 struct s3_source {
@@ -35,6 +42,8 @@ struct s3_source {
 	bool path_style;
 	bool sign;
 	unsigned request_timeout_s;
+	unsigned stall_timeout_s;
+	unsigned max_tries;
 	struct s3_creds creds;
 };
 
@@ -162,6 +171,8 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 	    .proxy = src->proxy,
 	    .connect_timeout_s = opts->net.connect_timeout_s ? opts->net.connect_timeout_s : 10};
 	src->request_timeout_s = opts->request_timeout_s ? opts->request_timeout_s : 60;
+	src->stall_timeout_s = opts->stall_timeout_s ? opts->stall_timeout_s : 30;
+	src->max_tries = opts->max_tries ? opts->max_tries : 6;
 	src->sign = !opts->no_sign;
 	if (src->sign) {
 		rc = s3_creds_resolve(opts->profile, &src->creds, err, err_len);
@@ -326,6 +337,7 @@ struct body {
 	struct s3_list_parser *parser;
 	int feed_rc;
 	char region_header[64];
+	struct http_response resp; /* for Retry-After */
 };
 
 static size_t on_list_body(char *data, size_t size, size_t nmemb, void *userdata)
@@ -342,6 +354,7 @@ static size_t on_list_header(char *line, size_t size, size_t nitems, void *userd
 	struct body *b = userdata;
 	size_t len = size * nitems;
 
+	http_response_header(&b->resp, line, len);
 	if (len > 19 && strncasecmp(line, "x-amz-bucket-region:", 20) == 0) {
 		const char *v = line + 20;
 		while (*v == ' ')
@@ -381,9 +394,13 @@ static int list_error(struct s3_source *src, long code, const struct s3_error *e
 	return -EIO;
 }
 
-/* One ListObjectsV2 page of `prefix`. */
-static int list_page(struct s3_source *src, const char *prefix, const char *token,
-                     struct s3_list_result *result, char *err, size_t err_len)
+/*
+ * One ListObjectsV2 request for a page of `prefix`. On failure, *retry_after_s is -1 when
+ * trying again cannot help, else the delay the server asked for (0: none).
+ */
+static int list_page_once(struct s3_source *src, const char *prefix, const char *token,
+                          struct s3_list_result *result, int *retry_after_s, char *err,
+                          size_t err_len)
 {
 	struct sigv4_param params[5] = {
 	    {"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}, {"encoding-type", "url"}};
@@ -396,6 +413,8 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 	CURLcode res;
 	int rc;
 
+	*retry_after_s = -1;
+	http_response_reset(&b.resp);
 	if (token)
 		params[n_params++] = (struct sigv4_param){"continuation-token", token};
 	rc = asprintf(&path, src->path_style ? "/%s" : "/", src->bucket) < 0 ? -ENOMEM : 0;
@@ -424,18 +443,24 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
 
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)src->request_timeout_s);
+	/* A stalled listing is dropped (and tried again) like a stalled download. */
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)src->stall_timeout_s);
 
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
 	if (res != CURLE_OK) {
 		snprintf(err, err_len, "cannot reach S3 endpoint %s: %s", src->base,
 		         errbuf[0] ? errbuf : curl_easy_strerror(res));
-		rc = res == CURLE_PEER_FAILED_VERIFICATION || res == CURLE_SSL_CACERT_BADFILE
-		         ? -EACCES
-		         : -EHOSTUNREACH;
+		bool untrusted =
+		    res == CURLE_PEER_FAILED_VERIFICATION || res == CURLE_SSL_CACERT_BADFILE;
+		rc = untrusted ? -EACCES : -EHOSTUNREACH;
+		*retry_after_s = untrusted ? -1 : 0;
 		goto out;
 	}
 	rc = b.feed_rc ? b.feed_rc : s3_list_parser_finish(b.parser, result);
+	if (code == 408 || code == 429 || code >= 500)
+		*retry_after_s = b.resp.retry_after_s > 0 ? b.resp.retry_after_s : 0;
 	if (code != 200) {
 		struct s3_error none = {0};
 		rc = list_error(src, code,
@@ -456,6 +481,37 @@ out:
 	s3_list_parser_free(b.parser);
 	free(url);
 	free(path);
+	return rc;
+}
+
+/*
+ * One page of `prefix`, tried again with backoff while it fails transiently (no answer,
+ * a stall, 5xx, 408, 429: S3 asks clients to retry its 503 SlowDown), as downloads are.
+ * The caller is a lookup or the mount, which wait for it: a few seconds at most by
+ * default, and --retries bounds it.
+ */
+static int list_page(struct s3_source *src, const char *prefix, const char *token,
+                     struct s3_list_result *result, char *err, size_t err_len)
+{
+	int rc, retry_after_s;
+
+	for (unsigned attempt = 1;; attempt++) {
+		rc = list_page_once(src, prefix, token, result, &retry_after_s, err, err_len);
+		if (rc == 0 || retry_after_s < 0 || attempt >= src->max_tries)
+			break;
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		/* Jitter keeps many CI machines that failed together from retrying together. */
+		uint64_t delay_ms =
+		    http_backoff_ms(attempt, LIST_BACKOFF_BASE_MS, LIST_BACKOFF_CAP_MS,
+		                    (double)(now.tv_nsec % 1000) / 1000.0,
+		                    retry_after_s ? retry_after_s : -1, LIST_RETRY_AFTER_CAP_MS);
+		fetch_log(FETCH_LOG_WARN, "%s; try %u of %u in %" PRIu64 " ms", err, attempt + 1,
+		          src->max_tries, delay_ms);
+		nanosleep(&(struct timespec){.tv_sec = (time_t)(delay_ms / 1000),
+		                             .tv_nsec = (long)(delay_ms % 1000) * 1000000},
+		          NULL);
+	}
 	return rc;
 }
 

@@ -265,7 +265,9 @@ static int open_bucket(struct fs_session *s)
 	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
 	    .path_style = s->opts.path_style,
 	    .no_sign = s->opts.no_sign,
-	    .request_timeout_s = 60};
+	    .request_timeout_s = 60,
+	    .stall_timeout_s = s->opts.stall_timeout_s,
+	    .max_tries = s->opts.retries};
 	char err[512] = "";
 	int rc;
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, is_mounted, read_file
-from helpers import kill_first_reader, read_until_error, sha
+from helpers import kill_first_reader, read_until_error, sha, wait_until
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
 from s3_client import S3Upstream  # noqa: E402
@@ -332,6 +332,62 @@ def test_unreachable_endpoint(aws_env, tmp_path):
     assert "cannot reach S3 endpoint %s" % endpoint in err, err
     assert len(error_lines(err)) == 1, err
     assert time.monotonic() - t0 < 15 * SLOW
+
+
+def listings_of(s3, prefix):
+    """Statuses of the ListObjectsV2 requests for prefix so far."""
+    return [r.get("status") for r in s3.lists()
+            if r["bucket"] == BUCKET and r["query"].get("prefix", "") == prefix]
+
+
+def test_a_listing_that_fails_once_is_tried_again(s3_server, mount):
+    """S3 asks clients to retry a 503 SlowDown: one on the root listing must not fail the
+    mount, nor one on a directory listed later its lookup (both used to, at once)."""
+    s3 = s3_server()
+    s3.put(BUCKET, "top", b"t")
+    s3.put(BUCKET, "sub/a", b"a")
+    s3.fault(BUCKET + "/", fail_status=503, fail_count=1)
+    m = mount_s3(mount, s3)
+    assert sorted(os.listdir(m.path)) == ["sub", "top"]
+    assert listings_of(s3, "") == [503, 200]
+    s3.fault(BUCKET + "/", fail_status=500, fail_count=1)
+    assert os.listdir(m.p("sub")) == ["a"]
+    assert listings_of(s3, "sub/") == [500, 200]
+    assert read_file(m.p("sub/a")) == b"a"
+    assert "HTTP 500" in m.stderr() and "try 2 of 6" in m.stderr()
+
+
+def test_a_listing_that_keeps_failing_gives_eio_after_the_retries(s3_server, mount):
+    s3 = s3_server()
+    s3.put(BUCKET, "sub/a", b"a")
+    m = mount_s3(mount, s3, "s3://" + BUCKET, "--retries", "3")
+    s3.fault(BUCKET + "/", fail_status=503, fail_count=1000)
+    with pytest.raises(OSError) as e:
+        os.listdir(m.p("sub"))
+    assert e.value.errno == errno.EIO
+    assert listings_of(s3, "sub/") == [503, 503, 503]
+    assert "listing /sub failed" in m.stderr() and "try 3 of 3" in m.stderr()
+    s3.clear()
+    assert os.listdir(m.p("sub")) == ["a"]  # a failed listing is not remembered
+
+
+def test_a_stalled_listing_is_dropped_and_tried_again(s3_server, mount):
+    """A listing whose response stops is dropped after --stall-timeout, as a download is
+    (it used to wait out a fixed 60 s, then fail)."""
+    s3 = s3_server()
+    s3.put(BUCKET, "sub/a", b"a")
+    m = mount_s3(mount, s3, "s3://" + BUCKET, "--stall-timeout", "1")
+    s3.fault(BUCKET + "/", stall_at=10)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(names=os.listdir(m.p("sub"))))
+    t.start()
+    try:
+        wait_until(lambda: "try 2 of" in m.stderr(), lambda: m.stderr())
+    finally:
+        s3.clear()  # the retry, or a stalled response still open, completes
+        t.join(30 * SLOW)
+    assert out.get("names") == ["a"]
+    assert len(listings_of(s3, "sub/")) >= 2
 
 
 def test_access_denied_unsigned_private_bucket(s3_server, tmp_path):
