@@ -27,16 +27,39 @@ void fetch_log_use_syslog(void)
 	use_syslog = true;
 }
 
+/*
+ * Copies line with control bytes as \xNN: names come from the store (an S3 key may hold a
+ * newline), and a raw one would start a line the store wrote in the daemon's log.
+ */
+static void escape_controls(const char *line, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0;
+
+	for (const unsigned char *p = (const unsigned char *)line; *p && n + 5 < cap; p++) {
+		if (*p < 0x20 || *p == 0x7f) {
+			out[n++] = '\\';
+			out[n++] = 'x';
+			out[n++] = hex[*p >> 4];
+			out[n++] = hex[*p & 0xf];
+		} else {
+			out[n++] = (char)*p;
+		}
+	}
+	out[n] = '\0';
+}
+
 void fetch_log(enum fetch_log_level level, const char *fmt, ...)
 {
-	char line[1024];
+	char raw[1024], line[sizeof(raw) * 4];
 	va_list ap;
 
 	if (level < min_level)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
+	escape_controls(raw, line, sizeof(line));
 	if (use_syslog) {
 		static const int priorities[] = {LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR};
 		syslog(priorities[level], "%s: %s", level_names[level], line);

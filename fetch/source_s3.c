@@ -296,16 +296,22 @@ int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers)
 	struct s3_source *src = ctx;
 	static const struct sigv4_header checksum = {"x-amz-checksum-mode", "ENABLED"};
 	CURLU *u = curl_url();
-	char *path = NULL, *signed_url = NULL;
-	int rc = -EINVAL;
+	char *path = NULL, *key_path = NULL, *signed_url = NULL;
+	int len = 0, rc = -EINVAL;
 
 	if (!u)
 		return -ENOMEM;
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
-	    curl_url_get(u, CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK)
+	    curl_url_get(u, CURLUPART_PATH, &path, 0) != CURLUE_OK)
 		goto out;
-	rc = prepare_request(src, path, NULL, 0, &checksum, 1, &signed_url, headers);
+	/* Not CURLU_URLDECODE: it refuses control bytes, which an S3 key (and a file name) may
+	 * hold. Only a NUL cannot be in either. */
+	key_path = curl_easy_unescape(NULL, path, 0, &len);
+	if (!key_path || memchr(key_path, '\0', (size_t)len))
+		goto out;
+	rc = prepare_request(src, key_path, NULL, 0, &checksum, 1, &signed_url, headers);
 out:
+	curl_free(key_path);
 	curl_free(path);
 	free(signed_url);
 	curl_url_cleanup(u);
@@ -523,6 +529,7 @@ struct listing {
 	size_t n_owned;
 	size_t cap_owned;
 	unsigned skipped;
+	bool root; /* the mount's root: one more name is taken */
 };
 
 static char *own(struct listing *l, char *str)
@@ -553,6 +560,7 @@ static int add_entry(struct listing *l, const char *key, const char *name, size_
                      const struct index_entry *proto)
 {
 	const char *bad = name_len == 0 ? "it is a directory marker or has an empty segment"
+	                  : l->root     ? index_check_root_segment(name, name_len)
 	                                : index_check_segment(name, name_len);
 
 	if (bad) {
@@ -647,7 +655,7 @@ static void log_shadowed(struct listing *dirs, struct listing *files, const char
 int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx, uint64_t dir_ino,
                    char *err, size_t err_len)
 {
-	struct listing dirs = {0}, files = {0};
+	struct listing dirs = {.root = !*rel_dir}, files = {.root = !*rel_dir};
 	struct index_entry *all = NULL;
 	char *prefix = NULL, *token = NULL;
 	int rc;

@@ -14,7 +14,7 @@
 
 #include "fs/fs_i.h"
 
-#define FS_VIRTUAL_DIR_NAME ".spoolfs"
+#define FS_VIRTUAL_DIR_NAME INDEX_RESERVED_ROOT_NAME
 /* Far above any sqlite rowid the index will hand out. */
 #define FS_INO_VIRTUAL_DIR (UINT64_C(1) << 62)
 #define FS_INO_STATS (FS_INO_VIRTUAL_DIR + 1)

@@ -770,3 +770,12 @@ const char *index_check_segment(const char *name, size_t len)
 		return "a segment longer than 255 bytes";
 	return NULL;
 }
+
+const char *index_check_root_segment(const char *name, size_t len)
+{
+	if (len == strlen(INDEX_RESERVED_ROOT_NAME) &&
+	    memcmp(name, INDEX_RESERVED_ROOT_NAME, len) == 0)
+		return "the name of the mount's own status directory (" INDEX_RESERVED_ROOT_NAME
+		       ") at the root";
+	return index_check_segment(name, len);
+}

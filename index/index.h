@@ -143,4 +143,13 @@ int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_ent
  */
 const char *index_check_segment(const char *name, size_t len);
 
+/*
+ * The mount's own status directory, at its root (fs/virtual.c). The store cannot have an
+ * entry there: the kernel would cache the store's, and hide the daemon's.
+ */
+#define INDEX_RESERVED_ROOT_NAME ".spoolfs"
+
+/* index_check_segment for a name at the root: also refuses INDEX_RESERVED_ROOT_NAME. */
+const char *index_check_root_segment(const char *name, size_t len);
+
 #endif

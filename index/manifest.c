@@ -287,7 +287,8 @@ static const char *check_path(const char *path, size_t len, char *buf, size_t ca
 	for (size_t start = 0; start <= len;) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
-		const char *why = index_check_segment(path + start, end - start);
+		const char *why = start == 0 ? index_check_root_segment(path, end)
+		                             : index_check_segment(path + start, end - start);
 		if (why) {
 			snprintf(buf, cap, "path has %s", why);
 			return buf;

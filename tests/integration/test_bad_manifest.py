@@ -59,6 +59,13 @@ CASES = [
      "longer than 255 bytes"),
     ("empty-path", json.dumps({"version": 1, "files": [entry(path="", size=1)]}),
      "path is empty"),
+    # The mount's status directory: the store's entry would hide it from the kernel.
+    ("reserved-root-name", json.dumps({"version": 1, "files": [
+        entry(path=".spoolfs/stats", size=1)]}),
+     'files[0] ".spoolfs/stats": path has the name of the mount\'s own status directory'),
+    ("reserved-name-is-fine-below", json.dumps({"version": 1, "files": [
+        entry(path="d/.spoolfs", size=1), entry(path="/x", size=1)]}),
+     'files[1] "/x": path is absolute'),
     ("bad-url-scheme", json.dumps({"version": 1, "files": [
         entry(path="u", size=1, url="ftp://127.0.0.1/x")]}), 'url scheme "ftp" is not allowed'),
 ]

@@ -514,6 +514,39 @@ def walk(root):
     return out
 
 
+def test_keys_with_control_bytes_read_and_log_escaped(s3_server, mount):
+    """Tabs, newlines and other control bytes are legal in keys and in file names: they are
+    read under their names (signing used to refuse them, so every read failed with EINVAL),
+    and a log line that names one shows the bytes escaped, so a key cannot start a line of
+    its own in the daemon's log."""
+    s3 = s3_server()
+    keys = ["tab\tx", "ctl\x01x", "del\x7fx", "nl\nspoolfs: error: forged"]
+    for k in keys:
+        s3.put(BUCKET, k, k.encode())
+    s3.put(BUCKET, "nl\nspoolfs: error: forged" + "L" * 255, b"h")  # too long: logged
+    m = mount_s3(mount, s3)
+    assert sorted(os.listdir(m.path)) == sorted(keys)
+    for k in keys:
+        assert read_file(m.p(k)) == k.encode()
+    assert s3.auth_failures() == []
+    log = m.stderr()
+    assert "nl\\x0aspoolfs: error: forged" in log, log
+    assert not any(ln.startswith("spoolfs: error: forged") for ln in log.splitlines()), log
+
+
+def test_a_bucket_cannot_hide_the_status_directory(s3_server, mount):
+    s3 = s3_server()
+    s3.put(BUCKET, ".spoolfs/stats", b"upstream_requests_total 999\n")
+    s3.put(BUCKET, ".spoolfs/flights", b"fake\n")
+    s3.put(BUCKET, "d/.spoolfs", b"fine below the root")
+    m = mount_s3(mount, s3)
+    assert os.listdir(m.path) == ["d"]  # the status directory is found, never listed
+    assert read_file(m.p("d/.spoolfs")) == b"fine below the root"
+    stats = read_file(m.p(".spoolfs/stats")).decode()
+    assert "999" not in stats and "spoolfs_" in stats, stats
+    assert 'S3 key ".spoolfs/" is not shown' in m.stderr()
+
+
 def test_hostile_keys(hostile_mount):
     s3, m = hostile_mount
     tree = walk(m.path)
