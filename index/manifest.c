@@ -7,6 +7,7 @@
  * implied by paths; an in-memory table of every path seen finds parents, duplicates and
  * file/directory clashes without a query per segment.
  */
+#include "index/digest_sizes.h"
 #include "index/index_i.h"
 
 #include <curl/curl.h>
@@ -16,9 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MANIFEST_VERSION 1
 /* Longest path shown in an error message before it is cut with "...". */
+/* The sha256 of no bytes. */
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define ERR_PATH_MAX 160
 
 /* A path seen while loading: a file or an implied directory. */
@@ -44,6 +48,9 @@ struct load {
 	struct index *idx;
 	sqlite3_stmt *st_top, *st_each, *st_ins, *st_mtime;
 	CURLU *base; /* NULL when no usable base URL was given */
+	/* A manifest from a server may not name local files: it could serve /etc/shadow to
+	 * every reader of the mount. Only a local manifest (or one with no base) may. */
+	bool file_urls_allowed;
 	/* What curl makes of a plain relative reference against base, up to the reference
 	 * itself ("http://h/dir/"); NULL when base is NULL. */
 	char *base_dir;
@@ -51,6 +58,7 @@ struct load {
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
 	struct ptable pt;
+	struct digest_sizes digests;
 	uint64_t files, dirs, bytes;
 	char *err;
 	size_t err_len;
@@ -418,6 +426,12 @@ static int resolve_url(struct load *ld, const char *rel, const char *path, size_
 		rc = -EINVAL;
 		goto out;
 	}
+	if (strcmp(scheme, "file") == 0 && !ld->file_urls_allowed) {
+		snprintf(why, why_len,
+		         "a file: url is allowed only in a local manifest, not one from a server");
+		rc = -EINVAL;
+		goto out;
+	}
 	uc = curl_url_get(h, CURLUPART_URL, &resolved, 0);
 	if (uc == CURLUE_OUT_OF_MEMORY)
 		goto out;
@@ -603,6 +617,35 @@ static void entry_free(struct entry *e)
 		free(e->f[k].text);
 }
 
+/*
+ * Entries with one sha256 share one download, whose size is the first opener's: another
+ * entry (already inserted) with this digest and another size makes the manifest wrong.
+ * Returns 0 or -EINVAL with the message, or -errno.
+ */
+static int check_other_size(struct load *ld, int64_t i, const char *path, size_t len,
+                            const char *sha256, int64_t size)
+{
+	static const char sql[] = "SELECT size FROM node WHERE sha256 = ?1 AND size <> ?2 LIMIT 1";
+	sqlite3_stmt *st = NULL;
+	int rc = index_sqlite_errno(sqlite3_prepare_v2(ld->idx->db, sql, -1, &st, NULL));
+
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC));
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_bind_int64(st, 2, size));
+	if (rc == 0) {
+		int step = sqlite3_step(st);
+		if (step == SQLITE_ROW)
+			rc = entry_error(ld, i, path, len,
+			                 "another entry has the same sha256 and size %lld",
+			                 (long long)sqlite3_column_int64(st, 0));
+		else if (step != SQLITE_DONE)
+			rc = index_sqlite_errno(step);
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
 static bool is_type(const struct field *f, const char *type)
 {
 	return f->seen && strcmp(f->type, type) == 0;
@@ -651,6 +694,10 @@ static int load_entry(struct load *ld, const struct entry *e)
 		for (size_t k = 0; k < INDEX_SHA256_HEX; k++)
 			sha256[k] = (char)(fs->text[k] | 0x20);
 		sha256[INDEX_SHA256_HEX] = '\0';
+		/* Nothing is fetched for an empty object, so nothing else would catch this. */
+		if (fz->i == 0 && strcmp(sha256, EMPTY_SHA256) != 0)
+			return entry_error(ld, i, path, len,
+			                   "size is 0 but sha256 is not that of empty content");
 	}
 	if (fu->seen && !is_type(fu, "text"))
 		return entry_error(ld, i, path, len, "url is not a string");
@@ -677,6 +724,13 @@ static int load_entry(struct load *ld, const struct entry *e)
 			return entry_error(ld, i, path, len,
 			                   "etag has a character that is not visible ASCII");
 
+	if (fs->seen) {
+		rc = digest_sizes_note(&ld->digests, sha256, fz->i);
+		if (rc == 1)
+			rc = check_other_size(ld, i, path, len, sha256, fz->i);
+		if (rc < 0)
+			return rc;
+	}
 	rc = resolve_url(ld, fu->seen ? fu->text : NULL, path, len, &url, why, sizeof(why));
 	if (rc == -EINVAL)
 		return entry_error(ld, i, path, len, "%s", why);
@@ -851,6 +905,7 @@ static int set_base(struct load *ld, const char *base_url)
 {
 	CURLUcode uc;
 
+	ld->file_urls_allowed = !base_url || strncasecmp(base_url, "file:", 5) == 0;
 	if (!base_url)
 		return 0;
 	ld->base = curl_url();
@@ -949,6 +1004,7 @@ out:
 	free(ld.base_dir);
 	free(ld.json_copy);
 	pt_free(&ld.pt);
+	digest_sizes_free(&ld.digests);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }

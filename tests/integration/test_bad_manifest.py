@@ -59,6 +59,14 @@ CASES = [
      "longer than 255 bytes"),
     ("empty-path", json.dumps({"version": 1, "files": [entry(path="", size=1)]}),
      "path is empty"),
+    # Nothing is fetched for an empty object, so its hash is checked here.
+    ("empty-object-wrong-sha256", json.dumps({"version": 1, "files": [
+        entry(path="e", size=0, sha256="ab" * 32)]}),
+     'files[0] "e": size is 0 but sha256 is not that of empty content'),
+    # One digest is one download: its size is the first opener's.
+    ("one-sha256-two-sizes", json.dumps({"version": 1, "files": [
+        entry(path="a", size=1, sha256="ab" * 32), entry(path="c", size=2, sha256="AB" * 32)]}),
+     'files[1] "c": another entry has the same sha256 and size 1'),
     # The mount's status directory: the store's entry would hide it from the kernel.
     ("reserved-root-name", json.dumps({"version": 1, "files": [
         entry(path=".spoolfs/stats", size=1)]}),
@@ -85,6 +93,31 @@ def test_bad_manifest_is_refused(tmp_path, text, message):
     assert "bad manifest" in err
     assert not is_mounted(str(mnt))
     assert "AddressSanitizer" not in err and "ThreadSanitizer" not in err
+
+
+def test_a_manifest_from_a_server_cannot_name_local_files(tmp_path, store, mount):
+    """file: URLs would let whoever serves the manifest make the mount (a root daemon,
+    perhaps with allow_other) serve any file of this machine. A local manifest may."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"local only\n")
+    files = [{"path": "innocent.txt", "size": 11, "url": "file://" + str(secret)}]
+    with open(os.path.join(store.root, "remote.json"), "w") as f:
+        json.dump({"version": 1, "files": files}, f)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f", store.up.url("remote.json"), str(mnt)],
+                          env=daemon_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=60)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0
+    assert ('files[0] "innocent.txt": a file: url is allowed only in a local manifest'
+            in err), err
+    assert not is_mounted(str(mnt))
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"version": 1, "files": files}))
+    m = mount(str(local))
+    with open(m.p("innocent.txt"), "rb") as f:
+        assert f.read() == b"local only\n"
 
 
 def test_unreachable_manifest_is_refused(tmp_path):

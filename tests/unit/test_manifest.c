@@ -151,7 +151,7 @@ static const char valid_manifest[] =
     "{\"path\":\"dir/rel.bin\",\"size\":0,\"url\":\"objects/rel.bin\",\"executable\":false},"
     "{\"path\":\"dir/abs.bin\",\"size\":7,\"url\":\"https://cdn.example.net/x/abs.bin?sig=1\","
     "\"mtime\":200,\"extra\":{\"nested\":[1,2,{\"url\":5}]}},"
-    "{\"path\":\"dir/file.bin\",\"size\":1,\"url\":\"file:///srv/data/file.bin\"},"
+    "{\"path\":\"dir/file.bin\",\"size\":1,\"url\":\"http://other.example/srv/file.bin\"},"
     "{\"path\":\"dir/up.bin\",\"size\":2,\"url\":\"../up/up.bin\"},"
     "{\"path\":\"odd/100%:x?#.bin\",\"size\":0}"
     "]}";
@@ -206,7 +206,7 @@ static void test_valid_manifest(void **state)
 	assert_url(f, n.ino, "https://example.com/m/objects/rel.bin");
 
 	assert_url(f, lookup_ino(f, dir, "abs.bin"), "https://cdn.example.net/x/abs.bin?sig=1");
-	assert_url(f, lookup_ino(f, dir, "file.bin"), "file:///srv/data/file.bin");
+	assert_url(f, lookup_ino(f, dir, "file.bin"), "http://other.example/srv/file.bin");
 	assert_url(f, lookup_ino(f, dir, "up.bin"), "https://example.com/up/up.bin");
 	/* Characters with a meaning in URLs are escaped, so the path stays a path. */
 	assert_url(f, lookup_ino(f, lookup_ino(f, INDEX_ROOT_INO, "odd"), "100%:x?#.bin"),
@@ -542,6 +542,21 @@ static void test_empty_files_array(void **state)
 	assert_namespace_empty(f);
 }
 
+/* A manifest from a server must not make the mount serve the machine's own files. */
+static void test_file_urls_only_in_a_local_manifest(void **state)
+{
+	struct fixture *f = *state;
+	static const char json[] = "{\"version\":1,\"files\":[{\"path\":\"innocent.txt\","
+	                           "\"size\":655,\"url\":\"file:///etc/shadow\"}]}";
+	assert_int_equal(load(f, json), -EINVAL);
+	assert_non_null(strstr(f->err, "files[0] \"innocent.txt\": a file: url is allowed only "
+	                               "in a local manifest"));
+	assert_int_equal(index_load_manifest(f->idx, json, strlen(json), "file:///srv/m.json",
+	                                     f->err, sizeof(f->err)),
+	                 0);
+	assert_url(f, lookup_ino(f, INDEX_ROOT_INO, "innocent.txt"), "file:///etc/shadow");
+}
+
 static void test_no_base_url(void **state)
 {
 	struct fixture *f = *state;
@@ -738,6 +753,45 @@ static void test_refuse_sha256_nul(void **state)
 	expect_refusal(*state,
 	               BAD("{\"path\":\"b.bin\",\"size\":1,\"sha256\":\"" SHA_LOWER "\\u0000\"}"),
 	               "files[1] \"b.bin\": sha256 is not 64 hex digits");
+}
+
+static void test_refuse_empty_object_with_another_sha256(void **state)
+{
+	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":0,\"sha256\":\"" SHA_LOWER "\"}"),
+	               "files[1] \"b.bin\": size is 0 but sha256 is not that of empty content");
+}
+
+static void test_an_empty_object_with_its_sha256_is_fine(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(
+	    load(f, BAD("{\"path\":\"b.bin\",\"size\":0,\"sha256\":"
+	                "\"E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855\"}")),
+	    0);
+}
+
+static void test_refuse_one_sha256_with_two_sizes(void **state)
+{
+	expect_refusal(*state,
+	               "{\"version\":1,\"files\":["
+	               "{\"path\":\"a\",\"size\":1,\"sha256\":\"" SHA_LOWER "\"},"
+	               "{\"path\":\"b\",\"size\":3},"
+	               "{\"path\":\"c\",\"size\":2,\"sha256\":\"" SHA_UPPER "\"}]}",
+	               "files[2] \"c\": another entry has the same sha256 and size 1");
+}
+
+/* Two digests alike in the first 64 bits (what the loader's table keeps) are two digests. */
+static void test_digests_alike_in_their_first_bits_are_told_apart(void **state)
+{
+	struct fixture *f = *state;
+
+	assert_int_equal(
+	    load(f, "{\"version\":1,\"files\":["
+	            "{\"path\":\"a\",\"size\":1,\"sha256\":\"" SHA_LOWER "\"},"
+	            "{\"path\":\"c\",\"size\":2,\"sha256\":"
+	            "\"abcdef0123456789000000000000000000000000000000000000000000000000\"}]}"),
+	    0);
 }
 
 static void test_refuse_url_not_string(void **state)
@@ -993,6 +1047,11 @@ int main(void)
 	    T(test_fresh_index_opened_by_two_processes_at_once),
 	    T(test_second_load_refused),
 	    T(test_empty_files_array),
+	    T(test_file_urls_only_in_a_local_manifest),
+	    T(test_refuse_empty_object_with_another_sha256),
+	    T(test_an_empty_object_with_its_sha256_is_fine),
+	    T(test_refuse_one_sha256_with_two_sizes),
+	    T(test_digests_alike_in_their_first_bits_are_told_apart),
 	    T(test_no_base_url),
 	    T(test_urls_resolve_as_curl_would),
 	    T(test_json_length_is_honoured),
