@@ -36,6 +36,10 @@ struct fs_options {
 	char *profile;
 	int path_style;
 	int no_sign;
+	/* As given; fs_options_parse checks them and sets the numbers below. */
+	char *stall_timeout_text;
+	char *retries_text;
+	char *max_transfers_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
@@ -79,6 +83,9 @@ struct fs_handle {
 	uint64_t run_end;    /* the furthest read request's end in it */
 	uint64_t dropped_to; /* the kernel's cached pages of the run below it are dropped */
 };
+
+/* Pending background (readahead) requests the kernel may send: see fs_init. */
+#define FS_MAX_BACKGROUND 1024
 
 struct fs_session {
 	struct fs_options opts;

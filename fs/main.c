@@ -127,6 +127,9 @@ static int parse_size(const char *text, uint64_t *out)
 	unsigned long long n;
 	int shift = 0;
 
+	/* strtoull would take "-5" as a huge size. */
+	if (text[0] < '0' || text[0] > '9')
+		return -EINVAL;
 	errno = 0;
 	n = strtoull(text, &end, 10);
 	if (errno || end == text)

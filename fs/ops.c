@@ -124,6 +124,16 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+	/*
+	 * Readahead reaches us as background requests, and the kernel lets only max_background
+	 * of them (12 by default) be pending per mount. A read waiting on a slow upstream is
+	 * parked here and holds its slot, so a dozen readers of slow objects used to stall
+	 * every cached or cold read on the mount behind them (promise 2). Parked requests cost
+	 * the daemon no thread, only a waiter, so the limit goes up to what the kernel allows
+	 * (root: any; others: fs.fuse.max_user_bgreq, 1638 by default).
+	 */
+	conn->max_background = FS_MAX_BACKGROUND;
+	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
 }
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

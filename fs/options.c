@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "fs/fs_i.h"
 
@@ -43,15 +44,15 @@ static const struct fuse_opt option_spec[] = {
     OPT("--proxy=%s", proxy),
     OPT("--proxy %s", proxy),
     OPT("proxy=%s", proxy),
-    OPT("--stall-timeout=%u", stall_timeout_s),
-    OPT("--stall-timeout %u", stall_timeout_s),
-    OPT("stall_timeout=%u", stall_timeout_s),
-    OPT("--retries=%u", retries),
-    OPT("--retries %u", retries),
-    OPT("retries=%u", retries),
-    OPT("--max-transfers=%u", max_transfers),
-    OPT("--max-transfers %u", max_transfers),
-    OPT("max_transfers=%u", max_transfers),
+    OPT("--stall-timeout=%s", stall_timeout_text),
+    OPT("--stall-timeout %s", stall_timeout_text),
+    OPT("stall_timeout=%s", stall_timeout_text),
+    OPT("--retries=%s", retries_text),
+    OPT("--retries %s", retries_text),
+    OPT("retries=%s", retries_text),
+    OPT("--max-transfers=%s", max_transfers_text),
+    OPT("--max-transfers %s", max_transfers_text),
+    OPT("max_transfers=%s", max_transfers_text),
     OPT("--endpoint=%s", endpoint),
     OPT("--endpoint %s", endpoint),
     OPT("endpoint=%s", endpoint),
@@ -191,6 +192,43 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 	}
 }
 
+/*
+ * A whole number in [min, max] for option `name`, else a usage error. fuse_opt's %u takes
+ * "-1" as 4294967295 and "4294967297" as 1: a wrapped --stall-timeout or --retries would
+ * quietly lift the bounds that keep reads from hanging.
+ */
+static int parse_count(const char *name, const char *text, unsigned min, unsigned max,
+                       unsigned fallback, unsigned *out)
+{
+	char *end = NULL;
+	unsigned long n;
+
+	if (!text) {
+		*out = fallback;
+		return 0;
+	}
+	errno = 0;
+	n = text[0] >= '0' && text[0] <= '9' ? strtoul(text, &end, 10) : 0;
+	if (!end || *end || errno || n < min || n > max) {
+		fprintf(stderr, "spoolfs: %s must be a whole number from %u to %u, not '%s'\n",
+		        name, min, max, text);
+		return -EINVAL;
+	}
+	*out = (unsigned)n;
+	return 0;
+}
+
+/* An http(s) or file URL, else a usage error: a mirror replaces the manifest's base. */
+static int check_mirror(const char *url)
+{
+	if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0 ||
+	    strncasecmp(url, "file://", 7) == 0)
+		return 0;
+	fprintf(stderr, "spoolfs: --mirror must be an http://, https:// or file:// URL, not '%s'\n",
+	        url);
+	return -EINVAL;
+}
+
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 {
 	if (fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
@@ -201,12 +239,15 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 		fprintf(stderr, "spoolfs: need SOURCE and MOUNTPOINT (see --help)\n");
 		return -EINVAL;
 	}
-	if (opts->stall_timeout_s == 0)
-		opts->stall_timeout_s = 30;
-	if (opts->retries == 0)
-		opts->retries = 6;
-	if (opts->max_transfers == 0)
-		opts->max_transfers = 16;
+	if (parse_count("--stall-timeout", opts->stall_timeout_text, 1, 86400, 30,
+	                &opts->stall_timeout_s) != 0 ||
+	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
+	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
+	                &opts->max_transfers) != 0)
+		return -EINVAL;
+	for (unsigned i = 0; i < opts->n_mirrors; i++)
+		if (check_mirror(opts->mirrors[i]) != 0)
+			return -EINVAL;
 	if (opts->log_level && strcmp(opts->log_level, "debug") != 0 &&
 	    strcmp(opts->log_level, "info") != 0 && strcmp(opts->log_level, "warn") != 0 &&
 	    strcmp(opts->log_level, "error") != 0) {
@@ -224,6 +265,9 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->ca_file);
 	free(opts->proxy);
 	free(opts->cache_max_size);
+	free(opts->stall_timeout_text);
+	free(opts->retries_text);
+	free(opts->max_transfers_text);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);

@@ -145,3 +145,28 @@ def test_usage_errors(tmp_path):
     assert proc.returncode == 0 and b"--cache-dir" in proc.stdout
     proc = subprocess.run([SPOOLFS, "--version"], capture_output=True, timeout=30)
     assert proc.returncode == 0 and proc.stdout.startswith(b"spoolfs ")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--retries", "-1"], "--retries must be a whole number from 1 to 1000, not '-1'"),
+    (["--retries", "4294967297"], "--retries must be a whole number from 1 to 1000"),
+    (["-o", "retries=0"], "--retries must be a whole number from 1 to 1000, not '0'"),
+    (["--stall-timeout=-1"], "--stall-timeout must be a whole number from 1 to 86400"),
+    (["--stall-timeout", "4294967297"], "--stall-timeout must be a whole number"),
+    (["--stall-timeout", "3s"], "--stall-timeout must be a whole number"),
+    (["--max-transfers", "-3"], "--max-transfers must be a whole number from 1 to 1024"),
+    (["--cache-max-size", "-5"], "bad --cache-max-size '-5'"),
+    (["--mirror", "ftp://x/"], "--mirror must be an http://, https:// or file:// URL"),
+], ids=["retries-negative", "retries-wraps", "retries-zero", "stall-negative", "stall-wraps",
+        "stall-unit", "transfers-negative", "cache-size-negative", "mirror-scheme"])
+def test_option_values_out_of_range_are_usage_errors(tmp_path, args, message):
+    """fuse_opt's %u read -1 as 4294967295 and 4294967297 as 1: --stall-timeout -1 turned
+    stall detection off and --retries -1 retried for ever, with no word said."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f"] + args + [str(tmp_path / "m.json"), str(mnt)],
+                          env=daemon_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=30)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode != 0 and message in err, err
+    assert not is_mounted(str(mnt))

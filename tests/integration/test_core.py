@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, is_mounted, read_file
-from helpers import expected, kill_first_reader, sha, wait_until, waiting_on_fuse
+from helpers import expected, flight_records, kill_first_reader, sha, wait_until, waiting_on_fuse
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
@@ -356,3 +356,44 @@ def test_kernel_readahead_is_raised_at_the_first_open(store, mount):
     assert read_file(m.p("ra.bin")) == expected(store, "ra.bin")
     with open(knob) as f:
         assert int(f.read()) == want
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "page-cache"])
+def test_reads_parked_on_slow_objects_do_not_hold_up_other_reads(store, mount, mode):
+    """Readahead reaches the daemon as background requests, of which the kernel lets a
+    mount have max_background pending (12 unless the daemon says otherwise). Readers of
+    13 objects whose upstream holds every response park 13 such requests: a cold read of
+    another object, and a read of a complete one through the page cache, must still be
+    answered (they used to wait in the kernel until one of the 13 was answered)."""
+    slow = [store.add("slow%02d.bin" % i, 3 * MiB) for i in range(13)]
+    fresh = store.add("fresh.bin", 3 * MiB)
+    local = store.add("local.bin", 4 * MiB)
+    m = mount(store.write(), *(["--no-passthrough"] if mode == "page-cache" else []))
+    assert read_file(m.p(local)) == expected(store, local)
+    fd = os.open(m.p(local), os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read again through the daemon
+    os.close(fd)
+    for p in slow:
+        store.up.fault(p, gate=True)
+    readers = [subprocess.Popen(["cat", m.p(p)], stdout=subprocess.DEVNULL) for p in slow]
+    try:
+        store.up.wait_for(lambda st: sum(st["paths"].get(p, {}).get("gated", 0)
+                                         for p in slow) == len(slow), timeout=20 * SLOW)
+        wait_until(lambda: sum(1 for f in flight_records(m).values()
+                               if f["waiting_reads"] > 0) == len(slow),
+                   lambda: flight_records(m))
+        # The gates stay closed until both reads are done: a read held up behind them
+        # fails here instead of hanging.
+        for p in (fresh, local):
+            out = {}
+            t = threading.Thread(target=lambda: out.update(data=read_file(m.p(p))),
+                                 daemon=True)
+            t.start()
+            t.join(20 * SLOW)
+            assert out.get("data") == expected(store, p), "%s is held up" % p
+    finally:
+        for p in slow:
+            store.up.release(p)
+        for r in readers:
+            r.kill()
+            r.wait()
