@@ -6,11 +6,13 @@
 #include "fetch/http.h"
 
 #include <ctype.h>
+#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 void http_response_reset(struct http_response *resp)
 {
@@ -129,8 +131,21 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 	} else if (name_len == 11 && strncasecmp(line, "retry-after", 11) == 0) {
 		const char *p = value;
 		uint64_t n;
-		if (parse_u64(&p, stop, &n) == 0 && p == stop)
+		char date[64];
+		if (parse_u64(&p, stop, &n) == 0 && p == stop) {
 			resp->retry_after_s = n > 86400 ? 86400 : (int)n;
+		} else if (value_len < sizeof(date)) {
+			/* Or an HTTP-date (RFC 9110 10.2.3): the wait is until then. */
+			memcpy(date, value, value_len);
+			date[value_len] = '\0';
+			time_t at = curl_getdate(date, NULL);
+			if (at > 0) {
+				time_t wait = at - time(NULL);
+				resp->retry_after_s = wait < 0       ? 0
+				                      : wait > 86400 ? 86400
+				                                     : (int)wait;
+			}
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ struct http_response {
 	bool has_content_length;
 	uint64_t content_length;
 	char etag[HTTP_ETAG_MAX]; /* as sent, quotes included; "" when absent or too long */
-	int retry_after_s;        /* -1 when absent or not delta-seconds */
+	int retry_after_s;        /* -1 when absent or malformed; an HTTP-date counts from now */
 	/*
 	 * The object's SHA-256 as lower-case hex, from x-amz-checksum-sha256 (base64 of the
 	 * digest; composite multipart checksums are ignored) or x-amz-meta-sha256 (hex).

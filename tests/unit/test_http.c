@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "fetch/http.h"
 
@@ -400,10 +401,18 @@ static void test_header_retry_after(void **state)
 	feed(&resp, "Retry-After: 0\r\n");
 	assert_int_equal(resp.retry_after_s, 0);
 
-	/* An HTTP-date is ignored. */
+	/* An HTTP-date: the wait is until then, none for one past. */
 	http_response_reset(&resp);
 	feed(&resp, "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n");
-	assert_int_equal(resp.retry_after_s, -1);
+	assert_int_equal(resp.retry_after_s, 0);
+	char line[96], date[64];
+	time_t soon = time(NULL) + 100;
+	strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime(&soon));
+	snprintf(line, sizeof(line), "Retry-After: %s\r\n", date);
+	http_response_reset(&resp);
+	feed(&resp, line);
+	assert_in_range(resp.retry_after_s, 98, 100);
+	http_response_reset(&resp);
 
 	/* So are other non-delta values. */
 	feed(&resp, "Retry-After: -5\r\n");
