@@ -15,7 +15,8 @@
 
 struct source_options {
 	struct fetch_net net;
-	unsigned total_timeout_s;
+	unsigned stall_timeout_s; /* a fetch that receives nothing this long is dropped */
+	unsigned max_tries;       /* tries of a fetch that fails transiently */
 };
 
 /*

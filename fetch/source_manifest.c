@@ -6,12 +6,15 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "fetch/http.h"
 #include "fetch/log.h"
 
 struct buffer {
@@ -70,15 +73,73 @@ out:
 	return rc;
 }
 
+/* Delay before try `attempt` + 1 of the manifest, as downloads back off. */
+static uint64_t retry_delay_ms(unsigned attempt, int retry_after_s)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return http_backoff_ms(attempt, 200, 5000, (double)(now.tv_nsec % 1000) / 1000.0,
+	                       retry_after_s > 0 ? retry_after_s : -1, 20000);
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
+{
+	http_response_header(userdata, line, size * nitems);
+	return size * nitems;
+}
+
+/*
+ * One GET of url into buf. Returns 0 (with *code), or -errno with err written;
+ * *retry_after_s is -1 when trying again cannot help, else the server's wish (0: none).
+ */
+static int fetch_once(CURL *easy, const char *url, const char *shown, struct buffer *buf,
+                      long *code, int *retry_after_s, char *err, size_t err_len)
+{
+	struct http_response resp;
+	char errbuf[CURL_ERROR_SIZE] = "";
+	CURLcode res;
+
+	http_response_reset(&resp);
+	*retry_after_s = -1;
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, buf);
+	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(easy, CURLOPT_HEADERDATA, &resp);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+	res = curl_easy_perform(easy);
+	*code = 0;
+	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, code);
+	if (buf->too_big) {
+		snprintf(err, err_len, "manifest %s is larger than %u bytes", shown,
+		         SOURCE_MANIFEST_MAX);
+		return -EFBIG;
+	}
+	bool local = strncmp(url, "file:", 5) == 0;
+	if (res != CURLE_OK) {
+		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown,
+		         errbuf[0] ? errbuf : curl_easy_strerror(res));
+		if (!local && res != CURLE_PEER_FAILED_VERIFICATION &&
+		    res != CURLE_SSL_CACERT_BADFILE && res != CURLE_WRITE_ERROR)
+			*retry_after_s = 0;
+		return -EIO;
+	}
+	if (!local && *code != 200) {
+		snprintf(err, err_len, "cannot fetch manifest %s: HTTP %ld", shown, *code);
+		if (*code == 408 || *code == 429 || *code >= 500)
+			*retry_after_s = resp.retry_after_s > 0 ? resp.retry_after_s : 0;
+		return -EIO;
+	}
+	return 0;
+}
+
 int source_manifest_read(const char *source, const struct source_options *opts, char **text,
                          size_t *len, char **base_url, char *err, size_t err_len)
 {
 	struct buffer buf = {0};
-	char *url = NULL, shown[512], errbuf[CURL_ERROR_SIZE] = "";
+	char *url = NULL, shown[512];
 	CURL *easy = NULL;
-	CURLcode res;
 	long code = 0;
-	int rc;
+	int rc, retry_after_s;
 
 	if (strstr(source, "://")) {
 		url = strdup(source);
@@ -104,32 +165,29 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
 	curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(easy, CURLOPT_WRITEDATA, &buf);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
-
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)opts->total_timeout_s);
-
+	/* No bound on the whole transfer: a large manifest on a slow link takes what it
+	 * takes. One that stops is dropped after the stall timeout, as a download is. */
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)opts->stall_timeout_s);
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
 
-	res = curl_easy_perform(easy);
-	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
-	if (buf.too_big) {
-		rc = -EFBIG;
-		snprintf(err, err_len, "manifest %s is larger than %u bytes", shown,
-		         SOURCE_MANIFEST_MAX);
-		goto out;
+	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
+	 * tries a download would. */
+	for (unsigned attempt = 1;; attempt++) {
+		buf.len = 0;
+		buf.too_big = false;
+		rc = fetch_once(easy, url, shown, &buf, &code, &retry_after_s, err, err_len);
+		if (rc == 0 || retry_after_s < 0 || attempt >= opts->max_tries)
+			break;
+		uint64_t delay_ms = retry_delay_ms(attempt, retry_after_s);
+		fetch_log(FETCH_LOG_WARN, "%s; try %u of %u in %" PRIu64 " ms", err, attempt + 1,
+		          opts->max_tries, delay_ms);
+		nanosleep(&(struct timespec){.tv_sec = (time_t)(delay_ms / 1000),
+		                             .tv_nsec = (long)(delay_ms % 1000) * 1000000},
+		          NULL);
 	}
-	if (res != CURLE_OK) {
-		rc = -EIO;
-		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown,
-		         errbuf[0] ? errbuf : curl_easy_strerror(res));
+	if (rc)
 		goto out;
-	}
-	if (strncmp(url, "file:", 5) != 0 && code != 200) {
-		rc = -EIO;
-		snprintf(err, err_len, "cannot fetch manifest %s: HTTP %ld", shown, code);
-		goto out;
-	}
 	if (!buf.data) {
 		buf.data = strdup("");
 		if (!buf.data) {

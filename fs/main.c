@@ -223,7 +223,8 @@ static int load_manifest(struct fs_session *s)
 {
 	struct source_options src = {
 	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
-	    .total_timeout_s = 120};
+	    .stall_timeout_s = s->opts.stall_timeout_s,
+	    .max_tries = s->opts.retries};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int rc;

@@ -4,6 +4,7 @@ and the reason, and no mount left behind."""
 import json
 import os
 import subprocess
+import threading
 
 import pytest
 
@@ -170,3 +171,53 @@ def test_option_values_out_of_range_are_usage_errors(tmp_path, args, message):
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode != 0 and message in err, err
     assert not is_mounted(str(mnt))
+
+
+def test_a_manifest_fetch_that_fails_transiently_is_tried_again(store, mount):
+    """A 503 or a dropped connection while fetching the manifest is tried again, as a
+    download would be (it used to fail the mount at once); a 404 is not."""
+    store.add("x.bin", 1000)
+    url = store.write()
+    store.up.fault("manifest.json", fail_status=503, fail_count=2)
+    m = mount(url)
+    assert os.listdir(m.path) == ["x.bin"]
+    assert store.up.stats("manifest.json")["statuses"] == [503, 503, 200]
+    assert "try 3 of 6" in m.stderr()
+
+
+def test_a_manifest_that_keeps_failing_fails_the_mount_after_the_retries(store, tmp_path):
+    url = store.write()
+    store.up.fault("manifest.json", fail_status=500, fail_count=100)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run([SPOOLFS, "-f", "--retries", "2", url, str(mnt)], env=daemon_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert proc.returncode != 0 and b"HTTP 500" in proc.stderr
+    assert store.up.stats("manifest.json")["statuses"] == [500, 500]
+    store.up.clear()
+    store.up.reset()
+    store.up.fault("manifest.json", fail_status=404, fail_count=100)
+    proc = subprocess.run([SPOOLFS, "-f", url, str(mnt)], env=daemon_env(),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert proc.returncode != 0 and b"HTTP 404" in proc.stderr
+    assert store.up.stats("manifest.json")["statuses"] == [404]
+    assert not is_mounted(str(mnt))
+
+
+def test_a_stalled_manifest_fetch_is_dropped_and_tried_again(store, mount):
+    """A manifest whose body stops is dropped after --stall-timeout and fetched again (it
+    used to wait out a fixed 120 s, then fail the mount)."""
+    store.add("x.bin", 1000)
+    url = store.write()
+    store.up.fault("manifest.json", stall_at=10)
+    t = threading.Thread(target=lambda: store.up.wait_for(
+        lambda st: st["gets"] >= 2, timeout=30, path="manifest.json"), daemon=True)
+    t.start()
+
+    def clear_after_the_first_try():
+        t.join()
+        store.up.clear()
+    threading.Thread(target=clear_after_the_first_try, daemon=True).start()
+    m = mount(url, "--stall-timeout", "1")
+    assert os.listdir(m.path) == ["x.bin"]
+    assert "try 2 of 6" in m.stderr()
