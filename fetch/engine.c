@@ -67,6 +67,8 @@ struct stream {
 	unsigned round;        /* the flight's fail_round when it started */
 	uint64_t last_byte_ms; /* when the last header or body byte arrived */
 	int fatal;             /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault;      /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx;      /* which of the flight's urls it asked */
 	char why[160];         /* what went wrong, for the log line */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
@@ -298,6 +300,7 @@ static void stream_write_failed(struct stream *s, int rc)
 	if (s->fatal)
 		return;
 	s->fatal = rc;
+	s->spool_fault = true;
 	stream_why(s, "spool write failed: %s", strerror(-rc));
 	s->engine->write_failed = true;
 }
@@ -414,6 +417,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	s->easy = curl_easy_init();
 	if (!s->easy)
 		goto fail_stream;
+	s->url_idx = f->url_idx;
 	curl_easy_setopt(s->easy, CURLOPT_URL, f->urls[f->url_idx]);
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 
@@ -1044,17 +1048,58 @@ static int activate(struct engine *e, struct flight *f)
  * servers honest, so a hashed object switches at any point and drops its pinned ETag
  * (mirrors need not agree on ETags); an unhashed one switches only before its first byte.
  */
+static bool may_switch_mirror(struct flight *f)
+{
+	return f->n_urls > 1 && (f->sha256[0] || flight_written(f) == 0);
+}
+
+/* Whether url i answered this flight with a refusal (see url_refused in flight.h). */
+static bool refused(const struct flight *f, unsigned i)
+{
+	return i < 32 && (f->urls_refused >> i & 1u);
+}
+
 static void next_mirror(struct flight *f)
 {
-	if (f->n_urls < 2 || (!f->sha256[0] && flight_written(f) > 0))
+	unsigned next = f->url_idx;
+
+	if (!may_switch_mirror(f))
 		return;
+	do
+		next = (next + 1) % f->n_urls;
+	while (refused(f, next) && next != f->url_idx);
 	pthread_mutex_lock(&f->lock);
-	f->url_idx = (f->url_idx + 1) % f->n_urls;
+	f->url_idx = next;
 	/* A version the source named is part of the object's identity: every mirror must
 	 * serve that one (the key says so). */
 	if (f->sha256[0] || !f->source_etag)
 		f->etag[0] = '\0';
 	pthread_mutex_unlock(&f->lock);
+}
+
+/*
+ * A mirror that refuses an object (404, a size or version that is not the manifest's, a
+ * certificate it cannot prove) is often one not yet synced: the object goes on from the
+ * other URLs, and fails only once each has refused it (or, unhashed, once bytes came from
+ * one of them). True when it goes on.
+ */
+static bool try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why)
+{
+	char url[512];
+
+	if (!may_switch_mirror(f))
+		return false;
+	if (from < 32)
+		f->urls_refused |= 1u << from;
+	if (f->url_idx == from) /* else another stream of it has switched already */
+		next_mirror(f);
+	if (refused(f, f->url_idx))
+		return false;
+	fetch_log(FETCH_LOG_WARN, "%s: %s from %s; trying %s", f->name, why,
+	          fetch_redact_url(f->urls[from], url, sizeof(url)),
+	          f->url_idx == 0 ? "the manifest's URL" : "the next mirror");
+	atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+	return true;
 }
 
 static void on_done(struct engine *e, struct stream *s, CURLcode result)
@@ -1101,7 +1146,11 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	snprintf(why, sizeof(why), "%s", s->why);
 	int retry_after = s->retryable ? s->resp.retry_after_s : -1;
 	unsigned round = s->round;
+	bool servers_answer = !s->spool_fault;
+	unsigned asked = s->url_idx;
 	stream_free(e, s);
+	if (fatal && servers_answer && try_other_mirror(e, f, asked, why))
+		return;
 	if (fatal) {
 		fail_flight(e, f, fatal, why);
 		return;

@@ -143,6 +143,7 @@ struct flight {
 	 * changes them under lock (it alone changes them, so it reads them without). */
 	char etag[256];
 	unsigned url_idx;
+	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
 	bool engine_started;
 	bool engine_queued;               /* guarded by the engine's queue lock */
 	struct flight *engine_next;       /* guarded by the engine's queue lock */
