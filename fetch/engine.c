@@ -27,6 +27,17 @@
 /* A reader this far ahead of a stream's position gets a stream of its own. */
 #define FAR_AHEAD_BYTES FLIGHT_CHUNK_BYTES
 /*
+ * Splitting a stream for a far reader throws away what the old one has in flight past the
+ * split point: on a fast link, the rest of a small object (its tail was fetched twice when
+ * a head and a tail reader came together). So a far reader waits for the stream when it
+ * will get there within this long, at the rate it has been going; a stream with no rate
+ * yet gets this long to show one.
+ */
+#define SPLIT_WAIT_MS 100
+/* A rate measured over less than this is not trusted yet. */
+#define RATE_SAMPLE_MS 10
+#define RATE_SAMPLE_BYTES (256u << 10)
+/*
  * Record progress in the index at least this often per flight (each record costs an
  * fdatasync). While another mount sharing the cache directory watches the download, also
  * whatever arrived every so many milliseconds: that is how quickly its readers see bytes.
@@ -61,15 +72,17 @@ struct stream {
 	uint64_t skip;          /* leading bytes to drop: a 200 answered a ranged request */
 	bool checked;           /* status and headers validated */
 	bool reached_end;
-	bool retryable;        /* the status asked for a retry (5xx, 429, 408) */
-	bool stalled;          /* aborted: no byte for the stall timeout */
-	bool background;       /* fills the object for nobody in particular */
-	unsigned round;        /* the flight's fail_round when it started */
-	uint64_t last_byte_ms; /* when the last header or body byte arrived */
-	int fatal;             /* -errno decided in a callback; the flight fails with it */
-	bool spool_fault;      /* fatal is ours (the spool), not the server's answer */
-	unsigned url_idx;      /* which of the flight's urls it asked */
-	char why[160];         /* what went wrong, for the log line */
+	bool retryable;         /* the status asked for a retry (5xx, 429, 408) */
+	bool stalled;           /* aborted: no byte for the stall timeout */
+	bool background;        /* fills the object for nobody in particular */
+	unsigned round;         /* the flight's fail_round when it started */
+	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
+	uint64_t started_ms;    /* when this request started */
+	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
+	int fatal;              /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault;       /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx;       /* which of the flight's urls it asked */
+	char why[160];          /* what went wrong, for the log line */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
 	struct stream *next; /* in f->streams */
@@ -106,6 +119,7 @@ struct engine {
 	/* Transfer thread only: a flush failed, so some stream curl still runs may carry a
 	 * fatal error no callback of its own will report; engine_main ends such streams. */
 	bool write_failed;
+	uint64_t recheck_ms; /* when a deferred split is looked at again, 0 = none */
 	uint64_t pending_off;
 	size_t pending_len;
 	char *pending_buf; /* SPOOL_WRITE_BYTES */
@@ -365,6 +379,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	int rc;
 
 	s->last_byte_ms = now_ms();
+	if (!s->first_body_ms)
+		s->first_body_ms = s->last_byte_ms;
 	if (!s->checked)
 		check_response(s);
 	if (s->fatal || s->retryable)
@@ -433,7 +449,7 @@ static int stream_start(struct engine *e, struct flight *f, uint64_t start, uint
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_BUFFER_BYTES);
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
-	s->last_byte_ms = now_ms();
+	s->last_byte_ms = s->started_ms = now_ms();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
@@ -635,6 +651,32 @@ static int start_demand(struct engine *e, struct flight *f, const struct index_r
 	return stream_start(e, f, from > gap_start ? from : gap_start, to < gap_end ? to : gap_end);
 }
 
+/*
+ * Whether a reader waiting at `chunk`, ahead of stream s, should have a stream of its own
+ * now (see SPLIT_WAIT_MS). When not, asks the loop to look again by the time it would be.
+ */
+static bool split_worth(struct engine *e, const struct stream *s, uint64_t chunk, uint64_t now)
+{
+	uint64_t got = s->pos - s->attempt_start, elapsed, eta_ms, due;
+
+	if (!s->first_body_ms ||
+	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
+		if (now - s->started_ms >= SPLIT_WAIT_MS)
+			return true; /* slow to start: no reason to believe it will be quick */
+		due = s->started_ms + SPLIT_WAIT_MS;
+	} else {
+		elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
+		/* (chunk - pos) / (got / elapsed), in ms; got > 0 here, or no rate yet above */
+		eta_ms = got ? (chunk - s->pos) * elapsed / got : UINT64_MAX;
+		if (eta_ms > SPLIT_WAIT_MS)
+			return true;
+		due = now + RATE_SAMPLE_MS;
+	}
+	if (!e->recheck_ms || due < e->recheck_ms)
+		e->recheck_ms = due;
+	return false;
+}
+
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
 static void schedule(struct engine *e, struct flight *f)
 {
@@ -661,7 +703,7 @@ static void schedule(struct engine *e, struct flight *f)
 		anchor = anchor < chunk ? anchor : chunk;
 		if (s) {
 			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
-			    f->no_ranges)
+			    f->no_ranges || !split_worth(e, s, chunk, now_ms()))
 				continue;
 			/* Split: the new stream takes the far part, the old one stops there. */
 			uint64_t end = s->end;
@@ -1317,6 +1359,12 @@ static void *engine_main(void *arg)
 			record_progress(e, f, false);
 		}
 		retire_finished(e);
+		if (e->recheck_ms) {
+			now = now_ms();
+			if ((long)(e->recheck_ms - now) < timeout)
+				timeout = e->recheck_ms > now ? (long)(e->recheck_ms - now) : 1;
+			e->recheck_ms = 0; /* schedule sets it again while it still defers */
+		}
 		curl_multi_poll(e->multi, NULL, 0, timeout > 0 ? (int)timeout : 1, NULL);
 		pthread_mutex_lock(&e->queue_lock);
 		stopping = e->stopping;

@@ -397,3 +397,37 @@ def test_reads_parked_on_slow_objects_do_not_hold_up_other_reads(store, mount, m
         for r in readers:
             r.kill()
             r.wait()
+
+
+def test_a_head_and_a_tail_reader_together_fetch_a_small_object_once(store, mount):
+    """A tail read arriving with the first read of a small object used to split the
+    whole-object request at the tail's chunk: the first response was cut there, and what
+    the server had already sent of the tail was thrown away and fetched again (1.5x the
+    object on loopback). At this link's rate the first request reaches the tail at once,
+    so the tail reader waits for it."""
+    size = 2 * MiB
+    paths = [store.add("pair%d.bin" % i, size) for i in range(8)]
+    m = mount(store.write())
+    for p in paths:
+        want = expected(store, p)
+        fds = [os.open(m.p(p), os.O_RDONLY) for _ in range(2)]
+        try:
+            together = threading.Barrier(2)
+            got = {}
+
+            def read(k, off, n):
+                together.wait()
+                got[k] = os.pread(fds[k], n, off)
+            ts = [threading.Thread(target=read, args=(0, 0, 128 * 1024)),
+                  threading.Thread(target=read, args=(1, size - 4096, 4096))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert got[0] == want[:128 * 1024] and got[1] == want[-4096:]
+        assert read_file(m.p(p)) == want
+        st = store.up.stats(p)
+        assert st["bytes"] == size and st["gets"] == 1, (p, st)
