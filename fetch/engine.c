@@ -652,29 +652,92 @@ static int start_demand(struct engine *e, struct flight *f, const struct index_r
 }
 
 /*
+ * How long s will take to reach byte `to` at the rate it has been going, in ms:
+ * UINT64_MAX when it has shown no rate within SPLIT_WAIT_MS of its start; 0 when it is
+ * too young to tell, with *recheck set to when it may be.
+ */
+static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64_t *recheck)
+{
+	uint64_t got = s->pos - s->attempt_start, elapsed;
+
+	if (to <= s->pos)
+		return 0;
+	if (!s->first_body_ms || got == 0 ||
+	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
+		if (now - s->started_ms >= SPLIT_WAIT_MS)
+			return UINT64_MAX; /* slow to start: no reason to believe it will be quick
+			                    */
+		*recheck = s->started_ms + SPLIT_WAIT_MS;
+		return 0;
+	}
+	elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
+	*recheck = now + RATE_SAMPLE_MS;
+	return (to - s->pos) * elapsed / got;
+}
+
+/* Asks the loop to run schedule again by `when`. */
+static void recheck_by(struct engine *e, uint64_t when)
+{
+	if (when && (!e->recheck_ms || when < e->recheck_ms))
+		e->recheck_ms = when;
+}
+
+/*
  * Whether a reader waiting at `chunk`, ahead of stream s, should have a stream of its own
  * now (see SPLIT_WAIT_MS). When not, asks the loop to look again by the time it would be.
  */
 static bool split_worth(struct engine *e, const struct stream *s, uint64_t chunk, uint64_t now)
 {
-	uint64_t got = s->pos - s->attempt_start, elapsed, eta_ms, due;
+	uint64_t recheck = 0;
 
-	if (!s->first_body_ms ||
-	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
-		if (now - s->started_ms >= SPLIT_WAIT_MS)
-			return true; /* slow to start: no reason to believe it will be quick */
-		due = s->started_ms + SPLIT_WAIT_MS;
-	} else {
-		elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
-		/* (chunk - pos) / (got / elapsed), in ms; got > 0 here, or no rate yet above */
-		eta_ms = got ? (chunk - s->pos) * elapsed / got : UINT64_MAX;
-		if (eta_ms > SPLIT_WAIT_MS)
-			return true;
-		due = now + RATE_SAMPLE_MS;
-	}
-	if (!e->recheck_ms || due < e->recheck_ms)
-		e->recheck_ms = due;
+	if (eta_ms(s, chunk, now, &recheck) > SPLIT_WAIT_MS)
+		return true;
+	recheck_by(e, recheck);
 	return false;
+}
+
+enum room { NO_ROOM, ROOM, ROOM_MADE };
+
+/*
+ * Makes room for a stream a reader of f waits on, when the limits leave none: stops a
+ * background piece (one that fills an object for nobody in particular) that still has
+ * more than SPLIT_WAIT_MS to go, the one furthest into its object, of f itself when f is
+ * at its own limit, else of any object. Its unfetched part is claimed again by a later
+ * piece; what it had in flight is lost, which a reader kept waiting for a whole piece
+ * (8 s at 1 MiB/s) would cost more. One about to end is waited for instead.
+ */
+static enum room room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
+{
+	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
+	struct stream *victim = NULL;
+	uint64_t now = now_ms(), recheck = 0;
+
+	if (can_start(e, f))
+		return ROOM;
+	for (size_t i = 0; i < e->n_active; i++) {
+		struct flight *g = e->active[i];
+		if (own && g != f)
+			continue;
+		for (struct stream *s = g->streams; s; s = s->next) {
+			uint64_t when = 0;
+			if (!s->background || s == spare ||
+			    eta_ms(s, s->end, now, &when) <= SPLIT_WAIT_MS) {
+				recheck = when && (!recheck || when < recheck) ? when : recheck;
+				continue;
+			}
+			if (!victim || s->pos > victim->pos)
+				victim = s;
+		}
+	}
+	if (!victim) {
+		recheck_by(e, recheck);
+		return NO_ROOM;
+	}
+	fetch_log(FETCH_LOG_DEBUG,
+	          "%s: background piece at byte %" PRIu64 " stopped for a reader of %s",
+	          victim->f->name, victim->pos, f->name);
+	stream_free(e, victim);
+	return can_start(e, f) ? ROOM_MADE : NO_ROOM;
 }
 
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
@@ -697,13 +760,15 @@ static void schedule(struct engine *e, struct flight *f)
 	f->retry_due_ms = 0;
 	index_ranges_init(&claimed);
 	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
-	for (unsigned i = 0; i < n && rc == 0 && can_start(e, f); i++) {
+	for (unsigned i = 0; i < n && rc == 0; i++) {
 		uint64_t off = wanted[i].off, chunk = off - off % FLIGHT_CHUNK_BYTES;
 		struct stream *s = stream_covering(f, off);
 		anchor = anchor < chunk ? anchor : chunk;
 		if (s) {
 			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
 			    f->no_ranges || !split_worth(e, s, chunk, now_ms()))
+				continue;
+			if (room_for_reader(e, f, s) == NO_ROOM)
 				continue;
 			/* Split: the new stream takes the far part, the old one stops there. */
 			uint64_t end = s->end;
@@ -717,6 +782,14 @@ static void schedule(struct engine *e, struct flight *f)
 			break;
 		if (index_ranges_covers(&claimed, off, off + 1))
 			continue; /* written, withheld until verification */
+		enum room room = room_for_reader(e, f, NULL);
+		if (room == NO_ROOM)
+			break;
+		if (room == ROOM_MADE) {
+			rc = claimed_ranges(f, &claimed); /* a stopped piece left a gap */
+			if (rc)
+				break;
+		}
 		if (!whole && !f->no_ranges) {
 			rc = start_demand(e, f, &claimed, &wanted[i]);
 			continue;

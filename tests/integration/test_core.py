@@ -431,3 +431,69 @@ def test_a_head_and_a_tail_reader_together_fetch_a_small_object_once(store, moun
         assert read_file(m.p(p)) == want
         st = store.up.stats(p)
         assert st["bytes"] == size and st["gets"] == 1, (p, st)
+
+
+def _background_full(store, paths, slots):
+    store.up.wait_for(lambda st: sum(st["paths"].get(p, {}).get("active", 0)
+                                     for p in paths) >= slots, timeout=20 * SLOW)
+
+
+def test_a_reader_of_a_new_object_stops_a_background_piece_rather_than_wait(store, mount):
+    """Two sequential readers of slow large objects fill every transfer slot with their
+    pieces (--max-transfers 4). A reader of a third object takes a slot from a piece that
+    fills an object for nobody in particular; it used to wait for one to end (a whole
+    8 MiB piece at 64 KiB/s: two minutes)."""
+    big = [store.add("big%d.bin" % i, 64 * MiB) for i in range(2)]
+    small = store.add("small.bin", 100 * 1024)
+    m = mount(store.write(), "--max-transfers", "4")
+    for p in big:
+        store.up.fault(p, rate=64 * 1024)
+    readers, threads = [], []
+    try:
+        for p in big:
+            readers.append(subprocess.Popen(["cat", m.p(p)], stdout=subprocess.DEVNULL))
+        _background_full(store, big, 4)
+        out = {}
+        threads.append(threading.Thread(
+            target=lambda: out.update(data=read_file(m.p(small))), daemon=True))
+        threads[0].start()
+        threads[0].join(30 * SLOW)
+        assert out.get("data") == expected(store, small), "the new object's reader waited"
+        assert store.up.stats(small)["gets"] == 1
+    finally:
+        for r in readers:
+            r.kill()
+            r.wait()
+        store.up.clear()  # a read still waiting finishes, so the mount can go
+        for t in threads:
+            t.join(60 * SLOW)
+
+
+def test_a_second_far_reader_stops_a_background_piece_rather_than_wait(store, mount):
+    """One object's sequential reader plus its background pieces, plus one far reader,
+    reach the object's own limit of streams; a second far reader takes the slot of the
+    piece furthest along, instead of waiting for some piece to end."""
+    size = 256 * MiB
+    p = store.add("wide.bin", size)
+    m = mount(store.write())
+    store.up.fault(p, rate=64 * 1024)
+    want = expected(store, p)
+    reader = subprocess.Popen(["cat", m.p(p)], stdout=subprocess.DEVNULL)
+    threads = []
+    fd = os.open(m.p(p), os.O_RDONLY)
+    try:
+        _background_full(store, [p], 9)
+        for at in (128 * MiB, 192 * MiB):
+            out = {}
+            threads.append(threading.Thread(target=lambda: out.update(
+                data=os.pread(fd, 4096, at)), daemon=True))
+            threads[-1].start()
+            threads[-1].join(30 * SLOW)
+            assert out.get("data") == want[at:at + 4096], "far read at %d waited" % at
+    finally:
+        reader.kill()
+        reader.wait()
+        store.up.clear()  # a read still waiting finishes, so the mount can go
+        for t in threads:
+            t.join(60 * SLOW)
+        os.close(fd)
