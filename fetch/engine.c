@@ -1321,6 +1321,7 @@ static void retire_finished(struct engine *e)
 				                          memory_order_relaxed);
 			record_progress(e, f, true);
 			release_lease(e, f);
+			flight_engine_done(f);
 			flight_unref(f);
 			continue;
 		}

@@ -33,6 +33,8 @@ struct flight_table {
 	unsigned n_tainted;
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
+	bool close_idle_spools; /* see flight_table_close_idle_spools */
+	/* Set before the first flight exists, read-only afterwards. */
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;
@@ -93,6 +95,11 @@ void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, st
 {
 	table->on_failed = fn;
 	table->on_failed_ctx = ctx;
+}
+
+void flight_table_close_idle_spools(struct flight_table *table)
+{
+	table->close_idle_spools = true;
 }
 
 void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
@@ -411,6 +418,60 @@ void flight_unref(struct flight *f)
 	free(f->url);
 	free(f->name);
 	free(f);
+}
+
+/* The fd to close when f's spool is idle (complete, retired, unused), else -1. Caller holds
+ * f->lock. */
+static int idle_spool_fd_locked(struct flight *f)
+{
+	int fd = -1;
+
+	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
+	    f->spool_users == 0) {
+		fd = f->spool_fd;
+		f->spool_fd = -1;
+	}
+	return fd;
+}
+
+int flight_hold_spool(struct flight *f)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_path) {
+		f->spool_fd = open(f->spool_path, O_RDONLY | O_CLOEXEC);
+		if (f->spool_fd < 0)
+			rc = -errno;
+	}
+	if (rc == 0)
+		f->spool_users++;
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+void flight_release_spool(struct flight *f)
+{
+	int fd;
+
+	pthread_mutex_lock(&f->lock);
+	f->spool_users--;
+	fd = idle_spool_fd_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+void flight_engine_done(struct flight *f)
+{
+	int fd;
+
+	pthread_mutex_lock(&f->lock);
+	f->engine_done = true;
+	fd = idle_spool_fd_locked(f);
+	pthread_mutex_unlock(&f->lock);
+	if (fd >= 0)
+		close(fd);
 }
 
 int flight_spool_fd(struct flight *f)

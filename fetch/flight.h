@@ -112,8 +112,10 @@ struct flight {
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	enum flight_state state;
-	int error;    /* -errno once FAILED */
-	int spool_fd; /* -1 until the engine created the spool */
+	int error;            /* -errno once FAILED */
+	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
+	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
+	bool engine_done;     /* the transfer thread retired it: it writes no more */
 	char *spool_path;
 	/* The spool is another mount's download (shared cache directory): read it, never
 	 * delete it. */
@@ -178,6 +180,22 @@ void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, st
 /* Called once per completed flight, with no lock held (the daemon records it). */
 void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
                               void *ctx);
+
+/*
+ * Closes a complete object's spool fd while nothing uses it, and opens it again for the
+ * next user: a session that reads more objects than RLIMIT_NOFILE allows would otherwise
+ * run out of fds. Only for a spool directory no other mount uses, since another mount may
+ * delete a spool whose fd (and its lease.h mark) is closed. Call before the first flight.
+ */
+void flight_table_close_idle_spools(struct flight_table *table);
+
+/* Holds f's spool fd open for a user (an open handle), reopening it if it was closed
+ * while idle. 0 or -errno (the spool file is gone). Pair with flight_release_spool. */
+int flight_hold_spool(struct flight *f);
+void flight_release_spool(struct flight *f);
+
+/* The transfer thread is done with f (it writes to the spool no more). */
+void flight_engine_done(struct flight *f);
 
 /*
  * Starts the hasher thread: from then on flight_deliver leaves hashing and verification to

@@ -96,6 +96,7 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
 	if (h->flight) {
 		atomic_fetch_sub(&h->flight->handles, 1);
+		flight_release_spool(h->flight);
 		flight_unref(h->flight);
 	}
 	free(h->text);
@@ -460,6 +461,22 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	rc = open_flight(s, ino, &f, &created);
+	/* A complete object's spool may have been closed while idle; if it cannot be opened
+	 * again (removed behind our back), the object is fetched anew. */
+	if (rc == 0 && (rc = flight_hold_spool(f)) != 0) {
+		fetch_log(FETCH_LOG_WARN,
+		          "%s: its spool file cannot be opened again (%s): "
+		          "fetching it again",
+		          f->name, strerror(-rc));
+		flight_fail(f, rc);
+		flight_unref(f);
+		f = NULL;
+		rc = open_flight(s, ino, &f, &created);
+		if (rc == 0 && (rc = flight_hold_spool(f)) != 0) {
+			flight_unref(f);
+			f = NULL;
+		}
+	}
 	if (rc)
 		goto fail;
 	h->flight = f;
