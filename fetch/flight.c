@@ -420,18 +420,25 @@ void flight_unref(struct flight *f)
 	free(f);
 }
 
-/* The fd to close when f's spool is idle (complete, retired, unused), else -1. Caller holds
- * f->lock. */
-static int idle_spool_fd_locked(struct flight *f)
+/*
+ * One user of f's spool is gone (user_left), or the transfer thread is (engine_left):
+ * closes the fd if the spool is now idle (complete, retired, unused).
+ */
+static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 {
 	int fd = -1;
 
+	pthread_mutex_lock(&f->lock);
+	f->spool_users -= user_left;
+	f->engine_done |= engine_left;
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
 	    f->spool_users == 0) {
 		fd = f->spool_fd;
 		f->spool_fd = -1;
 	}
-	return fd;
+	pthread_mutex_unlock(&f->lock);
+	if (fd >= 0)
+		close(fd);
 }
 
 int flight_hold_spool(struct flight *f)
@@ -452,26 +459,12 @@ int flight_hold_spool(struct flight *f)
 
 void flight_release_spool(struct flight *f)
 {
-	int fd;
-
-	pthread_mutex_lock(&f->lock);
-	f->spool_users--;
-	fd = idle_spool_fd_locked(f);
-	pthread_mutex_unlock(&f->lock);
-	if (fd >= 0)
-		close(fd);
+	leave_spool(f, true, false);
 }
 
 void flight_engine_done(struct flight *f)
 {
-	int fd;
-
-	pthread_mutex_lock(&f->lock);
-	f->engine_done = true;
-	fd = idle_spool_fd_locked(f);
-	pthread_mutex_unlock(&f->lock);
-	if (fd >= 0)
-		close(fd);
+	leave_spool(f, false, true);
 }
 
 int flight_spool_fd(struct flight *f)

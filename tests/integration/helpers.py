@@ -119,3 +119,14 @@ def kill_first_reader(up, up_path, target, followers=5):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def mount_with_tmpdir(mount, tmpdir, source, *args):
+    """Mounts with TMPDIR=tmpdir: the session cache directory is made there, where the
+    test can look at it."""
+    tmpdir.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(tmpdir)
+    try:
+        return mount(source, *args)
+    finally:
+        del os.environ["TMPDIR"]

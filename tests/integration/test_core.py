@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, is_mounted, read_file
-from helpers import expected, flight_records, kill_first_reader, sha, wait_until, waiting_on_fuse
+from helpers import (expected, flight_records, kill_first_reader, mount_with_tmpdir, sha,
+                     wait_until, waiting_on_fuse)
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
@@ -222,12 +223,7 @@ def test_corrupt_prefix_never_reads_whole(store, mount):
 def test_sigterm_unmounts_and_cleans_cache(store, mount, tmp_path):
     store.add("x.bin", MiB)
     tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    os.environ["TMPDIR"] = str(tmpdir)
-    try:
-        m = mount(store.write())
-    finally:
-        del os.environ["TMPDIR"]
+    m = mount_with_tmpdir(mount, tmpdir, store.write())
     assert read_file(m.p("x.bin")) == expected(store, "x.bin")
     # its cache directory (sqlite's temporary files come and go: they are unlinked at once)
     assert len([n for n in os.listdir(tmpdir) if n.startswith("spoolfs-")]) == 1

@@ -16,7 +16,7 @@ import pytest
 
 from client import Upstream
 from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
-from helpers import expected, read_until_error, sha, wait_until
+from helpers import expected, mount_with_tmpdir, read_until_error, sha, wait_until
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES: the unit of re-sent bytes per resume
@@ -619,12 +619,7 @@ def test_an_idle_spool_removed_behind_the_daemons_back_is_fetched_again(store, m
     fetches the object again instead of failing."""
     path = store.add("swept.bin", 3 * MiB)
     tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    os.environ["TMPDIR"] = str(tmpdir)
-    try:
-        m = mount(store.write())
-    finally:
-        del os.environ["TMPDIR"]
+    m = mount_with_tmpdir(mount, tmpdir, store.write())
     assert read_file(m.p(path)) == expected(store, path)
     spools = [os.path.join(d, n) for d, _, names in os.walk(tmpdir) for n in names
               if n.endswith(".spool")]
