@@ -275,6 +275,8 @@ static void check_response(struct stream *s)
 	if (f->etag[0] == '\0') {
 		pthread_mutex_lock(&f->lock);
 		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
+		if (s->url_idx == 0 && !f->primary_etag[0])
+			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
 		pthread_mutex_unlock(&f->lock);
 	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
 		s->fatal = -EIO;
@@ -672,6 +674,8 @@ static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64
 	}
 	elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
 	*recheck = now + RATE_SAMPLE_MS;
+	if (to - s->pos > UINT64_MAX / elapsed)
+		return UINT64_MAX;
 	return (to - s->pos) * elapsed / got;
 }
 
@@ -698,19 +702,33 @@ static bool split_worth(struct engine *e, const struct stream *s, uint64_t chunk
 
 enum room { NO_ROOM, ROOM, ROOM_MADE };
 
+/* Whether some reader of f waits for a byte that s is fetching. */
+static bool awaited(struct flight *f, const struct stream *s)
+{
+	struct flight_want wanted[MAX_WANTED];
+	bool whole;
+	unsigned n = flight_wanted(f, wanted, MAX_WANTED, &whole);
+
+	for (unsigned i = 0; i < n; i++)
+		if (s->pos <= wanted[i].off && wanted[i].off < s->end)
+			return true;
+	return false;
+}
+
 /*
  * Makes room for a stream a reader of f waits on, when the limits leave none: stops a
- * background piece (one that fills an object for nobody in particular) that still has
- * more than SPLIT_WAIT_MS to go, the one furthest into its object, of f itself when f is
- * at its own limit, else of any object. Its unfetched part is claimed again by a later
- * piece; what it had in flight is lost, which a reader kept waiting for a whole piece
- * (8 s at 1 MiB/s) would cost more. One about to end is waited for instead.
+ * background piece (one that fills an object for nobody in particular, and still nobody
+ * waits on) that still has more than SPLIT_WAIT_MS to go, the one with the most to go, of
+ * f itself when f is at its own limit, else of any object; never one of a server that
+ * ignores ranges, where a new request would start over. Its unfetched part is claimed again by a
+ * later piece; what it had in flight is lost, which a reader kept waiting for a whole piece (8 s at
+ * 1 MiB/s) would cost more. One about to end is waited for instead.
  */
 static enum room room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
 {
 	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
 	struct stream *victim = NULL;
-	uint64_t now = now_ms(), recheck = 0;
+	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
 
 	if (can_start(e, f))
 		return ROOM;
@@ -718,15 +736,23 @@ static enum room room_for_reader(struct engine *e, struct flight *f, const struc
 		struct flight *g = e->active[i];
 		if (own && g != f)
 			continue;
+		/* Without ranges (or skipping a 200's head) a new request starts over from 0. */
+		if (g->no_ranges)
+			continue;
 		for (struct stream *s = g->streams; s; s = s->next) {
-			uint64_t when = 0;
-			if (!s->background || s == spare ||
-			    eta_ms(s, s->end, now, &when) <= SPLIT_WAIT_MS) {
+			uint64_t when = 0, eta;
+			if (!s->background || s == spare || s->skip > 0)
+				continue;
+			eta = eta_ms(s, s->end, now, &when);
+			if (eta <= SPLIT_WAIT_MS) {
 				recheck = when && (!recheck || when < recheck) ? when : recheck;
 				continue;
 			}
-			if (!victim || s->pos > victim->pos)
+			/* Started for nobody, but someone may have come to wait for it since. */
+			if (eta > victim_eta && !awaited(g, s)) {
 				victim = s;
+				victim_eta = eta;
+			}
 		}
 	}
 	if (!victim) {
@@ -1244,18 +1270,8 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	if (fatal == 0 && s->stalled) {
 		stream_why(s, "no byte for %u s (stalled)", e->cfg.stall_timeout_s);
 	} else if (fatal == 0 && !s->retryable) {
-		switch (result) {
-		case CURLE_UNSUPPORTED_PROTOCOL:
-		case CURLE_URL_MALFORMAT:
-		case CURLE_PEER_FAILED_VERIFICATION:
-		case CURLE_SSL_CACERT_BADFILE:
-		case CURLE_FILE_COULDNT_READ_FILE:
-		case CURLE_TOO_MANY_REDIRECTS:
+		if (!http_curl_error_is_transient(result))
 			fatal = -EIO;
-			break;
-		default:
-			break;
-		}
 		stream_why(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(result));
 	}
 	snprintf(why, sizeof(why), "%s", s->why);

@@ -163,7 +163,8 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	if (!f->key || !f->url || !f->name || !f->urls)
 		goto fail;
 	f->urls[f->n_urls++] = f->url;
-	for (unsigned i = 0; i < spec->n_mirror_urls; i++) {
+	/* urls_refused has a bit per URL: fs/options.c allows no more mirrors than fit. */
+	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < 32; i++) {
 		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
 		if (!f->urls[f->n_urls])
 			goto fail;
@@ -303,6 +304,7 @@ out:
  */
 static void table_remove(struct flight *f, const char *etag, const char *url)
 {
+	int pin_rc = 0;
 	struct flight_table *table = f->table;
 	uint64_t bucket = hash_key(f->key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
@@ -320,14 +322,16 @@ static void table_remove(struct flight *f, const char *etag, const char *url)
 		f->in_table = false;
 		pthread_mutex_unlock(&f->lock);
 		taint_locked(table, f->key);
-		if (etag[0] && version_pins_put(table->pins, f->key, url, etag) == -ENOSPC)
-			fetch_log(
-			    FETCH_LOG_WARN,
-			    "%s: too many failed objects to remember the version of this one: "
-			    "its next download takes what the server has then",
-			    f->name);
+		if (etag[0])
+			pin_rc = version_pins_put(table->pins, f->key, url, etag);
 	}
 	pthread_mutex_unlock(&table->lock);
+	if (pin_rc)
+		fetch_log(FETCH_LOG_WARN,
+		          "%s: cannot remember the version it had (%s): its next download takes "
+		          "what the server has then",
+		          f->name,
+		          pin_rc == -ENOSPC ? "too many failed objects" : strerror(-pin_rc));
 	if (found) {
 		flight_unref(f);
 		free(found);
@@ -443,17 +447,39 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 
 int flight_hold_spool(struct flight *f)
 {
-	int rc = 0;
+	struct stat st;
+	bool reopen;
+	int fd = -1, rc = 0;
 
 	pthread_mutex_lock(&f->lock);
-	if (f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_path) {
-		f->spool_fd = open(f->spool_path, O_RDONLY | O_CLOEXEC);
-		if (f->spool_fd < 0)
-			rc = -errno;
-	}
-	if (rc == 0)
+	/* Counted before the lock goes: no idle close can come between here and the reopen. */
+	if (f->state == FLIGHT_FAILED)
+		rc = -ESTALE;
+	else
 		f->spool_users++;
+	/* spool_path is set once, before the flight can be complete: read below unlocked. */
+	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_path;
 	pthread_mutex_unlock(&f->lock);
+	if (!reopen)
+		return rc;
+	/* Not under the lock: an open may wait for the disk. */
+	fd = open(f->spool_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		rc = -errno;
+	else if (fstat(fd, &st) != 0)
+		rc = -errno;
+	else if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino)
+		rc = -ESTALE; /* another file has its name now: not these bytes */
+	pthread_mutex_lock(&f->lock);
+	if (rc == 0 && f->spool_fd < 0) {
+		f->spool_fd = fd;
+		fd = -1;
+	}
+	if (rc)
+		f->spool_users--; /* the fd was -1 all along: nothing to close */
+	pthread_mutex_unlock(&f->lock);
+	if (fd >= 0)
+		close(fd); /* another user opened it first, or it is not ours */
 	return rc;
 }
 
@@ -712,6 +738,8 @@ int flight_table_evict(struct flight_table *table, const char *key)
 /* Makes fd the flight's spool, unless the flight failed meanwhile. Takes path. */
 static int install_spool(struct flight *f, int fd, char *path, bool borrowed)
 {
+	struct stat st;
+
 	pthread_mutex_lock(&f->lock);
 	if (f->state == FLIGHT_FAILED) {
 		int rc = f->error;
@@ -726,6 +754,10 @@ static int install_spool(struct flight *f, int fd, char *path, bool borrowed)
 	f->spool_fd = fd;
 	f->spool_path = path;
 	f->spool_borrowed = borrowed;
+	if (fstat(fd, &st) == 0) {
+		f->spool_dev = st.st_dev;
+		f->spool_ino = st.st_ino;
+	}
 	pthread_mutex_unlock(&f->lock);
 	/* Advisory: without the mark, eviction elsewhere may delete a file still read here, which
 	 * costs a refetch in a later session, never wrong bytes. */
@@ -1046,7 +1078,7 @@ void flight_fail(struct flight *f, int err)
 	struct flight_waiter *ready;
 	bool first;
 
-	char etag[sizeof(f->etag)] = "";
+	char etag[sizeof(f->primary_etag)] = "";
 	const char *url;
 
 	pthread_mutex_lock(&f->lock);
@@ -1058,8 +1090,8 @@ void flight_fail(struct flight *f, int err)
 	/* The version its responses came in, which the next flight of the key must keep to. A
 	 * version the source named comes with every spec anyway. */
 	if (!f->source_etag)
-		memcpy(etag, f->etag, sizeof(etag));
-	url = f->urls[f->url_idx];
+		memcpy(etag, f->primary_etag, sizeof(etag));
+	url = f->url; /* what the next flight's spec names: a mirror's ETags are its own */
 	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
 	const char *spool_path = f->spool_borrowed ? NULL : f->spool_path;
 	pthread_mutex_unlock(&f->lock);

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "index/ranges.h"
 
@@ -115,7 +116,9 @@ struct flight {
 	int error;            /* -errno once FAILED */
 	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
 	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
-	bool engine_done;     /* the transfer thread retired it: it writes no more */
+	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
+	ino_t spool_ino;
+	bool engine_done; /* the transfer thread retired it: it writes no more */
 	char *spool_path;
 	/* The spool is another mount's download (shared cache directory): read it, never
 	 * delete it. */
@@ -145,7 +148,8 @@ struct flight {
 	 * changes them under lock (it alone changes them, so it reads them without). */
 	char etag[256];
 	unsigned url_idx;
-	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
+	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
+	uint32_t urls_refused;  /* bit i: urls[i] refused the object (404...): not asked again */
 	bool engine_started;
 	bool engine_queued;               /* guarded by the engine's queue lock */
 	struct flight *engine_next;       /* guarded by the engine's queue lock */
@@ -189,8 +193,12 @@ void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, 
  */
 void flight_table_close_idle_spools(struct flight_table *table);
 
-/* Holds f's spool fd open for a user (an open handle), reopening it if it was closed
- * while idle. 0 or -errno (the spool file is gone). Pair with flight_release_spool. */
+/*
+ * Holds f's spool fd open for a user (an open handle), reopening it if it was closed while
+ * idle. 0; -ESTALE when f failed meanwhile or its spool file is not the one it wrote;
+ * -ENOENT when that file is gone (both: open a new flight); or another -errno (EMFILE...:
+ * f is fine, this open fails). Pair a success with flight_release_spool.
+ */
 int flight_hold_spool(struct flight *f);
 void flight_release_spool(struct flight *f);
 
@@ -250,7 +258,12 @@ void flight_ref(struct flight *f);
 /* Drops a reference; the last one closes the spool (flight_fail already deleted a failed one). */
 void flight_unref(struct flight *f);
 
-/* The spool fd, valid while the caller holds a reference and saw the range readable. */
+/*
+ * The spool fd. Valid for a holder of the spool (flight_hold_spool: an open handle, which
+ * a readable range implies), and for the transfer thread until flight_engine_done. The
+ * recorder uses it with a reference only: it runs with a named --cache-dir, where idle
+ * spools are never closed (flight_table_close_idle_spools is only for the session's own).
+ */
 int flight_spool_fd(struct flight *f);
 
 /*

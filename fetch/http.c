@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
+#include <stdlib.h>
 #include <time.h>
 
 void http_response_reset(struct http_response *resp)
@@ -176,4 +177,24 @@ uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, do
 			delay = asked;
 	}
 	return delay;
+}
+
+double http_jitter(void)
+{
+	return (double)arc4random_uniform(1u << 20) / (double)(1u << 20);
+}
+
+bool http_curl_error_is_transient(int res)
+{
+	switch ((CURLcode)res) {
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_URL_MALFORMAT:
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_FILE_COULDNT_READ_FILE:
+	case CURLE_TOO_MANY_REDIRECTS:
+		return false;
+	default:
+		return true;
+	}
 }

@@ -54,4 +54,11 @@ bool http_etag_is_weak(const char *etag);
 uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,
                          int retry_after_s, uint64_t retry_after_cap_ms);
 
+/* A jitter for http_backoff_ms, uniform in [0, 1), different in every process and call. */
+double http_jitter(void);
+
+/* Whether a request that failed with curl's `res` may pass when tried again (no answer, a
+ * cut, a timeout), rather than fail the same way (a bad URL, a refused redirect, TLS). */
+bool http_curl_error_is_transient(int res);
+
 #endif

@@ -37,7 +37,10 @@ static void escape_controls(const char *line, char *out, size_t cap)
 	size_t n = 0;
 
 	for (const unsigned char *p = (const unsigned char *)line; *p && n + 5 < cap; p++) {
-		if (*p < 0x20 || *p == 0x7f) {
+		if (*p == '\\') { /* so that a name holding the text "\x0a" reads as that */
+			out[n++] = '\\';
+			out[n++] = '\\';
+		} else if (*p < 0x20 || *p == 0x7f) {
 			out[n++] = '\\';
 			out[n++] = 'x';
 			out[n++] = hex[*p >> 4];

@@ -76,10 +76,7 @@ out:
 /* Delay before try `attempt` + 1 of the manifest, as downloads back off. */
 static uint64_t retry_delay_ms(unsigned attempt, int retry_after_s)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return http_backoff_ms(attempt, 200, 5000, (double)(now.tv_nsec % 1000) / 1000.0,
+	return http_backoff_ms(attempt, 200, 5000, http_jitter(),
 	                       retry_after_s > 0 ? retry_after_s : -1, 20000);
 }
 
@@ -118,8 +115,7 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 	if (res != CURLE_OK) {
 		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown,
 		         errbuf[0] ? errbuf : curl_easy_strerror(res));
-		if (!local && res != CURLE_PEER_FAILED_VERIFICATION &&
-		    res != CURLE_SSL_CACERT_BADFILE && res != CURLE_WRITE_ERROR)
+		if (!local && http_curl_error_is_transient(res))
 			*retry_after_s = 0;
 		return -EIO;
 	}
@@ -174,7 +170,9 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
 	 * tries a download would. */
 	for (unsigned attempt = 1;; attempt++) {
-		buf.len = 0;
+		buf.len = 0; /* an empty answer must not leave the last try's text behind */
+		if (buf.data)
+			buf.data[0] = '\0';
 		buf.too_big = false;
 		rc = fetch_once(easy, url, shown, &buf, &code, &retry_after_s, err, err_len);
 		if (rc == 0 || retry_after_s < 0 || attempt >= opts->max_tries)

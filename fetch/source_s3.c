@@ -307,6 +307,8 @@ int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers)
 	/* Not CURLU_URLDECODE: it refuses control bytes, which an S3 key (and a file name) may
 	 * hold. Only a NUL cannot be in either. */
 	key_path = curl_easy_unescape(NULL, path, 0, &len);
+	if (!key_path)
+		rc = -ENOMEM;
 	if (!key_path || memchr(key_path, '\0', (size_t)len))
 		goto out;
 	rc = prepare_request(src, key_path, NULL, 0, &checksum, 1, &signed_url, headers);
@@ -461,7 +463,7 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 		bool untrusted =
 		    res == CURLE_PEER_FAILED_VERIFICATION || res == CURLE_SSL_CACERT_BADFILE;
 		rc = untrusted ? -EACCES : -EHOSTUNREACH;
-		*retry_after_s = untrusted ? -1 : 0;
+		*retry_after_s = http_curl_error_is_transient(res) ? 0 : -1;
 		goto out;
 	}
 	rc = b.feed_rc ? b.feed_rc : s3_list_parser_finish(b.parser, result);
@@ -505,13 +507,10 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 		rc = list_page_once(src, prefix, token, result, &retry_after_s, err, err_len);
 		if (rc == 0 || retry_after_s < 0 || attempt >= src->max_tries)
 			break;
-		struct timespec now;
-		clock_gettime(CLOCK_MONOTONIC, &now);
 		/* Jitter keeps many CI machines that failed together from retrying together. */
-		uint64_t delay_ms =
-		    http_backoff_ms(attempt, LIST_BACKOFF_BASE_MS, LIST_BACKOFF_CAP_MS,
-		                    (double)(now.tv_nsec % 1000) / 1000.0,
-		                    retry_after_s ? retry_after_s : -1, LIST_RETRY_AFTER_CAP_MS);
+		uint64_t delay_ms = http_backoff_ms(
+		    attempt, LIST_BACKOFF_BASE_MS, LIST_BACKOFF_CAP_MS, http_jitter(),
+		    retry_after_s ? retry_after_s : -1, LIST_RETRY_AFTER_CAP_MS);
 		fetch_log(FETCH_LOG_WARN, "%s; try %u of %u in %" PRIu64 " ms", err, attempt + 1,
 		          src->max_tries, delay_ms);
 		nanosleep(&(struct timespec){.tv_sec = (time_t)(delay_ms / 1000),

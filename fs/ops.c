@@ -429,6 +429,40 @@ out:
 	return rc;
 }
 
+/*
+ * Holds *f's spool for a new handle (flight_hold_spool). A complete object's spool closed
+ * while idle may be gone (a tmp cleaner) or replaced: its flight fails and a new one
+ * fetches it again. It may also have failed just after the join: the same. Other errors
+ * (out of fds) fail this open only, and leave the object cached. On failure *f is
+ * unreferenced and NULL; returns 0 or -errno.
+ */
+static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct flight **f,
+                                    bool *created)
+{
+	int rc = flight_hold_spool(*f);
+
+	if (rc == -ENOENT || rc == -ESTALE) {
+		if (rc == -ENOENT)
+			fetch_log(FETCH_LOG_WARN, "%s: its spool file is gone: fetching it again",
+			          (*f)->name);
+		flight_fail(*f, -EIO); /* a no-op if it failed already */
+		flight_unref(*f);
+		*f = NULL;
+		rc = open_flight(s, ino, f, created);
+		if (rc == 0)
+			rc = flight_hold_spool(*f);
+	}
+	if (rc && *f) {
+		fetch_log(FETCH_LOG_WARN, "%s: cannot open its spool file again: %s", (*f)->name,
+		          strerror(-rc));
+		flight_unref(*f);
+		*f = NULL;
+		/* The opener has fds to spare: ours ran out, which is the system's doing to it. */
+		rc = rc == -EMFILE ? -ENFILE : -EIO;
+	}
+	return rc;
+}
+
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
@@ -461,22 +495,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	rc = open_flight(s, ino, &f, &created);
-	/* A complete object's spool may have been closed while idle; if it cannot be opened
-	 * again (removed behind our back), the object is fetched anew. */
-	if (rc == 0 && (rc = flight_hold_spool(f)) != 0) {
-		fetch_log(FETCH_LOG_WARN,
-		          "%s: its spool file cannot be opened again (%s): "
-		          "fetching it again",
-		          f->name, strerror(-rc));
-		flight_fail(f, rc);
-		flight_unref(f);
-		f = NULL;
-		rc = open_flight(s, ino, &f, &created);
-		if (rc == 0 && (rc = flight_hold_spool(f)) != 0) {
-			flight_unref(f);
-			f = NULL;
-		}
-	}
+	if (rc == 0)
+		rc = hold_spool_or_start_over(s, ino, &f, &created);
 	if (rc)
 		goto fail;
 	h->flight = f;

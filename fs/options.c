@@ -245,6 +245,11 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
 	                &opts->max_transfers) != 0)
 		return -EINVAL;
+	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
+	if (opts->n_mirrors > FS_MAX_MIRRORS) {
+		fprintf(stderr, "spoolfs: at most %u --mirror options\n", FS_MAX_MIRRORS);
+		return -EINVAL;
+	}
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		if (check_mirror(opts->mirrors[i]) != 0)
 			return -EINVAL;

@@ -11,6 +11,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* A slot whose 64 bits came with two sizes (sizes are never negative). */
+#define COLLIDED INT64_MIN
+
 static uint64_t prefix_of(const char *hex)
 {
 	uint64_t v = 0;
@@ -55,9 +58,16 @@ int digest_sizes_note(struct digest_sizes *t, const char *sha256_hex, int64_t si
 
 	if (2 * (t->n + 1) > t->cap && grow(t) < 0)
 		return -ENOMEM;
-	for (j = d & (t->cap - 1); t->digests[j]; j = (j + 1) & (t->cap - 1))
-		if (t->digests[j] == d)
-			return t->sizes[j] == size ? 0 : 1;
+	for (j = d & (t->cap - 1); t->digests[j]; j = (j + 1) & (t->cap - 1)) {
+		if (t->digests[j] != d)
+			continue;
+		if (t->sizes[j] == size)
+			return 0;
+		/* Two sizes under these 64 bits, maybe of two digests: the slot no longer tells
+		 * which size goes with which, so every later one of them is confirmed too. */
+		t->sizes[j] = COLLIDED;
+		return 1;
+	}
 	t->digests[j] = d;
 	t->sizes[j] = size;
 	t->n++;

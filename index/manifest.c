@@ -59,6 +59,7 @@ struct load {
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
 	struct ptable pt;
 	struct digest_sizes digests;
+	bool sha256_indexed; /* node(sha256) has an index: see check_other_size */
 	uint64_t files, dirs, bytes;
 	char *err;
 	size_t err_len;
@@ -627,7 +628,17 @@ static int check_other_size(struct load *ld, int64_t i, const char *path, size_t
 {
 	static const char sql[] = "SELECT size FROM node WHERE sha256 = ?1 AND size <> ?2 LIMIT 1";
 	sqlite3_stmt *st = NULL;
-	int rc = index_sqlite_errno(sqlite3_prepare_v2(ld->idx->db, sql, -1, &st, NULL));
+	int rc = 0;
+
+	/* Made at the first confirmation: a manifest crafted to collide in 64 bits again and
+	 * again would otherwise cost a scan of the table for each entry. */
+	if (!ld->sha256_indexed)
+		rc = index_sqlite_errno(sqlite3_exec(
+		    ld->idx->db, "CREATE INDEX IF NOT EXISTS node_sha256 ON node(sha256)", NULL,
+		    NULL, NULL));
+	ld->sha256_indexed = rc == 0;
+	if (rc == 0)
+		rc = index_sqlite_errno(sqlite3_prepare_v2(ld->idx->db, sql, -1, &st, NULL));
 
 	if (rc == 0)
 		rc = index_sqlite_errno(sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC));

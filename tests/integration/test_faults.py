@@ -600,10 +600,15 @@ def test_10000_open_read_close_cycles(store, mount):
             finally:
                 os.close(fd)
 
+    def fds_but_spools():
+        # The spool's own fd comes and goes with the handles (closed when idle, and the
+        # kernel's last release arrives after close returns): test_finished_objects_...
+        return sum(1 for t in fd_list(pid) if not t.endswith(".spool"))
+
     cycles(500)  # warm: the object is local, allocator pools are populated
-    fds0, rss0 = fd_count(pid), rss_kib(pid)
+    fds0, rss0 = fds_but_spools(), rss_kib(pid)
     cycles(10_000)
-    fds1, rss1 = fd_count(pid), rss_kib(pid)
+    fds1, rss1 = fds_but_spools(), rss_kib(pid)
     print("daemon after 10k cycles: fds %d -> %d, rss %d KiB -> %d KiB" % (fds0, fds1, rss0, rss1))
     assert fds1 == fds0, fd_list(pid)
     if SLOW == 1:
@@ -635,4 +640,4 @@ def test_an_idle_spool_removed_behind_the_daemons_back_is_fetched_again(store, m
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     assert read_file(m.p(path)) == expected(store, path)
     assert store.up.stats(path)["gets"] == 2
-    assert "cannot be opened again" in m.stderr()
+    assert "its spool file is gone: fetching it again" in m.stderr()

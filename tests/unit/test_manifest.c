@@ -794,6 +794,19 @@ static void test_digests_alike_in_their_first_bits_are_told_apart(void **state)
 	    0);
 }
 
+/* Three entries under one 64-bit prefix: d1 (size 1), d2 (size 2), d2 again (size 1). */
+static void test_a_second_collision_under_one_prefix_is_caught(void **state)
+{
+	expect_refusal(*state,
+	               "{\"version\":1,\"files\":["
+	               "{\"path\":\"a\",\"size\":1,\"sha256\":\"" SHA_LOWER "\"},"
+	               "{\"path\":\"c\",\"size\":2,\"sha256\":"
+	               "\"abcdef0123456789000000000000000000000000000000000000000000000000\"},"
+	               "{\"path\":\"d\",\"size\":1,\"sha256\":"
+	               "\"abcdef0123456789000000000000000000000000000000000000000000000000\"}]}",
+	               "files[2] \"d\": another entry has the same sha256 and size 2");
+}
+
 static void test_refuse_url_not_string(void **state)
 {
 	expect_refusal(*state, BAD("{\"path\":\"b.bin\",\"size\":1,\"url\":[\"x\"]}"),
@@ -1052,6 +1065,7 @@ int main(void)
 	    T(test_an_empty_object_with_its_sha256_is_fine),
 	    T(test_refuse_one_sha256_with_two_sizes),
 	    T(test_digests_alike_in_their_first_bits_are_told_apart),
+	    T(test_a_second_collision_under_one_prefix_is_caught),
 	    T(test_no_base_url),
 	    T(test_urls_resolve_as_curl_would),
 	    T(test_json_length_is_honoured),
