@@ -107,7 +107,6 @@ struct engine {
 	unsigned n_transfers;
 	unsigned n_background; /* transfers of streams nobody is waiting on */
 	int64_t last_use_stamp;
-	uint64_t rng;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	/*
 	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
@@ -133,14 +132,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static double next_jitter(struct engine *e)
-{
-	e->rng ^= e->rng << 13;
-	e->rng ^= e->rng >> 7;
-	e->rng ^= e->rng << 17;
-	return (double)(e->rng >> 11) / (double)(1ull << 53);
-}
-
 void engine_config_defaults(struct engine_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -150,8 +141,8 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->max_transfers = 16;
 	cfg->max_streams_per_flight = 10;
 	cfg->parallel_parts = 8;
-	cfg->backoff_base_ms = 200;
-	cfg->backoff_cap_ms = 5000;
+	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
+	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
 }
 
 int engine_create(const struct engine_config *cfg, struct engine **out)
@@ -169,7 +160,6 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	if (!e->multi)
 		goto fail_engine;
 	pthread_mutex_init(&e->queue_lock, NULL);
-	e->rng = (uint64_t)now_ms() * 2654435761u + (uint64_t)getpid() + 1;
 	*out = e;
 	return 0;
 fail_engine:
@@ -256,7 +246,7 @@ static void check_response(struct stream *s)
 		 * fetching any of it, rather than ask again from byte 0. */
 		if (f->n_streams == 1)
 			s->end = f->size;
-	} else if (code == 408 || code == 429 || code >= 500) {
+	} else if (http_status_is_transient(code)) {
 		s->retryable = true;
 		stream_why(s, "HTTP %ld", code);
 		return;
@@ -653,10 +643,17 @@ static int start_demand(struct engine *e, struct flight *f, const struct index_r
 	return stream_start(e, f, from > gap_start ? from : gap_start, to < gap_end ? to : gap_end);
 }
 
+/* The earlier of two times, 0 standing for none. */
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	return !a || (b && b < a) ? b : a;
+}
+
 /*
  * How long s will take to reach byte `to` at the rate it has been going, in ms:
- * UINT64_MAX when it has shown no rate within SPLIT_WAIT_MS of its start; 0 when it is
- * too young to tell, with *recheck set to when it may be.
+ * UINT64_MAX when it has shown no rate within SPLIT_WAIT_MS of its start (slow to start:
+ * no reason to believe it will be quick); 0 when it is too young to tell, with *recheck
+ * set to when it may be.
  */
 static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64_t *recheck)
 {
@@ -667,8 +664,7 @@ static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64
 	if (!s->first_body_ms || got == 0 ||
 	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
 		if (now - s->started_ms >= SPLIT_WAIT_MS)
-			return UINT64_MAX; /* slow to start: no reason to believe it will be quick
-			                    */
+			return UINT64_MAX;
 		*recheck = s->started_ms + SPLIT_WAIT_MS;
 		return 0;
 	}
@@ -677,13 +673,6 @@ static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64
 	if (to - s->pos > UINT64_MAX / elapsed)
 		return UINT64_MAX;
 	return (to - s->pos) * elapsed / got;
-}
-
-/* Asks the loop to run schedule again by `when`. */
-static void recheck_by(struct engine *e, uint64_t when)
-{
-	if (when && (!e->recheck_ms || when < e->recheck_ms))
-		e->recheck_ms = when;
 }
 
 /*
@@ -696,19 +685,13 @@ static bool split_worth(struct engine *e, const struct stream *s, uint64_t chunk
 
 	if (eta_ms(s, chunk, now, &recheck) > SPLIT_WAIT_MS)
 		return true;
-	recheck_by(e, recheck);
+	e->recheck_ms = earliest(e->recheck_ms, recheck);
 	return false;
 }
 
-enum room { NO_ROOM, ROOM, ROOM_MADE };
-
-/* Whether some reader of f waits for a byte that s is fetching. */
-static bool awaited(struct flight *f, const struct stream *s)
+/* Whether s fetches one of the bytes readers wait for (n of them in wanted). */
+static bool awaited(const struct stream *s, const struct flight_want *wanted, unsigned n)
 {
-	struct flight_want wanted[MAX_WANTED];
-	bool whole;
-	unsigned n = flight_wanted(f, wanted, MAX_WANTED, &whole);
-
 	for (unsigned i = 0; i < n; i++)
 		if (s->pos <= wanted[i].off && wanted[i].off < s->end)
 			return true;
@@ -720,24 +703,26 @@ static bool awaited(struct flight *f, const struct stream *s)
  * background piece (one that fills an object for nobody in particular, and still nobody
  * waits on) that still has more than SPLIT_WAIT_MS to go, the one with the most to go, of
  * f itself when f is at its own limit, else of any object; never one of a server that
- * ignores ranges, where a new request would start over. Its unfetched part is claimed again by a
- * later piece; what it had in flight is lost, which a reader kept waiting for a whole piece (8 s at
- * 1 MiB/s) would cost more. One about to end is waited for instead.
+ * ignores ranges, where a new request would start over. Its unfetched part is claimed
+ * again by a later piece; what it had in flight is lost, which a reader kept waiting for
+ * a whole piece (8 s at 1 MiB/s) would cost more. One about to end is waited for instead.
+ * True when there is room now; a stopped piece may have left f a gap to claim.
  */
-static enum room room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
+static bool room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
 {
 	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
 	struct stream *victim = NULL;
 	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
 
 	if (can_start(e, f))
-		return ROOM;
+		return true;
 	for (size_t i = 0; i < e->n_active; i++) {
 		struct flight *g = e->active[i];
-		if (own && g != f)
-			continue;
-		/* Without ranges (or skipping a 200's head) a new request starts over from 0. */
-		if (g->no_ranges)
+		struct flight_want wanted[MAX_WANTED];
+		unsigned n_wanted = 0;
+		bool wanted_known = false, whole;
+		/* Without ranges a new request starts over from byte 0. */
+		if ((own && g != f) || g->no_ranges)
 			continue;
 		for (struct stream *s = g->streams; s; s = s->next) {
 			uint64_t when = 0, eta;
@@ -745,25 +730,31 @@ static enum room room_for_reader(struct engine *e, struct flight *f, const struc
 				continue;
 			eta = eta_ms(s, s->end, now, &when);
 			if (eta <= SPLIT_WAIT_MS) {
-				recheck = when && (!recheck || when < recheck) ? when : recheck;
+				recheck = earliest(recheck, when);
 				continue;
 			}
+			if (eta <= victim_eta)
+				continue;
 			/* Started for nobody, but someone may have come to wait for it since. */
-			if (eta > victim_eta && !awaited(g, s)) {
+			if (!wanted_known) {
+				n_wanted = flight_wanted(g, wanted, MAX_WANTED, &whole);
+				wanted_known = true;
+			}
+			if (!awaited(s, wanted, n_wanted)) {
 				victim = s;
 				victim_eta = eta;
 			}
 		}
 	}
 	if (!victim) {
-		recheck_by(e, recheck);
-		return NO_ROOM;
+		e->recheck_ms = earliest(e->recheck_ms, recheck);
+		return false;
 	}
 	fetch_log(FETCH_LOG_DEBUG,
 	          "%s: background piece at byte %" PRIu64 " stopped for a reader of %s",
 	          victim->f->name, victim->pos, f->name);
 	stream_free(e, victim);
-	return can_start(e, f) ? ROOM_MADE : NO_ROOM;
+	return can_start(e, f);
 }
 
 /* Starts the streams f needs now: far readers first, then the rest of the object. */
@@ -777,6 +768,7 @@ static void schedule(struct engine *e, struct flight *f)
 	uint64_t written;
 	bool whole;
 	unsigned n;
+	bool no_room = false;
 	int rc = 0;
 
 	flight_progress(f, &written, NULL, &state);
@@ -794,8 +786,14 @@ static void schedule(struct engine *e, struct flight *f)
 			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
 			    f->no_ranges || !split_worth(e, s, chunk, now_ms()))
 				continue;
-			if (room_for_reader(e, f, s) == NO_ROOM)
+			/* Once nothing could be stopped, this turn stops trying: each try scans
+			 * every stream, and the loop looks again soon (recheck_ms). */
+			if (no_room)
 				continue;
+			if (!room_for_reader(e, f, s)) {
+				no_room = true;
+				continue;
+			}
 			/* Split: the new stream takes the far part, the old one stops there. */
 			uint64_t end = s->end;
 			rc = stream_start(e, f, chunk, end);
@@ -808,14 +806,11 @@ static void schedule(struct engine *e, struct flight *f)
 			break;
 		if (index_ranges_covers(&claimed, off, off + 1))
 			continue; /* written, withheld until verification */
-		enum room room = room_for_reader(e, f, NULL);
-		if (room == NO_ROOM)
+		bool had_room = can_start(e, f);
+		if (no_room || !room_for_reader(e, f, NULL))
 			break;
-		if (room == ROOM_MADE) {
-			rc = claimed_ranges(f, &claimed); /* a stopped piece left a gap */
-			if (rc)
-				break;
-		}
+		if (!had_room && (rc = claimed_ranges(f, &claimed)) != 0)
+			break; /* (a stopped piece left a gap to claim) */
 		if (!whole && !f->no_ranges) {
 			rc = start_demand(e, f, &claimed, &wanted[i]);
 			continue;
@@ -1197,7 +1192,7 @@ static bool may_switch_mirror(struct flight *f)
 /* Whether url i answered this flight with a refusal (see url_refused in flight.h). */
 static bool refused(const struct flight *f, unsigned i)
 {
-	return i < 32 && (f->urls_refused >> i & 1u);
+	return f->urls_refused >> i & 1u; /* i < n_urls <= FLIGHT_MAX_URLS */
 }
 
 static void next_mirror(struct flight *f)
@@ -1230,8 +1225,7 @@ static bool try_other_mirror(struct engine *e, struct flight *f, unsigned from, 
 
 	if (!may_switch_mirror(f))
 		return false;
-	if (from < 32)
-		f->urls_refused |= 1u << from;
+	f->urls_refused |= 1u << from;
 	if (f->url_idx == from) /* else another stream of it has switched already */
 		next_mirror(f);
 	if (refused(f, f->url_idx))
@@ -1304,8 +1298,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		fail_flight(e, f, -EIO, msg);
 		return;
 	}
-	uint64_t delay = http_backoff_ms(f->failures, e->cfg.backoff_base_ms, e->cfg.backoff_cap_ms,
-	                                 next_jitter(e), retry_after, 4 * e->cfg.backoff_cap_ms);
+	uint64_t delay =
+	    http_backoff_ms(f->failures, e->cfg.backoff_base_ms, e->cfg.backoff_cap_ms,
+	                    fetch_net_jitter(), retry_after, 4 * e->cfg.backoff_cap_ms);
 	char url[512];
 	uint64_t written = 0;
 	flight_progress(f, &written, NULL, NULL);

@@ -20,6 +20,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/version_pins.h"
+#include "index/hash.h"
 
 #define TABLE_BUCKETS 1024
 
@@ -33,8 +34,7 @@ struct flight_table {
 	unsigned n_tainted;
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
-	bool close_idle_spools; /* see flight_table_close_idle_spools */
-	/* Set before the first flight exists, read-only afterwards. */
+	bool close_idle_spools;       /* see flight_table_close_idle_spools */
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;
@@ -55,15 +55,6 @@ struct table_entry {
 	struct flight *flight;
 	struct table_entry *next;
 };
-
-static uint64_t hash_key(const char *key)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 1099511628211ull;
-	return h;
-}
 
 int flight_table_create(const char *spool_dir, struct flight_table **out)
 {
@@ -163,8 +154,8 @@ static struct flight *flight_new(struct flight_table *table, const struct flight
 	if (!f->key || !f->url || !f->name || !f->urls)
 		goto fail;
 	f->urls[f->n_urls++] = f->url;
-	/* urls_refused has a bit per URL: fs/options.c allows no more mirrors than fit. */
-	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < 32; i++) {
+	/* fs/options.c allows no more mirrors than fit. */
+	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < FLIGHT_MAX_URLS; i++) {
 		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
 		if (!f->urls[f->n_urls])
 			goto fail;
@@ -247,7 +238,7 @@ static void taint_locked(struct flight_table *table, const char *key)
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
                       struct flight **out, bool *created)
 {
-	uint64_t bucket = hash_key(spec->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(spec->key) % TABLE_BUCKETS;
 	struct table_entry *e;
 	bool saw_failed = false;
 	int rc = 0;
@@ -306,7 +297,7 @@ static void table_remove(struct flight *f, const char *etag, const char *url)
 {
 	int pin_rc = 0;
 	struct flight_table *table = f->table;
-	uint64_t bucket = hash_key(f->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(f->key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
 
 	pthread_mutex_lock(&table->lock);
@@ -381,7 +372,7 @@ void flight_table_foreach(struct flight_table *table,
 
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = hash_key(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
 	uint64_t bytes = 0;
 
 	pthread_mutex_lock(&table->lock);
@@ -689,7 +680,7 @@ static int spool_path_of(struct flight *f, char **path)
 
 int flight_table_evict(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = hash_key(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
 	char *path = NULL;
 	int rc = 0;
@@ -1076,10 +1067,9 @@ int flight_complete_empty(struct flight *f)
 void flight_fail(struct flight *f, int err)
 {
 	struct flight_waiter *ready;
-	bool first;
-
 	char etag[sizeof(f->primary_etag)] = "";
 	const char *url;
+	bool first;
 
 	pthread_mutex_lock(&f->lock);
 	first = f->state != FLIGHT_FAILED;

@@ -30,6 +30,8 @@
 /* The unit of scheduling: far reads fetch from a chunk boundary, hashes withhold a chunk. */
 #define FLIGHT_CHUNK_BYTES (1u << 20)
 #define FLIGHT_HOLD_BYTES FLIGHT_CHUNK_BYTES
+/* A flight's URLs, its own and its mirrors': one bit each in urls_refused. */
+#define FLIGHT_MAX_URLS 32
 /*
  * Objects this small are downloaded whole as soon as they are opened. A larger one is too
  * once a reader reads it from the start or reads FLIGHT_SEQUENTIAL_BYTES in a row; until

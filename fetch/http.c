@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
-#include <stdlib.h>
 #include <time.h>
 
 void http_response_reset(struct http_response *resp)
@@ -179,9 +178,9 @@ uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, do
 	return delay;
 }
 
-double http_jitter(void)
+bool http_status_is_transient(long code)
 {
-	return (double)arc4random_uniform(1u << 20) / (double)(1u << 20);
+	return code == 408 || code == 429 || code >= 500;
 }
 
 bool http_curl_error_is_transient(int res)

@@ -1,7 +1,7 @@
 /*
  * HTTP response facts the transfer engine acts on, parsed from raw header lines.
- * Pure functions and a plain struct: no locks, no I/O, so they are unit-tested and fuzzed
- * on their own.
+ * Pure functions and a plain struct: no locks, no I/O (a Retry-After date reads the clock),
+ * so they are unit-tested and fuzzed on their own.
  */
 #ifndef SPOOLFS_FETCH_HTTP_H
 #define SPOOLFS_FETCH_HTTP_H
@@ -54,8 +54,12 @@ bool http_etag_is_weak(const char *etag);
 uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,
                          int retry_after_s, uint64_t retry_after_cap_ms);
 
-/* A jitter for http_backoff_ms, uniform in [0, 1), different in every process and call. */
-double http_jitter(void);
+/* The backoff every retry uses: 200 ms doubling to 5 s (http_backoff_ms). */
+#define HTTP_BACKOFF_BASE_MS 200
+#define HTTP_BACKOFF_CAP_MS 5000
+
+/* Whether an HTTP status asks to be tried again (5xx, 408, 429). */
+bool http_status_is_transient(long code);
 
 /* Whether a request that failed with curl's `res` may pass when tried again (no answer, a
  * cut, a timeout), rather than fail the same way (a bad URL, a refused redirect, TLS). */

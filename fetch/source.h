@@ -14,9 +14,7 @@
 #define SOURCE_MANIFEST_MAX (512u << 20)
 
 struct source_options {
-	struct fetch_net net;
-	unsigned stall_timeout_s; /* a fetch that receives nothing this long is dropped */
-	unsigned max_tries;       /* tries of a fetch that fails transiently */
+	struct fetch_net net; /* with stall_timeout_s and max_tries: the fetch blocks */
 };
 
 /*

@@ -73,12 +73,8 @@ out:
 	return rc;
 }
 
-/* Delay before try `attempt` + 1 of the manifest, as downloads back off. */
-static uint64_t retry_delay_ms(unsigned attempt, int retry_after_s)
-{
-	return http_backoff_ms(attempt, 200, 5000, http_jitter(),
-	                       retry_after_s > 0 ? retry_after_s : -1, 20000);
-}
+/* What a download's Retry-After may ask for: the manifest is waited for the same way. */
+#define MANIFEST_RETRY_AFTER_CAP_MS 20000
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 {
@@ -121,7 +117,7 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 	}
 	if (!local && *code != 200) {
 		snprintf(err, err_len, "cannot fetch manifest %s: HTTP %ld", shown, *code);
-		if (*code == 408 || *code == 429 || *code >= 500)
+		if (http_status_is_transient(*code))
 			*retry_after_s = resp.retry_after_s > 0 ? resp.retry_after_s : 0;
 		return -EIO;
 	}
@@ -162,9 +158,7 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data);
 	/* No bound on the whole transfer: a large manifest on a slow link takes what it
-	 * takes. One that stops is dropped after the stall timeout, as a download is. */
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)opts->stall_timeout_s);
+	 * takes; one that stops is dropped after net.stall_timeout_s (fetch_net_apply). */
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
 
 	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
@@ -175,14 +169,9 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 			buf.data[0] = '\0';
 		buf.too_big = false;
 		rc = fetch_once(easy, url, shown, &buf, &code, &retry_after_s, err, err_len);
-		if (rc == 0 || retry_after_s < 0 || attempt >= opts->max_tries)
+		if (rc == 0 || !fetch_net_retry_wait(&opts->net, attempt, retry_after_s,
+		                                     MANIFEST_RETRY_AFTER_CAP_MS, err))
 			break;
-		uint64_t delay_ms = retry_delay_ms(attempt, retry_after_s);
-		fetch_log(FETCH_LOG_WARN, "%s; try %u of %u in %" PRIu64 " ms", err, attempt + 1,
-		          opts->max_tries, delay_ms);
-		nanosleep(&(struct timespec){.tv_sec = (time_t)(delay_ms / 1000),
-		                             .tv_nsec = (long)(delay_ms % 1000) * 1000000},
-		          NULL);
 	}
 	if (rc)
 		goto out;

@@ -22,10 +22,8 @@
 
 /* Bounds on what one directory listing may hold: memory is bounded, pages are followed. */
 #define LIST_MAX_PAGES 10000
-/* A listing's retries: the downloads' backoff, and a shorter cap on what Retry-After may
- * ask for, since a lookup waits for it. */
-#define LIST_BACKOFF_BASE_MS 200
-#define LIST_BACKOFF_CAP_MS 5000
+/* A shorter cap on what Retry-After may ask of a listing than of a download: a lookup
+ * waits for it. */
 #define LIST_RETRY_AFTER_CAP_MS 10000
 #define SKIPPED_LOG_MAX 10
 
@@ -42,8 +40,6 @@ struct s3_source {
 	bool path_style;
 	bool sign;
 	unsigned request_timeout_s;
-	unsigned stall_timeout_s;
-	unsigned max_tries;
 	struct s3_creds creds;
 };
 
@@ -169,10 +165,10 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 	src->net = (struct fetch_net){
 	    .ca_file = src->ca_file,
 	    .proxy = src->proxy,
-	    .connect_timeout_s = opts->net.connect_timeout_s ? opts->net.connect_timeout_s : 10};
+	    .connect_timeout_s = opts->net.connect_timeout_s ? opts->net.connect_timeout_s : 10,
+	    .stall_timeout_s = opts->net.stall_timeout_s ? opts->net.stall_timeout_s : 30,
+	    .max_tries = opts->net.max_tries ? opts->net.max_tries : 6};
 	src->request_timeout_s = opts->request_timeout_s ? opts->request_timeout_s : 60;
-	src->stall_timeout_s = opts->stall_timeout_s ? opts->stall_timeout_s : 30;
-	src->max_tries = opts->max_tries ? opts->max_tries : 6;
 	src->sign = !opts->no_sign;
 	if (src->sign) {
 		rc = s3_creds_resolve(opts->profile, &src->creds, err, err_len);
@@ -451,9 +447,6 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
 
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)src->request_timeout_s);
-	/* A stalled listing is dropped (and tried again) like a stalled download. */
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, (long)src->stall_timeout_s);
 
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
@@ -467,7 +460,7 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 		goto out;
 	}
 	rc = b.feed_rc ? b.feed_rc : s3_list_parser_finish(b.parser, result);
-	if (code == 408 || code == 429 || code >= 500)
+	if (http_status_is_transient(code))
 		*retry_after_s = b.resp.retry_after_s > 0 ? b.resp.retry_after_s : 0;
 	if (code != 200) {
 		struct s3_error none = {0};
@@ -505,17 +498,9 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
 
 	for (unsigned attempt = 1;; attempt++) {
 		rc = list_page_once(src, prefix, token, result, &retry_after_s, err, err_len);
-		if (rc == 0 || retry_after_s < 0 || attempt >= src->max_tries)
+		if (rc == 0 || !fetch_net_retry_wait(&src->net, attempt, retry_after_s,
+		                                     LIST_RETRY_AFTER_CAP_MS, err))
 			break;
-		/* Jitter keeps many CI machines that failed together from retrying together. */
-		uint64_t delay_ms = http_backoff_ms(
-		    attempt, LIST_BACKOFF_BASE_MS, LIST_BACKOFF_CAP_MS, http_jitter(),
-		    retry_after_s ? retry_after_s : -1, LIST_RETRY_AFTER_CAP_MS);
-		fetch_log(FETCH_LOG_WARN, "%s; try %u of %u in %" PRIu64 " ms", err, attempt + 1,
-		          src->max_tries, delay_ms);
-		nanosleep(&(struct timespec){.tv_sec = (time_t)(delay_ms / 1000),
-		                             .tv_nsec = (long)(delay_ms % 1000) * 1000000},
-		          NULL);
 	}
 	return rc;
 }

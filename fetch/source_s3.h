@@ -28,8 +28,6 @@ struct s3_options {
 	bool path_style;            /* forced; a custom endpoint is always path-style */
 	bool no_sign;               /* public bucket: send no credentials */
 	unsigned request_timeout_s; /* whole listing request */
-	unsigned stall_timeout_s;   /* a listing request that receives nothing this long fails */
-	unsigned max_tries;         /* tries of a listing request that fails transiently */
 };
 
 struct s3_source;

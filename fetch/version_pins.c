@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index/hash.h"
+
 #define PIN_BUCKETS 256
 #define PINS_MAX 65536
 
@@ -35,11 +37,7 @@ struct version_pins {
 
 static unsigned bucket_of(const char *key)
 {
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	for (; *key; key++)
-		h = (h ^ (unsigned char)*key) * 16777619u;
-	return h % PIN_BUCKETS;
+	return (unsigned)(index_hash_str(key) % PIN_BUCKETS);
 }
 
 struct version_pins *version_pins_new(void)

@@ -84,8 +84,8 @@ struct fs_handle {
 	uint64_t dropped_to; /* the kernel's cached pages of the run below it are dropped */
 };
 
-/* --mirror options: with the manifest's own URL, one bit each in a flight's urls_refused. */
-#define FS_MAX_MIRRORS 31u
+/* --mirror options: with the manifest's own URL, a flight's FLIGHT_MAX_URLS. */
+#define FS_MAX_MIRRORS (FLIGHT_MAX_URLS - 1u)
 
 /* Pending background (readahead) requests the kernel may send: see fs_init. */
 #define FS_MAX_BACKGROUND 1024

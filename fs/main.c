@@ -219,12 +219,20 @@ static int open_index(struct fs_session *s)
 	return rc;
 }
 
+/* The network settings of the requests a mount or a lookup waits for: the manifest and S3
+ * listings stall and retry by the downloads' options. */
+static struct fetch_net blocking_net(const struct fs_session *s)
+{
+	return (struct fetch_net){.ca_file = s->opts.ca_file,
+	                          .proxy = s->opts.proxy,
+	                          .connect_timeout_s = 10,
+	                          .stall_timeout_s = s->opts.stall_timeout_s,
+	                          .max_tries = s->opts.retries};
+}
+
 static int load_manifest(struct fs_session *s)
 {
-	struct source_options src = {
-	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
-	    .stall_timeout_s = s->opts.stall_timeout_s,
-	    .max_tries = s->opts.retries};
+	struct source_options src = {.net = blocking_net(s)};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int rc;
@@ -261,17 +269,14 @@ out:
  */
 static int open_bucket(struct fs_session *s)
 {
-	struct s3_options opts = {
-	    .source = s->opts.source,
-	    .endpoint = s->opts.endpoint,
-	    .region = s->opts.region,
-	    .profile = s->opts.profile,
-	    .net = {.ca_file = s->opts.ca_file, .proxy = s->opts.proxy, .connect_timeout_s = 10},
-	    .path_style = s->opts.path_style,
-	    .no_sign = s->opts.no_sign,
-	    .request_timeout_s = 60,
-	    .stall_timeout_s = s->opts.stall_timeout_s,
-	    .max_tries = s->opts.retries};
+	struct s3_options opts = {.source = s->opts.source,
+	                          .endpoint = s->opts.endpoint,
+	                          .region = s->opts.region,
+	                          .profile = s->opts.profile,
+	                          .net = blocking_net(s),
+	                          .path_style = s->opts.path_style,
+	                          .no_sign = s->opts.no_sign,
+	                          .request_timeout_s = 60};
 	char err[512] = "";
 	int rc;
 

@@ -8,6 +8,7 @@
  * file/directory clashes without a query per segment.
  */
 #include "index/digest_sizes.h"
+#include "index/hash.h"
 #include "index/index_i.h"
 
 #include <curl/curl.h>
@@ -125,17 +126,6 @@ static const char ins_sql[] =
     " VALUES(:parent, :name, :is_dir, :size, :mtime, :executable, :sha256, :url, :etag)";
 
 static const char mtime_sql[] = "UPDATE node SET mtime = :mtime WHERE ino = :ino";
-
-static uint64_t hash_bytes(const char *p, size_t len)
-{
-	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
 
 /* The index of path in pt->v, or -1. */
 static long pt_find(const struct ptable *pt, const char *path, size_t len, uint64_t hash)
@@ -504,7 +494,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 		if (!slash)
 			break;
 		size_t end = (size_t)(slash - path);
-		uint64_t h = hash_bytes(path, end);
+		uint64_t h = index_hash_bytes(path, end);
 		found = pt_find(&ld->pt, path, end, h);
 		if (found >= 0) {
 			if (!ld->pt.v[found].is_dir)
@@ -525,7 +515,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 		start = end + 1;
 	}
 
-	uint64_t h = hash_bytes(path, len);
+	uint64_t h = index_hash_bytes(path, len);
 	found = pt_find(&ld->pt, path, len, h);
 	if (found >= 0)
 		return entry_error(ld, i, path, len, "%s",
@@ -978,7 +968,8 @@ static int load_manifest(struct index *idx, const char *json, size_t json_len, b
 	if (rc < 0)
 		goto out;
 	rc = pt_grow(&ld.pt);
-	root = rc < 0 ? rc : pt_add(&ld.pt, "", 0, hash_bytes("", 0), INDEX_ROOT_INO, true, 0);
+	root =
+	    rc < 0 ? rc : pt_add(&ld.pt, "", 0, index_hash_bytes("", 0), INDEX_ROOT_INO, true, 0);
 	if (root < 0) {
 		rc = (int)root;
 		goto out;
