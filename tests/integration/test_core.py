@@ -400,7 +400,9 @@ def test_a_head_and_a_tail_reader_together_fetch_a_small_object_once(store, moun
     whole-object request at the tail's chunk: the first response was cut there, and what
     the server had already sent of the tail was thrown away and fetched again (1.5x the
     object on loopback). At this link's rate the first request reaches the tail at once,
-    so the tail reader waits for it."""
+    so the tail reader waits for it. Which read reaches the daemon first is up to the
+    kernel: a tail read alone starts at the tail and the head's request stops there, two
+    requests that share no byte. What must never happen is a byte fetched twice."""
     size = 2 * MiB
     paths = [store.add("pair%d.bin" % i, size) for i in range(8)]
     m = mount(store.write())
@@ -426,7 +428,7 @@ def test_a_head_and_a_tail_reader_together_fetch_a_small_object_once(store, moun
         assert got[0] == want[:128 * 1024] and got[1] == want[-4096:]
         assert read_file(m.p(p)) == want
         st = store.up.stats(p)
-        assert st["bytes"] == size and st["gets"] == 1, (p, st)
+        assert st["bytes"] == size and st["gets"] <= 2, (p, st)
 
 
 def _background_full(store, paths, slots):
