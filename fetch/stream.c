@@ -1,0 +1,328 @@
+/*
+ * One request of a flight: its curl handle, the checks on its answer, and the path of its
+ * body into the spool (held back in runs, see take_body). Transfer thread only.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fetch/engine_i.h"
+#include "fetch/log.h"
+
+void stream_why(struct stream *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->why, sizeof(s->why), fmt, ap);
+	va_end(ap);
+}
+
+/* Decides, once headers are in, whether this response's body may go into the spool. */
+void stream_check_response(struct stream *s)
+{
+	struct flight *f = s->f;
+	long code = 0;
+
+	s->checked = true;
+	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+	f->last_status = (int)code;
+	if (strncmp(f->url, "file:", 5) == 0)
+		return; /* curl applied the range itself; there are no headers to check */
+	if (code == 206) {
+		if (!s->resp.has_content_range || s->resp.range_start != s->pos) {
+			s->fatal = -EIO;
+			stream_why(
+			    s, "206 with a Content-Range that does not match bytes=%" PRIu64 "-",
+			    s->pos);
+			return;
+		}
+		if (s->resp.range_total_known && s->resp.range_total != f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
+			           s->resp.range_total, f->size);
+			return;
+		}
+		f->ranges_seen = true;
+	} else if (code == 200) {
+		if (s->resp.has_content_length && s->resp.content_length != f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
+			           s->resp.content_length, f->size);
+			return;
+		}
+		/* The server ignored Range: drop what we already have, keep the rest, and stop
+		 * asking for parts it would send whole each time. */
+		s->skip = s->pos;
+		if (s->pos > 0 || s->end < f->size)
+			f->no_ranges = true;
+		/* It sends the rest of the object anyway: keep it all when no other request is
+		 * fetching any of it, rather than ask again from byte 0. */
+		if (f->n_streams == 1)
+			s->end = f->size;
+	} else if (http_status_is_transient(code)) {
+		s->retryable = true;
+		stream_why(s, "HTTP %ld", code);
+		return;
+	} else if (code == 412) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s no longer matches)", f->etag);
+		return;
+	} else {
+		s->fatal = -EIO;
+		stream_why(s, "HTTP %ld", code);
+		return;
+	}
+	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
+	if (!f->sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 && flight_written(f) == 0)
+		memcpy(f->sha256, s->resp.sha256, sizeof(f->sha256));
+	if (f->etag[0] == '\0') {
+		pthread_mutex_lock(&f->lock);
+		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
+		if (s->url_idx == 0 && !f->primary_etag[0])
+			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
+		pthread_mutex_unlock(&f->lock);
+	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag, f->etag);
+	}
+}
+
+static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
+{
+	struct stream *s = userdata;
+	size_t len = size * nitems;
+
+	s->last_byte_ms = now_ms();
+	http_response_header(&s->resp, line, len);
+	return len;
+}
+
+/*
+ * curl calls this at least once a second, idle or not. A stall is measured from the last
+ * byte, not as an average rate: curl's LOW_SPEED check averages over seconds and lets a
+ * fast transfer that stopped dead run on for several seconds past the timeout.
+ */
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	struct stream *s = userdata;
+
+	if (now_ms() - s->last_byte_ms < (uint64_t)s->engine->cfg.stall_timeout_s * 1000)
+		return 0;
+	s->stalled = true;
+	return 1;
+}
+
+/* Marks s as failed by a spool write; the first failure is the one its reason names. */
+static void stream_write_failed(struct stream *s, int rc)
+{
+	if (s->fatal)
+		return;
+	s->fatal = rc;
+	s->spool_fault = true;
+	stream_why(s, "spool write failed: %s", strerror(-rc));
+	s->engine->write_failed = true;
+}
+
+/* Writes the pending bytes to their spool. Fails with -errno, which also marks the stream
+ * they belong to as failed. */
+int stream_flush_pending(struct engine *e)
+{
+	struct stream *s = e->pending_stream;
+	int rc;
+
+	if (!s)
+		return 0;
+	rc = flight_deliver(s->f, e->pending_off, e->pending_buf, e->pending_len);
+	e->pending_stream = NULL;
+	e->pending_len = 0;
+	if (rc)
+		stream_write_failed(s, rc);
+	return rc;
+}
+
+/*
+ * Takes body bytes for the spool at off; fails with -errno when this stream's bytes could
+ * not be written.
+ *
+ * Runs are not aligned in the file, on purpose. Ending them at multiples of 256 KiB makes
+ * the page cache give each one a 256 KiB folio, and a passthrough re-read of 1 GiB faster
+ * (0.066 -> 0.048 s through another mount); but on a 2-core VM the cold read became slow
+ * half the time (1.1-3.2 s, median 1.5 s against 1.1 s, 8 alternating runs each), with
+ * 64% of the transfer thread in copy_folio_from_iter_atomic: most likely, large folios
+ * come from memory the VM has never touched, whose first touch is slow (the host backs it
+ * then). CI machines are such VMs.
+ */
+static int take_body(struct stream *s, uint64_t off, const char *data, size_t len)
+{
+	struct engine *e = s->engine;
+	int rc;
+
+	if (e->pending_stream &&
+	    (e->pending_stream != s || e->pending_off + e->pending_len != off ||
+	     e->pending_len + len > SPOOL_WRITE_BYTES)) {
+		bool mine = e->pending_stream == s;
+		rc = stream_flush_pending(e);
+		if (rc && mine)
+			return rc;
+	}
+	if (len > SPOOL_WRITE_BYTES)
+		return flight_deliver(s->f, off, data, len);
+	if (!e->pending_stream) {
+		e->pending_stream = s;
+		e->pending_off = off;
+	}
+	memcpy(e->pending_buf + e->pending_len, data, len);
+	e->pending_len += len;
+	return 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	struct stream *s = userdata;
+	size_t len = size * nmemb, used = 0;
+	int rc;
+
+	s->last_byte_ms = now_ms();
+	if (!s->first_body_ms)
+		s->first_body_ms = s->last_byte_ms;
+	if (!s->checked)
+		stream_check_response(s);
+	if (s->fatal || s->retryable)
+		return CURL_WRITEFUNC_ERROR;
+	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
+	if (s->skip > 0) {
+		used = len < s->skip ? len : (size_t)s->skip;
+		s->skip -= used;
+	}
+	if (used < len && s->pos < s->end) {
+		size_t take = len - used;
+		if (take > s->end - s->pos)
+			take = (size_t)(s->end - s->pos);
+		rc = take_body(s, s->pos, data + used, take);
+		if (rc) {
+			stream_write_failed(s, rc);
+			return CURL_WRITEFUNC_ERROR;
+		}
+		s->pos += take;
+		used += take;
+	}
+	if (s->pos >= s->end) {
+		/* Bytes past the object's size are a lie; past a split point they are expected. */
+		if (used < len && s->end == s->f->size) {
+			s->fatal = -EIO;
+			stream_why(s, "upstream sent more than the expected %" PRIu64 " bytes",
+			           s->f->size);
+			return CURL_WRITEFUNC_ERROR;
+		}
+		s->reached_end = true;
+		return used == len ? len : CURL_WRITEFUNC_ERROR;
+	}
+	return len;
+}
+
+int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	char range[64], header[300];
+	int rc = -ENOMEM;
+
+	if (!s)
+		goto fail;
+	s->engine = e;
+	s->f = f;
+	s->pos = s->attempt_start = start;
+	s->end = end;
+	s->round = f->fail_round;
+	http_response_reset(&s->resp);
+	s->easy = curl_easy_init();
+	if (!s->easy)
+		goto fail_stream;
+	s->url_idx = f->url_idx;
+	curl_easy_setopt(s->easy, CURLOPT_URL, f->urls[f->url_idx]);
+	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
+
+	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
+	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(s->easy, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(s->easy, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(s->easy, CURLOPT_HEADERDATA, s);
+	curl_easy_setopt(s->easy, CURLOPT_ERRORBUFFER, s->errbuf);
+	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_BUFFER_BYTES);
+
+	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
+	s->last_byte_ms = s->started_ms = now_ms();
+	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
+
+	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
+	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
+	fetch_net_apply(s->easy, &e->cfg.net);
+	if (start > 0 || end < f->size) {
+		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
+		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);
+	}
+	/* Pin every later request to the version the first response showed us. */
+	if (f->etag[0] != '\0' && !http_etag_is_weak(f->etag)) {
+		snprintf(header, sizeof(header), "If-Match: %s", f->etag);
+		s->headers = curl_slist_append(NULL, header);
+		if (!s->headers)
+			goto fail_easy;
+	}
+	if (e->cfg.sign) {
+		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers);
+		if (rc)
+			goto fail_easy;
+	}
+	curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->headers);
+	if (curl_multi_add_handle(e->multi, s->easy) != CURLM_OK) {
+		rc = -EIO;
+		goto fail_easy;
+	}
+	s->next = f->streams;
+	f->streams = s;
+	f->n_streams++;
+	e->n_transfers++;
+	atomic_fetch_add_explicit(&e->stats.requests, 1, memory_order_relaxed);
+	fetch_log(FETCH_LOG_DEBUG, "%s: GET bytes %" PRIu64 "-%" PRIu64, f->name, start, end);
+	return 0;
+fail_easy:
+	curl_slist_free_all(s->headers);
+	curl_easy_cleanup(s->easy);
+fail_stream:
+	free(s);
+fail:
+	return rc;
+}
+
+void stream_free(struct engine *e, struct stream *s)
+{
+	struct stream **pp;
+
+	/* Never true while the pending bytes are flushed after each perform and streams are
+	 * freed outside it; kept so that breaking that rule loses no bytes and frees nothing
+	 * still referenced. */
+	if (e->pending_stream == s)
+		(void)stream_flush_pending(e);
+	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	}
+	s->f->n_streams--;
+	e->n_transfers--;
+	e->n_background -= s->background;
+	curl_multi_remove_handle(e->multi, s->easy);
+	curl_easy_cleanup(s->easy);
+	curl_slist_free_all(s->headers);
+	free(s);
+}
