@@ -4,11 +4,12 @@
  *
  * The JSON is read with sqlite's own JSON functions (no parser of ours), in one
  * transaction under idx->lock: either every entry is loaded or nothing is. Directories are
- * implied by paths; an in-memory table of every path seen finds parents, duplicates and
- * file/directory clashes without a query per segment.
+ * implied by paths; an in-memory table of every path seen (path_table.c) finds parents,
+ * duplicates and file/directory clashes without a query per segment.
  */
 #include "index/digest_sizes.h"
 #include "index/hash.h"
+#include "index/path_table.h"
 #include "index/index_i.h"
 
 #include <curl/curl.h>
@@ -21,29 +22,10 @@
 #include <strings.h>
 
 #define MANIFEST_VERSION 1
-/* Longest path shown in an error message before it is cut with "...". */
 /* The sha256 of no bytes. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+/* Longest path shown in an error message before it is cut with "...". */
 #define ERR_PATH_MAX 160
-
-/* A path seen while loading: a file or an implied directory. */
-struct pnode {
-	char *path; /* owned copy, not NUL-terminated in meaning: len counts */
-	size_t len;
-	uint64_t hash;
-	int64_t ino;
-	int64_t mtime;   /* for directories: max over descendants */
-	uint32_t parent; /* index into ptable.v; the root is its own parent */
-	bool is_dir;
-};
-
-/* Open-addressing hash of paths; slots hold index + 1 into v, 0 when empty. */
-struct ptable {
-	struct pnode *v;
-	size_t n, cap;
-	uint32_t *slots;
-	size_t nslots; /* a power of two, kept at least twice n */
-};
 
 struct load {
 	struct index *idx;
@@ -58,7 +40,7 @@ struct load {
 	size_t base_dir_len;
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
-	struct ptable pt;
+	struct path_table pt;
 	struct digest_sizes digests;
 	bool sha256_indexed; /* node(sha256) has an index: see check_other_size */
 	uint64_t files, dirs, bytes;
@@ -126,86 +108,6 @@ static const char ins_sql[] =
     " VALUES(:parent, :name, :is_dir, :size, :mtime, :executable, :sha256, :url, :etag)";
 
 static const char mtime_sql[] = "UPDATE node SET mtime = :mtime WHERE ino = :ino";
-
-/* The index of path in pt->v, or -1. */
-static long pt_find(const struct ptable *pt, const char *path, size_t len, uint64_t hash)
-{
-	size_t mask = pt->nslots - 1;
-
-	for (size_t s = hash & mask;; s = (s + 1) & mask) {
-		uint32_t slot = pt->slots[s];
-		if (slot == 0)
-			return -1;
-		const struct pnode *p = &pt->v[slot - 1];
-		if (p->hash == hash && p->len == len && memcmp(p->path, path, len) == 0)
-			return (long)(slot - 1);
-	}
-}
-
-static void pt_place(struct ptable *pt, uint32_t i)
-{
-	size_t mask = pt->nslots - 1;
-	size_t s = pt->v[i].hash & mask;
-
-	while (pt->slots[s] != 0)
-		s = (s + 1) & mask;
-	pt->slots[s] = i + 1;
-}
-
-static int pt_grow(struct ptable *pt)
-{
-	if (pt->n == pt->cap) {
-		size_t cap = pt->cap ? pt->cap * 2 : 1024;
-		if (cap > UINT32_MAX - 1)
-			return -E2BIG;
-		struct pnode *v = realloc(pt->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		pt->v = v;
-		pt->cap = cap;
-	}
-	if ((pt->n + 1) * 2 > pt->nslots) {
-		size_t nslots = pt->nslots ? pt->nslots * 2 : 2048;
-		uint32_t *slots = calloc(nslots, sizeof(*slots));
-		if (!slots)
-			return -ENOMEM;
-		free(pt->slots);
-		pt->slots = slots;
-		pt->nslots = nslots;
-		for (size_t i = 0; i < pt->n; i++)
-			pt_place(pt, (uint32_t)i);
-	}
-	return 0;
-}
-
-/* Adds a path (copied) and returns its index, or -errno. */
-static long pt_add(struct ptable *pt, const char *path, size_t len, uint64_t hash, int64_t ino,
-                   bool is_dir, uint32_t parent)
-{
-	int rc = pt_grow(pt);
-
-	if (rc < 0)
-		return rc;
-	char *copy = malloc(len + 1);
-	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, path, len);
-	copy[len] = '\0';
-	struct pnode *p = &pt->v[pt->n];
-	*p = (struct pnode){
-	    .path = copy, .len = len, .hash = hash, .ino = ino, .is_dir = is_dir, .parent = parent};
-	pt_place(pt, (uint32_t)pt->n);
-	return (long)pt->n++;
-}
-
-static void pt_free(struct ptable *pt)
-{
-	for (size_t i = 0; i < pt->n; i++)
-		free(pt->v[i].path);
-	free(pt->v);
-	free(pt->slots);
-	memset(pt, 0, sizeof(*pt));
-}
 
 /* Copies path for a message: quotes, backslashes and control bytes escaped, long paths cut. */
 static void quote_path(char *buf, size_t cap, const char *path, size_t len)
@@ -495,7 +397,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 			break;
 		size_t end = (size_t)(slash - path);
 		uint64_t h = index_hash_bytes(path, end);
-		found = pt_find(&ld->pt, path, end, h);
+		found = path_table_find(&ld->pt, path, end, h);
 		if (found >= 0) {
 			if (!ld->pt.v[found].is_dir)
 				return entry_error(ld, i, path, len,
@@ -506,7 +408,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 			    insert_node(ld, ld->pt.v[parent].ino, path + start, end - start, NULL);
 			if (ino < 0)
 				return (int)ino;
-			found = pt_add(&ld->pt, path, end, h, ino, true, parent);
+			found = path_table_add(&ld->pt, path, end, h, ino, true, parent);
 			if (found < 0)
 				return (int)found;
 			ld->dirs++;
@@ -516,7 +418,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 	}
 
 	uint64_t h = index_hash_bytes(path, len);
-	found = pt_find(&ld->pt, path, len, h);
+	found = path_table_find(&ld->pt, path, len, h);
 	if (found >= 0)
 		return entry_error(ld, i, path, len, "%s",
 		                   ld->pt.v[found].is_dir ? "path is both a file and a directory"
@@ -524,7 +426,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 	ino = insert_node(ld, ld->pt.v[parent].ino, path + start, len - start, attrs);
 	if (ino < 0)
 		return (int)ino;
-	found = pt_add(&ld->pt, path, len, h, ino, false, parent);
+	found = path_table_add(&ld->pt, path, len, h, ino, false, parent);
 	if (found < 0)
 		return (int)found;
 	ld->files++;
@@ -846,7 +748,7 @@ static int update_dir_mtimes(struct load *ld)
 	int rc = 0;
 
 	for (size_t k = 0; rc == 0 && k < ld->pt.n; k++) {
-		const struct pnode *p = &ld->pt.v[k];
+		const struct path_node *p = &ld->pt.v[k];
 		if (!p->is_dir || p->mtime == 0)
 			continue;
 		rc = index_bind_int64(ld->st_mtime, ":mtime", p->mtime);
@@ -967,9 +869,7 @@ static int load_manifest(struct index *idx, const char *json, size_t json_len, b
 	rc = check_top(&ld);
 	if (rc < 0)
 		goto out;
-	rc = pt_grow(&ld.pt);
-	root =
-	    rc < 0 ? rc : pt_add(&ld.pt, "", 0, index_hash_bytes("", 0), INDEX_ROOT_INO, true, 0);
+	root = path_table_add(&ld.pt, "", 0, index_hash_bytes("", 0), INDEX_ROOT_INO, true, 0);
 	if (root < 0) {
 		rc = (int)root;
 		goto out;
@@ -1005,7 +905,7 @@ out:
 	curl_url_cleanup(ld.base);
 	free(ld.base_dir);
 	free(ld.json_copy);
-	pt_free(&ld.pt);
+	path_table_free(&ld.pt);
 	digest_sizes_free(&ld.digests);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;

@@ -1,0 +1,39 @@
+/*
+ * Every path a manifest names, while it loads (see path_table.c): finds parents,
+ * duplicates and file/directory clashes without a query per path segment. One loader owns
+ * a table: no lock.
+ */
+#ifndef SPOOLFS_INDEX_PATH_TABLE_H
+#define SPOOLFS_INDEX_PATH_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A path seen while loading: a file or an implied directory. */
+struct path_node {
+	char *path; /* owned copy, not NUL-terminated in meaning: len counts */
+	size_t len;
+	uint64_t hash;
+	int64_t ino;
+	int64_t mtime;   /* for directories: max over descendants */
+	uint32_t parent; /* index into path_table.v; the root is its own parent */
+	bool is_dir;
+};
+
+/* Open-addressing hash of paths; slots hold index + 1 into v, 0 when empty. */
+struct path_table {
+	struct path_node *v;
+	size_t n, cap;
+	uint32_t *slots;
+	size_t nslots; /* a power of two, kept at least twice n */
+};
+
+/* The index of path (len bytes, hashed to hash) in t->v, or -1. */
+long path_table_find(const struct path_table *t, const char *path, size_t len, uint64_t hash);
+/* Adds a copy of path and returns its index in t->v, or -ENOMEM / -E2BIG. */
+long path_table_add(struct path_table *t, const char *path, size_t len, uint64_t hash, int64_t ino,
+                    bool is_dir, uint32_t parent);
+void path_table_free(struct path_table *t);
+
+#endif
