@@ -1,10 +1,52 @@
 /*
- * Flight internals shared by flight.c and hasher.c; nothing outside fetch/ includes this.
+ * Flight internals shared by flight.c, flight_table.c and hasher.c; nothing outside
+ * fetch/ includes this.
  */
 #ifndef SPOOLFS_FETCH_FLIGHT_I_H
 #define SPOOLFS_FETCH_FLIGHT_I_H
 
 #include "fetch/flight.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* flight_table.c. Lock order: table->lock, then a flight's lock. */
+#define TABLE_BUCKETS 1024
+struct tainted_key;
+struct table_entry;
+struct version_pins;
+
+struct flight_table {
+	char *spool_dir;
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	struct table_entry *buckets[TABLE_BUCKETS];
+	uint64_t next_id;
+	struct tainted_key *tainted; /* keys whose last flight failed */
+	unsigned n_tainted;
+	struct version_pins *pins; /* the versions failed flights had pinned */
+	/* Set before the first flight exists, read-only afterwards. */
+	bool close_idle_spools;       /* see flight_table_close_idle_spools */
+	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
+	void (*on_failed)(void *ctx, struct flight *f);
+	void *on_failed_ctx;
+	void (*on_complete)(void *ctx, struct flight *f);
+	void *on_complete_ctx;
+};
+
+/* The spool file's name for key in table's directory, in *path (the caller frees it).
+ * 0, -ENOMEM, or -EIO when the name cannot be hashed. */
+int flight_table_spool_path(struct flight_table *table, const char *key, char **path);
+/*
+ * Takes a failed flight out of the table so the next open starts a new one, marks its key
+ * so that open drops the kernel's cached pages, and keeps etag (from url), its version, for
+ * the next flight of it. No locks held.
+ */
+void flight_table_remove(struct flight *f, const char *etag, const char *url);
+
+/* flight.c. A new flight for spec, one reference, or NULL when out of memory. */
+struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id);
 
 /*
  * Hashes what became contiguous since the last call and, once the whole object is hashed,

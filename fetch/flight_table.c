@@ -1,0 +1,378 @@
+/*
+ * The flight table: one flight per object key, found or created under one lock, so two
+ * openers never start two downloads; and what outlives a failed flight (the taint that
+ * makes the next open drop the kernel's pages, the version it had pinned).
+ *
+ * Lock order: table->lock, then flight->lock.
+ */
+#include "fetch/flight.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fetch/flight_i.h"
+#include "fetch/lease.h"
+#include "fetch/log.h"
+#include "fetch/version_pins.h"
+#include "index/hash.h"
+
+/* Bounded: past this many, the oldest failures are forgotten (their pages were invalidated
+ * asynchronously long ago). */
+#define TAINTED_MAX 1024
+
+struct tainted_key {
+	char *key;
+	struct tainted_key *next;
+};
+
+struct table_entry {
+	struct flight *flight;
+	struct table_entry *next;
+};
+
+int flight_table_create(const char *spool_dir, struct flight_table **out)
+{
+	struct flight_table *table = calloc(1, sizeof(*table));
+	int rc = -ENOMEM;
+
+	if (!table)
+		goto fail;
+	table->spool_dir = strdup(spool_dir);
+	if (!table->spool_dir)
+		goto fail_table;
+	table->pins = version_pins_new();
+	if (!table->pins)
+		goto fail_dir;
+	pthread_mutex_init(&table->lock, NULL);
+	table->next_id = 1;
+	*out = table;
+	return 0;
+fail_dir:
+	free(table->spool_dir);
+fail_table:
+	free(table);
+fail:
+	return rc;
+}
+
+void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                            void *ctx)
+{
+	table->on_failed = fn;
+	table->on_failed_ctx = ctx;
+}
+
+void flight_table_close_idle_spools(struct flight_table *table)
+{
+	table->close_idle_spools = true;
+}
+
+void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                              void *ctx)
+{
+	table->on_complete = fn;
+	table->on_complete_ctx = ctx;
+}
+
+int flight_table_start_hasher(struct flight_table *table)
+{
+	return flight_hasher_start(&table->hasher);
+}
+
+void flight_table_stop_hasher(struct flight_table *table)
+{
+	flight_hasher_stop(table->hasher);
+	table->hasher = NULL;
+}
+
+void flight_table_destroy(struct flight_table *table)
+{
+	if (!table)
+		return;
+	flight_table_stop_hasher(table);
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		struct table_entry *e = table->buckets[i];
+		while (e) {
+			struct table_entry *next = e->next;
+			pthread_mutex_lock(&e->flight->lock);
+			e->flight->in_table = false;
+			pthread_mutex_unlock(&e->flight->lock);
+			flight_unref(e->flight);
+			free(e);
+			e = next;
+		}
+	}
+	while (table->tainted) {
+		struct tainted_key *next = table->tainted->next;
+		free(table->tainted->key);
+		free(table->tainted);
+		table->tainted = next;
+	}
+	version_pins_free(table->pins);
+	pthread_mutex_destroy(&table->lock);
+	free(table->spool_dir);
+	free(table);
+}
+
+/* True (once) when key's previous flight failed. Caller holds table->lock. */
+static bool take_taint_locked(struct flight_table *table, const char *key)
+{
+	for (struct tainted_key **pp = &table->tainted; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->key, key) == 0) {
+			struct tainted_key *t = *pp;
+			*pp = t->next;
+			table->n_tainted--;
+			free(t->key);
+			free(t);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Caller holds table->lock. Allocation failure only loses the hint. */
+static void taint_locked(struct flight_table *table, const char *key)
+{
+	struct tainted_key *t;
+
+	if (table->n_tainted >= TAINTED_MAX) {
+		while (table->tainted) {
+			t = table->tainted->next;
+			free(table->tainted->key);
+			free(table->tainted);
+			table->tainted = t;
+		}
+		table->n_tainted = 0;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return;
+	t->key = strdup(key);
+	if (!t->key) {
+		free(t);
+		return;
+	}
+	t->next = table->tainted;
+	table->tainted = t;
+	table->n_tainted++;
+}
+
+int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                      struct flight **out, bool *created)
+{
+	uint64_t bucket = index_hash_str(spec->key) % TABLE_BUCKETS;
+	struct table_entry *e;
+	bool saw_failed = false;
+	int rc = 0;
+
+	*created = false;
+	/* One find-or-insert under one lock: two openers can never create two flights. */
+	pthread_mutex_lock(&table->lock);
+	for (e = table->buckets[bucket]; e; e = e->next) {
+		if (strcmp(e->flight->key, spec->key) == 0) {
+			pthread_mutex_lock(&e->flight->lock);
+			bool failed = e->flight->state == FLIGHT_FAILED;
+			pthread_mutex_unlock(&e->flight->lock);
+			if (failed) {
+				saw_failed =
+				    true; /* on its way out: the caller gets a new flight */
+				continue;
+			}
+			flight_ref(e->flight);
+			*out = e->flight;
+			goto out;
+		}
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* The version a failed flight of it had seen is the session's: see version_pins.c. */
+	struct flight_spec pinned = *spec;
+	if (!spec->etag || !spec->etag[0])
+		pinned.etag = version_pins_get(table->pins, spec->key, spec->url);
+	e->flight = flight_new(table, &pinned, table->next_id);
+	if (!e->flight) {
+		free(e);
+		rc = -ENOMEM;
+		goto out;
+	}
+	table->next_id++;
+	e->flight->after_failure = take_taint_locked(table, spec->key) || saw_failed;
+	e->flight->in_table = true; /* no other thread can see it yet */
+	e->next = table->buckets[bucket];
+	table->buckets[bucket] = e;
+	flight_ref(e->flight); /* one for the table, one for the caller */
+	*out = e->flight;
+	*created = true;
+out:
+	pthread_mutex_unlock(&table->lock);
+	return rc;
+}
+
+/*
+ * Takes a failed flight out of the table so the next open starts a new one, and marks its
+ * key so that open drops the kernel's cached pages. No locks held.
+ */
+void flight_table_remove(struct flight *f, const char *etag, const char *url)
+{
+	int pin_rc = 0;
+	struct flight_table *table = f->table;
+	uint64_t bucket = index_hash_str(f->key) % TABLE_BUCKETS;
+	struct table_entry **pp, *found = NULL;
+
+	pthread_mutex_lock(&table->lock);
+	for (pp = &table->buckets[bucket]; *pp; pp = &(*pp)->next) {
+		if ((*pp)->flight == f) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	}
+	if (found) {
+		pthread_mutex_lock(&f->lock);
+		f->in_table = false;
+		pthread_mutex_unlock(&f->lock);
+		taint_locked(table, f->key);
+		if (etag[0])
+			pin_rc = version_pins_put(table->pins, f->key, url, etag);
+	}
+	pthread_mutex_unlock(&table->lock);
+	if (pin_rc)
+		fetch_log(FETCH_LOG_WARN,
+		          "%s: cannot remember the version it had (%s): its next download takes "
+		          "what the server has then",
+		          f->name,
+		          pin_rc == -ENOSPC ? "too many failed objects" : strerror(-pin_rc));
+	if (found) {
+		flight_unref(f);
+		free(found);
+	}
+}
+
+void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete)
+{
+	*flights = 0;
+	*complete = 0;
+	pthread_mutex_lock(&table->lock);
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		for (struct table_entry *e = table->buckets[i]; e; e = e->next) {
+			pthread_mutex_lock(&e->flight->lock);
+			(*flights)++;
+			if (e->flight->state == FLIGHT_COMPLETE)
+				(*complete)++;
+			pthread_mutex_unlock(&e->flight->lock);
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+}
+
+void flight_table_foreach(struct flight_table *table,
+                          void (*fn)(void *ctx, const struct flight_info *info), void *ctx)
+{
+	pthread_mutex_lock(&table->lock);
+	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
+		for (struct table_entry *e = table->buckets[i]; e; e = e->next) {
+			struct flight *f = e->flight;
+			struct flight_info info = {.name = f->name, .key = f->key, .size = f->size};
+			pthread_mutex_lock(&f->lock);
+			info.written = f->written.total;
+			info.published = f->published.total;
+			info.state = f->state;
+			info.whole = atomic_load(&f->whole);
+			for (struct flight_waiter *w = f->waiters; w; w = w->next)
+				info.waiters++;
+			pthread_mutex_unlock(&f->lock);
+			info.handles = atomic_load(&f->handles);
+			info.durable = atomic_load(&f->durable);
+			fn(ctx, &info);
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+}
+
+uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
+{
+	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&table->lock);
+	for (struct table_entry *e = table->buckets[bucket]; e; e = e->next) {
+		if (strcmp(e->flight->key, key) == 0) {
+			pthread_mutex_lock(&e->flight->lock);
+			bytes = e->flight->published.total;
+			pthread_mutex_unlock(&e->flight->lock);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&table->lock);
+	return bytes;
+}
+
+/* The spool file's name: a hash of the key, so a later session finds it again. */
+int flight_table_spool_path(struct flight_table *table, const char *key, char **path)
+{
+	unsigned char digest[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+	if (EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL) != 1)
+		return -EIO;
+	for (unsigned i = 0; i < len; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	return asprintf(path, "%s/%s.spool", table->spool_dir, hex) < 0 ? -ENOMEM : 0;
+}
+
+int flight_table_evict(struct flight_table *table, const char *key)
+{
+	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	struct table_entry **pp, *found = NULL;
+	char *path = NULL;
+	int rc = 0;
+
+	pthread_mutex_lock(&table->lock);
+	for (pp = &table->buckets[bucket]; *pp; pp = &(*pp)->next) {
+		struct flight *f = (*pp)->flight;
+		if (strcmp(f->key, key) != 0)
+			continue;
+		/*
+		 * Joins take the table lock, so with it held the table's reference being the
+		 * only one means no handle, reader, queue or engine can be using the flight.
+		 */
+		pthread_mutex_lock(&f->lock);
+		bool idle = f->state == FLIGHT_COMPLETE && atomic_load(&f->refs) == 1;
+		if (idle)
+			f->in_table = false;
+		pthread_mutex_unlock(&f->lock);
+		if (!idle) {
+			fetch_log(FETCH_LOG_DEBUG, "%s: kept in the cache: in use", f->name);
+			rc = -EBUSY;
+			break;
+		}
+		found = *pp;
+		*pp = found->next;
+		break;
+	}
+	pthread_mutex_unlock(&table->lock);
+	if (rc)
+		return rc;
+	if (found) {
+		flight_unref(found->flight);
+		free(found);
+	}
+	rc = flight_table_spool_path(table, key, &path);
+	/* Another mount sharing the cache directory may be reading it (our own mark is gone
+	 * with the flight dropped above). */
+	if (rc == 0 && lease_in_use_elsewhere(path))
+		rc = -EBUSY;
+	else if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+		rc = -errno;
+	free(path);
+	return rc;
+}
