@@ -132,7 +132,11 @@ def test_follower_streams_while_leader_downloads(store, mount):
     size = 32 * MiB
     path = store.add("slow.bin", size)
     m = mount(store.write())
-    store.up.fault(path, rate=4 * MiB)
+    # The rate is per response and the object goes as 4 pieces at once: at 4 MiB/s each the
+    # leader was done about 2 s after the start, so on a loaded machine the follower's open
+    # and read could come after it. The response that reaches the last byte stops short of
+    # it until cleared: the transfer is still running whenever the follower reads.
+    store.up.fault(path, rate=4 * MiB, stall_at=size - 1)
     leader_done = threading.Event()
 
     def leader():

@@ -6,6 +6,7 @@ import subprocess
 import threading
 
 from conftest import SLOW, SPOOLFS, read_file
+from helpers import wait_until
 
 MiB = 1 << 20
 
@@ -35,6 +36,9 @@ def test_stats_file_counts_requests_hits_and_bytes(store, mount):
     assert before["spoolfs_flights_in_progress"] == 0
     read_file(m.p("dir/a.bin"))
     read_file(m.p("dir/a.bin"))
+    # The kernel sends RELEASE after close() has returned: "handles" is 0 only once the
+    # daemon has seen it.
+    wait_until(lambda: flights(m)[0]["handles"] == 0, lambda: flights(m))
     after = metrics(m)
     assert after["spoolfs_upstream_requests_total"] == store.up.stats("dir/a.bin")["gets"]
     assert after["spoolfs_upstream_bytes_total"] == 3 * MiB
@@ -52,7 +56,13 @@ def test_status_shows_a_download_in_progress(store, mount):
     size = 32 * MiB
     path = store.add("slow/big.bin", size)
     m = mount(store.write())
-    store.up.fault(path, rate=4 * MiB)
+    # The download must still be running, bytes flowing, when `status` takes its second
+    # snapshot. The rate is per response and the object goes as 4 pieces at once: at 4 MiB/s
+    # each it ended about 2 s after it began, while `status` (a sanitizer build starting,
+    # two snapshots 0.5 s apart) could come later than that on a loaded machine. At 1 MiB/s
+    # each bytes flow for 8 s, and the response that reaches the last byte stops short of it
+    # until cleared, so the object cannot complete before `status` has looked.
+    store.up.fault(path, rate=MiB, stall_at=size - 1)
     result = {}
     t = threading.Thread(target=lambda: result.update(data=read_file(m.p(path))))
     t.start()

@@ -50,7 +50,7 @@ def test_a_cold_object_read_through_two_mounts_is_fetched_once(store, mount, tmp
     m1, m2 = shared_mounts(mount, url, tmp_path / "cache")
     store.up.fault(a, gate=True)
     r1 = Reader(m1.p(a))
-    store.up.wait_for(lambda s: s["gated"] >= 1, path=a)
+    store.up.wait_for(lambda s: s["gated"] >= 1, timeout=20 * SLOW, path=a)
     r2 = Reader(m2.p(a))
     wait_until(lambda: "another mount of the cache is downloading it" in m2.stderr(),
              "the second mount did not defer to the first one's download")
@@ -68,9 +68,13 @@ def test_the_second_mount_reads_while_the_first_downloads(store, mount, tmp_path
     a = store.add("a.bin", size, hashed=False)
     url = store.write()
     m1, m2 = shared_mounts(mount, url, tmp_path / "cache", "--max-transfers", "1")
-    store.up.fault(a, rate=4 * MiB)
+    # The first response stops at 2 MiB until cleared: the second mount's first MiB is there
+    # to read, the rest of the object is not, whatever the machine's speed. (At 4 MiB/s
+    # alone, "before half the object was sent" was a 4 s window for the second mount's open,
+    # lease, and the first mount's noticing its watcher and recording.)
+    store.up.fault(a, rate=4 * MiB, stall_at=2 * MiB)
     r1 = Reader(m1.p(a))
-    store.up.wait_for(lambda s: s["bytes"] > 0, path=a)
+    store.up.wait_for(lambda s: s["bytes"] > 0, timeout=20 * SLOW, path=a)
     with open(m2.p(a), "rb", buffering=0) as f:
         first = f.read(MiB)
     sent = store.up.stats(a)["bytes"]
@@ -86,9 +90,14 @@ def test_a_killed_downloader_hands_the_download_over(store, mount, tmp_path):
     a = store.add("a.bin", size)
     url = store.write()
     m1, m2 = shared_mounts(mount, url, tmp_path / "cache")
-    store.up.fault(a, rate=8 * MiB)
+    # m1 must still be downloading when it is killed. Its three pieces at 8 MiB/s each end
+    # about 1 s after the start, and before the kill come m2's open, m1 noticing its watcher
+    # and recording (an fdatasync), m2 adopting that: on a loaded machine that took longer,
+    # m1 finished, and nothing was taken over. The response that reaches byte 20 MiB stops
+    # there until cleared, so m1's download cannot end on its own.
+    store.up.fault(a, rate=8 * MiB, stall_at=20 * MiB)
     r1 = Reader(m1.p(a))
-    store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, path=a)
+    store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, timeout=20 * SLOW, path=a)
     r2 = Reader(m2.p(a))
     wait_until(lambda: "another mount of the cache is downloading it" in m2.stderr(),
              "the second mount did not defer to the first one's download")

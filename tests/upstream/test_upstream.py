@@ -327,7 +327,9 @@ def test_rate(up):
     t0 = time.monotonic()
     assert up.request("dir/a.bin")[2] == data_a()
     dt = time.monotonic() - t0
-    assert SIZE / rate * 0.95 <= dt <= SIZE / rate * 1.25
+    # The lower bound shows the pacing; the upper one only that it is not far off: 60 ms of
+    # slack for a connection, a thread and 100 sleeps was thin on a loaded 2-core VM.
+    assert SIZE / rate * 0.95 <= dt <= SIZE / rate * 1.25 + 0.25
 
 
 def test_bad_fault_and_paths(up):
