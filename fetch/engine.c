@@ -22,6 +22,9 @@
 #include "fetch/recorder.h"
 #include "index/index.h"
 
+/* What a failed attempt must have brought to count as progress, not as a failure. */
+#define RESUME_PROGRESS_BYTES (64u << 10)
+
 void engine_config_defaults(struct engine_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -166,8 +169,11 @@ static void next_mirror(struct flight *f)
 	f->url_idx = next;
 	/* A version the source named is part of the object's identity: every mirror must
 	 * serve that one (the key says so). */
-	if (f->sha256[0] || !f->source_etag)
+	if (f->sha256[0] || !f->source_etag) {
 		f->etag[0] = '\0';
+		f->last_modified[0] = '\0';
+		f->version_seen = false;
+	}
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -214,13 +220,15 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		return;
 	}
 	fatal = s->fatal;
-	if (fatal == 0 && !s->retryable && result == CURLE_OK) {
-		fatal = -EIO;
-		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
-		           s->end);
-	}
 	if (fatal == 0 && s->stalled) {
 		stream_why(s, "no byte for %u s (stalled)", e->cfg.stall_timeout_s);
+	} else if (fatal == 0 && s->too_slow) {
+		stream_why(s, "under 1 KiB/s for %u s (stalled)", e->cfg.stall_timeout_s);
+	} else if (fatal == 0 && !s->retryable && result == CURLE_OK) {
+		/* A body that ends with its connection (no length) and ends early is a cut like
+		 * any other: resumed from where it stopped. */
+		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
+		           s->end);
 	} else if (fatal == 0 && !s->retryable) {
 		if (!http_curl_error_is_transient(result))
 			fatal = -EIO;
@@ -247,7 +255,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		return;
 	}
 	f->fail_round++;
-	if (progress > 0)
+	/* Only real progress earns the tries back: a server that cuts every answer after a few
+	 * bytes would otherwise be asked again for ever. */
+	if (progress >= RESUME_PROGRESS_BYTES)
 		f->failures = 0;
 	f->failures++;
 	if (f->failures >= e->cfg.max_tries) {

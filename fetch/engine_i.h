@@ -43,6 +43,10 @@ struct stream {
 	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
 	uint64_t started_ms;    /* when this request started */
 	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
+	uint64_t received;      /* body bytes curl handed over, skipped ones included */
+	uint64_t window_ms;     /* when the current low-speed window started */
+	uint64_t window_bytes;  /* received when it did */
+	bool too_slow;          /* aborted: slower than LOW_SPEED_BYTES_PER_S over a window */
 	int fatal;              /* -errno decided in a callback; the flight fails with it */
 	bool spool_fault;       /* fatal is ours (the spool), not the server's answer */
 	unsigned url_idx;       /* which of the flight's urls it asked */

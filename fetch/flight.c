@@ -93,6 +93,7 @@ void flight_unref(struct flight *f)
 	free(f->urls);
 	pthread_mutex_destroy(&f->lock);
 	free(f->spool_path);
+	free(f->inos);
 	free(f->key);
 	free(f->url);
 	free(f->name);
@@ -770,5 +771,26 @@ int flight_copy_written(struct flight *f, struct index_ranges *out)
 	for (size_t i = 0; i < f->written.n && rc == 0; i++)
 		rc = index_ranges_add(out, f->written.v[i].start, f->written.v[i].end);
 	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all)
+{
+	int rc = 0;
+
+	*inos = NULL;
+	pthread_mutex_lock(&f->lock);
+	*n = f->n_inos;
+	*all = f->inos_lost;
+	if (*n) {
+		*inos = malloc(*n * sizeof(**inos));
+		if (*inos)
+			memcpy(*inos, f->inos, *n * sizeof(**inos));
+		else
+			rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (rc)
+		*n = 0;
 	return rc;
 }

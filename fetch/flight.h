@@ -73,7 +73,7 @@ enum flight_state {
 };
 
 struct flight_spec {
-	const char *key;    /* identity: "sha256:<hex>" or "url:<url>" */
+	const char *key;    /* identity: "sha256:<hex>" or "url:<size>:<url>[#etag]" */
 	const char *url;    /* where to fetch it */
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */
@@ -128,6 +128,11 @@ struct flight {
 	struct index_ranges written;   /* on disk */
 	struct index_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
+	/* Every inode opened onto it (aliases share a flight): on failure each one's cached
+	 * pages go. inos_lost: one could not be noted (out of memory), so all of the key's do. */
+	uint64_t *inos;
+	unsigned n_inos, cap_inos;
+	bool inos_lost;
 	bool in_table;     /* also guarded by the table lock (both held to change) */
 	bool seq_seen;     /* a read was noted: seq_next means something */
 	uint64_t seq_next; /* where a read continuing the last one starts */
@@ -151,7 +156,11 @@ struct flight {
 	char etag[256];
 	unsigned url_idx;
 	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
-	uint32_t urls_refused;  /* bit i: urls[i] refused the object (404...): not asked again */
+	/* With no ETag: the first response's Last-Modified, which every later one must show
+	 * (and asks for with If-Unmodified-Since). "" = none. */
+	char last_modified[64];
+	bool version_seen;     /* a response has been checked against (or pinned) the version */
+	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
 	bool engine_started;
 	bool engine_queued;               /* guarded by the engine's queue lock */
 	struct flight *engine_next;       /* guarded by the engine's queue lock */
@@ -228,6 +237,19 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
  * -EBUSY when it is in use or not complete (it stays). For --cache-max-size.
  */
 int flight_table_evict(struct flight_table *table, const char *key);
+
+/*
+ * True when ino's cached pages may hold bytes of a failed flight of key (a bad hash): its
+ * open must drop them. Once per inode and failure, or always after inos_lost.
+ */
+bool flight_table_take_taint(struct flight_table *table, const char *key, uint64_t ino);
+
+/*
+ * The inodes opened onto f, for invalidating their pages: a malloc'd array in *inos (NULL
+ * when *n is 0). *all is true when some were not noted: every inode of f's key. 0 or
+ * -ENOMEM.
+ */
+int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all);
 
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);

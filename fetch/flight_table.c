@@ -27,6 +27,7 @@
 
 struct tainted_key {
 	char *key;
+	uint64_t ino; /* 0: every inode of key */
 	struct tainted_key *next;
 };
 
@@ -119,24 +120,41 @@ void flight_table_destroy(struct flight_table *table)
 	free(table);
 }
 
-/* True (once) when key's previous flight failed. Caller holds table->lock. */
-static bool take_taint_locked(struct flight_table *table, const char *key)
+/* Whether some inode's pages may hold bytes of key's failed flight. Caller holds
+ * table->lock. */
+static bool key_tainted_locked(struct flight_table *table, const char *key)
 {
-	for (struct tainted_key **pp = &table->tainted; *pp; pp = &(*pp)->next) {
-		if (strcmp((*pp)->key, key) == 0) {
-			struct tainted_key *t = *pp;
-			*pp = t->next;
-			table->n_tainted--;
-			free(t->key);
-			free(t);
+	for (struct tainted_key *t = table->tainted; t; t = t->next)
+		if (strcmp(t->key, key) == 0)
 			return true;
-		}
-	}
 	return false;
 }
 
-/* Caller holds table->lock. Allocation failure only loses the hint. */
-static void taint_locked(struct flight_table *table, const char *key)
+bool flight_table_take_taint(struct flight_table *table, const char *key, uint64_t ino)
+{
+	bool tainted = false;
+
+	pthread_mutex_lock(&table->lock);
+	for (struct tainted_key **pp = &table->tainted; *pp; pp = &(*pp)->next) {
+		struct tainted_key *t = *pp;
+		if (strcmp(t->key, key) != 0 || (t->ino != ino && t->ino != 0))
+			continue;
+		tainted = true;
+		if (t->ino == 0)
+			break; /* every inode of the key, every time: kept */
+		*pp = t->next;
+		table->n_tainted--;
+		free(t->key);
+		free(t);
+		break;
+	}
+	pthread_mutex_unlock(&table->lock);
+	return tainted;
+}
+
+/* Marks ino (0: every inode) of key. Caller holds table->lock. Allocation failure only
+ * loses the hint: the flight's failure invalidated the pages already, asynchronously. */
+static void taint_locked(struct flight_table *table, const char *key, uint64_t ino)
 {
 	struct tainted_key *t;
 
@@ -157,9 +175,29 @@ static void taint_locked(struct flight_table *table, const char *key)
 		free(t);
 		return;
 	}
+	t->ino = ino;
 	t->next = table->tainted;
 	table->tainted = t;
 	table->n_tainted++;
+}
+
+/* Notes that ino opened onto f. Caller holds f->lock. */
+static void note_ino_locked(struct flight *f, uint64_t ino)
+{
+	for (unsigned i = 0; i < f->n_inos; i++)
+		if (f->inos[i] == ino)
+			return;
+	if (f->n_inos == f->cap_inos) {
+		unsigned cap = f->cap_inos ? f->cap_inos * 2 : 2;
+		uint64_t *v = cap > f->cap_inos ? realloc(f->inos, cap * sizeof(*v)) : NULL;
+		if (!v) {
+			f->inos_lost = true;
+			return;
+		}
+		f->inos = v;
+		f->cap_inos = cap;
+	}
+	f->inos[f->n_inos++] = ino;
 }
 
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
@@ -183,6 +221,9 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 				    true; /* on its way out: the caller gets a new flight */
 				continue;
 			}
+			pthread_mutex_lock(&e->flight->lock);
+			note_ino_locked(e->flight, spec->ino);
+			pthread_mutex_unlock(&e->flight->lock);
 			flight_ref(e->flight);
 			*out = e->flight;
 			goto out;
@@ -204,8 +245,9 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 		goto out;
 	}
 	table->next_id++;
-	e->flight->after_failure = take_taint_locked(table, spec->key) || saw_failed;
-	e->flight->in_table = true; /* no other thread can see it yet */
+	e->flight->after_failure = key_tainted_locked(table, spec->key) || saw_failed;
+	note_ino_locked(e->flight, spec->ino); /* no other thread can see it yet */
+	e->flight->in_table = true;            /* no other thread can see it yet */
 	e->next = table->buckets[bucket];
 	table->buckets[bucket] = e;
 	flight_ref(e->flight); /* one for the table, one for the caller */
@@ -238,8 +280,11 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url)
 	if (found) {
 		pthread_mutex_lock(&f->lock);
 		f->in_table = false;
+		for (unsigned i = 0; i < f->n_inos; i++)
+			taint_locked(table, f->key, f->inos[i]);
+		if (f->inos_lost)
+			taint_locked(table, f->key, 0);
 		pthread_mutex_unlock(&f->lock);
-		taint_locked(table, f->key);
 		if (etag[0])
 			pin_rc = version_pins_put(table->pins, f->key, url, etag);
 	}
@@ -345,13 +390,31 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		 * Joins take the table lock, so with it held the table's reference being the
 		 * only one means no handle, reader, queue or engine can be using the flight.
 		 */
+		char etag[sizeof(f->primary_etag)] = "";
 		pthread_mutex_lock(&f->lock);
 		bool idle = f->state == FLIGHT_COMPLETE && atomic_load(&f->refs) == 1;
 		if (idle)
 			f->in_table = false;
+		if (!f->source_etag)
+			memcpy(etag, f->primary_etag, sizeof(etag));
 		pthread_mutex_unlock(&f->lock);
 		if (!idle) {
 			fetch_log(FETCH_LOG_DEBUG, "%s: kept in the cache: in use", f->name);
+			rc = -EBUSY;
+			break;
+		}
+		/* The version it was read as stays the session's: the next flight of the key
+		 * asks for that one, as after a failure (see version_pins.c). */
+		if (etag[0])
+			rc = version_pins_put(table->pins, key, f->url, etag);
+		if (rc) {
+			pthread_mutex_lock(&f->lock);
+			f->in_table = true;
+			pthread_mutex_unlock(&f->lock);
+			fetch_log(FETCH_LOG_DEBUG,
+			          "%s: kept in the cache: its version cannot be "
+			          "remembered (%s)",
+			          f->name, strerror(-rc));
 			rc = -EBUSY;
 			break;
 		}

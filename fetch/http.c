@@ -6,6 +6,7 @@
 #include "fetch/http.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+
+#include "index/hash.h"
 
 void http_response_reset(struct http_response *resp)
 {
@@ -76,6 +79,18 @@ int http_parse_content_range(const char *value, size_t len, uint64_t *start, uin
 	return 0;
 }
 
+/*
+ * A long ETag's stand-in: its start and a hash of all of it, which still tell versions
+ * apart, and which no server sends (an ETag starts with a quote or W/). No digest from
+ * OpenSSL: the parser allocates nothing.
+ */
+static void etag_digest(const char *value, size_t len, char *out, size_t cap)
+{
+	int kept = (int)(cap - 1 - 18); /* "~" + start + ":" + 16 hex digits */
+
+	snprintf(out, cap, "~%.*s:%016" PRIx64, kept, value, index_hash_bytes(value, len));
+}
+
 void http_response_header(struct http_response *resp, const char *line, size_t len)
 {
 	const char *colon = memchr(line, ':', len);
@@ -105,12 +120,20 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 		resp->has_content_length = parse_u64(&p, stop, &n) == 0 && p == stop;
 		resp->content_length = resp->has_content_length ? n : 0;
 	} else if (name_len == 4 && strncasecmp(line, "etag", 4) == 0) {
-		if (value_len > 0 && value_len < sizeof(resp->etag)) {
+		if (value_len < sizeof(resp->etag)) {
 			memcpy(resp->etag, value, value_len);
 			resp->etag[value_len] = '\0';
 		} else {
-			resp->etag[0] = '\0';
+			etag_digest(value, value_len, resp->etag, sizeof(resp->etag));
 		}
+	} else if (name_len == 13 && strncasecmp(line, "last-modified", 13) == 0) {
+		if (value_len < sizeof(resp->last_modified)) {
+			memcpy(resp->last_modified, value, value_len);
+			resp->last_modified[value_len] = '\0';
+		}
+	} else if (name_len == 16 && strncasecmp(line, "content-encoding", 16) == 0) {
+		resp->encoded =
+		    !(value_len == 8 && strncasecmp(value, "identity", 8) == 0) && value_len > 0;
 	} else if (name_len == 21 && strncasecmp(line, "x-amz-checksum-sha256", 21) == 0) {
 		unsigned char digest[48];
 		/* 32 bytes encode as 44 base64 characters ending in one '='. */
@@ -149,9 +172,9 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 	}
 }
 
-bool http_etag_is_weak(const char *etag)
+bool http_etag_sendable(const char *etag)
 {
-	return strncmp(etag, "W/", 2) == 0;
+	return etag[0] == '"';
 }
 
 uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,
@@ -185,8 +208,10 @@ bool http_status_is_transient(long code)
 
 bool http_curl_error_is_transient(int res)
 {
+	/* Not CURLE_UNSUPPORTED_PROTOCOL: the URLs' schemes are checked before any request, and
+	 * curl gives that code for a reply with no status line too (HTTP/0.9), which one bad
+	 * proxy answer or a connection left with a previous body's excess bytes produces. */
 	switch ((CURLcode)res) {
-	case CURLE_UNSUPPORTED_PROTOCOL:
 	case CURLE_URL_MALFORMAT:
 	case CURLE_PEER_FAILED_VERIFICATION:
 	case CURLE_SSL_CACERT_BADFILE:

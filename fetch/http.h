@@ -20,8 +20,15 @@ struct http_response {
 	uint64_t range_total;
 	bool has_content_length;
 	uint64_t content_length;
-	char etag[HTTP_ETAG_MAX]; /* as sent, quotes included; "" when absent or too long */
-	int retry_after_s;        /* -1 when absent or malformed; an HTTP-date counts from now */
+	/* As sent, quotes included; "" when absent. One too long to keep is kept as a digest,
+	 * "~<start>:<hash>", which compares as well but cannot be sent back
+	 * (http_etag_sendable). */
+	char etag[HTTP_ETAG_MAX];
+	char last_modified[64]; /* as sent; "" when absent or too long to be a date */
+	/* Content-Encoding named a coding other than identity: the body is not the object's
+	 * bytes unless its length says so (an object stored compressed). */
+	bool encoded;
+	int retry_after_s; /* -1 when absent or malformed; an HTTP-date counts from now */
 	/*
 	 * The object's SHA-256 as lower-case hex, from x-amz-checksum-sha256 (base64 of the
 	 * digest; composite multipart checksums are ignored) or x-amz-meta-sha256 (hex).
@@ -43,8 +50,8 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 int http_parse_content_range(const char *value, size_t len, uint64_t *start, uint64_t *end,
                              bool *total_known, uint64_t *total);
 
-/* True for a weak validator (W/"..."), which If-Match must not carry. */
-bool http_etag_is_weak(const char *etag);
+/* True for a validator If-Match may carry: not weak (W/"..."), not a digest of a long one. */
+bool http_etag_sendable(const char *etag);
 
 /*
  * Delay before retry number `attempt` (1 = first retry): exponential from base_ms, capped at

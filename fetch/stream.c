@@ -12,6 +12,10 @@
 #include "fetch/engine_i.h"
 #include "fetch/log.h"
 
+/* Slower than this on average over a stall timeout counts as stalled: a byte now and then
+ * keeps no reader's promise, and would hold a connection and its readers for days. */
+#define LOW_SPEED_BYTES_PER_S 1024u
+
 void stream_why(struct stream *s, const char *fmt, ...)
 {
 	va_list ap;
@@ -19,6 +23,46 @@ void stream_why(struct stream *s, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(s->why, sizeof(s->why), fmt, ap);
 	va_end(ap);
+}
+
+/*
+ * Bytes of two responses may share a spool only if both show the same version (RFC 9110
+ * 15.3.7.3): the first response's ETag, or without one its Last-Modified, is pinned, and
+ * a later response that shows another, or none where one was pinned, fails the flight. A
+ * server that sends neither cannot be checked (README says so).
+ */
+static void check_version(struct stream *s)
+{
+	struct flight *f = s->f;
+
+	if (!f->version_seen && f->etag[0] == '\0') {
+		f->version_seen = true;
+		pthread_mutex_lock(&f->lock);
+		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
+		if (s->url_idx == 0 && !f->primary_etag[0])
+			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
+		pthread_mutex_unlock(&f->lock);
+		if (!s->resp.etag[0])
+			snprintf(f->last_modified, sizeof(f->last_modified), "%s",
+			         s->resp.last_modified);
+		return;
+	}
+	f->version_seen = true;
+	if (f->etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s, was %s)",
+		           s->resp.etag[0] ? s->resp.etag : "absent", f->etag);
+	} else if (f->etag[0] == '\0' && s->resp.etag[0] != '\0') {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (ETag %s, where there was none)",
+		           s->resp.etag);
+	} else if (f->last_modified[0] != '\0' &&
+	           strcmp(s->resp.last_modified, f->last_modified) != 0) {
+		s->fatal = -EIO;
+		stream_why(s, "object changed upstream (Last-Modified %s, was %s)",
+		           s->resp.last_modified[0] ? s->resp.last_modified : "absent",
+		           f->last_modified);
+	}
 }
 
 /* Decides, once headers are in, whether this response's body may go into the spool. */
@@ -46,12 +90,28 @@ void stream_check_response(struct stream *s)
 			           s->resp.range_total, f->size);
 			return;
 		}
+		if (s->resp.encoded && !s->resp.range_total_known) {
+			s->fatal = -EIO;
+			stream_why(s, "a compressed part (Content-Encoding) of unknown total size");
+			return;
+		}
+		/* A server may send less than asked (RFC 9110 15.3.7) and say so: this request
+		 * ends there, and the rest is asked for again. */
+		if (s->resp.range_end < s->end - 1)
+			s->end = s->resp.range_end + 1;
 		f->ranges_seen = true;
 	} else if (code == 200) {
 		if (s->resp.has_content_length && s->resp.content_length != f->size) {
 			s->fatal = -EIO;
 			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
 			           s->resp.content_length, f->size);
+			return;
+		}
+		/* Compressed on the way (Accept-Encoding: identity was asked for), so its bytes
+		 * are not the object's, unless its length is the object's: stored that way. */
+		if (s->resp.encoded && !s->resp.has_content_length) {
+			s->fatal = -EIO;
+			stream_why(s, "a compressed answer (Content-Encoding) of unknown size");
 			return;
 		}
 		/* The server ignored Range: drop what we already have, keep the rest, and stop
@@ -79,16 +139,7 @@ void stream_check_response(struct stream *s)
 	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
 	if (!f->sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 && flight_written(f) == 0)
 		memcpy(f->sha256, s->resp.sha256, sizeof(f->sha256));
-	if (f->etag[0] == '\0') {
-		pthread_mutex_lock(&f->lock);
-		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
-		if (s->url_idx == 0 && !f->primary_etag[0])
-			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
-		pthread_mutex_unlock(&f->lock);
-	} else if (s->resp.etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
-		s->fatal = -EIO;
-		stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag, f->etag);
-	}
+	check_version(s);
 }
 
 static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
@@ -104,17 +155,30 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 /*
  * curl calls this at least once a second, idle or not. A stall is measured from the last
  * byte, not as an average rate: curl's LOW_SPEED check averages over seconds and lets a
- * fast transfer that stopped dead run on for several seconds past the timeout.
+ * fast transfer that stopped dead run on for several seconds past the timeout. A server
+ * that trickles a byte now and then never stalls that way, so each stall timeout's worth
+ * of time must also bring LOW_SPEED_BYTES_PER_S on average.
  */
 static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
 	struct stream *s = userdata;
+	uint64_t now = now_ms(), window = (uint64_t)s->engine->cfg.stall_timeout_s * 1000;
 
-	if (now_ms() - s->last_byte_ms < (uint64_t)s->engine->cfg.stall_timeout_s * 1000)
+	if (now - s->last_byte_ms >= window) {
+		s->stalled = true;
+		return 1;
+	}
+	if (now - s->window_ms < window)
 		return 0;
-	s->stalled = true;
-	return 1;
+	if (s->received - s->window_bytes <
+	    LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s) {
+		s->too_slow = true;
+		return 1;
+	}
+	s->window_ms = now;
+	s->window_bytes = s->received;
+	return 0;
 }
 
 /* Marks s as failed by a spool write; the first failure is the one its reason names. */
@@ -195,6 +259,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	if (s->fatal || s->retryable)
 		return CURL_WRITEFUNC_ERROR;
 	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
+	s->received += len;
 	if (s->skip > 0) {
 		used = len < s->skip ? len : (size_t)s->skip;
 		s->skip -= used;
@@ -258,7 +323,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_BUFFER_BYTES);
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
-	s->last_byte_ms = s->started_ms = now_ms();
+	s->last_byte_ms = s->started_ms = s->window_ms = now_ms();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
@@ -270,12 +335,21 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
 		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);
 	}
+	/* Bytes as stored: a body compressed on the way would not be the object's. */
+	s->headers = curl_slist_append(NULL, "Accept-Encoding: identity");
+	if (!s->headers)
+		goto fail_easy;
 	/* Pin every later request to the version the first response showed us. */
-	if (f->etag[0] != '\0' && !http_etag_is_weak(f->etag)) {
+	header[0] = '\0';
+	if (http_etag_sendable(f->etag))
 		snprintf(header, sizeof(header), "If-Match: %s", f->etag);
-		s->headers = curl_slist_append(NULL, header);
-		if (!s->headers)
+	else if (!f->etag[0] && f->last_modified[0])
+		snprintf(header, sizeof(header), "If-Unmodified-Since: %s", f->last_modified);
+	if (header[0]) {
+		struct curl_slist *more = curl_slist_append(s->headers, header);
+		if (!more)
 			goto fail_easy;
+		s->headers = more;
 	}
 	if (e->cfg.sign) {
 		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers);

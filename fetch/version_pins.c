@@ -7,7 +7,8 @@
  * read sparsely, as a mix of both. Here the failed flight's version outlives it; the next
  * flight of the key starts pinned to it, and the object reads as that version or fails.
  *
- * Only failed flights' versions are kept (a flight that does not fail stays in the table
+ * Eviction from a cache with --cache-max-size drops a complete flight too: its version is
+ * kept the same way. Only those flights' versions are kept (any other stays in the table
  * with its own), so the set stays small; a bound keeps a store whose every object fails
  * from growing it without end.
  */

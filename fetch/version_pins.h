@@ -1,5 +1,6 @@
 /*
- * The versions a session has seen, for objects whose flight failed (see version_pins.c).
+ * The versions a session has seen, for objects whose flight failed or was evicted (see
+ * version_pins.c).
  * Not thread-safe: the flight table's lock guards its set.
  */
 #ifndef SPOOLFS_FETCH_VERSION_PINS_H

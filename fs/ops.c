@@ -58,17 +58,22 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 	node_to_stat(s, n, &e->attr);
 }
 
-/* The flight identity: callers expecting different bytes (hashes) never share a flight. */
+/*
+ * The flight identity: callers expecting different bytes never share a flight. A sha256
+ * names its size too (the manifest refuses one with two sizes); a URL does not, so two
+ * entries naming one URL with different sizes get a flight each, and the wrong one fails
+ * on its size, whichever is opened first.
+ */
 static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
 {
 	int rc;
 
 	if (n->sha256[0])
 		rc = asprintf(key, "sha256:%s", n->sha256);
-	else if (etag[0])
-		rc = asprintf(key, "url:%s#%s", url, etag); /* a new version is a new object */
+	else if (etag[0]) /* a new version is a new object */
+		rc = asprintf(key, "url:%" PRIu64 ":%s#%s", n->size, url, etag);
 	else
-		rc = asprintf(key, "url:%s", url);
+		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, url);
 	return rc < 0 ? -ENOMEM : 0;
 }
 
@@ -512,10 +517,12 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/*
 	 * Content cannot change within the session, so cached pages stay valid across opens,
 	 * except after a failed flight (a bad hash): the first open of its successor drops
-	 * them. (Dropping them on every open would make an open wait for other readers'
-	 * pending reads, since the kernel locks those pages.)
+	 * them, and so does the next open of each inode that read from the failed one (other
+	 * paths to the same object). Dropping them on every open would make an open wait for
+	 * other readers' pending reads, since the kernel locks those pages.
 	 */
-	fi->keep_cache = !(created && f->after_failure);
+	bool drop_cache = flight_table_take_taint(s->flights, f->key, ino);
+	fi->keep_cache = !(drop_cache || (created && f->after_failure));
 	backing_id = fs_passthrough_open(s, h);
 	if (backing_id > 0)
 		atomic_fetch_add(&s->counters.opens_passthrough, 1);

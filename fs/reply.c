@@ -143,7 +143,8 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 
 struct inval_job {
 	struct fs_session *session;
-	fuse_ino_t ino;
+	uint64_t *inos; /* malloc'd; n of them */
+	size_t n;
 };
 
 static void *inval_main(void *arg)
@@ -152,9 +153,10 @@ static void *inval_main(void *arg)
 
 	/* Once the loop has ended the pages can go with the mount; an invalidation now could
 	 * wait forever on a page whose read will never be answered (abort.c). */
-	if (!atomic_load(&job->session->loop_ended))
-		fuse_lowlevel_notify_inval_inode(job->session->se, job->ino, 0, 0);
+	for (size_t i = 0; i < job->n && !atomic_load(&job->session->loop_ended); i++)
+		fuse_lowlevel_notify_inval_inode(job->session->se, job->inos[i], 0, 0);
 	atomic_fetch_sub(&job->session->inval_jobs, 1);
+	free(job->inos);
 	free(job);
 	return NULL;
 }
@@ -162,23 +164,33 @@ static void *inval_main(void *arg)
 void fs_on_flight_failed(void *ctx, struct flight *f)
 {
 	struct fs_session *s = ctx;
-	struct inval_job *job = malloc(sizeof(*job));
+	struct inval_job *job = calloc(1, sizeof(*job));
 	pthread_attr_t attr;
 	pthread_t thread;
+	bool all;
 
 	/*
-	 * Pages read before a hash check failed must not outlive the flight. Not from the
-	 * transfer thread: the kernel may wait on a page whose read waits for that thread.
+	 * Pages read before a hash check failed must not outlive the flight, on any path to
+	 * the object. Not from the transfer thread: the kernel may wait on a page whose read
+	 * waits for that thread. Inodes not noted (out of memory) drop theirs at their next
+	 * open (flight_table_take_taint); so does an inode whose job cannot start here.
 	 */
 	if (!job)
 		return;
 	job->session = s;
-	job->ino = f->ino;
+	if (flight_copy_inos(f, &job->inos, &job->n, &all) != 0 || job->n == 0) {
+		free(job->inos);
+		job->inos = malloc(sizeof(*job->inos));
+		job->n = job->inos ? 1 : 0;
+		if (job->inos)
+			job->inos[0] = f->ino;
+	}
 	atomic_fetch_add(&s->inval_jobs, 1);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&thread, &attr, inval_main, job) != 0) {
 		atomic_fetch_sub(&s->inval_jobs, 1);
+		free(job->inos);
 		free(job);
 	}
 	pthread_attr_destroy(&attr);

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from conftest import SLOW, is_mounted, read_file
-from helpers import expected, flight_records, wait_until
+from helpers import expected, flight_records, read_until_error, wait_until
 
 MiB = 1 << 20
 
@@ -213,3 +213,74 @@ def test_reads_through_fuse_leave_the_spool_in_the_page_cache(store, mount, tmp_
             os.close(fd)
         assert got == want
     assert spool_cached_bytes(cache) == 32 * MiB
+
+
+def pages_of(data, version):
+    """How many 4 KiB pages of data equal version's."""
+    return sum(data[i:i + 4096] == version[i:i + 4096] for i in range(0, len(data), 4096))
+
+
+@pytest.mark.parametrize("passthrough", [True, False], ids=["default", "no-passthrough"])
+def test_an_evicted_object_keeps_its_version_for_the_session(store, mount, tmp_path,
+                                                             passthrough):
+    """a.bin has neither sha256 nor etag in the manifest: only the strong ETag of its first
+    response pins its version for the session. Evicting it under --cache-max-size dropped
+    that pin with the flight, so after the server replaced a.bin (same size, new ETag) the
+    next download in the same session took the new version: a re-read returned version-2
+    bytes (and, with --no-passthrough, a mix of cached version-1 pages and version-2 pages).
+    A session is a snapshot: every read of a.bin returns version-1 bytes or fails with EIO,
+    never version-2 bytes, never a mix."""
+    size = 2 * MiB
+    a, b = (store.add(n, size, hashed=False) for n in ("a.bin", "b.bin"))
+    url = store.write()
+    args = ["--cache-dir", str(tmp_path / "cache"), "--cache-max-size", "3M"]
+    m = mount(url, *(args + ([] if passthrough else ["--no-passthrough"])))
+    v1 = expected(store, a)
+    assert read_file(m.p(a)) == v1
+    wait_durable(m, a)
+    wait_closed(m, a)
+    assert read_file(m.p(b)) == expected(store, b)  # 4 MiB > 3 MiB: a.bin goes
+    wait_until(lambda: flight_records(m).get(a, {}).get("local", 0) == 0,
+               lambda: "a.bin was never evicted: %r" % flight_records(m))
+
+    # The server's a.bin is replaced: same size, new bytes, new mtime (so a new ETag).
+    v2 = bytes(x ^ 0x5A for x in v1)
+    tmp = os.path.join(store.root, a + ".new")
+    with open(tmp, "wb") as f:
+        f.write(v2)
+    os.replace(tmp, os.path.join(store.root, a))
+
+    def check(data, err, what):
+        same = data == v1[:len(data)]
+        assert same, "%s: of %d pages read, %d are version 2's and %d version 1's" % (
+            what, (len(data) + 4095) // 4096, pages_of(data, v2), pages_of(data, v1))
+        if err is not None:
+            assert err.errno == errno.EIO, (what, err)
+        else:
+            assert len(data) == size, what
+
+    # 1. Every page dropped from the kernel's cache first: the daemon must answer the read.
+    fd = os.open(m.p(a), os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        data, err = bytearray(), None
+        try:
+            while True:
+                blk = os.read(fd, MiB)
+                if not blk:
+                    break
+                data += blk
+        except OSError as e:
+            err = e
+    finally:
+        os.close(fd)
+    check(bytes(data), err, "a re-read after the eviction")
+    # 2. Whatever that re-read started has settled (no response in flight upstream).
+    store.up.wait_for(lambda s: s["active"] == 0, timeout=20 * SLOW, path=a)
+    # 3. Plain reads (kernel's cached pages allowed), and one with half of them dropped.
+    data, err = read_until_error(m.p(a))
+    check(data, err, "a later re-read")
+    with open(m.p(a), "rb", buffering=0) as f:
+        os.posix_fadvise(f.fileno(), 0, size // 2, os.POSIX_FADV_DONTNEED)
+    data, err = read_until_error(m.p(a))
+    check(data, err, "a re-read with the first half of the pages dropped")

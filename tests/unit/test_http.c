@@ -301,7 +301,7 @@ static void test_header_etag(void **state)
 	assert_string_equal(resp.etag, "\"33a64df551425fcc55e4d42a148795d9f25f89d4\"");
 	feed(&resp, "ETag: W/\"0815\"\r\n");
 	assert_string_equal(resp.etag, "W/\"0815\"");
-	assert_true(http_etag_is_weak(resp.etag));
+	assert_false(http_etag_sendable(resp.etag));
 
 	/* The longest that fits: HTTP_ETAG_MAX - 1 characters. */
 	memset(value, 'a', HTTP_ETAG_MAX - 1);
@@ -312,21 +312,33 @@ static void test_header_etag(void **state)
 	feed(&resp, line);
 	assert_string_equal(resp.etag, value);
 
-	/* One more is too long: dropped, and the previous value does not survive. */
+	/* One more is too long to send back, but still tells versions apart: kept as a
+	 * digest that compares unequal to the same start with another end. */
 	memset(value, 'a', HTTP_ETAG_MAX);
 	value[0] = '"';
 	value[HTTP_ETAG_MAX - 1] = '"';
 	value[HTTP_ETAG_MAX] = '\0';
 	snprintf(line, sizeof(line), "ETag: %s\r\n", value);
 	feed(&resp, line);
-	assert_string_equal(resp.etag, "");
+	char first[HTTP_ETAG_MAX];
+	strcpy(first, resp.etag);
+	assert_int_equal(first[0], '~');
+	assert_false(http_etag_sendable(first));
+	value[HTTP_ETAG_MAX - 2] = 'b';
+	snprintf(line, sizeof(line), "ETag: %s\r\n", value);
+	feed(&resp, line);
+	assert_string_not_equal(resp.etag, first);
+	value[HTTP_ETAG_MAX - 2] = 'a';
+	snprintf(line, sizeof(line), "ETag: %s\r\n", value);
+	feed(&resp, line);
+	assert_string_equal(resp.etag, first);
 
 	feed(&resp, "ETag: \"x\"\r\n");
 	memset(value, 'b', 299);
 	value[299] = '\0';
 	snprintf(line, sizeof(line), "ETag: %s\r\n", value);
 	feed(&resp, line);
-	assert_string_equal(resp.etag, "");
+	assert_int_equal(resp.etag[0], '~');
 
 	/* Empty value. */
 	feed(&resp, "ETag: \"x\"\r\n");
@@ -431,16 +443,35 @@ static void test_header_retry_after(void **state)
 	assert_int_equal(resp.retry_after_s, 86400);
 }
 
-static void test_etag_is_weak(void **state)
+static void test_etag_sendable(void **state)
 {
-	assert_true(http_etag_is_weak("W/\"abc\""));
-	assert_true(http_etag_is_weak("W/\"\""));
-	assert_false(http_etag_is_weak("\"abc\""));
-	assert_false(http_etag_is_weak("\"W/abc\""));
-	assert_false(http_etag_is_weak(""));
-	assert_false(http_etag_is_weak("W"));
-	/* The weakness indicator is case-sensitive (RFC 9110 8.8.3). */
-	assert_false(http_etag_is_weak("w/\"abc\""));
+	assert_true(http_etag_sendable("\"abc\""));
+	assert_true(http_etag_sendable("\"W/abc\""));
+	assert_false(http_etag_sendable("W/\"abc\""));
+	assert_false(http_etag_sendable("W/\"\""));
+	assert_false(http_etag_sendable(""));
+	assert_false(http_etag_sendable("W"));
+	assert_false(http_etag_sendable("w/\"abc\""));
+	assert_false(http_etag_sendable("~\"abc:0123456789abcdef"));
+}
+
+static void test_header_last_modified_and_encoding(void **state)
+{
+	struct http_response resp;
+
+	http_response_reset(&resp);
+	assert_string_equal(resp.last_modified, "");
+	assert_false(resp.encoded);
+	feed(&resp, "Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n");
+	assert_string_equal(resp.last_modified, "Wed, 21 Oct 2015 07:28:00 GMT");
+	feed(&resp, "Content-Encoding: identity\r\n");
+	assert_false(resp.encoded);
+	feed(&resp, "content-encoding: gzip\r\n");
+	assert_true(resp.encoded);
+	/* A new response (a redirect's target) starts clean. */
+	feed(&resp, "HTTP/1.1 200 OK\r\n");
+	assert_string_equal(resp.last_modified, "");
+	assert_false(resp.encoded);
 }
 
 static void test_backoff_growth_and_cap(void **state)
@@ -525,7 +556,8 @@ int main(void)
 	    cmocka_unit_test(test_header_content_length),
 	    cmocka_unit_test(test_header_content_range),
 	    cmocka_unit_test(test_header_retry_after),
-	    cmocka_unit_test(test_etag_is_weak),
+	    cmocka_unit_test(test_etag_sendable),
+	    cmocka_unit_test(test_header_last_modified_and_encoding),
 	    cmocka_unit_test(test_backoff_growth_and_cap),
 	    cmocka_unit_test(test_backoff_jitter_bounds),
 	    cmocka_unit_test(test_backoff_retry_after),
