@@ -357,6 +357,22 @@ again:
 	}
 }
 
+/* Frees the streams a callback stopped at their position (stream_check_response): they
+ * have nothing left to fetch, and waiting for their next bytes could mean a stall. */
+static void end_stopped_streams(struct engine *e)
+{
+	e->streams_stopped = false;
+	for (size_t i = 0; i < e->n_active; i++) {
+		struct stream *s = e->active[i]->streams;
+		while (s) {
+			struct stream *next = s->next;
+			if (s->pos >= s->end && !s->fatal)
+				stream_free(e, s);
+			s = next;
+		}
+	}
+}
+
 static void *engine_main(void *arg)
 {
 	struct engine *e = arg;
@@ -384,6 +400,8 @@ static void *engine_main(void *arg)
 		}
 		if (e->write_failed)
 			end_failed_streams(e);
+		if (e->streams_stopped)
+			end_stopped_streams(e);
 		now = now_ms();
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];

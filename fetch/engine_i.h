@@ -87,6 +87,9 @@ struct engine {
 	 * fatal error no callback of its own will report; engine_main ends such streams. */
 	bool write_failed;
 	uint64_t recheck_ms; /* when a deferred split is looked at again, 0 = none */
+	/* Transfer thread only: a callback ended some streams by their end (pos == end);
+	 * engine_main frees them. */
+	bool streams_stopped;
 	uint64_t pending_off;
 	size_t pending_len;
 	char *pending_buf; /* SPOOL_WRITE_BYTES */

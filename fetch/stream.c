@@ -119,10 +119,21 @@ void stream_check_response(struct stream *s)
 		s->skip = s->pos;
 		if (s->pos > 0 || s->end < f->size)
 			f->no_ranges = true;
-		/* It sends the rest of the object anyway: keep it all when no other request is
-		 * fetching any of it, rather than ask again from byte 0. */
-		if (f->n_streams == 1)
+		/* It sends the rest of the object anyway: keep it all, rather than ask again from
+		 * byte 0, and stop the requests above this one, which would each be sent the
+		 * object from byte 0 too (a server that honoured the first Range and no other
+		 * sent 4x the object). One below it, if it too gets the whole object, does the
+		 * same in turn. Stopped here by their end; the loop ends them (curl's callbacks
+		 * must not remove other transfers). */
+		if (s->end > s->pos) {
 			s->end = f->size;
+			for (struct stream *t = f->streams; t; t = t->next) {
+				if (t != s && t->pos > s->pos) {
+					t->end = t->pos;
+					s->engine->streams_stopped = true;
+				}
+			}
+		}
 	} else if (http_status_is_transient(code)) {
 		s->retryable = true;
 		stream_why(s, "HTTP %ld", code);

@@ -196,6 +196,41 @@ def test_a_server_that_caps_every_range_serves_a_large_object_once(raw, mount, r
         "the server sent %d bytes for a %d-byte object" % (srv.sent["/big.bin"], len(obj))
 
 
+def upstream_bytes(m):
+    """Body bytes the daemon received, from its stats file."""
+    for line in open(m.p(".spoolfs/stats")).read().splitlines():
+        if line.startswith("spoolfs_upstream_bytes_total "):
+            return int(line.split()[1])
+    raise AssertionError("no spoolfs_upstream_bytes_total in the stats file")
+
+
+def test_a_server_that_stops_honouring_ranges_is_not_sent_the_object_per_piece(
+        raw, mount, readers, tmp_path):
+    """A server honours the first Range (so the download goes on in parallel 8 MiB pieces)
+    and answers every later one with 200 and the whole object (a backend without range
+    support behind the same name). Each piece then received the object from byte 0 up to
+    its own end, 3x the object in all for 40 MiB. The first whole answer takes over the rest
+    of the object and stops the pieces above it: under 2x."""
+    obj = pattern(40 * MiB, "flip")
+    calls = []
+
+    def handler(ex):
+        calls.append(ex.req.range())
+        if len(calls) == 1:
+            return serve_object(ex, obj, [("ETag", '"v1"')])
+        ex.send(200, [("ETag", '"v1"'), ("Content-Length", str(len(obj)))], obj)
+        return True
+
+    srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
+                           {"/o.bin": handler}, "--retries", "3", "--stall-timeout", "5")
+    got, err = readers(m.p("o.bin"), tmp_path / "got").result(60 * SLOW)
+    assert err is None and got == obj, "the read failed with %s:\n%s" % (
+        errno.errorcode.get(err), m.stderr())
+    assert len(calls) >= 2, "no second request: the test did not test parallel pieces"
+    received, size = upstream_bytes(m), len(obj)
+    assert received < 2 * size, "received %d bytes for a %d-byte object" % (received, size)
+
+
 @pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "sha256"])
 def test_a_close_delimited_body_cut_short_is_resumed(raw, mount, readers, tmp_path, hashed):
     """A body framed by the connection's close (no Content-Length, no chunking: legal in
