@@ -65,6 +65,31 @@ static void check_version(struct stream *s)
 	}
 }
 
+/*
+ * A ranged request of s answered with the whole object. It sends the rest of the object
+ * anyway: keep it all, rather than ask again from byte 0, and stop the requests above this
+ * one, which would each be sent the object from byte 0 too (a server that honoured the
+ * first Range and no other sent 4x the object). One below it, if it too gets the whole
+ * object, does the same in turn. Stopped here by their end; the loop ends them (curl's
+ * callbacks must not remove other transfers).
+ */
+static void take_whole_answer(struct stream *s)
+{
+	struct flight *f = s->f;
+
+	s->skip = s->pos;
+	f->no_ranges = true;
+	if (s->end <= s->pos)
+		return; /* stopped already by another such answer */
+	s->end = f->size;
+	for (struct stream *t = f->streams; t; t = t->next) {
+		if (t != s && t->pos > s->pos) {
+			t->end = t->pos;
+			s->engine->streams_stopped = true;
+		}
+	}
+}
+
 /* Decides, once headers are in, whether this response's body may go into the spool. */
 void stream_check_response(struct stream *s)
 {
@@ -114,26 +139,12 @@ void stream_check_response(struct stream *s)
 			stream_why(s, "a compressed answer (Content-Encoding) of unknown size");
 			return;
 		}
-		/* The server ignored Range: drop what we already have, keep the rest, and stop
-		 * asking for parts it would send whole each time. */
-		s->skip = s->pos;
-		if (s->pos > 0 || s->end < f->size)
-			f->no_ranges = true;
-		/* It sends the rest of the object anyway: keep it all, rather than ask again from
-		 * byte 0, and stop the requests above this one, which would each be sent the
-		 * object from byte 0 too (a server that honoured the first Range and no other
-		 * sent 4x the object). One below it, if it too gets the whole object, does the
-		 * same in turn. Stopped here by their end; the loop ends them (curl's callbacks
-		 * must not remove other transfers). */
-		if (s->end > s->pos) {
-			s->end = f->size;
-			for (struct stream *t = f->streams; t; t = t->next) {
-				if (t != s && t->pos > s->pos) {
-					t->end = t->pos;
-					s->engine->streams_stopped = true;
-				}
-			}
-		}
+		/* A request without Range gets the whole object, as asked: its end may have been
+		 * lowered since (a far reader's split), and stays so. One with Range means the
+		 * server ignores Range: drop what we already have, keep the rest, and stop asking
+		 * for parts it would send whole each time. */
+		if (s->ranged)
+			take_whole_answer(s);
 	} else if (http_status_is_transient(code)) {
 		s->retryable = true;
 		stream_why(s, "HTTP %ld", code);
@@ -342,7 +353,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
 	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
 	fetch_net_apply(s->easy, &e->cfg.net);
-	if (start > 0 || end < f->size) {
+	s->ranged = start > 0 || end < f->size;
+	if (s->ranged) {
 		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
 		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);
 	}

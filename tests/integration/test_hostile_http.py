@@ -231,6 +231,48 @@ def test_a_server_that_stops_honouring_ranges_is_not_sent_the_object_per_piece(
     assert received < 2 * size, "received %d bytes for a %d-byte object" % (received, size)
 
 
+def test_a_whole_object_answer_does_not_undo_a_far_readers_split(raw, mount, tmp_path):
+    """A small object goes as one GET without Range. Its first byte came late (0.6 s), so a
+    far reader's read split it: a ranged request for the far chunk. The whole-object 200
+    that then came was taken as a server ignoring Range: it stopped the far reader's
+    request and left the reader waiting for the sequential download to reach its offset
+    (14.5 s here). The far read must come at the far request's own speed."""
+    size, rate, far = 7 * MiB, 512 * 1024, int(6.5 * MiB)
+    obj = pattern(size, "split")
+
+    def handler(ex):
+        rg = ex.req.range()
+        if rg is None and not ex.sleep(0.6):  # a slow first byte on the whole-object GET
+            return False
+        first = head_to_end(ex, obj, [("ETag", '"v1"')])
+        for pos in range(first, size, 64 * 1024):
+            ex.body(obj[pos:pos + 64 * 1024])
+            if not ex.sleep(64 * 1024 / rate):
+                return False
+        return True
+
+    srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": size, "sha256": sha(obj)}],
+                           {"/o.bin": handler}, "--stall-timeout", "60")
+    fd = os.open(m.p("o.bin"), os.O_RDONLY)
+    head = threading.Thread(target=os.pread, args=(fd, 4096, 0))
+    try:
+        head.start()  # the whole-object GET, held 0.6 s before its headers
+        srv.wait_for(lambda: srv.requests("/o.bin"), "no request for the head", 20 * SLOW)
+        t0 = time.monotonic()
+        got = os.pread(fd, 4096, far)
+        waited = time.monotonic() - t0
+        head.join()
+    finally:
+        os.close(fd)
+    assert got == obj[far:far + 4096]
+    assert srv.requests("/o.bin")[0].range() is None, "the head's request asked a Range"
+    ranged = [r for r in srv.requests("/o.bin") if r.range()]
+    assert ranged, "no request for the far chunk: the test did not split"
+    # The whole-object GET reaches the far offset after 13 s at this rate; the far chunk's
+    # own request after 1-2 s.
+    assert waited < 0.75 * far / rate, "the far read waited %.1f s" % waited
+
+
 @pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "sha256"])
 def test_a_close_delimited_body_cut_short_is_resumed(raw, mount, readers, tmp_path, hashed):
     """A body framed by the connection's close (no Content-Length, no chunking: legal in
