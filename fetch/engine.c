@@ -210,7 +210,10 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 
 	if (!s->checked && result == CURLE_OK)
 		stream_check_response(s);
-	if (s->reached_end && !s->fatal) {
+	/* A part answered short (less than asked) counts as a success only if it brought real
+	 * progress: a server that answers a few bytes at a time would be asked for ever. */
+	if (s->reached_end && !s->fatal &&
+	    (!s->answered_short || progress >= RESUME_PROGRESS_BYTES)) {
 		/* A reader's range is worth a record at once; pieces of a whole download are
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
@@ -224,6 +227,8 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		stream_why(s, "no byte for %u s (stalled)", e->cfg.stall_timeout_s);
 	} else if (fatal == 0 && s->too_slow) {
 		stream_why(s, "under 1 KiB/s for %u s (stalled)", e->cfg.stall_timeout_s);
+	} else if (fatal == 0 && s->reached_end) {
+		stream_why(s, "answered %" PRIu64 " bytes of the range asked", progress);
 	} else if (fatal == 0 && !s->retryable && result == CURLE_OK) {
 		/* A body that ends with its connection (no length) and ends early is a cut like
 		 * any other: resumed from where it stopped. */
@@ -256,9 +261,13 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	}
 	f->fail_round++;
 	/* Only real progress earns the tries back: a server that cuts every answer after a few
-	 * bytes would otherwise be asked again for ever. */
-	if (progress >= RESUME_PROGRESS_BYTES)
+	 * bytes would otherwise be asked again for ever. Progress of the object, not only of
+	 * this request: several slow ones may each bring little. */
+	uint64_t now_written = flight_written(f);
+	if (progress >= RESUME_PROGRESS_BYTES ||
+	    now_written - f->written_at_failure >= RESUME_PROGRESS_BYTES)
 		f->failures = 0;
+	f->written_at_failure = now_written;
 	f->failures++;
 	if (f->failures >= e->cfg.max_tries) {
 		char msg[260];

@@ -40,6 +40,7 @@ struct stream {
 	bool stalled;           /* aborted: no byte for the stall timeout */
 	bool background;        /* fills the object for nobody in particular */
 	bool ranged;            /* asked with Range: a 200 then means the server ignores it */
+	bool answered_short;    /* a 206 with less than asked: end lowered to what it sends */
 	unsigned round;         /* the flight's fail_round when it started */
 	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
 	uint64_t started_ms;    /* when this request started */

@@ -20,6 +20,7 @@
 #include "fetch/flight_i.h"
 #include "fetch/lease.h"
 #include "fetch/log.h"
+#include "fetch/version_pins.h"
 
 struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id)
 {
@@ -42,8 +43,16 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 		f->n_urls++;
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
-	snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
-	f->source_etag = f->etag[0] != '\0';
+	size_t lm_prefix = strlen(VERSION_PIN_LAST_MODIFIED);
+	if (spec->etag && strncmp(spec->etag, VERSION_PIN_LAST_MODIFIED, lm_prefix) == 0) {
+		/* Pinned by an earlier flight whose server sent only a Last-Modified. */
+		snprintf(f->last_modified, sizeof(f->last_modified), "%s", spec->etag + lm_prefix);
+		f->version_seen = true;
+		f->source_etag = true;
+	} else {
+		snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
+		f->source_etag = f->etag[0] != '\0';
+	}
 	f->size = spec->size;
 	f->ino = spec->ino;
 	f->id = id;
@@ -559,6 +568,7 @@ static int hash_catch_up(struct flight *f, uint64_t upto)
 	return 0;
 }
 
+/* Whether the whole object hashed to its sha256; a mismatch is logged and marked. */
 static bool hash_matches(struct flight *f)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
@@ -573,6 +583,9 @@ static bool hash_matches(struct flight *f)
 		return true;
 	fetch_log(FETCH_LOG_ERROR, "%s: sha256 mismatch: expected %s, got %s", f->name, f->sha256,
 	          hex);
+	pthread_mutex_lock(&f->lock);
+	f->bad_hash = true;
+	pthread_mutex_unlock(&f->lock);
 	return false;
 }
 
@@ -700,10 +713,7 @@ void flight_fail(struct flight *f, int err)
 		f->state = FLIGHT_FAILED;
 		f->error = err < 0 ? err : -EIO;
 	}
-	/* The version its responses came in, which the next flight of the key must keep to. A
-	 * version the source named comes with every spec anyway. */
-	if (!f->source_etag)
-		memcpy(etag, f->primary_etag, sizeof(etag));
+	flight_version_to_pin_locked(f, etag, sizeof(etag));
 	url = f->url; /* what the next flight's spec names: a mirror's ETags are its own */
 	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
 	const char *spool_path = f->spool_borrowed ? NULL : f->spool_path;
@@ -793,4 +803,18 @@ int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all)
 	if (rc)
 		*n = 0;
 	return rc;
+}
+
+void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap)
+{
+	out[0] = '\0';
+	/* A version the source named comes with every spec anyway. One whose bytes failed
+	 * their hash is not the session's: pinned to it, a fixed object could never be fetched
+	 * again. */
+	if (f->source_etag || f->bad_hash)
+		return;
+	if (f->primary_etag[0])
+		snprintf(out, cap, "%s", f->primary_etag);
+	else if (f->last_modified[0])
+		snprintf(out, cap, "%s%s", VERSION_PIN_LAST_MODIFIED, f->last_modified);
 }

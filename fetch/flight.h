@@ -133,6 +133,7 @@ struct flight {
 	uint64_t *inos;
 	unsigned n_inos, cap_inos;
 	bool inos_lost;
+	bool bad_hash;     /* its bytes failed their sha256: that version is not the session's */
 	bool in_table;     /* also guarded by the table lock (both held to change) */
 	bool seq_seen;     /* a read was noted: seq_next means something */
 	uint64_t seq_next; /* where a read continuing the last one starts */
@@ -147,9 +148,10 @@ struct flight {
 	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
 	struct stream *streams;
 	unsigned n_streams;
-	unsigned failures;     /* consecutive failed attempts without progress */
-	unsigned fail_round;   /* failures counted so far: streams started since share one */
-	uint64_t retry_due_ms; /* 0 = no retry pending */
+	unsigned failures;           /* consecutive failed attempts without progress */
+	uint64_t written_at_failure; /* flight_written() when the last one was counted */
+	unsigned fail_round;         /* failures counted so far: streams started since share one */
+	uint64_t retry_due_ms;       /* 0 = no retry pending */
 	/* The version every request asks for ("" = none yet: the first response's), and which
 	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
 	 * changes them under lock (it alone changes them, so it reads them without). */

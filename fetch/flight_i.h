@@ -45,6 +45,14 @@ int flight_table_spool_path(struct flight_table *table, const char *key, char **
  */
 void flight_table_remove(struct flight *f, const char *etag, const char *url);
 
+/*
+ * The version the next flight of f's key must keep to (version_pins.c): the ETag its first
+ * response from the manifest's URL showed, else that response's Last-Modified
+ * (VERSION_PIN_LAST_MODIFIED), in out; "" when there is none to keep: the source named the
+ * version, or its bytes failed their hash. Caller holds f->lock.
+ */
+void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap);
+
 /* flight.c. A new flight for spec, one reference, or NULL when out of memory. */
 struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id);
 

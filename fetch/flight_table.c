@@ -395,8 +395,7 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		bool idle = f->state == FLIGHT_COMPLETE && atomic_load(&f->refs) == 1;
 		if (idle)
 			f->in_table = false;
-		if (!f->source_etag)
-			memcpy(etag, f->primary_etag, sizeof(etag));
+		flight_version_to_pin_locked(f, etag, sizeof(etag));
 		pthread_mutex_unlock(&f->lock);
 		if (!idle) {
 			fetch_log(FETCH_LOG_DEBUG, "%s: kept in the cache: in use", f->name);
@@ -407,16 +406,15 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		 * asks for that one, as after a failure (see version_pins.c). */
 		if (etag[0])
 			rc = version_pins_put(table->pins, key, f->url, etag);
+		/* The cache's bound wins over the pin: a later read of it may get what the
+		 * server has then, and the log says so. */
 		if (rc) {
-			pthread_mutex_lock(&f->lock);
-			f->in_table = true;
-			pthread_mutex_unlock(&f->lock);
-			fetch_log(FETCH_LOG_DEBUG,
-			          "%s: kept in the cache: its version cannot be "
-			          "remembered (%s)",
-			          f->name, strerror(-rc));
-			rc = -EBUSY;
-			break;
+			fetch_log(
+			    FETCH_LOG_WARN,
+			    "%s: evicted without keeping its version (%s): a later read in this "
+			    "session fetches what the server has then",
+			    f->name, rc == -ENOSPC ? "too many objects" : strerror(-rc));
+			rc = 0;
 		}
 		found = *pp;
 		*pp = found->next;

@@ -131,6 +131,11 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 			memcpy(resp->last_modified, value, value_len);
 			resp->last_modified[value_len] = '\0';
 		}
+	} else if (name_len == 4 && strncasecmp(line, "date", 4) == 0) {
+		if (value_len < sizeof(resp->date)) {
+			memcpy(resp->date, value, value_len);
+			resp->date[value_len] = '\0';
+		}
 	} else if (name_len == 16 && strncasecmp(line, "content-encoding", 16) == 0) {
 		resp->encoded =
 		    !(value_len == 8 && strncasecmp(value, "identity", 8) == 0) && value_len > 0;

@@ -25,6 +25,7 @@ struct http_response {
 	 * (http_etag_sendable). */
 	char etag[HTTP_ETAG_MAX];
 	char last_modified[64]; /* as sent; "" when absent or too long to be a date */
+	char date[64];          /* Date, as sent; "" when absent or too long */
 	/* Content-Encoding named a coding other than identity: the body is not the object's
 	 * bytes unless its length says so (an object stored compressed). */
 	bool encoded;

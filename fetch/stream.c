@@ -26,10 +26,22 @@ void stream_why(struct stream *s, const char *fmt, ...)
 }
 
 /*
+ * A Last-Modified within a second of the response's Date may name several versions (RFC
+ * 9110 8.8.2.2): a dynamic endpoint's "now" would fail every request after the first.
+ */
+static bool last_modified_is_strong(const struct http_response *resp)
+{
+	time_t modified = curl_getdate(resp->last_modified, NULL);
+	time_t date = resp->date[0] ? curl_getdate(resp->date, NULL) : -1;
+
+	return resp->last_modified[0] && modified >= 0 && (date < 0 || date - modified >= 1);
+}
+
+/*
  * Bytes of two responses may share a spool only if both show the same version (RFC 9110
  * 15.3.7.3): the first response's ETag, or without one its Last-Modified, is pinned, and
  * a later response that shows another, or none where one was pinned, fails the flight. A
- * server that sends neither cannot be checked (README says so).
+ * server that sends neither cannot be checked (README says so). Hashed objects: below.
  */
 static void check_version(struct stream *s)
 {
@@ -41,13 +53,24 @@ static void check_version(struct stream *s)
 		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
 		if (s->url_idx == 0 && !f->primary_etag[0])
 			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
-		pthread_mutex_unlock(&f->lock);
-		if (!s->resp.etag[0])
+		if (!s->resp.etag[0] && last_modified_is_strong(&s->resp))
 			snprintf(f->last_modified, sizeof(f->last_modified), "%s",
 			         s->resp.last_modified);
+		pthread_mutex_unlock(&f->lock);
 		return;
 	}
 	f->version_seen = true;
+	/* A hashed object's bytes are checked by its hash: only a different ETag fails it
+	 * (its sparse reads, answered before the hash, stay one version), not a missing one
+	 * or a Last-Modified that differs from one server of a store to the next. */
+	if (f->sha256[0]) {
+		if (f->etag[0] && s->resp.etag[0] && strcmp(s->resp.etag, f->etag) != 0) {
+			s->fatal = -EIO;
+			stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag,
+			           f->etag);
+		}
+		return;
+	}
 	if (f->etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (ETag %s, was %s)",
@@ -99,7 +122,7 @@ void stream_check_response(struct stream *s)
 	s->checked = true;
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
 	f->last_status = (int)code;
-	if (strncmp(f->url, "file:", 5) == 0)
+	if (strncmp(f->urls[s->url_idx], "file:", 5) == 0)
 		return; /* curl applied the range itself; there are no headers to check */
 	if (code == 206) {
 		if (!s->resp.has_content_range || s->resp.range_start != s->pos) {
@@ -122,8 +145,10 @@ void stream_check_response(struct stream *s)
 		}
 		/* A server may send less than asked (RFC 9110 15.3.7) and say so: this request
 		 * ends there, and the rest is asked for again. */
-		if (s->resp.range_end < s->end - 1)
+		if (s->resp.range_end < s->end - 1) {
 			s->end = s->resp.range_end + 1;
+			s->answered_short = true;
+		}
 		f->ranges_seen = true;
 	} else if (code == 200) {
 		if (s->resp.has_content_length && s->resp.content_length != f->size) {
@@ -193,8 +218,10 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	}
 	if (now - s->window_ms < window)
 		return 0;
+	/* The floor is the object's: its parallel requests share it. */
+	unsigned shares = s->f->n_streams ? s->f->n_streams : 1;
 	if (s->received - s->window_bytes <
-	    LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s) {
+	    (uint64_t)LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
 		s->too_slow = true;
 		return 1;
 	}

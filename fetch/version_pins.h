@@ -8,6 +8,10 @@
 
 struct version_pins;
 
+/* A pin of an object whose server sends no ETag: this prefix, then its Last-Modified. No
+ * ETag looks like it (an ETag starts with a quote or W/). */
+#define VERSION_PIN_LAST_MODIFIED "Last-Modified: "
+
 /* An empty set, or NULL when out of memory. */
 struct version_pins *version_pins_new(void);
 void version_pins_free(struct version_pins *pins);

@@ -212,6 +212,24 @@ def test_corrupt_byte_gives_eio_then_refetch_succeeds(store, mount):
     assert read_file(m.p(path)) == good
 
 
+def test_an_object_fixed_upstream_after_a_hash_mismatch_is_fetched_again(store, mount):
+    """The server held bad bytes (version "bad") and then the right ones (version "fixed").
+    The failed download's version was pinned for the session, so every refetch asked
+    If-Match "bad", got 412 and EIO until remount. A version whose bytes failed their hash
+    is not the session's: the next open fetches whatever the server has, and the hash
+    decides."""
+    size = 6 * MiB
+    path = store.add("fixed.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, corrupt_at=size - 1000, etag='"bad"')
+    with pytest.raises(OSError) as e:
+        read_file(m.p(path))
+    assert e.value.errno == errno.EIO
+    store.up.clear(path)
+    store.up.fault(path, etag='"fixed"')
+    assert read_file(m.p(path)) == expected(store, path)
+
+
 def test_corrupt_prefix_never_reads_whole(store, mount):
     size = 6 * MiB
     path = store.add("bad2.bin", size)

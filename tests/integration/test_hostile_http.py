@@ -8,6 +8,7 @@ never with sleeps. Readers that may hang on a broken daemon run in a child proce
 the test can kill before the mount is torn down.
 """
 
+import email.utils
 import errno
 import gzip
 import json
@@ -194,6 +195,48 @@ def test_a_server_that_caps_every_range_serves_a_large_object_once(raw, mount, r
     assert got == obj
     assert srv.sent["/big.bin"] == len(obj), \
         "the server sent %d bytes for a %d-byte object" % (srv.sent["/big.bin"], len(obj))
+
+
+def test_a_server_that_answers_a_few_bytes_per_range_is_not_asked_for_ever(raw, mount, readers,
+                                                                            tmp_path):
+    """A server answers each Range with 100 bytes (a truthful 206). Each answer counted as
+    a success and reset the tries: 10,000 requests per MiB, without end on a large object.
+    An answer that brings less than asked and under 64 KiB counts as a failed try: EIO
+    after --retries, with a bounded number of requests."""
+    obj = pattern(16 * MiB, "crumbs")  # over 12 MiB: asked for in ranged pieces
+    srv, m = mount_objects(
+        raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
+        {"/o.bin": lambda ex: serve_object(ex, obj, [("ETag", '"v1"')], cap=100)},
+        "--retries", "3", "--stall-timeout", "3")
+    r = readers(m.p("o.bin"), tmp_path / "got", block=4096, limit=4096)
+    srv.wait_for(lambda: r.done() or len(srv.requests("/o.bin")) > 20,
+                 "the read neither ended nor went past 20 requests", 60 * SLOW)
+    n = len(srv.requests("/o.bin"))
+    assert n <= 20, "the server saw %d requests and the read still waits" % n
+    got, err = r.result(10 * SLOW)
+    assert err == errno.EIO, "the read ended with %r and %d bytes" % (err, len(got))
+    assert "of the range asked" in m.stderr()
+
+
+def test_a_last_modified_of_now_does_not_fail_every_piece(raw, mount, readers, tmp_path):
+    """A dynamic endpoint stamps each answer's Last-Modified with its Date: the same bytes,
+    a new date a second later. Such a date names no version (RFC 9110 8.8.2.2: within a
+    second of Date it is weak), so it must not be pinned: the object, fetched in pieces,
+    reads whole."""
+    obj = pattern(16 * MiB, "dynamic")  # over 12 MiB: asked for in ranged pieces
+
+    def handler(ex):
+        if ex.n > 1 and not ex.sleep(1.1):  # a later second than the first answer's
+            return False
+        now = email.utils.formatdate(usegmt=True)
+        return serve_object(ex, obj, [("Date", now), ("Last-Modified", now)])
+
+    srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": len(obj)}],
+                           {"/o.bin": handler}, "--stall-timeout", "10")
+    got, err = readers(m.p("o.bin"), tmp_path / "got").result(60 * SLOW)
+    assert err is None and got == obj, "the read failed with %s:\n%s" % (
+        errno.errorcode.get(err), m.stderr())
+    assert len(srv.requests("/o.bin")) >= 2, "one request: the test did not test pieces"
 
 
 def upstream_bytes(m):

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import SLOW, is_mounted, read_file
 from helpers import expected, flight_records, read_until_error, wait_until
+from rawhttp import RawServer, manifest, pattern, serve_object, static
 
 MiB = 1 << 20
 
@@ -284,3 +285,48 @@ def test_an_evicted_object_keeps_its_version_for_the_session(store, mount, tmp_p
         os.posix_fadvise(f.fileno(), 0, size // 2, os.POSIX_FADV_DONTNEED)
     data, err = read_until_error(m.p(a))
     check(data, err, "a re-read with the first half of the pages dropped")
+
+
+def test_an_evicted_object_with_only_last_modified_keeps_its_version(mount, tmp_path):
+    """As above, for a server that sends no ETag, only Last-Modified: the pin an evicted
+    (or failed) flight leaves for the session held only ETags, so the next download took
+    the server's new version. It must ask If-Unmodified-Since the first one's date and
+    return version-1 bytes or EIO."""
+    size = 2 * MiB
+    dates = ["Mon, 01 Jan 2024 00:00:00 GMT", "Tue, 02 Jan 2024 00:00:00 GMT"]
+    objs = {"a": [pattern(size, "a1"), pattern(size, "a2")], "b": [pattern(size, "b1")]}
+    version = {"a": 0, "b": 0}
+
+    def handler(name):
+        return lambda ex: serve_object(ex, objs[name][version[name]],
+                                       [("Last-Modified", dates[version[name]])])
+
+    srv = RawServer({"/manifest.json": static(manifest([{"path": "a.bin", "size": size},
+                                                         {"path": "b.bin", "size": size}])),
+                     "/a.bin": handler("a"), "/b.bin": handler("b")})
+    try:
+        m = mount(srv.url("manifest.json"), "--cache-dir", str(tmp_path / "cache"),
+                  "--cache-max-size", "3M")
+        assert read_file(m.p("a.bin")) == objs["a"][0]
+        wait_durable(m, "a.bin")
+        wait_closed(m, "a.bin")
+        assert read_file(m.p("b.bin")) == objs["b"][0]  # 4 MiB > 3 MiB: a.bin goes
+        wait_until(lambda: flight_records(m).get("a.bin", {}).get("local", 0) == 0,
+                   lambda: "a.bin was never evicted: %r" % flight_records(m))
+        version["a"] = 1
+        fd = os.open(m.p("a.bin"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            data = os.pread(fd, size, 0)
+            err = None
+        except OSError as e:
+            data, err = b"", e
+        finally:
+            os.close(fd)
+        assert data == objs["a"][0][:len(data)], "version-2 bytes in the same session"
+        assert err is None or err.errno == errno.EIO, err
+        later = srv.requests("/a.bin")[1:]
+        assert later and all(r.headers.get("if-unmodified-since") == dates[0] for r in later), \
+            [r.headers for r in later]
+    finally:
+        srv.stop()
