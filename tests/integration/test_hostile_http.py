@@ -197,6 +197,19 @@ def test_a_server_that_caps_every_range_serves_a_large_object_once(raw, mount, r
         "the server sent %d bytes for a %d-byte object" % (srv.sent["/big.bin"], len(obj))
 
 
+def eio_within_requests(srv, r, limit):
+    """Waits until the child read r ends, or the server has seen more than limit requests
+    for /o.bin; asserts the read failed with EIO first. Returns the bytes it got."""
+    srv.wait_for(lambda: r.done() or len(srv.requests("/o.bin")) > limit,
+                 "the read neither ended nor went past %d requests" % limit, 60 * SLOW)
+    n = len(srv.requests("/o.bin"))
+    assert n <= limit, "the server saw %d requests and the read still waits" % n
+    got, err = r.result(10 * SLOW)
+    assert err == errno.EIO, "the read ended with %r and %d bytes" % (err, len(got))
+    assert len(srv.requests("/o.bin")) <= limit
+    return got
+
+
 def test_a_server_that_answers_a_few_bytes_per_range_is_not_asked_for_ever(raw, mount, readers,
                                                                             tmp_path):
     """A server answers each Range with 100 bytes (a truthful 206). Each answer counted as
@@ -208,13 +221,8 @@ def test_a_server_that_answers_a_few_bytes_per_range_is_not_asked_for_ever(raw, 
         raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
         {"/o.bin": lambda ex: serve_object(ex, obj, [("ETag", '"v1"')], cap=100)},
         "--retries", "3", "--stall-timeout", "3")
-    r = readers(m.p("o.bin"), tmp_path / "got", block=4096, limit=4096)
-    srv.wait_for(lambda: r.done() or len(srv.requests("/o.bin")) > 20,
-                 "the read neither ended nor went past 20 requests", 60 * SLOW)
-    n = len(srv.requests("/o.bin"))
-    assert n <= 20, "the server saw %d requests and the read still waits" % n
-    got, err = r.result(10 * SLOW)
-    assert err == errno.EIO, "the read ended with %r and %d bytes" % (err, len(got))
+    eio_within_requests(srv, readers(m.p("o.bin"), tmp_path / "got", block=4096, limit=4096),
+                        20)
     assert "of the range asked" in m.stderr()
 
 
@@ -395,16 +403,9 @@ def test_a_server_that_cuts_every_connection_is_not_retried_forever(raw, mount, 
 
     srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
                            {"/o.bin": handler}, "--retries", "3", "--stall-timeout", "3")
-    r = readers(m.p("o.bin"), tmp_path / "got", block=4096, limit=4096)
-    # Until the read ends, or the server has seen more requests than the bound.
-    srv.wait_for(lambda: r.done() or len(srv.requests("/o.bin")) > 20,
-                 "the read neither ended nor went past 20 requests", 60 * SLOW)
-    n = len(srv.requests("/o.bin"))
-    assert n <= 20, "the server saw %d requests and the read still waits" % n
-    got, err = r.result(10 * SLOW)
-    assert err == errno.EIO, "the read ended with %r and %d bytes" % (err, len(got))
+    got = eio_within_requests(
+        srv, readers(m.p("o.bin"), tmp_path / "got", block=4096, limit=4096), 20)
     assert got == obj[:len(got)]
-    assert len(srv.requests("/o.bin")) <= 20
 
 
 # -------------------------------------------------------------------- content codings
