@@ -80,7 +80,8 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
  */
 static bool reusable_key(const char *key)
 {
-	return strncmp(key, "sha256:", 7) == 0 || strchr(key, '#') != NULL;
+	/* By prefix only: a URL may hold a '#' (a fragment) and still name no version. */
+	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
 }
 
 /*

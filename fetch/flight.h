@@ -73,7 +73,7 @@ enum flight_state {
 };
 
 struct flight_spec {
-	const char *key;    /* identity: "sha256:<hex>" or "url:<size>:<url>[#etag]" */
+	const char *key;    /* "sha256:<hex>", "etag:<size>:<etag> <url>" or "url:<size>:<url>" */
 	const char *url;    /* where to fetch it */
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */

@@ -60,7 +60,10 @@ static void remove_cache_files(struct fs_session *s)
 	/* Without the lock the files are another mount's. */
 	bool temporary = !s->opts.cache_dir; /* a fresh directory of ours: goes whole */
 
-	if (!s->cache_dir || s->cache_lock_fd < 0 || (!temporary && s->opts.keep_cache))
+	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing
+	 * of a named directory: what an earlier session kept stays. */
+	if (!s->cache_dir || s->cache_lock_fd < 0 ||
+	    (!temporary && (s->opts.keep_cache || (!s->was_mounted && !s->made_cache_dir))))
 		return;
 	if (temporary) {
 		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -197,6 +200,11 @@ static int make_cache_dir(struct fs_session *s)
 	}
 	if (mkdir(s->spool_dir, 0700) != 0 && errno != EEXIST)
 		return -errno;
+	struct stat st;
+	if (lstat(s->spool_dir, &st) != 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR; /* refused now, not at every read */
 	/* Only a named directory can be shared with another mount. */
 	if (s->opts.cache_dir && asprintf(&s->lease_path, "%s/leases", path) < 0) {
 		s->lease_path = NULL;
@@ -378,6 +386,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	s->mount_path = realpath(s->opts.mountpoint, NULL);
 	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 		goto out_signals;
+	s->was_mounted = true;
 	/* Now, while this mount is surely the one on top: see fs_abort_connection. */
 	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
 		s->mount_dev[0] = '\0';

@@ -70,8 +70,8 @@ static int flight_key(const struct index_node *n, const char *url, const char *e
 
 	if (n->sha256[0])
 		rc = asprintf(key, "sha256:%s", n->sha256);
-	else if (etag[0]) /* a new version is a new object */
-		rc = asprintf(key, "url:%" PRIu64 ":%s#%s", n->size, url, etag);
+	else if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
+		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, url);
 	else
 		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, url);
 	return rc < 0 ? -ENOMEM : 0;

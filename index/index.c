@@ -24,8 +24,11 @@
 #include "index/ranges.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
 
@@ -366,9 +369,31 @@ static const char *const spool_pragmas[] = {
     "PRAGMA synchronous = NORMAL",
 };
 
+/*
+ * The spool records hold object keys, which hold URLs, which may hold credentials (a
+ * presigned query, user:password@): the database is the owner's alone, as the spool files
+ * are. sqlite gives its -wal and -shm files the database's mode. 0 or -errno.
+ */
+static int make_private(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fchmod(fd, 0600) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 static int open_connection(const char *path, sqlite3 **db)
 {
-	int rc = sqlite3_open_v2(
+	int rc = path[0] ? make_private(path) : 0;
+
+	if (rc)
+		return rc;
+	rc = sqlite3_open_v2(
 	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 
 	if (rc != SQLITE_OK)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import SLOW, is_mounted, read_file
+from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
 from helpers import expected, flight_records, read_until_error, wait_until
 from rawhttp import RawServer, manifest, pattern, serve_object, static
 
@@ -27,14 +27,19 @@ def wait_closed(m, name, timeout=20):
                lambda: flight_records(m), timeout)
 
 
+def keep_in_cache(store, mount, url, cache, path):
+    """Reads path through a mount of url that keeps cache, and unmounts it cleanly."""
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
+    assert read_file(m.p(path)) == expected(store, path)
+    wait_durable(m, path)
+    m.check_clean_exit()
+
+
 def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):
     a = store.add("a.bin", 5 * MiB)
     url = store.write()
     cache = tmp_path / "cache"
-    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
-    assert read_file(m.p(a)) == expected(store, a)
-    wait_durable(m, a)
-    m.check_clean_exit()
+    keep_in_cache(store, mount, url, cache, a)
     gets = store.up.stats(a)["gets"]
     assert os.listdir(cache / "spool")
 
@@ -108,10 +113,7 @@ def test_a_manifest_etag_lets_an_unhashed_object_be_reused(store, mount, tmp_pat
     store.up.fault(a, etag='"v1"')
     url = store.write(mutate=set_etag(a, '"v1"'))
     cache = tmp_path / "cache"
-    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
-    assert read_file(m.p(a)) == expected(store, a)
-    wait_durable(m, a)
-    m.check_clean_exit()
+    keep_in_cache(store, mount, url, cache, a)
     gets = store.up.stats(a)["gets"]
 
     m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
@@ -124,6 +126,29 @@ def test_a_manifest_etag_lets_an_unhashed_object_be_reused(store, mount, tmp_pat
     url = store.write(mutate=set_etag(a, '"v2"'))
     m3 = mount(url, "--cache-dir", str(cache), name="mnt3")
     assert read_file(m3.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == gets + 1
+
+
+def test_a_url_with_a_fragment_names_no_version(store, mount, tmp_path):
+    """An object without sha256 or etag whose URL holds a '#' (a fragment, never sent) was
+    taken for one pinned to an ETag (the key's separator was '#'), so the next session
+    served its kept bytes without a request, after the server had new ones. Only a sha256
+    or an etag lets a cached object be reused."""
+    a = store.add("a.bin", 2 * MiB, hashed=False)
+
+    def fragment(manifest):
+        for e in manifest["files"]:
+            if e["path"] == a:
+                e["url"] = a + "#v1"
+    url = store.write(mutate=fragment)
+    cache = tmp_path / "cache"
+    keep_in_cache(store, mount, url, cache, a)
+    gets = store.up.stats(a)["gets"]
+    new = bytes(x ^ 0x5A for x in expected(store, a))
+    with open(os.path.join(store.root, a), "wb") as f:
+        f.write(new)
+    m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
+    assert read_file(m2.p(a)) == new, "the previous session's bytes were served"
     assert store.up.stats(a)["gets"] == gets + 1
 
 
@@ -330,3 +355,56 @@ def test_an_evicted_object_with_only_last_modified_keeps_its_version(mount, tmp_
             [r.headers for r in later]
     finally:
         srv.stop()
+
+
+def refused_mount(url, mnt, *args):
+    """Runs a mount that must be refused; returns its stderr. One that comes up after all
+    is unmounted before the test fails."""
+    mnt.mkdir(exist_ok=True)
+    proc = subprocess.Popen([SPOOLFS, "-f", url, str(mnt)] + list(args), env=daemon_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=20 * SLOW)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        proc.kill()
+        _, err = proc.communicate()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        raise AssertionError("the mount came up: %s" % err.decode("utf-8", "replace")) from None
+    assert proc.returncode != 0 and not is_mounted(str(mnt)), err
+    return err.decode("utf-8", "replace")
+
+
+def test_a_refused_mount_loses_nothing_of_a_kept_cache(store, mount, tmp_path):
+    """A kept cache, then a mount of it (without --keep-cache) that is refused: a mistyped
+    manifest URL. The refused mount ran the unmount clean-up and deleted the index and
+    every spool file. Bad input loses nothing: the next mount still serves the cache."""
+    a = store.add("a.bin", 2 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    keep_in_cache(store, mount, url, cache, a)
+    kept = sorted(os.listdir(cache / "spool"))
+    assert kept
+
+    err = refused_mount(url.replace("manifest.json", "no-such-manifest.json"),
+                        tmp_path / "mnt-refused", "--cache-dir", str(cache))
+    assert "no-such-manifest.json" in err, err
+    assert sorted(os.listdir(cache / "spool")) == kept
+    assert (cache / "index.db").exists()
+    gets = store.up.stats(a)["gets"]
+    m2 = mount(url, "--cache-dir", str(cache), name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert store.up.stats(a)["gets"] == gets
+
+
+def test_a_spool_path_that_is_not_a_directory_refuses_the_mount(store, tmp_path):
+    """DIR/spool a plain file: the mount came up and every read failed with ENOTDIR. It is
+    refused at mount, with the reason."""
+    store.add("a.bin", MiB)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "spool").write_text("not a directory")
+    err = refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(cache))
+    assert "Not a directory" in err, err
+    assert (cache / "spool").read_text() == "not a directory"

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import stat
 import subprocess
 
 import pytest
@@ -182,3 +183,30 @@ def test_tls_certificate_is_verified(tls_store, mount, tmp_path):
     assert read_file(m.p("t/obj.bin")) == expected(store, "t/obj.bin")
     st = store.up.stats("t/obj.bin")
     assert st["statuses"] == [200, 206] and st["drops"] == 1, st
+
+
+def test_no_cache_file_is_readable_by_others(store, mount, tmp_path):
+    """The cache's index holds object keys, and keys hold URLs, which may hold credentials
+    (user:password@, a presigned query): index.db and its -wal and -shm were created 0644
+    in a cache directory others can enter (an admin-made /var/cache/spoolfs is 0755). Every
+    file the mount makes there is its owner's alone, and stays so after unmount."""
+    a = store.add("a.bin", MiB)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    os.chmod(cache, 0o755)
+    m = mount(store.write(), "--cache-dir", str(cache), "--keep-cache")
+    assert read_file(m.p(a)) == expected(store, a)
+
+    def open_to_others():
+        found = []
+        for root, dirs, files in os.walk(cache):
+            for name in files:
+                mode = os.lstat(os.path.join(root, name)).st_mode
+                if mode & 0o077:
+                    found.append("%s %o" % (os.path.join(root, name), stat.S_IMODE(mode)))
+        return found
+
+    assert (cache / "index.db").exists()
+    assert open_to_others() == []
+    m.check_clean_exit()
+    assert open_to_others() == []
