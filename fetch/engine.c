@@ -382,6 +382,34 @@ static void end_stopped_streams(struct engine *e)
 	}
 }
 
+/* One turn's work for f: follow another mount's download, or start what f needs now; lowers
+ * *timeout to when f next needs a look. */
+static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout)
+{
+	if (watching(e, f)) {
+		enum flight_state state;
+		flight_progress(f, NULL, NULL, &state);
+		if (state != FLIGHT_ACTIVE)
+			return; /* failed or finished: retire_finished lets it go */
+		if (f->next_watch_ms <= now)
+			cache_watch(e, f);
+		if (watching(e, f) && (long)(f->next_watch_ms - now) < *timeout)
+			*timeout = (long)(f->next_watch_ms - now);
+		return;
+	}
+	if (f->lease_held && f->next_watch_ms <= now)
+		cache_look_for_watchers(f, now);
+	if (f->lease_held && !f->watched && (long)(f->next_watch_ms - now) < *timeout)
+		*timeout = (long)(f->next_watch_ms - now);
+	if (f->retry_due_ms && f->retry_due_ms > now) {
+		if ((long)(f->retry_due_ms - now) < *timeout)
+			*timeout = (long)(f->retry_due_ms - now);
+		return;
+	}
+	schedule_flight(e, f);
+	cache_record_progress(e, f, false);
+}
+
 static void *engine_main(void *arg)
 {
 	struct engine *e = arg;
@@ -412,33 +440,20 @@ static void *engine_main(void *arg)
 		if (e->streams_stopped)
 			end_stopped_streams(e);
 		now = now_ms();
+		/* The flight whose readers have waited longest for room first: a slot freed this
+		 * turn goes to it before the next piece of another object (a reader of a new
+		 * object waited for another object's whole download). */
+		struct flight *first = NULL;
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];
-			if (watching(e, f)) {
-				enum flight_state state;
-				flight_progress(f, NULL, NULL, &state);
-				if (state != FLIGHT_ACTIVE)
-					continue; /* failed or finished: retire_finished lets it go
-					           */
-				if (f->next_watch_ms <= now)
-					cache_watch(e, f);
-				if (watching(e, f) && (long)(f->next_watch_ms - now) < timeout)
-					timeout = (long)(f->next_watch_ms - now);
-				continue;
-			}
-			if (f->lease_held && f->next_watch_ms <= now)
-				cache_look_for_watchers(f, now);
-			if (f->lease_held && !f->watched &&
-			    (long)(f->next_watch_ms - now) < timeout)
-				timeout = (long)(f->next_watch_ms - now);
-			if (f->retry_due_ms && f->retry_due_ms > now) {
-				if ((long)(f->retry_due_ms - now) < timeout)
-					timeout = (long)(f->retry_due_ms - now);
-				continue;
-			}
-			schedule_flight(e, f);
-			cache_record_progress(e, f, false);
+			if (f->starved_ms && (!first || f->starved_ms < first->starved_ms))
+				first = f;
 		}
+		if (first)
+			tend(e, first, now, &timeout);
+		for (size_t i = 0; i < e->n_active; i++)
+			if (e->active[i] != first)
+				tend(e, e->active[i], now, &timeout);
 		retire_finished(e);
 		if (e->recheck_ms) {
 			now = now_ms();

@@ -150,8 +150,9 @@ struct flight {
 	unsigned n_streams;
 	unsigned failures;           /* consecutive failed attempts without progress */
 	uint64_t written_at_failure; /* flight_written() when the last one was counted */
-	unsigned fail_round;         /* failures counted so far: streams started since share one */
-	uint64_t retry_due_ms;       /* 0 = no retry pending */
+	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
+	unsigned fail_round; /* failures counted so far: streams started since share one */
+	uint64_t retry_due_ms; /* 0 = no retry pending */
 	/* The version every request asks for ("" = none yet: the first response's), and which
 	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
 	 * changes them under lock (it alone changes them, so it reads them without). */

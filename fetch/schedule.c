@@ -206,9 +206,10 @@ static bool awaited(const struct stream *s, const struct flight_want *wanted, un
 
 /*
  * Makes room for a stream a reader of f waits on, when the limits leave none: stops a
- * background piece (one that fills an object for nobody in particular, and still nobody
- * waits on) that still has more than SPLIT_WAIT_MS to go, the one with the most to go, of
- * f itself when f is at its own limit, else of any object; never one of a server that
+ * stream nobody waits on now that still has more than SPLIT_WAIT_MS to go: a background
+ * piece (one that fills an object for nobody in particular) before one started for readers
+ * who have their bytes by now and left, and of those the one with the most to go; of f
+ * itself when f is at its own limit, else of any object; never one of a server that
  * ignores ranges, where a new request would start over. Its unfetched part is claimed
  * again by a later piece; what it had in flight is lost, which a reader kept waiting for
  * a whole piece (8 s at 1 MiB/s) would cost more. One about to end is waited for instead.
@@ -219,6 +220,7 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
 	struct stream *victim = NULL;
 	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
+	bool victim_background = false;
 
 	if (can_start(e, f))
 		return true;
@@ -232,16 +234,17 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			continue;
 		for (struct stream *s = g->streams; s; s = s->next) {
 			uint64_t when = 0, eta;
-			if (!s->background || s == spare || s->skip > 0)
+			if (s == spare || s->skip > 0)
 				continue;
 			eta = eta_ms(s, s->end, now, &when);
 			if (eta <= SPLIT_WAIT_MS) {
 				recheck = earliest(recheck, when);
 				continue;
 			}
-			if (eta <= victim_eta)
+			if (victim && (victim_background > s->background ||
+			               (victim_background == s->background && eta <= victim_eta)))
 				continue;
-			/* Started for nobody, but someone may have come to wait for it since. */
+			/* Whoever it was started for, someone may wait for it now. */
 			if (!wanted_known) {
 				n_wanted = flight_wanted(g, wanted, MAX_WANTED, &whole);
 				wanted_known = true;
@@ -249,6 +252,7 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			if (!awaited(s, wanted, n_wanted)) {
 				victim = s;
 				victim_eta = eta;
+				victim_background = s->background;
 			}
 		}
 	}
@@ -256,9 +260,9 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 		e->recheck_ms = earliest(e->recheck_ms, recheck);
 		return false;
 	}
-	fetch_log(FETCH_LOG_DEBUG,
-	          "%s: background piece at byte %" PRIu64 " stopped for a reader of %s",
-	          victim->f->name, victim->pos, f->name);
+	fetch_log(FETCH_LOG_DEBUG, "%s: %s piece at byte %" PRIu64 " stopped for a reader of %s",
+	          victim->f->name, victim->background ? "background" : "unawaited", victim->pos,
+	          f->name);
 	stream_free(e, victim);
 	return can_start(e, f);
 }
@@ -282,6 +286,8 @@ void schedule_flight(struct engine *e, struct flight *f)
 	    watching(e, f))
 		return;
 	f->retry_due_ms = 0;
+	uint64_t starved_since = f->starved_ms;
+	f->starved_ms = 0;
 	index_ranges_init(&claimed);
 	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
 	for (unsigned i = 0; i < n && rc == 0; i++) {
@@ -298,6 +304,7 @@ void schedule_flight(struct engine *e, struct flight *f)
 				continue;
 			if (!room_for_reader(e, f, s)) {
 				no_room = true;
+				f->starved_ms = starved_since ? starved_since : now_ms();
 				continue;
 			}
 			/* Split: the new stream takes the far part, the old one stops there. */
@@ -313,8 +320,10 @@ void schedule_flight(struct engine *e, struct flight *f)
 		if (index_ranges_covers(&claimed, off, off + 1))
 			continue; /* written, withheld until verification */
 		bool had_room = can_start(e, f);
-		if (no_room || !room_for_reader(e, f, NULL))
+		if (no_room || !room_for_reader(e, f, NULL)) {
+			f->starved_ms = starved_since ? starved_since : now_ms();
 			break;
+		}
 		if (!had_room && (rc = claimed_ranges(f, &claimed)) != 0)
 			break; /* (a stopped piece left a gap to claim) */
 		if (!whole && !f->no_ranges) {

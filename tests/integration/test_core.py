@@ -517,3 +517,61 @@ def test_a_second_far_reader_stops_a_background_piece_rather_than_wait(store, mo
         for t in threads:
             t.join(60 * SLOW)
         os.close(fd)
+
+
+def test_streams_whose_readers_left_do_not_hold_every_slot(store, mount):
+    """Two large objects each get one 4 KiB read at byte 0, answered at once; their readers
+    leave, but the 8 MiB pieces started for them go on (32 s each at 256 KiB/s) and held
+    both transfer slots: only pieces started for nobody could be stopped, so a reader of a
+    third object waited for one to end. A stream nobody waits on any more gives way."""
+    big = [store.add("left%d.bin" % i, 64 * MiB) for i in range(2)]
+    small = store.add("fresh.bin", 100 * 1024)
+    m = mount(store.write(), "--max-transfers", "2")
+    for p in big:
+        store.up.fault(p, rate=256 * 1024)
+    out, t = {}, None
+    try:
+        for p in big:
+            with open(m.p(p), "rb", buffering=0) as f:
+                assert f.read(4096) == expected(store, p)[:4096]
+        t = threading.Thread(target=lambda: out.update(data=read_file(m.p(small))),
+                             daemon=True)
+        t.start()
+        t.join(30 * SLOW)
+        sent = sum(store.up.stats(p)["bytes"] for p in big)
+        assert out.get("data") == expected(store, small), "the new object's reader waited"
+        # Had it waited for a piece to end, 8 MiB of one of them would have been sent.
+        assert sent < 8 * MiB, sent
+    finally:
+        store.up.clear()  # a read still waiting finishes, so the mount can go
+        if t:
+            t.join(60 * SLOW)
+
+
+def test_a_new_objects_reader_is_not_starved_by_a_sequential_reader(store, mount):
+    """With one transfer slot, a sequential reader of a large object always had a read
+    waiting, so each time its piece ended the next piece of it took the slot again, and a
+    reader of another object waited for the whole large object (16 s here). A slot that
+    comes free goes first to an object nobody is fetching."""
+    size = 32 * MiB
+    a = store.add("seq.bin", size)
+    b = store.add("other.bin", 100 * 1024)
+    m = mount(store.write(), "--max-transfers", "1")
+    store.up.fault(a, rate=2 * MiB)
+    reader = subprocess.Popen(["cat", m.p(a)], stdout=subprocess.DEVNULL)
+    out, t = {}, None
+    try:
+        store.up.wait_for(lambda s: s["bytes"] >= MiB, timeout=20 * SLOW, path=a)
+        t = threading.Thread(target=lambda: out.update(data=read_file(m.p(b))), daemon=True)
+        t.start()
+        t.join(60 * SLOW)
+        sent = store.up.stats(a)["bytes"]
+        assert out.get("data") == expected(store, b), "the other object's reader waited"
+        # One 8 MiB piece may run to its end first; not the whole object.
+        assert sent <= 2 * 8 * MiB + MiB, sent
+    finally:
+        reader.kill()
+        reader.wait()
+        store.up.clear()
+        if t:
+            t.join(60 * SLOW)
