@@ -236,8 +236,9 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 
 /*
  * Drops a complete object nobody uses (the table's is its only reference) from the table
- * and deletes its spool file, also when no flight of this session had it. Returns 0, or
- * -EBUSY when it is in use or not complete (it stays). For --cache-max-size.
+ * and deletes its spool file, also when no flight of this session had it (then complete or
+ * not: what an earlier session left). Returns 0, or -EBUSY when it is in use here or in
+ * another mount, or still downloading (it stays). For --cache-max-size.
  */
 int flight_table_evict(struct flight_table *table, const char *key);
 

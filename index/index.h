@@ -130,8 +130,9 @@ struct index_spool_entry {
 };
 
 /*
- * The bytes all recorded spools take, and up to max complete ones, least recently used
- * first (eviction candidates) in lru[0..*n). 0 or -errno.
+ * The bytes all recorded spools take, and up to max of them, least recently used first
+ * (eviction candidates, complete or not: a partial spool takes the object's whole size)
+ * in lru[0..*n). 0 or -errno.
  */
 int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_entry *lru, size_t max,
                       size_t *n);

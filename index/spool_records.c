@@ -96,7 +96,7 @@ int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_ent
 	if (rc == 0)
 		rc = index_sqlite_errno(
 		    sqlite3_prepare_v2(idx->spool_db,
-		                       "SELECT key, size FROM spool_object WHERE complete = 1"
+		                       "SELECT key, size FROM spool_object"
 		                       " ORDER BY last_used, key LIMIT :max",
 		                       -1, &old, NULL));
 	if (rc == 0)

@@ -408,3 +408,35 @@ def test_a_spool_path_that_is_not_a_directory_refuses_the_mount(store, tmp_path)
     err = refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(cache))
     assert "Not a directory" in err, err
     assert (cache / "spool").read_text() == "not a directory"
+
+
+def test_cache_max_size_evicts_what_an_earlier_session_left_partial(store, mount, tmp_path):
+    """A session read the last 4 KiB of four 16 MiB objects (an archive's index) and ended:
+    four partial spools, each taking its object's whole size, 64 MiB against a 20 MiB bound.
+    Only complete spools were eviction candidates, so the next session, with none of them
+    in use, stayed over the bound for good. Partial ones left by an earlier session go too."""
+    bigs = [store.add("big%d.bin" % i, 16 * MiB) for i in range(4)]
+    smalls = [store.add("small%d.bin" % i, 2 * MiB) for i in range(2)]
+    url = store.write()
+    cache = tmp_path / "cache"
+    args = ["--cache-dir", str(cache), "--cache-max-size", "20M", "--keep-cache"]
+
+    def spool_bytes():
+        spool = cache / "spool"
+        return sum(os.stat(spool / n).st_blocks * 512 for n in os.listdir(spool))
+
+    m = mount(url, *args)
+    for b in bigs:
+        with open(m.p(b), "rb", buffering=0) as f:
+            f.seek(16 * MiB - 4096)
+            assert f.read(4096) == expected(store, b)[-4096:]
+    m.check_clean_exit()
+    assert spool_bytes() > 20 * MiB  # what the test is about: partial spools over the bound
+
+    m2 = mount(url, *args, name="mnt2")
+    for s in smalls:
+        assert read_file(m2.p(s)) == expected(store, s)
+        wait_durable(m2, s)
+    assert spool_bytes() <= 20 * MiB, "%d bytes of spool files" % spool_bytes()
+    for b in bigs:  # an evicted partial object reads right
+        assert read_file(m2.p(b))[-4096:] == expected(store, b)[-4096:]
