@@ -75,16 +75,6 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 }
 
 /*
- * Only identities that name one version can be reused across sessions: a sha256, or a URL
- * pinned to an ETag. A bare URL may point at new bytes by now.
- */
-static bool reusable_key(const char *key)
-{
-	/* By prefix only: a URL may hold a '#' (a fragment) and still name no version. */
-	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
-}
-
-/*
  * When an object was last put to use, for least-recently-used eviction: wall-clock
  * milliseconds (comparable across sessions), strictly increasing within one, so objects
  * first used in the same millisecond still have an order.
@@ -141,7 +131,7 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	int rc;
 
 	/* After a failed flight, what its predecessor left is suspect: start afresh. */
-	if (!e->cfg.idx || !e->cfg.durable || !reusable_key(f->key) || f->after_failure)
+	if (!e->cfg.idx || !e->cfg.durable || !flight_key_names_version(f->key) || f->after_failure)
 		return -ENOENT;
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);

@@ -255,6 +255,16 @@ bool flight_table_take_taint(struct flight_table *table, const char *key, uint64
  */
 int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all);
 
+/*
+ * Whether key names one version of an object (a sha256, or an ETag): only such a key's
+ * spool may serve a later session, or a mount that did not fetch it.
+ */
+bool flight_key_names_version(const char *key);
+
+/* The spool file of key in spool_dir, in *path (the caller frees it): a hash of the key, so
+ * a later session finds it again. 0, -ENOMEM, or -EIO when the key cannot be hashed. */
+int flight_spool_path(const char *spool_dir, const char *key, char **path);
+
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);
 

@@ -35,8 +35,7 @@ struct flight_table {
 	void *on_complete_ctx;
 };
 
-/* The spool file's name for key in table's directory, in *path (the caller frees it).
- * 0, -ENOMEM, or -EIO when the name cannot be hashed. */
+/* flight_spool_path in table's directory. */
 int flight_table_spool_path(struct flight_table *table, const char *key, char **path);
 /*
  * Takes a failed flight out of the table so the next open starts a new one, marks its key

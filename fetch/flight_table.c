@@ -360,8 +360,13 @@ uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 	return bytes;
 }
 
-/* The spool file's name: a hash of the key, so a later session finds it again. */
-int flight_table_spool_path(struct flight_table *table, const char *key, char **path)
+bool flight_key_names_version(const char *key)
+{
+	/* By prefix only: a URL may hold a '#' (a fragment) and still name no version. */
+	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
+}
+
+int flight_spool_path(const char *spool_dir, const char *key, char **path)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
@@ -371,7 +376,12 @@ int flight_table_spool_path(struct flight_table *table, const char *key, char **
 		return -EIO;
 	for (unsigned i = 0; i < len; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	return asprintf(path, "%s/%s.spool", table->spool_dir, hex) < 0 ? -ENOMEM : 0;
+	return asprintf(path, "%s/%s.spool", spool_dir, hex) < 0 ? -ENOMEM : 0;
+}
+
+int flight_table_spool_path(struct flight_table *table, const char *key, char **path)
+{
+	return flight_spool_path(table->spool_dir, key, path);
 }
 
 int flight_table_evict(struct flight_table *table, const char *key)

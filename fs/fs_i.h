@@ -119,6 +119,7 @@ struct fs_session {
 	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
 	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
 	bool was_mounted;        /* main thread only: the mount came up (cleanup may run) */
+	bool cache_alone;        /* main thread only: holds DIR/lock exclusive (no other mount) */
 	uint64_t cache_max_size; /* bytes; 0 = unbounded */
 	uid_t uid;
 	gid_t gid;

@@ -105,7 +105,11 @@ static int lock_cache_dir(struct fs_session *s)
 			s->made_cache_dir = true;
 			continue;
 		}
-		if (fd < 0 || flock(fd, LOCK_SH) != 0 || fstat(fd, &locked) != 0) {
+		/* Exclusive while it opens the index when no other mount runs: see
+		 * forget_unversioned_spools. */
+		s->cache_alone = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+		if (fd < 0 || (!s->cache_alone && flock(fd, LOCK_SH) != 0) ||
+		    fstat(fd, &locked) != 0) {
 			rc = -errno;
 			break;
 		}
@@ -167,6 +171,59 @@ static int parse_size(const char *text, uint64_t *out)
 	return 0;
 }
 
+/*
+ * Spools of objects no version names (a bare URL) serve only the session that fetched them,
+ * and the mounts sharing its directory then: one that an earlier session kept (or left in
+ * a crash) would serve a mount that starts now the bytes of then, the server's version of
+ * then (a second mount could adopt its records before the first one started afresh). So
+ * the first mount of a directory forgets them, before any other mount can start.
+ */
+static void forget_unversioned_spools(struct fs_session *s)
+{
+	char **keys = NULL, *path = NULL;
+	size_t n = 0, forgotten = 0;
+
+	if (index_spool_keys(s->idx, &keys, &n) != 0)
+		return; /* kept, and started afresh by reuse_spool's rules as before */
+	for (size_t i = 0; i < n; i++) {
+		if (!flight_key_names_version(keys[i]) &&
+		    flight_spool_path(s->spool_dir, keys[i], &path) == 0) {
+			if ((unlink(path) == 0 || errno == ENOENT) &&
+			    index_record_complete(s->idx, keys[i], false) == 0)
+				forgotten++;
+			free(path);
+		}
+		free(keys[i]);
+	}
+	free(keys);
+	if (forgotten)
+		fetch_log(FETCH_LOG_INFO,
+		          "forgot %zu cached objects that name no version (no sha256 or etag)",
+		          forgotten);
+}
+
+static int open_index(struct fs_session *s)
+{
+	char *db_path = NULL;
+	int rc;
+
+	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0)
+		return -ENOMEM;
+	rc = index_open(db_path, &s->idx);
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
+	free(db_path);
+	if (rc == 0 && s->cache_alone && s->opts.cache_dir)
+		forget_unversioned_spools(s);
+	if (rc == 0 && s->cache_alone) {
+		/* Other mounts may start now: they take the lock shared too. */
+		if (flock(s->cache_lock_fd, LOCK_SH) != 0)
+			rc = -errno;
+		s->cache_alone = false;
+	}
+	return rc;
+}
+
 static int make_cache_dir(struct fs_session *s)
 {
 	char *path = NULL;
@@ -210,21 +267,7 @@ static int make_cache_dir(struct fs_session *s)
 		s->lease_path = NULL;
 		return -ENOMEM;
 	}
-	return 0;
-}
-
-static int open_index(struct fs_session *s)
-{
-	char *db_path = NULL;
-	int rc;
-
-	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0)
-		return -ENOMEM;
-	rc = index_open(db_path, &s->idx);
-	if (rc)
-		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
-	free(db_path);
-	return rc;
+	return open_index(s);
 }
 
 /* The network settings of the requests a mount or a lookup waits for: the manifest and S3
@@ -250,9 +293,6 @@ static int load_manifest(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
-	rc = open_index(s);
-	if (rc)
-		goto out;
 	rc = index_load_manifest_text(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
@@ -293,9 +333,7 @@ static int open_bucket(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
-	rc = open_index(s);
-	if (rc == 0)
-		rc = index_begin_lazy(s->idx);
+	rc = index_begin_lazy(s->idx);
 	if (rc)
 		return rc;
 	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));

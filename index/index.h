@@ -121,6 +121,10 @@ int index_spool_lookup(struct index *idx, const char *key, bool *complete,
 /* Forgets key's recorded ranges and completeness, keeping its size and use time. */
 int index_spool_reset(struct index *idx, const char *key);
 
+/* Every key with a spool record, in a malloc'd array of malloc'd strings (*n of them; the
+ * caller frees all). 0 or -errno. */
+int index_spool_keys(struct index *idx, char ***keys, size_t *n);
+
 /* Records that key's spool (size bytes) is in use now (`now` orders uses; larger = later). */
 int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t now);
 

@@ -94,11 +94,10 @@ int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_ent
 	rc = index_sqlite_errno(sqlite3_prepare_v2(
 	    idx->spool_db, "SELECT coalesce(sum(size), 0) FROM spool_object", -1, &sum, NULL));
 	if (rc == 0)
-		rc = index_sqlite_errno(
-		    sqlite3_prepare_v2(idx->spool_db,
-		                       "SELECT key, size FROM spool_object"
-		                       " ORDER BY last_used, key LIMIT :max",
-		                       -1, &old, NULL));
+		rc = index_sqlite_errno(sqlite3_prepare_v2(idx->spool_db,
+		                                           "SELECT key, size FROM spool_object"
+		                                           " ORDER BY last_used, key LIMIT :max",
+		                                           -1, &old, NULL));
 	if (rc == 0)
 		rc = index_bind_int64(old, ":max", (int64_t)max);
 	if (rc)
@@ -126,4 +125,48 @@ out:
 int index_spool_reset(struct index *idx, const char *key)
 {
 	return index_spool_change(idx, idx->st_obj_reset, key, true);
+}
+
+int index_spool_keys(struct index *idx, char ***keys, size_t *n)
+{
+	sqlite3_stmt *st = NULL;
+	char **v = NULL;
+	size_t cap = 0;
+	int rc;
+
+	*keys = NULL;
+	*n = 0;
+	pthread_mutex_lock(&idx->spool_lock);
+	rc = index_sqlite_errno(
+	    sqlite3_prepare_v2(idx->spool_db, "SELECT key FROM spool_object", -1, &st, NULL));
+	while (rc == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const unsigned char *key = sqlite3_column_text(st, 0);
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 64;
+			char **grown = realloc(v, cap * sizeof(*v));
+			if (!grown) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = grown;
+		}
+		v[*n] = strdup(key ? (const char *)key : "");
+		if (!v[*n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		(*n)++;
+		rc = 0;
+	}
+	rc = rc == SQLITE_DONE ? 0 : rc < 0 ? rc : index_step_errno(rc);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->spool_lock);
+	if (rc) {
+		while (*n)
+			free(v[--*n]);
+		free(v);
+		v = NULL;
+	}
+	*keys = v;
+	return rc;
 }

@@ -73,7 +73,8 @@ def test_an_alias_never_keeps_pages_of_a_download_whose_hash_failed(store, mount
 
     # A good re-download, created by y.bin again; then the other path.
     assert read_file(m.p("y.bin")) == good
-    assert store.up.stats(x)["gets"] == 2
+    # Fetched again, whole: a split for a far read ahead may make it more than one GET.
+    assert store.up.stats(x)["bytes"] >= 2 * size - 2 * MiB
     data = read_whole(m.p(x), how)
     assert len(data) == size
     assert data[100] == good[100], "x.bin served the corrupt byte of the failed download"
