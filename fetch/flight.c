@@ -815,6 +815,18 @@ void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap)
 		return;
 	if (f->primary_etag[0])
 		snprintf(out, cap, "%s", f->primary_etag);
-	else if (f->last_modified[0])
+	else if (f->last_modified[0] && !f->sha256[0])
 		snprintf(out, cap, "%s%s", VERSION_PIN_LAST_MODIFIED, f->last_modified);
+}
+
+bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end)
+{
+	bool continues;
+
+	if (atomic_load(&f->handles) == 0)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	continues = f->seq_seen && f->seq_next + FLIGHT_CHUNK_BYTES >= start && f->seq_next < end;
+	pthread_mutex_unlock(&f->lock);
+	return continues;
 }

@@ -256,6 +256,12 @@ bool flight_table_take_taint(struct flight_table *table, const char *key, uint64
 int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all);
 
 /*
+ * Whether an open handle of f reads on sequentially into [start, end): its last read ended
+ * within a chunk before start, or inside. A stream there feeds it, even between its reads.
+ */
+bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
+
+/*
  * Whether key names one version of an object (a sha256, or an ETag): only such a key's
  * spool may serve a later session, or a mount that did not fetch it.
  */

@@ -236,6 +236,12 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			uint64_t when = 0, eta;
 			if (s == spare || s->skip > 0)
 				continue;
+			/* A reader's stream whose reader is between two reads, or that another
+			 * mount's readers wait on, is still theirs: stopping it would have readers
+			 * take each other's streams in turn. */
+			if (!s->background &&
+			    (g->watched || flight_read_continues_into(g, s->pos, s->end)))
+				continue;
 			eta = eta_ms(s, s->end, now, &when);
 			if (eta <= SPLIT_WAIT_MS) {
 				recheck = earliest(recheck, when);

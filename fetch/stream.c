@@ -53,7 +53,8 @@ static void check_version(struct stream *s)
 		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
 		if (s->url_idx == 0 && !f->primary_etag[0])
 			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
-		if (!s->resp.etag[0] && last_modified_is_strong(&s->resp))
+		/* Not a hashed object's: copies on several servers may differ in date only. */
+		if (!s->resp.etag[0] && !f->sha256[0] && last_modified_is_strong(&s->resp))
 			snprintf(f->last_modified, sizeof(f->last_modified), "%s",
 			         s->resp.last_modified);
 		pthread_mutex_unlock(&f->lock);
@@ -199,6 +200,15 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 	return len;
 }
 
+/* Whether no other stream of s's flight is behind it. */
+static bool first_of_flight(const struct stream *s)
+{
+	for (const struct stream *t = s->f->streams; t; t = t->next)
+		if (t->pos < s->pos)
+			return false;
+	return true;
+}
+
 /*
  * curl calls this at least once a second, idle or not. A stall is measured from the last
  * byte, not as an average rate: curl's LOW_SPEED check averages over seconds and lets a
@@ -218,8 +228,9 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	}
 	if (now - s->window_ms < window)
 		return 0;
-	/* The floor is the object's: its parallel requests share it. */
-	unsigned shares = s->f->n_streams ? s->f->n_streams : 1;
+	/* The floor is the object's: its parallel requests share it, but the first of them,
+	 * the one a sequential reader waits on, must keep it alone. */
+	unsigned shares = first_of_flight(s) || !s->f->n_streams ? 1 : s->f->n_streams;
 	if (s->received - s->window_bytes <
 	    (uint64_t)LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
 		s->too_slow = true;

@@ -90,6 +90,17 @@ static void remove_cache_files(struct fs_session *s)
  * that starts during that clean-up waits for it, and retries if the file it locked was the
  * one the clean-up deleted.
  */
+/* Whether DIR/lock still names the file s holds locked. */
+static bool lock_still_named(const struct fs_session *s)
+{
+	struct stat locked, named;
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/lock", s->cache_dir);
+	return fstat(s->cache_lock_fd, &locked) == 0 && stat(path, &named) == 0 &&
+	       named.st_ino == locked.st_ino && named.st_dev == locked.st_dev;
+}
+
 static int lock_cache_dir(struct fs_session *s)
 {
 	char *lock_path = NULL;
@@ -216,9 +227,13 @@ static int open_index(struct fs_session *s)
 	if (rc == 0 && s->cache_alone && s->opts.cache_dir)
 		forget_unversioned_spools(s);
 	if (rc == 0 && s->cache_alone) {
-		/* Other mounts may start now: they take the lock shared too. */
+		/* Other mounts may start now: they take the lock shared too. Linux lets go of
+		 * an exclusive flock before it grants the shared one: a last mount out may have
+		 * cleaned the directory up in between (lock_cache_dir's check, again). */
 		if (flock(s->cache_lock_fd, LOCK_SH) != 0)
 			rc = -errno;
+		else if (!lock_still_named(s))
+			rc = -ESTALE;
 		s->cache_alone = false;
 	}
 	return rc;

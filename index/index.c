@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -376,7 +377,9 @@ static const char *const spool_pragmas[] = {
  */
 static int make_private(const char *path)
 {
+	static const char *const sidecars[] = {"-wal", "-shm", "-journal"};
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	char sidecar[4096];
 	int rc = 0;
 
 	if (fd < 0)
@@ -384,6 +387,15 @@ static int make_private(const char *path)
 	if (fchmod(fd, 0600) != 0)
 		rc = -errno;
 	close(fd);
+	/* Left by an older build or a crash with the old mode; sqlite reuses them as they are. */
+	for (size_t i = 0; rc == 0 && i < sizeof(sidecars) / sizeof(sidecars[0]); i++) {
+		snprintf(sidecar, sizeof(sidecar), "%s%s", path, sidecars[i]);
+		fd = open(sidecar, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0 && fchmod(fd, 0600) != 0)
+			rc = -errno;
+		if (fd >= 0)
+			close(fd);
+	}
 	return rc;
 }
 

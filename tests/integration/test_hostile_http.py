@@ -247,6 +247,32 @@ def test_a_last_modified_of_now_does_not_fail_every_piece(raw, mount, readers, t
     assert len(srv.requests("/o.bin")) >= 2, "one request: the test did not test pieces"
 
 
+def test_a_hashed_object_from_replicas_with_other_dates_reads_whole(raw, mount, readers,
+                                                                     tmp_path):
+    """A hashed object served without ETag by replicas whose Last-Modified differ (copies
+    that did not keep their mtimes). Its first answer's date was pinned and sent as
+    If-Unmodified-Since: a replica with a later date answered 412 and the read failed. A
+    hashed object's bytes are checked by its hash: its dates are not pinned."""
+    obj = pattern(16 * MiB, "replicas")  # over 12 MiB: asked for in ranged pieces
+    dates = ["Mon, 01 Jan 2024 00:00:00 GMT", "Tue, 02 Jan 2024 00:00:00 GMT"]
+
+    def handler(ex):
+        modified = dates[(ex.n + 1) % 2]
+        since = ex.req.headers.get("if-unmodified-since")
+        if since and (email.utils.parsedate_to_datetime(since) <
+                      email.utils.parsedate_to_datetime(modified)):
+            ex.send(412, [("Content-Length", "0")])
+            return True
+        return serve_object(ex, obj, [("Last-Modified", modified)])
+
+    srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
+                           {"/o.bin": handler}, "--stall-timeout", "10")
+    got, err = readers(m.p("o.bin"), tmp_path / "got").result(60 * SLOW)
+    assert err is None and got == obj, "the read failed with %s:\n%s" % (
+        errno.errorcode.get(err), m.stderr())
+    assert len(srv.requests("/o.bin")) >= 2, "one request: the test did not test pieces"
+
+
 def upstream_bytes(m):
     """Body bytes the daemon received, from its stats file."""
     for line in open(m.p(".spoolfs/stats")).read().splitlines():
