@@ -179,7 +179,18 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 
 bool http_etag_sendable(const char *etag)
 {
-	return etag[0] == '"';
+	size_t len = strlen(etag);
+
+	/* A strong entity-tag (RFC 9110 8.8.3): '"', etagc bytes, '"'. A listing's or a
+	 * manifest's ETag goes into a request header: a CR or LF would add headers of its own. */
+	if (len < 2 || etag[0] != '"' || etag[len - 1] != '"')
+		return false;
+	for (size_t i = 1; i + 1 < len; i++) {
+		unsigned char c = (unsigned char)etag[i];
+		if (c == '"' || c < 0x21 || c == 0x7f)
+			return false;
+	}
+	return true;
 }
 
 uint64_t http_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, double jitter,

@@ -51,7 +51,8 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 int http_parse_content_range(const char *value, size_t len, uint64_t *start, uint64_t *end,
                              bool *total_known, uint64_t *total);
 
-/* True for a validator If-Match may carry: not weak (W/"..."), not a digest of a long one. */
+/* True for a validator If-Match may carry: a well-formed strong ETag; not weak (W/"..."),
+ * not a digest of a long one, no control bytes. */
 bool http_etag_sendable(const char *etag);
 
 /*

@@ -168,7 +168,7 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 	    .connect_timeout_s = opts->net.connect_timeout_s ? opts->net.connect_timeout_s : 10,
 	    .stall_timeout_s = opts->net.stall_timeout_s ? opts->net.stall_timeout_s : 30,
 	    .max_tries = opts->net.max_tries ? opts->net.max_tries : 6};
-	src->request_timeout_s = opts->request_timeout_s ? opts->request_timeout_s : 60;
+	src->request_timeout_s = opts->request_timeout_s; /* 0: none, the stall rule only */
 	src->sign = !opts->no_sign;
 	if (src->sign) {
 		rc = s3_creds_resolve(opts->profile, &src->creds, err, err_len);
@@ -446,7 +446,9 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, &b);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
 
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)src->request_timeout_s);
+	/* A page that keeps coming, however slowly, is not cut: stalls end it (net.c). */
+	if (src->request_timeout_s)
+		curl_easy_setopt(easy, CURLOPT_TIMEOUT, (long)src->request_timeout_s);
 
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
@@ -591,6 +593,10 @@ static int collect(struct s3_source *src, struct listing *dirs, struct listing *
 			skip(dirs, p, "outside the listed prefix");
 			continue;
 		}
+		if (len == plen) {
+			skip(dirs, p, "the listed prefix itself");
+			continue;
+		}
 		rc = add_entry(dirs, p, p + plen, len - plen - 1, &proto);
 	}
 	for (size_t i = 0; i < page->n_objects && rc == 0; i++) {
@@ -661,17 +667,25 @@ int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx
 		if (rc)
 			goto out;
 		rc = collect(src, &dirs, &files, prefix, &result.page);
-		free(token);
+		char *asked = token;
 		token = NULL;
 		if (rc == 0 && result.page.is_truncated) {
 			if (!result.page.next_token) {
 				snprintf(err, err_len, "listing %s is truncated without a token",
 				         src->display);
 				rc = -EIO;
+			} else if (asked && strcmp(asked, result.page.next_token) == 0) {
+				/* The same page again and again until the page limit: a loop. */
+				snprintf(err, err_len,
+				         "listing %s%s repeats its continuation token: the server "
+				         "would send the same page for ever",
+				         src->display, rel_dir);
+				rc = -EIO;
 			} else if (!(token = strdup(result.page.next_token))) {
 				rc = -ENOMEM;
 			}
 		}
+		free(asked);
 		bool more = result.page.is_truncated;
 		s3_list_result_free(&result);
 		if (rc)

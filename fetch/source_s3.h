@@ -27,7 +27,7 @@ struct s3_options {
 	struct fetch_net net;
 	bool path_style;            /* forced; a custom endpoint is always path-style */
 	bool no_sign;               /* public bucket: send no credentials */
-	unsigned request_timeout_s; /* whole listing request */
+	unsigned request_timeout_s; /* whole listing request; 0: no limit, stalls only */
 };
 
 struct s3_source;

@@ -373,7 +373,9 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
 	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, 1L);
+	/* Not for signed requests: curl drops Authorization on a redirect to another host, but
+	 * not the signer's other headers, a session token among them. */
+	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, e->cfg.sign ? 0L : 1L);
 	curl_easy_setopt(s->easy, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);

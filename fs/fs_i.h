@@ -89,6 +89,8 @@ struct fs_handle {
 
 /* Pending background (readahead) requests the kernel may send: see fs_init. */
 #define FS_MAX_BACKGROUND 1024
+/* FUSE worker threads at most: see run_session. */
+#define FS_MAX_WORKERS 256
 
 struct fs_session {
 	struct fs_options opts;

@@ -339,7 +339,7 @@ static int open_bucket(struct fs_session *s)
 	                          .net = blocking_net(s),
 	                          .path_style = s->opts.path_style,
 	                          .no_sign = s->opts.no_sign,
-	                          .request_timeout_s = 60};
+	                          .request_timeout_s = 0};
 	char err[512] = "";
 	int rc;
 
@@ -476,6 +476,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		goto out_engine;
 	}
 	fuse_loop_cfg_set_idle_threads(loop, 16);
+	/* A lookup in a lazily listed S3 directory holds its worker while the listing runs
+	 * (and so does every lookup waiting for the same listing): with libfuse's default of
+	 * 10 workers, ten slow listings froze every other operation of the mount. Reads never
+	 * hold one (they are answered later), so the workers are for such waits alone. */
+	fuse_loop_cfg_set_max_threads(loop, FS_MAX_WORKERS);
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
 	/* Before anything below waits on a kernel invalidation (see abort.c). */
