@@ -204,3 +204,18 @@ def read_file(path, block=1 << 20):
                 break
             chunks.append(b)
     return b"".join(chunks)
+
+
+@pytest.fixture
+def servers():
+    """servers(factory, *args) -> factory(*args), a started test server stopped after the test
+    (after the mounts, when this fixture is requested before mount)."""
+    started = []
+
+    def start(factory, *args, **kw):
+        started.append(factory(*args, **kw))
+        return started[-1]
+
+    yield start
+    for srv in started:
+        srv.stop()

@@ -10,7 +10,7 @@ close-delimited bodies, trickles, per-response validators, unasked-for Content-E
     srv.stop()
 
 A handler is handler(ex) -> bool (True: keep the connection for its next request). ex is
-an Exchange: ex.req (method, path, headers by lower-case name, range()), ex.n (1 for the
+an Exchange: ex.req (method, path, target, headers by lower-case name, query(), range()), ex.n (1 for the
 first request of the path, 2 for the next, ...), ex.send(status, headers, body),
 ex.head(status, headers) and ex.body(data) (body bytes, counted in srv.sent) for a
 response in parts, ex.send_raw(data) for anything else, ex.sleep(s) and ex.wait(event)
@@ -25,6 +25,7 @@ import re
 import socket
 import threading
 import time
+import urllib.parse
 
 REASONS = {200: "OK", 206: "Partial Content", 304: "Not Modified", 404: "Not Found",
            412: "Precondition Failed", 416: "Range Not Satisfiable", 503: "Service Unavailable"}
@@ -53,6 +54,10 @@ class Request:
 
     def h(self, name, default=None):
         return self.headers.get(name.lower(), default)
+
+    def query(self):
+        """The query string's parameters, decoded: {name: value} (the last one of a name)."""
+        return dict(urllib.parse.parse_qsl(self.target.partition("?")[2], keep_blank_values=True))
 
     def range(self):
         """(first, last or None) of a single "bytes=a-b" Range, or None."""

@@ -85,19 +85,10 @@ class ChildRead:
 
 
 @pytest.fixture
-def raw():
-    """raw(routes) -> a started RawServer; every one is stopped after the test (after the
-    mounts: request this fixture before mount)."""
-    servers = []
-
-    def make(routes):
-        srv = RawServer(routes)
-        servers.append(srv)
-        return srv
-
-    yield make
-    for srv in servers:
-        srv.stop()
+def raw(servers):
+    """raw(routes) -> a started RawServer, stopped after the test (after the mounts:
+    request this fixture before mount)."""
+    return lambda routes: servers(RawServer, routes)
 
 
 @pytest.fixture
