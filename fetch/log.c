@@ -76,7 +76,12 @@ const char *fetch_redact_url(const char *url, char *buf, size_t len)
 	const char *scheme_end = strstr(url, "://");
 	const char *authority = scheme_end ? scheme_end + 3 : url;
 	const char *path = authority + strcspn(authority, "/?#");
-	const char *at = memchr(authority, '@', (size_t)(path - authority));
+	const char *at = NULL;
+
+	/* The last '@': one unescaped in a password must not leave the rest of it shown. */
+	for (const char *c = authority; c < path; c++)
+		if (*c == '@')
+			at = c;
 	size_t path_len = strcspn(path, "?#");
 
 	if (len == 0)

@@ -558,6 +558,28 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
+	 * fail every download after the manifest's. */
+	if (s.opts.ca_file && s.opts.ca_file[0] != '/') {
+		char *absolute = realpath(s.opts.ca_file, NULL);
+		if (!absolute) {
+			fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file,
+			        strerror(errno));
+			status = 2;
+			goto out_args;
+		}
+		free(s.opts.ca_file);
+		s.opts.ca_file = absolute;
+	}
+	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
+	struct stat mountpoint;
+	const char *unusable = stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
+	                       : !S_ISDIR(mountpoint.st_mode)            ? "not a directory"
+	                                                                 : NULL;
+	if (unusable) {
+		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
+		goto out_args;
+	}
 	set_log_level(s.opts.log_level, s.opts.debug);
 	raise_fd_limit();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -28,45 +28,34 @@ enum {
 	}
 
 static const struct fuse_opt option_spec[] = {
-    OPT("--cache-dir=%s", cache_dir),
     OPT("--cache-dir %s", cache_dir),
     OPT("cache_dir=%s", cache_dir),
     OPT_FLAG("--keep-cache", keep_cache),
-    OPT("--cache-max-size=%s", cache_max_size),
     OPT("--cache-max-size %s", cache_max_size),
     OPT("cache_max_size=%s", cache_max_size),
     OPT_FLAG("keep_cache", keep_cache),
     OPT_FLAG("--no-passthrough", no_passthrough),
     OPT_FLAG("no_passthrough", no_passthrough),
-    OPT("--ca-file=%s", ca_file),
     OPT("--ca-file %s", ca_file),
     OPT("ca_file=%s", ca_file),
-    OPT("--proxy=%s", proxy),
     OPT("--proxy %s", proxy),
     OPT("proxy=%s", proxy),
-    OPT("--stall-timeout=%s", stall_timeout_text),
     OPT("--stall-timeout %s", stall_timeout_text),
     OPT("stall_timeout=%s", stall_timeout_text),
-    OPT("--retries=%s", retries_text),
     OPT("--retries %s", retries_text),
     OPT("retries=%s", retries_text),
-    OPT("--max-transfers=%s", max_transfers_text),
     OPT("--max-transfers %s", max_transfers_text),
     OPT("max_transfers=%s", max_transfers_text),
-    OPT("--endpoint=%s", endpoint),
     OPT("--endpoint %s", endpoint),
     OPT("endpoint=%s", endpoint),
-    OPT("--region=%s", region),
     OPT("--region %s", region),
     OPT("region=%s", region),
-    OPT("--profile=%s", profile),
     OPT("--profile %s", profile),
     OPT("profile=%s", profile),
     OPT_FLAG("--path-style", path_style),
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
     OPT_FLAG("no_sign", no_sign),
-    OPT("--log-level=%s", log_level),
     OPT("--log-level %s", log_level),
     OPT("log_level=%s", log_level),
     OPT_FLAG("-h", show_help),
@@ -75,7 +64,6 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("--version", show_version),
     FUSE_OPT_KEY("-f", KEY_FOREGROUND),
     FUSE_OPT_KEY("-d", KEY_DEBUG),
-    FUSE_OPT_KEY("--mirror=", KEY_MIRROR),
     FUSE_OPT_KEY("--mirror ", KEY_MIRROR),
     FUSE_OPT_KEY("mirror=", KEY_MIRROR),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -168,8 +156,8 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		opts->foreground = 1;
 		return 0;
 	case KEY_MIRROR: {
-		/* fuse_opt hands over "--mirror=URL", "--mirrorURL" (separate argument) or
-		 * "mirror=URL". */
+		/* fuse_opt hands over "--mirrorURL" (separate argument, also "--mirror=URL" once
+		 * split by split_long_options) or "mirror=URL". */
 		const char *url = arg;
 		if (strncmp(url, "--mirror", 8) == 0)
 			url += 8;
@@ -230,9 +218,42 @@ static int check_mirror(const char *url)
 	return -EINVAL;
 }
 
+/*
+ * "--name=value" as "--name" "value". fuse_opt applies every template that matches, and a
+ * "--name %s" template (a separate argument) also matches "--name=value", with "=value"
+ * as its value: each such option got "=" in front of its value, and --mirror twice.
+ * Fails with -ENOMEM.
+ */
+static int split_long_options(struct fuse_args *args)
+{
+	struct fuse_args split = FUSE_ARGS_INIT(0, NULL);
+	int rc = 0;
+
+	for (int i = 0; i < args->argc && rc == 0; i++) {
+		const char *arg = args->argv[i], *eq = strchr(arg, '=');
+		if (i > 0 && strncmp(arg, "--", 2) == 0 && arg[2] && eq) {
+			char *name = strndup(arg, (size_t)(eq - arg));
+			rc = !name || fuse_opt_add_arg(&split, name) != 0 ||
+			             fuse_opt_add_arg(&split, eq + 1) != 0
+			         ? -ENOMEM
+			         : 0;
+			free(name);
+		} else if (fuse_opt_add_arg(&split, arg) != 0) {
+			rc = -ENOMEM;
+		}
+	}
+	if (rc) {
+		fuse_opt_free_args(&split);
+		return rc;
+	}
+	fuse_opt_free_args(args);
+	*args = split;
+	return 0;
+}
+
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 {
-	if (fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
+	if (split_long_options(args) != 0 || fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
 		return -EINVAL;
 	if (opts->show_help || opts->show_version)
 		return 0;

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import SLOW
+from conftest import SLOW, SPOOLFS, daemon_env, is_mounted
 
 # A child process that reads a whole file (1 MiB reads) and prints its sha256:
 # subprocess.Popen([sys.executable, "-c", READER, path], stdout=subprocess.PIPE).
@@ -130,3 +130,23 @@ def mount_with_tmpdir(mount, tmpdir, source, *args):
         return mount(source, *args)
     finally:
         del os.environ["TMPDIR"]
+
+
+def refused_mount(url, mnt, *args):
+    """Runs a mount that must be refused; returns its stderr. One that comes up after all
+    is unmounted before the test fails."""
+    if not os.path.exists(mnt):
+        mnt.mkdir()
+    proc = subprocess.Popen([SPOOLFS, "-f", url, str(mnt)] + list(args), env=daemon_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=20 * SLOW)
+    except subprocess.TimeoutExpired:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        proc.kill()
+        _, err = proc.communicate()
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        raise AssertionError("the mount came up: %s" % err.decode("utf-8", "replace")) from None
+    assert proc.returncode != 0 and not is_mounted(str(mnt)), err
+    return err.decode("utf-8", "replace")

@@ -423,3 +423,25 @@ def test_o_unknown_option_fails_the_mount(store, tmp_path):
     with pytest.raises(RuntimeError, match="unknown option"):
         Mount(store.write(), tmp_path / "m", tmp_path / "m.log", ["-o", "no_such_option=1"])
     assert not is_mounted(tmp_path / "m")
+
+
+def test_long_options_take_their_value_after_an_equals_sign(store, mount, tmp_path):
+    """`--opt=value` must mean what `--opt value` means. fuse_opt also matched the
+    separate-argument template against it, so every such option got "=value": --retries=3
+    was refused as '=3', --cache-dir=DIR named a directory "=DIR", --mirror=URL was kept
+    twice."""
+    a = store.add("a.bin", 1000)
+    cache = tmp_path / "cache"
+    url = store.write()
+    base = url.rsplit("/", 1)[0] + "/"
+    m = mount(url, "--cache-dir=%s" % cache, "--stall-timeout=7", "--retries=3",
+              "--max-transfers=2", "--log-level=info", "--cache-max-size=1G",
+              "--mirror=%s" % base)
+    assert read_file(m.p(a)) == store.content(a)
+    assert (cache / "index.db").exists()
+    assert "'=" not in m.stderr(), m.stderr()
+
+    proc = subprocess.run([SPOOLFS, "--retries=0", url, str(tmp_path / "unused")],
+                          env=daemon_env(), capture_output=True, timeout=30 * SLOW)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "not '0'" in err, err

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
-from helpers import expected, flight_records, read_until_error, wait_until
+from conftest import SLOW, is_mounted, read_file
+from helpers import expected, flight_records, read_until_error, refused_mount, wait_until
 from rawhttp import RawServer, manifest, pattern, serve_object, static
 
 MiB = 1 << 20
@@ -355,25 +355,6 @@ def test_an_evicted_object_with_only_last_modified_keeps_its_version(mount, tmp_
             [r.headers for r in later]
     finally:
         srv.stop()
-
-
-def refused_mount(url, mnt, *args):
-    """Runs a mount that must be refused; returns its stderr. One that comes up after all
-    is unmounted before the test fails."""
-    mnt.mkdir(exist_ok=True)
-    proc = subprocess.Popen([SPOOLFS, "-f", url, str(mnt)] + list(args), env=daemon_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        _, err = proc.communicate(timeout=20 * SLOW)
-    except subprocess.TimeoutExpired:
-        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
-        proc.kill()
-        _, err = proc.communicate()
-        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
-        raise AssertionError("the mount came up: %s" % err.decode("utf-8", "replace")) from None
-    assert proc.returncode != 0 and not is_mounted(str(mnt)), err
-    return err.decode("utf-8", "replace")
 
 
 def test_a_refused_mount_loses_nothing_of_a_kept_cache(store, mount, tmp_path):

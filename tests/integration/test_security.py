@@ -10,7 +10,7 @@ import pytest
 
 from client import Upstream
 from conftest import SLOW, SPOOLFS, Store, daemon_env, is_mounted, read_file
-from helpers import expected
+from helpers import expected, refused_mount
 
 MiB = 1 << 20
 
@@ -210,3 +210,25 @@ def test_no_cache_file_is_readable_by_others(store, mount, tmp_path):
     assert open_to_others() == []
     m.check_clean_exit()
     assert open_to_others() == []
+
+
+def test_a_relative_ca_file_serves_every_object(tls_store, mount, tmp_path, monkeypatch):
+    """The daemon works in "/" (libfuse's daemonising, with -f too): a relative --ca-file
+    passed the manifest's fetch, made before that, then failed every object's download
+    ("error setting certificate file"), every read EIO. It is made absolute at start."""
+    store, cert = tls_store
+    store.add("t/obj.bin", MiB)
+    url = store.write()
+    monkeypatch.chdir(os.path.dirname(cert))
+    m = mount(url, "--ca-file", os.path.basename(cert))
+    assert read_file(m.p("t/obj.bin")) == expected(store, "t/obj.bin")
+
+
+def test_a_mountpoint_that_is_not_a_directory_is_refused(store, tmp_path):
+    """libfuse mounted on a regular file and the command said 0: a broken mount (stat EIO,
+    ls ENOTDIR). It is refused before the manifest is even fetched."""
+    target = tmp_path / "a-file"
+    target.write_text("not a directory")
+    err = refused_mount(store.write(), target)
+    assert "not a directory" in err, err
+    assert store.up.stats("manifest.json").get("gets", 0) == 0

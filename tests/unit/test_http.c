@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "fetch/http.h"
+#include "fetch/log.h"
 
 /* Parses a NUL-terminated value; the out-parameters are poisoned first. */
 static int parse_cr(const char *value, uint64_t *start, uint64_t *end, bool *known, uint64_t *total)
@@ -443,6 +444,20 @@ static void test_header_retry_after(void **state)
 	assert_int_equal(resp.retry_after_s, 86400);
 }
 
+/* Credentials and queries never reach a log line: userinfo up to its last '@' (a raw '@'
+ * in a password left the rest of it shown), everything from '?'. */
+static void test_redact_url(void **state)
+{
+	char buf[256];
+
+	assert_string_equal(
+	    fetch_redact_url("http://alice:S3cret@PW@host:80/p/a.bin?sig=x", buf, sizeof(buf)),
+	    "http://host:80/p/a.bin");
+	assert_string_equal(fetch_redact_url("https://u:p@h/a#frag", buf, sizeof(buf)),
+	                    "https://h/a");
+	assert_string_equal(fetch_redact_url("http://h/a@b?x=1", buf, sizeof(buf)), "http://h/a@b");
+}
+
 static void test_etag_sendable(void **state)
 {
 	assert_true(http_etag_sendable("\"abc\""));
@@ -557,6 +572,7 @@ int main(void)
 	    cmocka_unit_test(test_header_content_range),
 	    cmocka_unit_test(test_header_retry_after),
 	    cmocka_unit_test(test_etag_sendable),
+	    cmocka_unit_test(test_redact_url),
 	    cmocka_unit_test(test_header_last_modified_and_encoding),
 	    cmocka_unit_test(test_backoff_growth_and_cap),
 	    cmocka_unit_test(test_backoff_jitter_bounds),
