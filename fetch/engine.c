@@ -147,7 +147,7 @@ static int activate(struct engine *e, struct flight *f)
  */
 static bool may_switch_mirror(struct flight *f)
 {
-	return f->n_urls > 1 && (f->sha256[0] || flight_written(f) == 0);
+	return f->n_urls > 1 && (flight_hash_names_version(f) || flight_written(f) == 0);
 }
 
 /* Whether url i answered this flight with a refusal (see url_refused in flight.h). */
@@ -169,7 +169,7 @@ static void next_mirror(struct flight *f)
 	f->url_idx = next;
 	/* A version the source named is part of the object's identity: every mirror must
 	 * serve that one (the key says so). */
-	if (f->sha256[0] || !f->source_etag) {
+	if (flight_hash_names_version(f) || !f->source_etag) {
 		f->etag[0] = '\0';
 		f->last_modified[0] = '\0';
 		f->version_seen = false;

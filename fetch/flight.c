@@ -815,7 +815,7 @@ void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap)
 		return;
 	if (f->primary_etag[0])
 		snprintf(out, cap, "%s", f->primary_etag);
-	else if (f->last_modified[0] && !f->sha256[0])
+	else if (f->last_modified[0] && !flight_hash_names_version(f))
 		snprintf(out, cap, "%s%s", VERSION_PIN_LAST_MODIFIED, f->last_modified);
 }
 

@@ -407,6 +407,17 @@ void flight_fail(struct flight *f, int err);
 uint64_t flight_written(struct flight *f);
 
 /*
+ * Whether f's sha256 names its version. Its bytes are then checked by the hash, whatever
+ * server sent them: dates and ETags that differ between servers or sessions do not make
+ * it another object, so neither is pinned nor compared, and mirrors may take over mid-way.
+ * Only a different ETag from the one server still fails it (see check_version).
+ */
+static inline bool flight_hash_names_version(const struct flight *f)
+{
+	return f->sha256[0] != '\0';
+}
+
+/*
  * Shut-down: answers every waiter with err and refuses further reads, but keeps the spool
  * file and the table entry, so a persistent cache can resume the download next session.
  */

@@ -7,6 +7,7 @@
 
 #include "fetch/flight.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,7 +25,8 @@ struct flight_table {
 	struct table_entry *buckets[TABLE_BUCKETS];
 	uint64_t next_id;
 	struct tainted_key *tainted; /* keys whose last flight failed */
-	unsigned n_tainted;
+	/* Changed under lock; read without it by every open, to skip an empty list. */
+	atomic_uint n_tainted;
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
 	bool close_idle_spools;       /* see flight_table_close_idle_spools */

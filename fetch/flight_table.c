@@ -134,6 +134,8 @@ bool flight_table_take_taint(struct flight_table *table, const char *key, uint64
 {
 	bool tainted = false;
 
+	if (atomic_load(&table->n_tainted) == 0)
+		return false;
 	pthread_mutex_lock(&table->lock);
 	for (struct tainted_key **pp = &table->tainted; *pp; pp = &(*pp)->next) {
 		struct tainted_key *t = *pp;

@@ -54,17 +54,17 @@ static void check_version(struct stream *s)
 		if (s->url_idx == 0 && !f->primary_etag[0])
 			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
 		/* Not a hashed object's: copies on several servers may differ in date only. */
-		if (!s->resp.etag[0] && !f->sha256[0] && last_modified_is_strong(&s->resp))
+		if (!s->resp.etag[0] && !flight_hash_names_version(f) &&
+		    last_modified_is_strong(&s->resp))
 			snprintf(f->last_modified, sizeof(f->last_modified), "%s",
 			         s->resp.last_modified);
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
 	f->version_seen = true;
-	/* A hashed object's bytes are checked by its hash: only a different ETag fails it
-	 * (its sparse reads, answered before the hash, stay one version), not a missing one
-	 * or a Last-Modified that differs from one server of a store to the next. */
-	if (f->sha256[0]) {
+	/* Only a different ETag fails a hashed object (its sparse reads, answered before the
+	 * hash, must stay one version), not a missing one nor a Last-Modified. */
+	if (flight_hash_names_version(f)) {
 		if (f->etag[0] && s->resp.etag[0] && strcmp(s->resp.etag, f->etag) != 0) {
 			s->fatal = -EIO;
 			stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag,
@@ -114,6 +114,27 @@ static void take_whole_answer(struct stream *s)
 	}
 }
 
+/*
+ * Whether the object's size the answer gives, if it gives one, is the index's. One compressed
+ * on the way (Accept-Encoding: identity was asked for) has bytes that are not the object's,
+ * unless their total is the object's size: stored that way. Fails s if not.
+ */
+static bool size_as_expected(struct stream *s, bool said, uint64_t total)
+{
+	if (said && total != s->f->size) {
+		s->fatal = -EIO;
+		stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64, total,
+		           s->f->size);
+		return false;
+	}
+	if (s->resp.encoded && !said) {
+		s->fatal = -EIO;
+		stream_why(s, "a compressed answer (Content-Encoding) of unknown total size");
+		return false;
+	}
+	return true;
+}
+
 /* Decides, once headers are in, whether this response's body may go into the spool. */
 void stream_check_response(struct stream *s)
 {
@@ -133,17 +154,8 @@ void stream_check_response(struct stream *s)
 			    s->pos);
 			return;
 		}
-		if (s->resp.range_total_known && s->resp.range_total != f->size) {
-			s->fatal = -EIO;
-			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
-			           s->resp.range_total, f->size);
+		if (!size_as_expected(s, s->resp.range_total_known, s->resp.range_total))
 			return;
-		}
-		if (s->resp.encoded && !s->resp.range_total_known) {
-			s->fatal = -EIO;
-			stream_why(s, "a compressed part (Content-Encoding) of unknown total size");
-			return;
-		}
 		/* A server may send less than asked (RFC 9110 15.3.7) and say so: this request
 		 * ends there, and the rest is asked for again. */
 		if (s->resp.range_end < s->end - 1) {
@@ -152,19 +164,8 @@ void stream_check_response(struct stream *s)
 		}
 		f->ranges_seen = true;
 	} else if (code == 200) {
-		if (s->resp.has_content_length && s->resp.content_length != f->size) {
-			s->fatal = -EIO;
-			stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64,
-			           s->resp.content_length, f->size);
+		if (!size_as_expected(s, s->resp.has_content_length, s->resp.content_length))
 			return;
-		}
-		/* Compressed on the way (Accept-Encoding: identity was asked for), so its bytes
-		 * are not the object's, unless its length is the object's: stored that way. */
-		if (s->resp.encoded && !s->resp.has_content_length) {
-			s->fatal = -EIO;
-			stream_why(s, "a compressed answer (Content-Encoding) of unknown size");
-			return;
-		}
 		/* A request without Range gets the whole object, as asked: its end may have been
 		 * lowered since (a far reader's split), and stays so. One with Range means the
 		 * server ignores Range: drop what we already have, keep the rest, and stop asking

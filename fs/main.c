@@ -90,14 +90,14 @@ static void remove_cache_files(struct fs_session *s)
  * that starts during that clean-up waits for it, and retries if the file it locked was the
  * one the clean-up deleted.
  */
-/* Whether DIR/lock still names the file s holds locked. */
-static bool lock_still_named(const struct fs_session *s)
+/* Whether DIR/lock still names the file fd holds locked: a last mount out deletes it. */
+static bool lock_still_named(const struct fs_session *s, int fd)
 {
 	struct stat locked, named;
 	char path[4096];
 
 	snprintf(path, sizeof(path), "%s/lock", s->cache_dir);
-	return fstat(s->cache_lock_fd, &locked) == 0 && stat(path, &named) == 0 &&
+	return fstat(fd, &locked) == 0 && stat(path, &named) == 0 &&
 	       named.st_ino == locked.st_ino && named.st_dev == locked.st_dev;
 }
 
@@ -109,7 +109,6 @@ static int lock_cache_dir(struct fs_session *s)
 	if (asprintf(&lock_path, "%s/lock", s->cache_dir) < 0)
 		return -ENOMEM;
 	for (;;) {
-		struct stat locked, named;
 		fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		/* The last mount out removed the directory it had made while we waited. */
 		if (fd < 0 && errno == ENOENT && mkdir(s->cache_dir, 0700) == 0) {
@@ -119,13 +118,11 @@ static int lock_cache_dir(struct fs_session *s)
 		/* Exclusive while it opens the index when no other mount runs: see
 		 * forget_unversioned_spools. */
 		s->cache_alone = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
-		if (fd < 0 || (!s->cache_alone && flock(fd, LOCK_SH) != 0) ||
-		    fstat(fd, &locked) != 0) {
+		if (fd < 0 || (!s->cache_alone && flock(fd, LOCK_SH) != 0)) {
 			rc = -errno;
 			break;
 		}
-		if (stat(lock_path, &named) == 0 && named.st_ino == locked.st_ino &&
-		    named.st_dev == locked.st_dev) {
+		if (lock_still_named(s, fd)) {
 			s->cache_lock_fd = fd;
 			fd = -1;
 			break;
@@ -232,7 +229,7 @@ static int open_index(struct fs_session *s)
 		 * cleaned the directory up in between (lock_cache_dir's check, again). */
 		if (flock(s->cache_lock_fd, LOCK_SH) != 0)
 			rc = -errno;
-		else if (!lock_still_named(s))
+		else if (!lock_still_named(s, s->cache_lock_fd))
 			rc = -ESTALE;
 		s->cache_alone = false;
 	}

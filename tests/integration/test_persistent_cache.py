@@ -100,12 +100,17 @@ def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
     assert store.up.stats(partial)["bytes"] <= 32 * MiB + MiB
 
 
-def set_etag(path, etag):
+def set_field(path, field, value):
+    """A store.write mutation: the manifest entry of path gets field = value."""
     def mutate(manifest):
         for e in manifest["files"]:
             if e["path"] == path:
-                e["etag"] = etag
+                e[field] = value
     return mutate
+
+
+def set_etag(path, etag):
+    return set_field(path, "etag", etag)
 
 
 def test_a_manifest_etag_lets_an_unhashed_object_be_reused(store, mount, tmp_path):
@@ -135,12 +140,7 @@ def test_a_url_with_a_fragment_names_no_version(store, mount, tmp_path):
     served its kept bytes without a request, after the server had new ones. Only a sha256
     or an etag lets a cached object be reused."""
     a = store.add("a.bin", 2 * MiB, hashed=False)
-
-    def fragment(manifest):
-        for e in manifest["files"]:
-            if e["path"] == a:
-                e["url"] = a + "#v1"
-    url = store.write(mutate=fragment)
+    url = store.write(mutate=set_field(a, "url", a + "#v1"))
     cache = tmp_path / "cache"
     keep_in_cache(store, mount, url, cache, a)
     sent = store.up.stats(a)["bytes"]
