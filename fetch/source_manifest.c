@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "fetch/http.h"
@@ -134,6 +135,19 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	int rc, retry_after_s;
 
 	if (strstr(source, "://")) {
+		/* curl would refuse another scheme with the code it also gives a garbled HTTP
+		 * answer, which is retried: say so at once instead. */
+		if (strncasecmp(source, "http://", 7) != 0 &&
+		    strncasecmp(source, "https://", 8) != 0 &&
+		    strncasecmp(source, "file://", 7) != 0) {
+			fetch_redact_url(source, shown, sizeof(shown));
+			snprintf(err, err_len,
+			         "cannot read manifest %s: unsupported scheme (http://, https://,"
+			         " file:// or a local path; s3://bucket for a bucket)",
+			         shown);
+			rc = -EPROTONOSUPPORT;
+			goto out;
+		}
 		url = strdup(source);
 		rc = url ? 0 : -ENOMEM;
 	} else {

@@ -549,6 +549,13 @@ int main(int argc, char *argv[])
 		status = 0;
 		goto out_args;
 	}
+	/* The session's own cache directory has a fresh name each mount: kept, no mount
+	 * would ever find it again. */
+	if (s.opts.keep_cache && !s.opts.cache_dir) {
+		fprintf(stderr, "spoolfs: --keep-cache keeps --cache-dir DIR: give one\n");
+		status = 2;
+		goto out_args;
+	}
 	if (s.opts.cache_max_size && parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
 		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
 		        s.opts.cache_max_size);

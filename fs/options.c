@@ -165,6 +165,16 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 			url += 6;
 		if (*url == '=')
 			url++;
+		/* An object's path goes after the base: a query or fragment there would end up
+		 * in the middle of every URL. */
+		if ((strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0) ||
+		    strpbrk(url, "?#")) {
+			fprintf(
+			    stderr,
+			    "spoolfs: --mirror must be an http:// or https:// base URL without a"
+			    " query or fragment\n");
+			return -1;
+		}
 		char **v = realloc(opts->mirrors, (opts->n_mirrors + 1) * sizeof(*v));
 		if (!v)
 			return -1;

@@ -17,8 +17,6 @@
 
 #include "fs/fs_i.h"
 
-#define MAX_ROWS 4096
-
 struct row {
 	char name[512];
 	double size;
@@ -85,20 +83,35 @@ static int parse_flights(sqlite3 *db, const char *text, struct snapshot *snap)
 	                  " json_extract(?1,'$.handles'), json_extract(?1,'$.waiting_reads')"
 	                  " WHERE json_valid(?1)";
 	sqlite3_stmt *st = NULL;
+	size_t cap = 0;
 	int rc = -EIO;
 
-	snap->rows = calloc(MAX_ROWS, sizeof(*snap->rows));
-	if (!snap->rows || sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
 		goto out;
-	for (const char *line = text; *line && snap->n < MAX_ROWS;) {
+	for (const char *line = text; *line;) {
 		const char *end = strchr(line, '\n');
 		int len = end ? (int)(end - line) : (int)strlen(line);
 		sqlite3_bind_text(st, 1, line, len, SQLITE_STATIC);
 		if (sqlite3_step(st) == SQLITE_ROW) {
+			if (snap->n == cap) {
+				struct row *more = realloc(snap->rows, (cap = cap ? cap * 2 : 256) *
+				                                           sizeof(*more));
+				if (!more) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				snap->rows = more;
+			}
 			struct row *r = &snap->rows[snap->n++];
 			const unsigned char *name = sqlite3_column_text(st, 0);
 			const unsigned char *state = sqlite3_column_text(st, 3);
-			snprintf(r->name, sizeof(r->name), "%s", name ? (const char *)name : "?");
+			const char *full = name ? (const char *)name : "?";
+			size_t full_len = strlen(full);
+			/* The end of a long path names the object: keep that. */
+			snprintf(r->name, sizeof(r->name), "%s",
+			         full + (full_len >= sizeof(r->name)
+			                     ? full_len - (sizeof(r->name) - 1)
+			                     : 0));
 			r->size = sqlite3_column_double(st, 1);
 			r->local = sqlite3_column_double(st, 2);
 			snprintf(r->state, sizeof(r->state), "%s",
@@ -152,12 +165,19 @@ static int take_snapshot(sqlite3 *db, const char *mountpoint, struct snapshot *s
 	memset(snap, 0, sizeof(*snap));
 	snprintf(path, sizeof(path), "%s/.spoolfs/flights", mountpoint);
 	flights = read_text(path);
-	snprintf(path, sizeof(path), "%s/.spoolfs/stats", mountpoint);
-	stats = read_text(path);
+	if (flights)
+		snprintf(path, sizeof(path), "%s/.spoolfs/stats", mountpoint);
+	stats = flights ? read_text(path) : NULL;
 	if (!flights || !stats) {
-		fprintf(stderr, "spoolfs status: %s is not a spoolfs mount (no %s)\n", mountpoint,
-		        path);
-		rc = -ENOENT;
+		rc = -errno;
+		if (rc == -ENOTCONN)
+			fprintf(stderr,
+			        "spoolfs status: the daemon of %s is gone (%s); unmount it with"
+			        " fusermount3 -u %s\n",
+			        mountpoint, strerror(-rc), mountpoint);
+		else
+			fprintf(stderr, "spoolfs status: %s is not a spoolfs mount (%s: %s)\n",
+			        mountpoint, path, strerror(-rc));
 		goto out;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &snap->at);
@@ -182,12 +202,63 @@ static const char *human(double bytes, char *buf, size_t len)
 	return buf;
 }
 
-static double previous_local(const struct snapshot *prev, const char *name)
+/* Rows usually keep their order from one snapshot to the next: index i is tried first. */
+static double previous_local(const struct snapshot *prev, size_t i, const char *name)
 {
-	for (size_t i = 0; prev && i < prev->n; i++)
+	if (prev && i < prev->n && strcmp(prev->rows[i].name, name) == 0)
+		return prev->rows[i].local;
+	for (i = 0; prev && i < prev->n; i++)
 		if (strcmp(prev->rows[i].name, name) == 0)
 			return prev->rows[i].local;
 	return -1;
+}
+
+#define NAME_COLUMNS 40
+
+/* Whether the n bytes at p are one well-formed UTF-8 sequence of 2 to 4 bytes. */
+static bool utf8_sequence(const unsigned char *p, size_t n)
+{
+	for (size_t k = 1; k < n; k++)
+		if ((p[k] & 0xC0) != 0x80)
+			return false;
+	return true;
+}
+
+/*
+ * name as NAME_COLUMNS characters for a terminal, padded: control bytes (a key may hold
+ * any, an escape sequence among them) and bytes that are not UTF-8 show as '?', and a
+ * longer name keeps its end, the object's own name, after a '~'. Characters are counted,
+ * not bytes, so multi-byte names line up (wide CJK ones still take two columns each).
+ */
+static const char *column(const char *name, char out[NAME_COLUMNS * 4 + 4])
+{
+	const unsigned char *p = (const unsigned char *)name;
+	size_t starts[512 + 1], n_chars = 0, len = strlen(name), first = 0, o = 0;
+
+	for (size_t i = 0; i < len && n_chars < 512;) {
+		size_t n = p[i] < 0xC0 ? 1 : p[i] < 0xE0 ? 2 : p[i] < 0xF0 ? 3 : 4;
+		starts[n_chars++] = i;
+		i += i + n <= len && n > 1 && utf8_sequence(p + i, n) ? n : 1;
+	}
+	starts[n_chars] = len;
+	if (n_chars > NAME_COLUMNS) {
+		first = n_chars - (NAME_COLUMNS - 1);
+		out[o++] = '~';
+	}
+	for (size_t c = first; c < n_chars; c++) {
+		size_t from = starts[c], n = starts[c + 1] - from;
+		bool plain = n > 1 || (p[from] >= 0x20 && p[from] < 0x7F);
+		if (!plain) {
+			out[o++] = '?';
+			continue;
+		}
+		memcpy(out + o, p + from, n);
+		o += n;
+	}
+	for (size_t c = n_chars - first + (first > 0); c < NAME_COLUMNS; c++)
+		out[o++] = ' ';
+	out[o] = '\0';
+	return out;
 }
 
 static void print(const struct snapshot *now, const struct snapshot *prev)
@@ -200,12 +271,14 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 
 	for (size_t i = 0; i < now->n; i++)
 		active += strcmp(now->rows[i].state, "active") == 0;
-	printf("%-40s %10s %10s  %-24s %12s %7s  %s\n", "OBJECT", "SIZE", "LOCAL", "PROGRESS",
-	       "RATE", "OPEN", "STATE");
+	printf("%-*s %10s %10s  %-27s %12s %7s  %s\n", NAME_COLUMNS, "OBJECT", "SIZE", "LOCAL",
+	       "PROGRESS", "RATE", "OPEN", "STATE");
 	for (size_t i = 0; i < now->n; i++) {
 		const struct row *r = &now->rows[i];
 		double fraction = r->size > 0 ? r->local / r->size : 1.0;
-		double before = previous_local(prev, r->name);
+		double before = previous_local(prev, i, r->name);
+		char shown[NAME_COLUMNS * 4 + 4];
+
 		char bar[21];
 		int filled = (int)lround(fraction * 20);
 
@@ -217,7 +290,7 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 			         human((r->local - before) / dt, a, sizeof(a)));
 		else
 			snprintf(c, sizeof(c), "-");
-		printf("%-40.40s %10s %10s  [%s] %3.0f%% %12s %7d  %s%s\n", r->name,
+		printf("%s %10s %10s  [%s] %3.0f%% %12s %7d  %s%s\n", column(r->name, shown),
 		       human(r->size, a, sizeof(a)), human(r->local, b, sizeof(b)), bar,
 		       fraction * 100, c, r->handles, r->state,
 		       r->waiting ? " (reads waiting)" : "");

@@ -30,6 +30,7 @@ import time
 import pytest
 
 from conftest import ROOT, SLOW, SPOOLFS, Mount, daemon_env, is_mounted, read_file
+from helpers import refused_mount
 
 MiB = 1 << 20
 HELPER = os.path.join(ROOT, "mount-helpers", "mount.spoolfs")
@@ -445,3 +446,27 @@ def test_long_options_take_their_value_after_an_equals_sign(store, mount, tmp_pa
                           env=daemon_env(), capture_output=True, timeout=30 * SLOW)
     err = proc.stderr.decode()
     assert proc.returncode == 2 and "not '0'" in err, err
+
+
+@pytest.mark.parametrize("args, says", [
+    # A fresh session directory is kept where no later mount would look: refused, not
+    # quietly dropped.
+    (["--keep-cache"], "--keep-cache keeps --cache-dir"),
+    (["-o", "keep_cache"], "--keep-cache keeps --cache-dir"),
+    # A base's query would end up in the middle of every object's URL.
+    (["--mirror", "http://127.0.0.1:9/base/?token=t"], "without a query"),
+    (["--mirror", "ftp://127.0.0.1:9/base/"], "http:// or https:// base"),
+])
+def test_options_that_cannot_mean_what_they_say_are_refused(store, tmp_path, args, says):
+    store.add("a.bin", 100)
+    err = refused_mount(store.write(), tmp_path / "mnt", *args)
+    assert says in err, err
+    assert "token=t" not in err
+
+
+def test_a_manifest_url_of_another_scheme_is_refused_at_once(tmp_path):
+    """curl refuses ftp:// with the code it also gives a garbled HTTP answer, which the
+    manifest's fetch retried with backoff: 6 tries and about a minute, for a typo."""
+    err = refused_mount("ftp://user:secret@127.0.0.1:9/m.json", tmp_path / "mnt")
+    assert "unsupported scheme" in err, err
+    assert "secret" not in err and "retry" not in err.lower(), err

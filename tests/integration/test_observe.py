@@ -89,3 +89,56 @@ def test_status_of_a_plain_directory_fails_clearly(tmp_path):
     out = subprocess.run([SPOOLFS, "status", str(tmp_path), "--interval", "0.1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "is not a spoolfs mount" in out.stderr
+
+
+def status_once(m):
+    out = subprocess.run([SPOOLFS, "status", m.path, "--interval", "0.1"],
+                         capture_output=True, text=True, errors="replace", timeout=30 * SLOW)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_status_lists_every_object_however_many(store, mount):
+    """`status` kept only its first 4,096 rows, so the totals of a busy mount were wrong."""
+    names = ["many/%04d.bin" % i for i in range(4200)]
+    for n in names:
+        store.add(n, 16, hashed=False)  # hashed, all 4,200 are one object
+    m = mount(store.write())
+    for n in names:
+        with open(m.p(n), "rb") as f:
+            f.read()
+    assert "totals: 4200 objects" in status_once(m)
+
+
+def test_status_shows_names_a_terminal_can_take(store, mount):
+    """A key may hold any byte: `status` printed them raw, so a name with an escape
+    sequence drove the operator's terminal, and multi-byte names broke the columns."""
+    hostile = store.add("esc\x1b[31mred\x07.bin", 16, hashed=False)
+    wide = store.add("\u00e9t\u00e9/" + "\u00fc" * 50 + "-tail.bin", 16, hashed=False)
+    m = mount(store.write())
+    for n in (hostile, wide):
+        with open(m.p(n), "rb") as f:
+            f.read()
+    out = status_once(m)
+    assert "\x1b" not in out and "\x07" not in out, repr(out)
+    assert "esc?[31mred?.bin" in out, out
+    rows = [l for l in out.splitlines() if l.endswith("complete")]
+    assert len(rows) == 2, out
+    # A long name keeps its end, and every row's columns line up in characters.
+    assert any(l.startswith("~") and "-tail.bin " in l for l in rows), out
+    assert len({len(l) for l in rows}) == 1, out
+    header = out.splitlines()[0]
+    assert header.index("OPEN") + 4 == rows[0].index(" complete") - 1, out
+
+
+def test_status_of_a_mount_whose_daemon_died_says_so(store, mount):
+    store.add("a.bin", 16)
+    m = mount(store.write())
+    m.proc.kill()
+    m.proc.wait(30 * SLOW)
+    out = subprocess.run([SPOOLFS, "status", m.path, "--interval", "0.1"],
+                         capture_output=True, text=True, timeout=30 * SLOW)
+    m.kill()
+    assert out.returncode != 0
+    assert "daemon" in out.stderr and "gone" in out.stderr and "fusermount3 -u" in out.stderr, \
+        out.stderr
