@@ -123,6 +123,40 @@ static void make_room(struct engine *e, struct flight *f)
 		          bytes, e->cfg.cache_max_size);
 }
 
+/*
+ * Whether f's spool file is still the one recorded complete: one written to since, or
+ * copied (a CI cache restored from an archive), still has its bytes where the records say,
+ * but nothing says they are right. A hashed object is hashed again before its last bytes
+ * are served, with its record no longer complete meanwhile (another mount would serve it
+ * whole); an unhashed one is fetched again (-ESTALE). 0, with *complete cleared when the
+ * bytes must be checked, or -errno.
+ */
+static int check_seal(struct engine *e, struct flight *f, bool *complete)
+{
+	char recorded[FLIGHT_SEAL_MAX] = "", found[FLIGHT_SEAL_MAX] = "";
+	int rc = index_spool_seal(e->cfg.idx, f->key, recorded, sizeof(recorded));
+
+	/* A record from a spoolfs before seals has none: checked like a changed one. */
+	if (rc && rc != -ENOENT)
+		return rc;
+	rc = flight_spool_seal_found(f, found, sizeof(found));
+	if (rc)
+		return rc;
+	if (strcmp(found, recorded) == 0)
+		return 0;
+	if (!flight_hash_names_version(f)) {
+		fetch_log(FETCH_LOG_WARN,
+		          "%s: the cached copy changed since it was complete; fetching it again",
+		          f->name);
+		return -ESTALE;
+	}
+	fetch_log(FETCH_LOG_WARN,
+	          "%s: the cached copy changed since it was complete; checking its sha256 again",
+	          f->name);
+	*complete = false;
+	return index_record_incomplete(e->cfg.idx, f->key);
+}
+
 /* Picks up what a previous session left in a persistent cache. 0 when it did. */
 static int reuse_spool(struct engine *e, struct flight *f)
 {
@@ -135,6 +169,8 @@ static int reuse_spool(struct engine *e, struct flight *f)
 		return -ENOENT;
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == 0 && complete)
+		rc = check_seal(e, f, &complete);
 	if (rc == 0)
 		rc = flight_reopen_spool(f, &recorded, complete, false);
 	if (rc == 0) {

@@ -434,6 +434,44 @@ fail:
 	return rc;
 }
 
+static void seal_of(const struct stat *st, char *out, size_t cap)
+{
+	snprintf(out, cap, "%ju:%jd.%09ld", (uintmax_t)st->st_ino, (intmax_t)st->st_mtim.tv_sec,
+	         st->st_mtim.tv_nsec);
+}
+
+/*
+ * A write stamps the file's mtime with the time now, at the clock's tick (several ms on a
+ * kernel without fine-grained timestamps): one soon after the last download write could
+ * show the same mtime. A sealed file's mtime is set apart from every "now" instead.
+ */
+#define SEALED_MTIME_S 946684800 /* 2000-01-01 */
+
+int flight_spool_seal(int fd, char *out, size_t cap)
+{
+	const struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = SEALED_MTIME_S}};
+	struct stat st;
+
+	if (futimens(fd, times) != 0 || fstat(fd, &st) != 0)
+		return -errno;
+	seal_of(&st, out, cap);
+	return 0;
+}
+
+int flight_spool_seal_found(struct flight *f, char *out, size_t cap)
+{
+	char *path = NULL;
+	struct stat st;
+	int rc = spool_path_of(f, &path);
+
+	if (rc == 0 && stat(path, &st) != 0)
+		rc = -errno;
+	if (rc == 0)
+		seal_of(&st, out, cap);
+	free(path);
+	return rc;
+}
+
 int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete,
                         bool borrowed)
 {

@@ -377,6 +377,16 @@ int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, boo
                         bool borrowed);
 
 /*
+ * Seals a complete spool file, for index_record_sealed: its inode, and a modification
+ * time set apart from any write's, which any later write to it, or a copy of it, changes.
+ * 0 or -errno.
+ */
+int flight_spool_seal(int fd, char *out, size_t cap);
+/* The seal f's spool file shows now, to compare with the recorded one. 0 or -errno. */
+int flight_spool_seal_found(struct flight *f, char *out, size_t cap);
+#define FLIGHT_SEAL_MAX 64
+
+/*
  * Transfer thread only. Adds what another mount recorded since (ranges durably written,
  * all of it when `complete`) to an installed spool, under the same publishing rule.
  * 0 or -errno (the flight must fail).

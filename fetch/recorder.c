@@ -33,6 +33,7 @@ static void run(void *ctx, struct worker_job *link)
 {
 	struct recorder *r = ctx;
 	struct job *j = (struct job *)link;
+	char seal[FLIGHT_SEAL_MAX];
 	int fd;
 
 	switch (j->kind) {
@@ -45,7 +46,8 @@ static void run(void *ctx, struct worker_job *link)
 			break;
 		}
 		if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
-		    index_record_complete(r->idx, j->f->key, true) == 0)
+		    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
+		    index_record_sealed(r->idx, j->f->key, seal) == 0)
 			atomic_store(&j->f->durable, true);
 		break;
 	case JOB_FAILED:

@@ -18,7 +18,8 @@
  * Spool records (the cache directory's index.db, PRAGMA user_version =
  * INDEX_SCHEMA_VERSION, shared by every mount of that directory):
  *   spool_object(key PRIMARY KEY, complete, size, last_used), spool_range(key, off_start,
- *   off_end): kept across sessions so a persistent cache can resume.
+ *   off_end), spool_seal(key PRIMARY KEY, seal): kept across sessions so a persistent
+ *   cache can resume.
  */
 #include "index/index_i.h"
 #include "index/ranges.h"
@@ -43,7 +44,21 @@ static const char spool_schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object(
                                        " key TEXT NOT NULL,"
                                        " off_start INTEGER NOT NULL,"
                                        " off_end INTEGER NOT NULL,"
-                                       " PRIMARY KEY(key, off_start)) WITHOUT ROWID;";
+                                       " PRIMARY KEY(key, off_start)) WITHOUT ROWID;"
+                                       /* Who the spool file was when recorded complete:
+                                        * a separate table, so a cache stays readable by
+                                        * the spoolfs before it (which ignores it). A
+                                        * forgotten or reset object loses its seal. */
+                                       "CREATE TABLE IF NOT EXISTS spool_seal("
+                                       " key TEXT PRIMARY KEY NOT NULL,"
+                                       " seal TEXT NOT NULL) WITHOUT ROWID;"
+                                       "CREATE TRIGGER IF NOT EXISTS spool_seal_forget"
+                                       " AFTER DELETE ON spool_object BEGIN"
+                                       " DELETE FROM spool_seal WHERE key = old.key; END;"
+                                       "CREATE TRIGGER IF NOT EXISTS spool_seal_reset"
+                                       " AFTER UPDATE OF complete ON spool_object"
+                                       " WHEN new.complete = 0 BEGIN"
+                                       " DELETE FROM spool_seal WHERE key = old.key; END;";
 
 static const char namespace_schema_sql[] =
     "CREATE TABLE node("
@@ -231,6 +246,8 @@ static int prepare_spool(struct index *idx)
 	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
 	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
 	    {&idx->st_obj_reset, "UPDATE spool_object SET complete = 0 WHERE key = :key"},
+	    {&idx->st_seal_set, "INSERT INTO spool_seal(key, seal) VALUES(:key, :seal)"
+	                        " ON CONFLICT(key) DO UPDATE SET seal = excluded.seal"},
 	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
 	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
 	                            " VALUES(:key, :start, :end)"},
@@ -252,6 +269,7 @@ static void finalize_all(struct index *idx)
 	    &idx->st_obj_touch,    &idx->st_obj_complete,
 	    &idx->st_obj_forget,   &idx->st_obj_reset,
 	    &idx->st_range_clear,  &idx->st_range_insert,
+	    &idx->st_seal_set,
 	};
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
@@ -761,6 +779,12 @@ out:
 
 int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges)
 {
+	return index_spool_change_sealed(idx, obj, key, clear_ranges, NULL);
+}
+
+int index_spool_change_sealed(struct index *idx, sqlite3_stmt *obj, const char *key,
+                              bool clear_ranges, const char *seal)
+{
 	bool began = false;
 	int rc;
 
@@ -776,6 +800,12 @@ int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bo
 		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
 	if (rc == 0 && clear_ranges)
 		rc = index_step_done(idx->st_range_clear);
+	if (rc == 0 && seal)
+		rc = index_bind_text(idx->st_seal_set, ":key", key, -1);
+	if (rc == 0 && seal)
+		rc = index_bind_text(idx->st_seal_set, ":seal", seal, -1);
+	if (rc == 0 && seal)
+		rc = index_step_done(idx->st_seal_set);
 	if (rc == 0)
 		rc = spool_commit(idx);
 out:
@@ -789,6 +819,11 @@ int index_record_complete(struct index *idx, const char *key, bool complete)
 {
 	return complete ? index_spool_change(idx, idx->st_obj_complete, key, false)
 	                : index_spool_change(idx, idx->st_obj_forget, key, true);
+}
+
+int index_record_sealed(struct index *idx, const char *key, const char *seal)
+{
+	return index_spool_change_sealed(idx, idx->st_obj_complete, key, false, seal);
 }
 
 const char *index_check_segment(const char *name, size_t len)

@@ -110,6 +110,15 @@ int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len);
 struct index_ranges;
 int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges);
 int index_record_complete(struct index *idx, const char *key, bool complete);
+/*
+ * Marks key complete, with the seal of its spool file (fetch/flight.h's flight_spool_seal):
+ * a file that no longer shows that seal has been touched since. 0 or -errno.
+ */
+int index_record_sealed(struct index *idx, const char *key, const char *seal);
+/* Marks key not complete, keeping its ranges (and dropping its seal). 0 or -errno. */
+int index_record_incomplete(struct index *idx, const char *key);
+/* The seal recorded with key's completion: 0, -ENOENT when there is none, or -errno. */
+int index_spool_seal(struct index *idx, const char *key, char *seal, size_t len);
 
 /*
  * What a previous session recorded for key: *complete, and the ranges durably written.

@@ -33,6 +33,7 @@ struct index {
 	sqlite3_stmt *st_obj_reset;
 	sqlite3_stmt *st_range_clear;
 	sqlite3_stmt *st_range_insert;
+	sqlite3_stmt *st_seal_set;
 
 	pthread_mutex_t lock;
 	/* Everything below is guarded by lock. */
@@ -79,6 +80,9 @@ int index_namespace_indexes(struct index *idx);
  * recorded ranges, in one transaction. Takes idx->spool_lock itself. 0 or -errno.
  */
 int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges);
+/* index_spool_change, recording seal as key's too (when not NULL), in the same transaction. */
+int index_spool_change_sealed(struct index *idx, sqlite3_stmt *obj, const char *key,
+                              bool clear_ranges, const char *seal);
 
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK on the namespace connection (idx->db). */
 int index_begin(struct index *idx);

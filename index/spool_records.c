@@ -8,6 +8,7 @@
  * per call: this runs once per object per session, not per read.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,11 @@ int index_spool_reset(struct index *idx, const char *key)
 	return index_spool_change(idx, idx->st_obj_reset, key, true);
 }
 
+int index_record_incomplete(struct index *idx, const char *key)
+{
+	return index_spool_change(idx, idx->st_obj_reset, key, false);
+}
+
 int index_spool_keys(struct index *idx, char ***keys, size_t *n)
 {
 	sqlite3_stmt *st = NULL;
@@ -168,5 +174,32 @@ int index_spool_keys(struct index *idx, char ***keys, size_t *n)
 		v = NULL;
 	}
 	*keys = v;
+	return rc;
+}
+
+int index_spool_seal(struct index *idx, const char *key, char *seal, size_t len)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	seal[0] = '\0';
+	pthread_mutex_lock(&idx->spool_lock);
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->spool_db, "SELECT seal FROM spool_seal WHERE key = :key", -1, &st, NULL));
+	if (rc == 0)
+		rc = index_bind_text(st, ":key", key, -1);
+	if (rc)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const unsigned char *text = sqlite3_column_text(st, 0);
+		snprintf(seal, len, "%s", text ? (const char *)text : "");
+		rc = 0;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	}
+out:
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->spool_lock);
 	return rc;
 }
