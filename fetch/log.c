@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 
@@ -54,21 +55,36 @@ static void escape_controls(const char *line, char *out, size_t cap)
 
 void fetch_log(enum fetch_log_level level, const char *fmt, ...)
 {
-	char raw[1024], line[sizeof(raw) * 4];
-	va_list ap;
+	char raw[1024], escaped[sizeof(raw) * 4];
+	char *text = raw, *line = escaped, *long_text = NULL, *long_line = NULL;
+	va_list ap, again;
+	int n;
 
 	if (level < min_level)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(raw, sizeof(raw), fmt, ap);
+	va_copy(again, ap);
+	n = vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
-	escape_controls(raw, line, sizeof(line));
+	/* A name may take 4 KiB and a URL more: a line cut short would lose the reason, which
+	 * comes after them. Long lines are rare, so only they cost an allocation. */
+	if (n >= (int)sizeof(raw) && vasprintf(&long_text, fmt, again) >= 0) {
+		long_line = malloc((size_t)n * 4 + 6);
+		if (long_line) {
+			text = long_text;
+			line = long_line;
+		}
+	}
+	va_end(again);
+	escape_controls(text, line, line == escaped ? sizeof(escaped) : (size_t)n * 4 + 6);
 	if (use_syslog) {
 		static const int priorities[] = {LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR};
 		syslog(priorities[level], "%s: %s", level_names[level], line);
-		return;
+	} else {
+		fprintf(stderr, "spoolfs: %s: %s\n", level_names[level], line);
 	}
-	fprintf(stderr, "spoolfs: %s: %s\n", level_names[level], line);
+	free(long_text);
+	free(long_line);
 }
 
 const char *fetch_redact_url(const char *url, char *buf, size_t len)

@@ -259,7 +259,7 @@ long s3_url_decode(const char *in, size_t len, char *out, size_t out_len)
 				return -EINVAL;
 			c = (char)(hi * 16 + lo);
 			if (c == '\0')
-				return -EINVAL;
+				return -EILSEQ;
 			i += 2;
 		} else if (c == '+') {
 			c = ' ';
@@ -639,7 +639,11 @@ int s3_list_parser_feed(struct s3_list_parser *p, const void *data, size_t len)
 	return 0;
 }
 
-/* Decodes (or checks) a raw key or prefix in place: replaces *s with the decoded copy. */
+/*
+ * Decodes (or checks) a raw key or prefix in place: replaces *s with the decoded copy.
+ * 1 for a key that holds a NUL byte: a real key (S3 lets a key hold any character), but no
+ * file can take its name, so the caller leaves it out and counts it.
+ */
 static int finish_key(struct s3_list_parser *p, char **s, bool url, const char *what)
 {
 	char buf[S3_KEY_MAX + 1], q[40];
@@ -658,6 +662,8 @@ static int finish_key(struct s3_list_parser *p, char **s, bool url, const char *
 			fail(p, -E2BIG, "%s longer than %d bytes", what, S3_KEY_MAX);
 			return p->rc;
 		}
+		if (n == -EILSEQ)
+			return 1;
 		if (n < 0) {
 			fail(p, -EBADMSG, "%s \"%s\" has a malformed %%-escape", what,
 			     quote(*s, q));
@@ -672,6 +678,15 @@ static int finish_key(struct s3_list_parser *p, char **s, bool url, const char *
 	return 0;
 }
 
+/* Leaves a key out of pg (it owns raw, as sent): the first one is kept, to be named. */
+static void unnamable(struct s3_list_page *pg, char *raw)
+{
+	if (pg->n_unnamable++ == 0)
+		pg->first_unnamable = raw;
+	else
+		free(raw);
+}
+
 static void page_free(struct s3_list_page *pg)
 {
 	for (size_t i = 0; i < pg->n_objects; i++)
@@ -681,6 +696,7 @@ static void page_free(struct s3_list_page *pg)
 		free(pg->prefixes[i]);
 	free(pg->prefixes);
 	free(pg->next_token);
+	free(pg->first_unnamable);
 	memset(pg, 0, sizeof(*pg));
 	pg->key_count = -1;
 }
@@ -711,13 +727,30 @@ int s3_list_parser_finish(struct s3_list_parser *p, struct s3_list_result *out)
 		fail(p, -EBADMSG, "<IsTruncated> is true but there is no <NextContinuationToken>");
 		return p->rc;
 	}
-	for (size_t i = 0; i < p->page.n_objects; i++)
-		if (finish_key(p, &p->page.objects[i].key, p->page.url_encoded, "<Key>") < 0)
+	size_t kept = 0;
+	for (size_t i = 0; i < p->page.n_objects; i++) {
+		struct s3_object *o = &p->page.objects[i];
+		int rc = finish_key(p, &o->key, p->page.url_encoded, "<Key>");
+		if (rc < 0)
 			return p->rc;
-	for (size_t i = 0; i < p->page.n_prefixes; i++)
-		if (finish_key(p, &p->page.prefixes[i], p->page.url_encoded,
-		               "<CommonPrefixes><Prefix>") < 0)
+		if (rc == 0)
+			p->page.objects[kept++] = *o;
+		else
+			unnamable(&p->page, o->key);
+	}
+	p->page.n_objects = kept;
+	kept = 0;
+	for (size_t i = 0; i < p->page.n_prefixes; i++) {
+		int rc = finish_key(p, &p->page.prefixes[i], p->page.url_encoded,
+		                    "<CommonPrefixes><Prefix>");
+		if (rc < 0)
 			return p->rc;
+		if (rc == 0)
+			p->page.prefixes[kept++] = p->page.prefixes[i];
+		else
+			unnamable(&p->page, p->page.prefixes[i]);
+	}
+	p->page.n_prefixes = kept;
 	out->kind = S3_DOC_LIST;
 	out->page = p->page;
 	memset(&p->page, 0, sizeof(p->page));

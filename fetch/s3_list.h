@@ -8,7 +8,8 @@
  * rejected; the body size, nesting depth, entries per page and every text field are bounded;
  * a malformed document, an unexpected root element, a bad number or boolean, a truncated page
  * without a continuation token, a key that decodes to more than S3_KEY_MAX bytes, an empty
- * key, a NUL in a key and a malformed %-escape are all errors with a one-line message.
+ * key and a malformed %-escape are all errors with a one-line message. A key that decodes to
+ * a NUL byte is the bucket's, not a fault of the document: it is left out and counted.
  *
  * Keys are returned exactly as stored in the bucket (after URL-decoding when the response says
  * <EncodingType>url</EncodingType>; S3 writes a space as '+' there, and a '+' as %2B). Keys
@@ -45,6 +46,8 @@ struct s3_list_page {
 	char *next_token; /* <NextContinuationToken> verbatim (opaque, not decoded); NULL if none */
 	long key_count;   /* <KeyCount>, -1 when absent */
 	bool url_encoded; /* <EncodingType>url</EncodingType> was present (keys were decoded) */
+	size_t n_unnamable;    /* keys and prefixes left out: they hold a NUL byte */
+	char *first_unnamable; /* the first of them, still %-encoded; NULL if none */
 };
 
 /* The fields of an <Error> body, each truncated to its buffer and with control characters
@@ -111,8 +114,8 @@ int s3_list_parse(const void *body, size_t len, const struct s3_list_limits *lim
 /*
  * Strict URL-decoding of an S3 encoding-type=url value: "%XX" (two hex digits, any case) is
  * that byte, '+' is a space, every other byte is itself. Writes a NUL-terminated string of at
- * most out_len - 1 bytes. Returns the decoded length, -EINVAL for a malformed escape or a
- * decoded NUL, -E2BIG when it does not fit.
+ * most out_len - 1 bytes. Returns the decoded length, -EINVAL for a malformed escape, -EILSEQ
+ * for a decoded NUL, -E2BIG when it does not fit.
  */
 long s3_url_decode(const char *in, size_t len, char *out, size_t out_len);
 

@@ -370,8 +370,9 @@ static size_t on_list_header(char *line, size_t size, size_t nitems, void *userd
 }
 
 /* Turns a failed listing into one line and an errno. */
-static int list_error(struct s3_source *src, long code, const struct s3_error *e,
-                      const char *region_header, char *err, size_t err_len)
+static int list_error(struct s3_source *src, const char *prefix, long code,
+                      const struct s3_error *e, const char *region_header, char *err,
+                      size_t err_len)
 {
 	const char *region = e->region[0] ? e->region : region_header;
 
@@ -393,8 +394,9 @@ static int list_error(struct s3_source *src, long code, const struct s3_error *e
 		snprintf(err, err_len, "no such bucket: %s", src->bucket);
 		return -ENOENT;
 	}
-	snprintf(err, err_len, "listing %s failed: HTTP %ld%s%s%s%s", src->display, code,
-	         e->code[0] ? " " : "", e->code, e->message[0] ? ": " : "", e->message);
+	/* The directory listed, not the mount's root: retries of one name it. */
+	snprintf(err, err_len, "listing s3://%s/%s failed: HTTP %ld%s%s%s%s", src->bucket, prefix,
+	         code, e->code[0] ? " " : "", e->code, e->message[0] ? ": " : "", e->message);
 	return -EIO;
 }
 
@@ -466,7 +468,7 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 		*retry_after_s = b.resp.retry_after_s > 0 ? b.resp.retry_after_s : 0;
 	if (code != 200) {
 		struct s3_error none = {0};
-		rc = list_error(src, code,
+		rc = list_error(src, prefix, code,
 		                rc == 0 && result->kind == S3_DOC_ERROR ? &result->error : &none,
 		                b.region_header, err, err_len);
 		goto out;
@@ -585,6 +587,14 @@ static int collect(struct s3_source *src, struct listing *dirs, struct listing *
 	size_t plen = strlen(prefix);
 	int rc = 0;
 
+	if (page->n_unnamable) {
+		char why[160];
+		snprintf(why, sizeof(why),
+		         "it holds a NUL byte (%%00), which no file name can"
+		         " (%zu such key(s) on this page)",
+		         page->n_unnamable);
+		skip(files, page->first_unnamable, why);
+	}
 	for (size_t i = 0; i < page->n_prefixes && rc == 0; i++) {
 		const char *p = page->prefixes[i];
 		size_t len = strlen(p);
@@ -608,8 +618,13 @@ static int collect(struct s3_source *src, struct listing *dirs, struct listing *
 			continue;
 		}
 		if (memchr(o->key + plen, '/', len - plen)) {
-			/* Only a "dir/" marker can end in '/' under a delimiter listing. */
-			skip(files, o->key, "it is a directory marker");
+			/* Under a delimiter listing only a "dir/" marker ends in '/'; a server that
+			 * ignored the delimiter lists deeper keys here too. */
+			skip(files, o->key,
+			     o->key[len - 1] == '/' && !memchr(o->key + plen, '/', len - plen - 1)
+			         ? "it is a directory marker"
+			         : "it lies below the listed directory (the server ignored the"
+			           " delimiter)");
 			continue;
 		}
 		rc = object_url(src, o->key, &url);

@@ -248,6 +248,45 @@ static int fill_child(void *ctx, const struct index_node *child, uint64_t next_c
 	return fill_one(ctx, child->name, child, (off_t)(next_cookie + 2));
 }
 
+/* /.spoolfs: its own files, which change, so with no timeouts (as fs_lookup gives them). */
+static void readdir_virtual(fuse_req_t req, struct fs_session *s, size_t size, off_t off, bool plus)
+{
+	static const struct {
+		const char *name;
+		fuse_ino_t ino;
+	} entries[] = {{".", FS_INO_VIRTUAL_DIR},
+	               {"..", FUSE_ROOT_ID},
+	               {"flights", FS_INO_FLIGHTS},
+	               {"stats", FS_INO_STATS}};
+	char *buf = malloc(size);
+	size_t used = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (size_t i = off > 0 ? (size_t)off : 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+		struct fuse_entry_param e = {.ino = entries[i].ino, .generation = 1};
+		size_t len;
+		/* The kernel takes nothing but the type of "..". */
+		if (entries[i].ino == FUSE_ROOT_ID) {
+			e.attr.st_ino = FUSE_ROOT_ID;
+			e.attr.st_mode = S_IFDIR | 0555;
+		} else if (fs_virtual_getattr(s, entries[i].ino, &e.attr) != 0) {
+			continue;
+		}
+		len = plus ? fuse_add_direntry_plus(req, buf + used, size - used, entries[i].name,
+		                                    &e, (off_t)i + 1)
+		           : fuse_add_direntry(req, buf + used, size - used, entries[i].name,
+		                               &e.attr, (off_t)i + 1);
+		if (len > size - used)
+			break;
+		used += len;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
 	struct fs_session *s = session_of(req);
@@ -255,11 +294,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 	struct index_node self, parent;
 	int rc;
 
-	if (fs_virtual_ino(ino)) {
-		fuse_reply_buf(req, NULL, 0);
+	if (ino == FS_INO_VIRTUAL_DIR) {
+		readdir_virtual(req, s, size, off, plus);
 		return;
 	}
-	rc = index_get(s->idx, ino, &self);
+	rc = fs_virtual_ino(ino) ? -ENOTDIR : index_get(s->idx, ino, &self);
 	if (rc)
 		goto fail;
 	if (!self.is_dir) {
@@ -311,7 +350,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	if (ino == FS_INO_VIRTUAL_DIR) {
-		fuse_reply_open(req, fi); /* listed empty: its files are reached by name */
+		fuse_reply_open(req, fi); /* listed afresh each time: its files change */
 		return;
 	}
 	rc = fs_virtual_ino(ino) ? -ENOTDIR : index_get(s->idx, ino, &n);
@@ -642,7 +681,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 {
 	struct fs_session *s = session_of(req);
 	struct index_node n;
-	char *url = NULL, *key = NULL, shown[4096], cached[32];
+	char *url = NULL, *key = NULL, *shown = NULL, cached[32];
 	int rc;
 
 	/*
@@ -679,8 +718,14 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (rc)
 		goto fail;
 	if (strcmp(name, XATTR_URL) == 0) {
-		/* Query strings carry signatures: never hand them out. */
-		fetch_redact_url(url, shown, sizeof(shown));
+		/* Query strings carry signatures: never hand them out. Redacted, a URL is never
+		 * longer; a path may make it longer than PATH_MAX. */
+		shown = malloc(strlen(url) + 1);
+		if (!shown) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		fetch_redact_url(url, shown, strlen(url) + 1);
 		reply_xattr(req, shown, strlen(shown), size);
 		goto out;
 	}
@@ -700,6 +745,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 fail:
 	fuse_reply_err(req, -rc);
 out:
+	free(shown);
 	free(key);
 	free(url);
 }

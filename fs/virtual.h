@@ -2,7 +2,7 @@
  * The virtual files under /.spoolfs at the mount root, for operators:
  *   stats    metrics in the Prometheus text format
  *   flights  one JSON object per line for each flight (what `spoolfs status` reads)
- * The directory is not listed by readdir but is reachable by path; it shadows a manifest
+ * The directory is not listed in the root but is reachable by path; it shadows a manifest
  * entry of the same name. Each open takes a snapshot that its reads serve (direct_io), so
  * a reader always sees one consistent state.
  */

@@ -652,3 +652,27 @@ def test_an_idle_spool_removed_behind_the_daemons_back_is_fetched_again(store, m
     assert read_file(m.p(path)) == expected(store, path)
     assert store.up.stats(path)["gets"] == 2
     assert "its spool file is gone: fetching it again" in m.stderr()
+
+
+def test_a_long_name_keeps_its_failure_reason_in_the_log_and_its_url_whole(store, mount):
+    """A 1,024-byte log line cut a name of 1 KiB or more short, and with it the reason and
+    the URL that follow; user.spoolfs.url was cut at 4,095 bytes. The path is longer than
+    PATH_MAX: the upstream has no such file (404), and the mount's copy is reached from a
+    directory half-way down."""
+    segments = [("d%02d" % i) + "x" * 246 for i in range(17)]
+    path = "/".join(segments) + "/tail.bin"
+    store.add("other.bin", 10)
+    m = mount(store.write(mutate=lambda man: man["files"].append({"path": path, "size": MiB})),
+              "--retries", "1")
+    here = os.getcwd()
+    os.chdir(m.p("/".join(segments[:8])))
+    try:
+        rest = "/".join(segments[8:]) + "/tail.bin"
+        url = os.getxattr(rest, "user.spoolfs.url").decode()
+        data, err = read_until_error(rest)
+    finally:
+        os.chdir(here)
+    assert url.endswith("/tail.bin") and len(url) > len(path), len(url)
+    assert err is not None and err.errno == errno.EIO, err
+    lines = [l for l in m.stderr().splitlines() if "download failed" in l]
+    assert lines and "tail.bin: download failed (HTTP 404) from http://" in lines[0], lines

@@ -31,6 +31,10 @@ def test_stats_file_counts_requests_hits_and_bytes(store, mount):
     store.add("dir/a.bin", 3 * MiB)
     m = mount(store.write())
     assert ".spoolfs" not in os.listdir(m.path)  # reachable by path, never listed
+    # ...but it lists its own files, as `ls` would show them (it listed nothing).
+    assert sorted(os.listdir(m.p(".spoolfs"))) == ["flights", "stats"]
+    ls = subprocess.run(["ls", "-la", m.p(".spoolfs")], capture_output=True, text=True)
+    assert ls.returncode == 0 and " stats" in ls.stdout and " .." in ls.stdout, ls
     before = metrics(m)
     assert before["spoolfs_upstream_requests_total"] == 0
     assert before["spoolfs_flights_in_progress"] == 0

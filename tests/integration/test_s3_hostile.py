@@ -297,3 +297,23 @@ def test_a_common_prefix_equal_to_the_listed_prefix_is_skipped(mocks, mount):
         line = 'S3 key "%s" is not shown: the listed prefix itself' % key
         assert line in log, log
     assert "NUL" not in log, log
+
+
+def test_a_key_holding_a_nul_byte_is_left_out_not_the_listing(mocks, mount):
+    """S3 lets a key hold any character; one listed as "a%00b" (a NUL byte) failed the
+    whole listing, and at the root the mount. It cannot be a file name: it is left out,
+    with a log line, and the rest is shown. So is a key below the listed directory that a
+    server ignoring the delimiter lists, with its own reason."""
+
+    def with_nul(ex, prefix, token):
+        return send_listing(ex, listing_xml(prefix, [
+            ("good1", 1, '"e"'), ("a\x00b", 1, '"e"'), ("good2", 1, '"e"'),
+            ("deep/x", 1, '"e"'), ("good3", 1, '"e"')], ["sub/"]))
+
+    s3 = mocks({"good1": (b"1", '"e"'), "good2": (b"2", '"e"'), "good3": (b"3", '"e"')},
+               list_hook=with_nul)
+    m = mount_mock(mount, s3, "--no-sign")
+    assert sorted(os.listdir(m.path)) == ["good1", "good2", "good3", "sub"]
+    log = m.stderr()
+    assert 'S3 key "a%00b" is not shown: it holds a NUL byte' in log, log
+    assert 'S3 key "deep/x" is not shown: it lies below the listed directory' in log, log
