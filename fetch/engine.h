@@ -60,6 +60,9 @@ struct engine_stats {
 	atomic_uint_fast64_t retries;
 	atomic_uint_fast64_t failures;
 	atomic_uint_fast64_t completed;
+	/* New flights found complete in the cache directory (an earlier session's download, or
+	 * another mount's): their opens were counted as misses, and were hits. */
+	atomic_uint_fast64_t restored;
 };
 
 struct engine;

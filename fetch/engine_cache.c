@@ -157,6 +157,15 @@ static int check_seal(struct engine *e, struct flight *f, bool *complete)
 	return index_record_incomplete(e->cfg.idx, f->key);
 }
 
+/* f was found complete in the cache directory, not downloaded: counted once. */
+static void count_restored(struct engine *e, struct flight *f)
+{
+	if (f->restored)
+		return;
+	f->restored = true;
+	atomic_fetch_add_explicit(&e->stats.restored, 1, memory_order_relaxed);
+}
+
 /* Picks up what a previous session left in a persistent cache. 0 when it did. */
 static int reuse_spool(struct engine *e, struct flight *f)
 {
@@ -175,8 +184,10 @@ static int reuse_spool(struct engine *e, struct flight *f)
 		rc = flight_reopen_spool(f, &recorded, complete, false);
 	if (rc == 0) {
 		f->recorded_bytes = recorded.total;
-		if (complete)
+		if (complete) {
 			atomic_store(&f->durable, true);
+			count_restored(e, f);
+		}
 		fetch_log(FETCH_LOG_INFO,
 		          "%s: %s from the cache (%" PRIu64 " of %" PRIu64 " bytes)", f->name,
 		          complete ? "served" : "resumed", recorded.total, f->size);
@@ -278,8 +289,10 @@ static void take_over(struct engine *e, struct flight *f)
 	if (rc == 0) {
 		rc = flight_adopt(f, &recorded, complete);
 		f->recorded_bytes = recorded.total;
-		if (complete)
+		if (complete) {
 			atomic_store(&f->durable, true);
+			count_restored(e, f);
+		}
 	}
 	index_ranges_free(&recorded);
 	/* Without a record, what was adopted earlier was recorded then: keep going from it. */
@@ -339,6 +352,10 @@ void cache_watch(struct engine *e, struct flight *f)
 	}
 	if (rc == 0)
 		rc = flight_adopt(f, &recorded, complete);
+	if (rc == 0 && complete) {
+		atomic_store(&f->durable, true);
+		count_restored(e, f);
+	}
 	index_ranges_free(&recorded);
 	if (rc < 0)
 		engine_fail_flight(e, f, rc, "cannot follow another mount's download");

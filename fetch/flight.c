@@ -121,7 +121,8 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 	f->spool_users -= user_left;
 	f->engine_done |= engine_left;
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
-	    f->spool_users == 0) {
+	    f->spool_users == 0 &&
+	    (!f->table->idle_close_after_record || atomic_load(&f->durable))) {
 		fd = f->spool_fd;
 		f->spool_fd = -1;
 	}
@@ -155,6 +156,10 @@ int flight_hold_spool(struct flight *f)
 		rc = -errno;
 	else if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino)
 		rc = -ESTALE; /* another file has its name now: not these bytes */
+	/* Before it is installed: a reader may use it, and another mount's eviction must see
+	 * it in use by then. Advisory, as in install_spool. */
+	if (rc == 0 && f->table->idle_close_after_record)
+		(void)lease_mark_in_use(fd);
 	pthread_mutex_lock(&f->lock);
 	if (rc == 0 && f->spool_fd < 0) {
 		f->spool_fd = fd;
@@ -176,6 +181,11 @@ void flight_release_spool(struct flight *f)
 void flight_engine_done(struct flight *f)
 {
 	leave_spool(f, false, true);
+}
+
+void flight_recorded(struct flight *f)
+{
+	leave_spool(f, false, false);
 }
 
 int flight_spool_fd(struct flight *f)

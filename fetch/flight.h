@@ -179,6 +179,7 @@ struct flight {
 	                   holder next looks for watchers */
 	bool watched;           /* a holder that another mount watches: whole, recorded often */
 	bool final_recorded;    /* its completion or failure is queued for the index */
+	bool restored;          /* found complete in the cache directory (engine_stats) */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
@@ -202,10 +203,16 @@ void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, 
 /*
  * Closes a complete object's spool fd while nothing uses it, and opens it again for the
  * next user: a session that reads more objects than RLIMIT_NOFILE allows would otherwise
- * run out of fds. Only for a spool directory no other mount uses, since another mount may
- * delete a spool whose fd (and its lease.h mark) is closed. Call before the first flight.
+ * run out of fds. With `after_record` (a cache directory), only once the index records it
+ * complete (flight_recorded), since the recorder syncs and seals it through that fd; a
+ * reopened one is marked in use again (lease.h). While closed, another mount of the
+ * directory may evict it: the next open then fetches it again (flight_hold_spool says
+ * -ENOENT). Call before the first flight.
  */
-void flight_table_close_idle_spools(struct flight_table *table);
+void flight_table_close_idle_spools(struct flight_table *table, bool after_record);
+
+/* The index records f complete (f->durable is set): its spool may be closed once idle. */
+void flight_recorded(struct flight *f);
 
 /*
  * Holds f's spool fd open for a user (an open handle), reopening it if it was closed while
@@ -305,8 +312,8 @@ void flight_unref(struct flight *f);
 /*
  * The spool fd. Valid for a holder of the spool (flight_hold_spool: an open handle, which
  * a readable range implies), and for the transfer thread until flight_engine_done. The
- * recorder uses it with a reference only: it runs with a named --cache-dir, where idle
- * spools are never closed (flight_table_close_idle_spools is only for the session's own).
+ * recorder uses it with a reference only: with a named --cache-dir an idle spool stays open
+ * until it is recorded complete (flight_table_close_idle_spools).
  */
 int flight_spool_fd(struct flight *f);
 

@@ -47,8 +47,10 @@ static void run(void *ctx, struct worker_job *link)
 		}
 		if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
 		    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
-		    index_record_sealed(r->idx, j->f->key, seal) == 0)
+		    index_record_sealed(r->idx, j->f->key, seal) == 0) {
 			atomic_store(&j->f->durable, true);
+			flight_recorded(j->f);
+		}
 		break;
 	case JOB_FAILED:
 		index_record_complete(r->idx, j->f->key, false);

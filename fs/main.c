@@ -377,9 +377,8 @@ static int start_fetching(struct fs_session *s)
 		return rc;
 	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
 	flight_table_on_complete(s->flights, on_flight_complete, s);
-	/* A named directory may be shared: another mount's eviction respects only open spools. */
-	if (!s->opts.cache_dir)
-		flight_table_close_idle_spools(s->flights);
+	/* Else a session that reads more objects than its fd limit fails the rest. */
+	flight_table_close_idle_spools(s->flights, s->opts.cache_dir != NULL);
 	engine_config_defaults(&cfg);
 	cfg.stall_timeout_s = s->opts.stall_timeout_s;
 	cfg.max_tries = s->opts.retries;

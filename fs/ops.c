@@ -131,6 +131,14 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
 	/*
+	 * With async direct I/O the kernel sends an O_DIRECT read as background requests and
+	 * waits for them uninterruptibly, without ever sending INTERRUPT: a reader killed while
+	 * its read was parked here stayed in D state, holding the file open, until the bytes
+	 * came (or the retries ran out). Without it, the read is a plain request that a signal
+	 * interrupts, and only its own wait goes.
+	 */
+	conn->want &= ~(unsigned)FUSE_CAP_ASYNC_DIO;
+	/*
 	 * Readahead reaches us as background requests, and the kernel lets only max_background
 	 * of them (12 by default) be pending per mount. A read waiting on a slow upstream is
 	 * parked here and holds its slot, so a dozen readers of slow objects used to stall

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fetch/log.h"
 #include "fs/fs_i.h"
 
 enum {
@@ -165,16 +166,6 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 			url += 6;
 		if (*url == '=')
 			url++;
-		/* An object's path goes after the base: a query or fragment there would end up
-		 * in the middle of every URL. */
-		if ((strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0) ||
-		    strpbrk(url, "?#")) {
-			fprintf(
-			    stderr,
-			    "spoolfs: --mirror must be an http:// or https:// base URL without a"
-			    " query or fragment\n");
-			return -1;
-		}
 		char **v = realloc(opts->mirrors, (opts->n_mirrors + 1) * sizeof(*v));
 		if (!v)
 			return -1;
@@ -217,14 +208,23 @@ static int parse_count(const char *name, const char *text, unsigned min, unsigne
 	return 0;
 }
 
-/* An http(s) or file URL, else a usage error: a mirror replaces the manifest's base. */
+/*
+ * An http(s) or file URL without a query or fragment, else a usage error: a mirror replaces
+ * the manifest's base, and an object's path goes after it (a query there would end up in
+ * the middle of every URL). Shown redacted: it may hold credentials.
+ */
 static int check_mirror(const char *url)
 {
-	if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0 ||
-	    strncasecmp(url, "file://", 7) == 0)
+	char shown[512];
+
+	if ((strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0 ||
+	     strncasecmp(url, "file://", 7) == 0) &&
+	    !strpbrk(url, "?#"))
 		return 0;
-	fprintf(stderr, "spoolfs: --mirror must be an http://, https:// or file:// URL, not '%s'\n",
-	        url);
+	fprintf(stderr,
+	        "spoolfs: --mirror must be an http://, https:// or file:// URL without a query or"
+	        " fragment, not '%s'\n",
+	        fetch_redact_url(url, shown, sizeof(shown)));
 	return -EINVAL;
 }
 

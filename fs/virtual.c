@@ -102,13 +102,17 @@ static void write_stats(struct fs_session *s, FILE *out)
 	       atomic_load(&es->retries));
 	metric(out, "upstream_failures_total", "counter", "objects whose download failed",
 	       atomic_load(&es->failures));
+	/* An open that started a flight the cache directory then served whole was a hit. */
+	uint64_t started = atomic_load(&s->counters.opens_new),
+	         restored = atomic_load(&es->restored);
+	restored = restored < started ? restored : started;
 	metric(out, "cache_hits_total", "counter", "opens of objects already local",
-	       atomic_load(&s->counters.opens_local));
+	       atomic_load(&s->counters.opens_local) + restored);
 	metric(out, "passthrough_opens_total", "counter",
 	       "opens of complete objects that the kernel reads from the spool itself",
 	       atomic_load(&s->counters.opens_passthrough));
 	metric(out, "cache_misses_total", "counter", "opens that started a download",
-	       atomic_load(&s->counters.opens_new));
+	       started - restored);
 	metric(out, "coalesced_opens_total", "counter", "opens that joined a running download",
 	       atomic_load(&s->counters.opens_joined));
 	metric(out, "coalesced_waits_total", "counter", "reads parked until their bytes arrived",

@@ -158,10 +158,11 @@ def test_usage_errors(tmp_path):
     (["--max-transfers", "-3"], "--max-transfers must be a whole number from 1 to 1024"),
     (["--cache-max-size", "-5"], "bad --cache-max-size '-5'"),
     (["--mirror", "ftp://x/"], "--mirror must be an http://, https:// or file:// URL"),
+    (["--mirror", "http://127.0.0.1:9/base/?token=t"], "without a query or fragment"),
     (["--mirror=http://127.0.0.1:9/m%d/" % i for i in range(32)], "at most 31 --mirror"),
 ], ids=["retries-negative", "retries-wraps", "retries-zero", "stall-negative", "stall-wraps",
         "stall-unit", "transfers-negative", "cache-size-negative", "mirror-scheme",
-        "too-many-mirrors"])
+        "mirror-query", "too-many-mirrors"])
 def test_option_values_out_of_range_are_usage_errors(tmp_path, args, message):
     """fuse_opt's %u read -1 as 4294967295 and 4294967297 as 1: --stall-timeout -1 turned
     stall detection off and --retries -1 retried for ever, with no word said."""

@@ -5,6 +5,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -171,6 +172,42 @@ def test_killed_first_reader(store, mount, round_):
     st = store.up.stats(path)
     assert st["bytes"] <= size + CHUNK, st
     assert st["gets"] == 1, st
+
+
+DIRECT_READ = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+os.preadv(fd, [mmap.mmap(-1, 4096)], int(sys.argv[2]))
+"""
+
+
+def test_a_killed_direct_io_reader_goes_at_once(store, mount):
+    """With async direct I/O (libfuse's default) the kernel waited for an O_DIRECT read
+    uninterruptibly and sent no INTERRUPT: a reader killed while its read was parked stayed
+    in D state, holding the file open, until the bytes came."""
+    size = 16 * MiB
+    path = store.add("direct.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, gate=True)
+    readers = [subprocess.Popen([sys.executable, "-c", DIRECT_READ, m.p(path), str(off)])
+               for off in (8 * MiB, 12 * MiB, 4 * MiB)]
+    try:
+        wait_until(lambda: all(waiting_on_fuse(r.pid) for r in readers) and
+                   flight_records(m).get(path, {}).get("waiting_reads") == len(readers),
+                   lambda: flight_records(m))
+        for r in readers:
+            r.kill()
+        for r in readers:
+            r.wait(10 * SLOW)  # the gate still holds every byte back
+        wait_until(lambda: flight_records(m)[path]["waiting_reads"] == 0 and
+                   flight_records(m)[path]["handles"] == 0, lambda: flight_records(m))
+    finally:
+        for r in readers:
+            r.kill()
+        store.up.clear(path)
+        for r in readers:
+            r.wait()
+    assert read_file(m.p(path)) == expected(store, path)
 
 
 @pytest.mark.parametrize("hashed", [False, True])

@@ -47,6 +47,11 @@ def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_pat
     assert read_file(m2.p(a)) == expected(store, a)
     assert store.up.stats(a)["gets"] == gets, "a kept, verified object was fetched again"
     assert "served from the cache" in m2.stderr()
+    # ...and counted as a hit: its open started a flight, which the cache served whole.
+    with open(m2.p(".spoolfs/stats")) as f:
+        counts = dict(l.split() for l in f if l.startswith("spoolfs_cache_"))
+    assert counts == {"spoolfs_cache_hits_total": "1", "spoolfs_cache_misses_total": "0"}, \
+        counts
 
 
 def test_without_keep_cache_unmount_leaves_nothing(store, mount, tmp_path):
@@ -531,3 +536,22 @@ def test_a_kept_unhashed_object_changed_on_disk_is_fetched_again(store, mount, t
     assert read_file(m2.p(a)) == expected(store, a)
     assert "fetching it again" in m2.stderr(), m2.stderr()
     assert store.up.stats(a)["gets"] == gets + 1
+
+
+def test_a_session_reads_more_objects_than_its_fd_limit(store, mount, tmp_path):
+    """With --cache-dir every object read kept its spool fd open for the whole session:
+    past RLIMIT_NOFILE each new object failed ("Too many open files"). A complete object's
+    fd is closed once it is recorded and nobody reads it, and opened again when read."""
+    names = [store.add("f%03d.bin" % i, 1000 + i, hashed=i % 2 == 0) for i in range(300)]
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    subprocess.run(["prlimit", "--pid", str(m.proc.pid), "--nofile=150:150"], check=True)
+    for n in names:
+        assert read_file(m.p(n)) == expected(store, n), n
+    assert "Too many open files" not in m.stderr()
+    wait_until(lambda: len(os.listdir("/proc/%d/fd" % m.proc.pid)) < 100,
+               lambda: len(os.listdir("/proc/%d/fd" % m.proc.pid)))
+    # Read again from the kept spools, not fetched again.
+    gets = sum(store.up.stats(n)["gets"] for n in names)
+    for n in names[:20]:
+        assert read_file(m.p(n)) == expected(store, n), n
+    assert sum(store.up.stats(n)["gets"] for n in names) == gets
