@@ -235,7 +235,8 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
 		           s->end);
 	} else if (fatal == 0 && !s->retryable) {
-		if (!http_curl_error_is_transient(result))
+		if (!http_curl_error_is_transient(result) ||
+		    http_redirected_off_scheme(s->easy, result, f->urls[s->url_idx]))
 			fatal = -EIO;
 		stream_why(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(result));
 	}

@@ -238,3 +238,14 @@ bool http_curl_error_is_transient(int res)
 		return true;
 	}
 }
+
+bool http_redirected_off_scheme(void *easy, int res, const char *url)
+{
+	char *effective = NULL;
+	size_t scheme_len = strcspn(url, ":");
+
+	if ((CURLcode)res != CURLE_UNSUPPORTED_PROTOCOL ||
+	    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective) != CURLE_OK || !effective)
+		return false;
+	return strncasecmp(effective, url, scheme_len + 1) != 0;
+}

@@ -74,4 +74,11 @@ bool http_status_is_transient(long code);
  * cut, a timeout), rather than fail the same way (a bad URL, a refused redirect, TLS). */
 bool http_curl_error_is_transient(int res);
 
+/*
+ * Whether easy, asked for url, failed with `res` because a redirect led to a scheme it may
+ * not follow (ftp:, file:...). curl gives that the code of a garbled HTTP answer, which is
+ * transient; this one is not.
+ */
+bool http_redirected_off_scheme(void *easy, int res, const char *url);
+
 #endif

@@ -112,7 +112,8 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 	if (res != CURLE_OK) {
 		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown,
 		         errbuf[0] ? errbuf : curl_easy_strerror(res));
-		if (!local && http_curl_error_is_transient(res))
+		if (!local && http_curl_error_is_transient(res) &&
+		    !http_redirected_off_scheme(easy, res, url))
 			*retry_after_s = 0;
 		return -EIO;
 	}

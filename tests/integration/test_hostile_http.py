@@ -21,6 +21,7 @@ import time
 import pytest
 
 from conftest import SLOW
+from helpers import refused_mount
 from rawhttp import RawServer, head_to_end, manifest, pattern, serve_object, sha, static
 
 MiB = 1 << 20
@@ -159,6 +160,28 @@ def test_one_garbled_answer_to_the_manifest_get_is_retried(raw, mount, readers, 
     assert len(srv.requests("/manifest.json")) == 2
     got, err = readers(m.p("o.bin"), tmp_path / "got").result(30 * SLOW)
     assert err is None and got == obj
+
+
+def test_a_redirect_to_another_scheme_fails_at_once(raw, mount, readers, tmp_path):
+    """A redirect to gopher: (or file:, ftp:) is refused by curl with the code it gives a
+    garbled answer, so it was retried --retries times with backoff before the EIO, and the
+    manifest's the same before the mount failed. One try, then a clear error."""
+    obj = pattern(5000)
+
+    def off_scheme(ex):
+        ex.send(302, [("Location", "gopher://127.0.0.1:9/x"), ("Content-Length", "0")], b"")
+        return True
+
+    srv, m = mount_objects(raw, mount, [{"path": "o.bin", "size": len(obj), "sha256": sha(obj)}],
+                           {"/o.bin": off_scheme}, "--retries", "4")
+    got, err = readers(m.p("o.bin"), tmp_path / "got").result(30 * SLOW)
+    assert err == errno.EIO and got == b""
+    assert len(srv.requests("/o.bin")) == 1, m.stderr()
+    assert "gopher" in m.stderr() and "retry" not in m.stderr(), m.stderr()
+
+    srv2 = raw({"/manifest.json": off_scheme})
+    err = refused_mount(srv2.url("manifest.json"), tmp_path / "mnt2", "--retries", "4")
+    assert len(srv2.requests("/manifest.json")) == 1, err
 
 
 # ------------------------------------------------------------- short and cut bodies
