@@ -109,7 +109,7 @@ static void make_room(struct engine *e, struct flight *f)
 		if (strcmp(lru[i].key, f->key) == 0 ||
 		    flight_table_evict(f->table, lru[i].key) != 0)
 			continue;
-		if (index_record_complete(e->cfg.idx, lru[i].key, false) == 0)
+		if (index_record_forget(e->cfg.idx, lru[i].key) == 0)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
 		fetch_log(FETCH_LOG_DEBUG, "evicted a %" PRIu64 "-byte object from the cache",
 		          lru[i].size);
@@ -124,14 +124,13 @@ static void make_room(struct engine *e, struct flight *f)
 }
 
 /*
- * Whether f's spool file is still the one recorded complete: one written to since, or
- * copied (a CI cache restored from an archive), still has its bytes where the records say,
- * but nothing says they are right. A hashed object is hashed again before its last bytes
- * are served, with its record no longer complete meanwhile (another mount would serve it
- * whole); an unhashed one is fetched again (-ESTALE). 0, with *complete cleared when the
- * bytes must be checked, or -errno.
+ * Whether f's spool file still shows the seal recorded with its completion: one written to
+ * since (a stray write, a disk tool) may hold other bytes than the records say. A hashed
+ * object is hashed again before its last bytes are served, and only the lease holder
+ * (`holder`) marks its record not complete meanwhile; an unhashed one is not reused
+ * (-ESTALE). 0, with *complete cleared when the bytes must be checked, or -errno.
  */
-static int check_seal(struct engine *e, struct flight *f, bool *complete)
+static int check_seal(struct engine *e, struct flight *f, bool holder, bool *complete)
 {
 	char recorded[FLIGHT_SEAL_MAX] = "", found[FLIGHT_SEAL_MAX] = "";
 	int rc = index_spool_seal(e->cfg.idx, f->key, recorded, sizeof(recorded));
@@ -154,12 +153,13 @@ static int check_seal(struct engine *e, struct flight *f, bool *complete)
 	          "%s: the cached copy changed since it was complete; checking its sha256 again",
 	          f->name);
 	*complete = false;
-	return index_record_incomplete(e->cfg.idx, f->key);
+	return holder ? index_record_incomplete(e->cfg.idx, f->key) : 0;
 }
 
-/* f was found complete in the cache directory, not downloaded: counted once. */
-static void count_restored(struct engine *e, struct flight *f)
+/* f is complete in the cache directory's records: durable, and its opens were hits. */
+static void found_complete(struct engine *e, struct flight *f)
 {
+	atomic_store(&f->durable, true);
 	if (f->restored)
 		return;
 	f->restored = true;
@@ -179,15 +179,13 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == 0 && complete)
-		rc = check_seal(e, f, &complete);
+		rc = check_seal(e, f, true, &complete);
 	if (rc == 0)
 		rc = flight_reopen_spool(f, &recorded, complete, false);
 	if (rc == 0) {
 		f->recorded_bytes = recorded.total;
-		if (complete) {
-			atomic_store(&f->durable, true);
-			count_restored(e, f);
-		}
+		if (complete)
+			found_complete(e, f);
 		fetch_log(FETCH_LOG_INFO,
 		          "%s: %s from the cache (%" PRIu64 " of %" PRIu64 " bytes)", f->name,
 		          complete ? "served" : "resumed", recorded.total, f->size);
@@ -268,6 +266,7 @@ void cache_look_for_watchers(struct flight *f, uint64_t now)
  */
 static void take_over(struct engine *e, struct flight *f)
 {
+	const char *why = "cannot take over another mount's download";
 	struct index_ranges recorded;
 	bool complete = false;
 	struct stat st;
@@ -286,18 +285,18 @@ static void take_over(struct engine *e, struct flight *f)
 	flight_claim_spool(f);
 	index_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	if (rc == 0 && complete && (rc = check_seal(e, f, true, &complete)) == -ESTALE)
+		why = "the cached copy changed since it was complete";
 	if (rc == 0) {
 		rc = flight_adopt(f, &recorded, complete);
 		f->recorded_bytes = recorded.total;
-		if (complete) {
-			atomic_store(&f->durable, true);
-			count_restored(e, f);
-		}
+		if (complete)
+			found_complete(e, f);
 	}
 	index_ranges_free(&recorded);
 	/* Without a record, what was adopted earlier was recorded then: keep going from it. */
 	if (rc && rc != -ENOENT) {
-		engine_fail_flight(e, f, rc, "cannot take over another mount's download");
+		engine_fail_flight(e, f, rc, why);
 		return;
 	}
 	fetch_log(FETCH_LOG_INFO,
@@ -323,6 +322,7 @@ static bool spool_still_named(struct flight *f)
  */
 void cache_watch(struct engine *e, struct flight *f)
 {
+	const char *why = "cannot follow another mount's download";
 	struct index_ranges none, recorded;
 	bool complete = false;
 	int rc = lease_try(f->lease_fd, f->key);
@@ -350,13 +350,14 @@ void cache_watch(struct engine *e, struct flight *f)
 		fetch_log(FETCH_LOG_WARN, "%s: the other mount restarted its download; reopen it",
 		          f->name);
 	}
+	/* The holder checks a changed copy too, but not before this mount may have looked. */
+	if (rc == 0 && complete && (rc = check_seal(e, f, false, &complete)) == -ESTALE)
+		why = "the cached copy changed since it was complete";
 	if (rc == 0)
 		rc = flight_adopt(f, &recorded, complete);
-	if (rc == 0 && complete) {
-		atomic_store(&f->durable, true);
-		count_restored(e, f);
-	}
+	if (rc == 0 && complete)
+		found_complete(e, f);
 	index_ranges_free(&recorded);
 	if (rc < 0)
-		engine_fail_flight(e, f, rc, "cannot follow another mount's download");
+		engine_fail_flight(e, f, rc, why);
 }

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,8 +124,13 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
 	    f->spool_users == 0 &&
 	    (!f->table->idle_close_after_record || atomic_load(&f->durable))) {
+		struct stat st;
 		fd = f->spool_fd;
 		f->spool_fd = -1;
+		/* Its inode number may name another file by the reopen (another mount's new
+		 * download of the object): the change time a new file cannot share tells. */
+		if (fstat(fd, &st) == 0)
+			f->spool_ctime = st.st_ctim;
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (fd >= 0)
@@ -154,7 +160,9 @@ int flight_hold_spool(struct flight *f)
 		rc = -errno;
 	else if (fstat(fd, &st) != 0)
 		rc = -errno;
-	else if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino)
+	else if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino ||
+	         st.st_ctim.tv_sec != f->spool_ctime.tv_sec ||
+	         st.st_ctim.tv_nsec != f->spool_ctime.tv_nsec)
 		rc = -ESTALE; /* another file has its name now: not these bytes */
 	/* Before it is installed: a reader may use it, and another mount's eviction must see
 	 * it in use by then. Advisory, as in install_spool. */
@@ -446,23 +454,30 @@ fail:
 
 static void seal_of(const struct stat *st, char *out, size_t cap)
 {
-	snprintf(out, cap, "%ju:%jd.%09ld", (uintmax_t)st->st_ino, (intmax_t)st->st_mtim.tv_sec,
-	         st->st_mtim.tv_nsec);
+	snprintf(out, cap, "mtime:%jd.%09ld", (intmax_t)st->st_mtim.tv_sec, st->st_mtim.tv_nsec);
 }
 
 /*
- * A write stamps the file's mtime with the time now, at the clock's tick (several ms on a
- * kernel without fine-grained timestamps): one soon after the last download write could
- * show the same mtime. A sealed file's mtime is set apart from every "now" instead.
+ * A sealed spool's mtime is set to a second of its own in the year 2000: any write since
+ * stamps the time now, which no seal is (at a clock tick of several ms, a write soon after
+ * the download's last one could show the same "now"). Whole seconds survive a copy that
+ * keeps times (cp -p, tar, a CI cache restored), which is then the same bytes; the inode
+ * is left out for that reason. Random, so that one spool's seal is not another's.
  */
-#define SEALED_MTIME_S 946684800 /* 2000-01-01 */
+#define SEALED_EPOCH_S 946684800 /* 2000-01-01 */
+#define SEALED_SPAN_S (1 << 24)  /* 194 days */
 
 int flight_spool_seal(int fd, char *out, size_t cap)
 {
-	const struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = SEALED_MTIME_S}};
+	struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = SEALED_EPOCH_S}};
+	uint32_t offset = 0;
 	struct stat st;
 
-	if (futimens(fd, times) != 0 || fstat(fd, &st) != 0)
+	if (RAND_bytes((unsigned char *)&offset, sizeof(offset)) != 1)
+		return -EIO;
+	times[1].tv_sec += offset % SEALED_SPAN_S;
+	/* fsync, not fdatasync: the time is metadata, and a lost one costs a needless check. */
+	if (futimens(fd, times) != 0 || fsync(fd) != 0 || fstat(fd, &st) != 0)
 		return -errno;
 	seal_of(&st, out, cap);
 	return 0;
@@ -472,9 +487,11 @@ int flight_spool_seal_found(struct flight *f, char *out, size_t cap)
 {
 	char *path = NULL;
 	struct stat st;
-	int rc = spool_path_of(f, &path);
+	int fd = flight_spool_fd(f), rc = 0;
 
-	if (rc == 0 && stat(path, &st) != 0)
+	/* The file f has open, else (not installed yet) the one its path names. */
+	if (fd >= 0 ? fstat(fd, &st) != 0
+	            : (rc = spool_path_of(f, &path)) == 0 && stat(path, &st) != 0)
 		rc = -errno;
 	if (rc == 0)
 		seal_of(&st, out, cap);
@@ -597,15 +614,15 @@ static int pwrite_all(int fd, const void *data, size_t len, uint64_t off)
 	return 0;
 }
 
-/* Feeds the hash from the spool up to `upto` (bytes another stream wrote ahead). */
-static int hash_catch_up(struct flight *f, uint64_t upto)
+/* Feeds the hash from the spool (fd) up to `upto` (bytes another stream wrote ahead). */
+static int hash_catch_up(struct flight *f, int fd, uint64_t upto)
 {
 	char buf[64 * 1024];
 
 	while (f->hashed < upto) {
 		size_t want =
 		    upto - f->hashed < sizeof(buf) ? (size_t)(upto - f->hashed) : sizeof(buf);
-		ssize_t n = pread(f->spool_fd, buf, want, (off_t)f->hashed);
+		ssize_t n = pread(fd, buf, want, (off_t)f->hashed);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -641,25 +658,33 @@ int flight_hash_progress(struct flight *f)
 {
 	enum flight_state state;
 	uint64_t prefix;
-	int rc;
+	int fd, rc = 0;
 
+	/* A user of the spool while it reads: an adoption that completes the flight (another
+	 * mount's record) must not close the fd under it. */
 	pthread_mutex_lock(&f->lock);
 	prefix = index_ranges_run_end(&f->written, 0);
 	state = f->state;
+	fd = f->spool_fd;
+	f->spool_users += state == FLIGHT_ACTIVE;
 	pthread_mutex_unlock(&f->lock);
 	if (state != FLIGHT_ACTIVE)
 		return 0;
-	if (prefix > f->hashed) {
-		rc = hash_catch_up(f, prefix);
-		if (rc)
-			return rc;
+	if (prefix > f->hashed)
+		rc = hash_catch_up(f, fd, prefix);
+	if (rc == 0 && f->hashed == f->size) {
+		if (hash_matches(f))
+			complete_flight(f);
+		else
+			rc = -EIO;
 	}
-	if (f->hashed < f->size)
-		return 0;
-	if (!hash_matches(f))
-		return -EIO;
-	complete_flight(f);
-	return 0;
+	leave_spool(f, true, false);
+	/* Completed meanwhile from a record: nothing here failed it. */
+	if (rc) {
+		flight_progress(f, NULL, NULL, &state);
+		rc = state == FLIGHT_ACTIVE ? rc : 0;
+	}
+	return rc;
 }
 
 /* Publishes everything after a successful verification (or an unhashed last byte). */

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "index/ranges.h"
 
@@ -120,7 +121,8 @@ struct flight {
 	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
 	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
 	ino_t spool_ino;
-	bool engine_done; /* the transfer thread retired it: it writes no more */
+	struct timespec spool_ctime; /* its change time when the idle spool was closed */
+	bool engine_done;            /* the transfer thread retired it: it writes no more */
 	char *spool_path;
 	/* The spool is another mount's download (shared cache directory): read it, never
 	 * delete it. */
@@ -384,12 +386,13 @@ int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, boo
                         bool borrowed);
 
 /*
- * Seals a complete spool file, for index_record_sealed: its inode, and a modification
- * time set apart from any write's, which any later write to it, or a copy of it, changes.
+ * Seals a complete spool file, for index_record_sealed: sets its modification time apart
+ * from any write's, so that a later write to it shows (a copy that keeps times does not).
  * 0 or -errno.
  */
 int flight_spool_seal(int fd, char *out, size_t cap);
-/* The seal f's spool file shows now, to compare with the recorded one. 0 or -errno. */
+/* The seal f's spool file shows now (the one it has open, else its path's), to compare
+ * with the recorded one. 0 or -errno. */
 int flight_spool_seal_found(struct flight *f, char *out, size_t cap);
 #define FLIGHT_SEAL_MAX 64
 

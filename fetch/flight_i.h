@@ -30,7 +30,7 @@ struct flight_table {
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
 	bool close_idle_spools;       /* see flight_table_close_idle_spools */
-	bool idle_close_after_record; /* its after_record */
+	bool idle_close_after_record; /* only once recorded complete: the recorder uses the fd */
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;

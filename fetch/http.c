@@ -245,7 +245,10 @@ bool http_redirected_off_scheme(void *easy, int res, const char *url)
 	size_t scheme_len = strcspn(url, ":");
 
 	if ((CURLcode)res != CURLE_UNSUPPORTED_PROTOCOL ||
-	    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective) != CURLE_OK || !effective)
+	    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective) != CURLE_OK || !effective ||
+	    strncasecmp(effective, url, scheme_len + 1) == 0)
 		return false;
-	return strncasecmp(effective, url, scheme_len + 1) != 0;
+	/* http to https (a CDN) is followed: a garbled answer from there is one like any. */
+	return strncasecmp(effective, "http://", 7) != 0 &&
+	       strncasecmp(effective, "https://", 8) != 0;
 }

@@ -75,9 +75,9 @@ bool http_status_is_transient(long code);
 bool http_curl_error_is_transient(int res);
 
 /*
- * Whether easy, asked for url, failed with `res` because a redirect led to a scheme it may
- * not follow (ftp:, file:...). curl gives that the code of a garbled HTTP answer, which is
- * transient; this one is not.
+ * Whether easy, asked for url, failed with `res` because a redirect led off http(s) to a
+ * scheme it may not follow (ftp:, file:...). curl gives that the code of a garbled HTTP answer,
+ * which is transient; this one is not.
  */
 bool http_redirected_off_scheme(void *easy, int res, const char *url);
 

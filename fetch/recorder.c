@@ -45,15 +45,20 @@ static void run(void *ctx, struct worker_job *link)
 			          "%s: cannot sync the spool: progress not recorded", j->f->name);
 			break;
 		}
-		if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
-		    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
-		    index_record_sealed(r->idx, j->f->key, seal) == 0) {
-			atomic_store(&j->f->durable, true);
-			flight_recorded(j->f);
+		if (index_record_ranges(r->idx, j->f->key, &j->written) != 0 || !j->complete)
+			break;
+		if (flight_spool_seal(fd, seal, sizeof(seal)) != 0 ||
+		    index_record_sealed(r->idx, j->f->key, seal) != 0) {
+			/* Ranges recorded: the next session hashes it again or refetches. */
+			fetch_log(FETCH_LOG_WARN,
+			          "%s: cannot record it complete in the cache index", j->f->name);
+			break;
 		}
+		atomic_store(&j->f->durable, true);
+		flight_recorded(j->f);
 		break;
 	case JOB_FAILED:
-		index_record_complete(r->idx, j->f->key, false);
+		index_record_forget(r->idx, j->f->key);
 		break;
 	case JOB_RELEASE:
 		close(j->lease_fd);

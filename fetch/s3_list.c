@@ -727,28 +727,36 @@ int s3_list_parser_finish(struct s3_list_parser *p, struct s3_list_result *out)
 		fail(p, -EBADMSG, "<IsTruncated> is true but there is no <NextContinuationToken>");
 		return p->rc;
 	}
+	/* Each slot is moved down or handed to unnamable as it is done, and emptied: a key
+	 * failing later leaves every pointer owned once, for page_free. */
 	size_t kept = 0;
 	for (size_t i = 0; i < p->page.n_objects; i++) {
 		struct s3_object *o = &p->page.objects[i];
 		int rc = finish_key(p, &o->key, p->page.url_encoded, "<Key>");
 		if (rc < 0)
 			return p->rc;
-		if (rc == 0)
-			p->page.objects[kept++] = *o;
-		else
+		if (rc == 0) {
+			struct s3_object done = *o;
+			o->key = NULL;
+			p->page.objects[kept++] = done;
+		} else {
 			unnamable(&p->page, o->key);
+			o->key = NULL;
+		}
 	}
 	p->page.n_objects = kept;
 	kept = 0;
 	for (size_t i = 0; i < p->page.n_prefixes; i++) {
-		int rc = finish_key(p, &p->page.prefixes[i], p->page.url_encoded,
-		                    "<CommonPrefixes><Prefix>");
+		char **prefix = &p->page.prefixes[i];
+		int rc = finish_key(p, prefix, p->page.url_encoded, "<CommonPrefixes><Prefix>");
 		if (rc < 0)
 			return p->rc;
+		char *done = *prefix;
+		*prefix = NULL;
 		if (rc == 0)
-			p->page.prefixes[kept++] = p->page.prefixes[i];
+			p->page.prefixes[kept++] = done;
 		else
-			unnamable(&p->page, p->page.prefixes[i]);
+			unnamable(&p->page, done);
 	}
 	p->page.n_prefixes = kept;
 	out->kind = S3_DOC_LIST;

@@ -197,7 +197,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 		if (!flight_key_names_version(keys[i]) &&
 		    flight_spool_path(s->spool_dir, keys[i], &path) == 0) {
 			if ((unlink(path) == 0 || errno == ENOENT) &&
-			    index_record_complete(s->idx, keys[i], false) == 0)
+			    index_record_forget(s->idx, keys[i]) == 0)
 				forgotten++;
 			free(path);
 		}

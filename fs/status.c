@@ -215,13 +215,25 @@ static double previous_local(const struct snapshot *prev, size_t i, const char *
 
 #define NAME_COLUMNS 40
 
-/* Whether the n bytes at p are one well-formed UTF-8 sequence of 2 to 4 bytes. */
-static bool utf8_sequence(const unsigned char *p, size_t n)
+/*
+ * The length of the well-formed UTF-8 sequence of 2 to 4 bytes at p (of len), else 0: no
+ * overlong or surrogate forms, nothing past U+10FFFF.
+ */
+static size_t utf8_sequence(const unsigned char *p, size_t len)
 {
+	size_t n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
+	           : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+	           : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+	                                          : 0;
+	if (n == 0 || n > len)
+		return 0;
 	for (size_t k = 1; k < n; k++)
 		if ((p[k] & 0xC0) != 0x80)
-			return false;
-	return true;
+			return 0;
+	if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0) ||
+	    (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))
+		return 0;
+	return n;
 }
 
 /*
@@ -236,9 +248,9 @@ static const char *column(const char *name, char out[NAME_COLUMNS * 4 + 4])
 	size_t starts[512 + 1], n_chars = 0, len = strlen(name), first = 0, o = 0;
 
 	for (size_t i = 0; i < len && n_chars < 512;) {
-		size_t n = p[i] < 0xC0 ? 1 : p[i] < 0xE0 ? 2 : p[i] < 0xF0 ? 3 : 4;
+		size_t n = p[i] < 0x80 ? 1 : utf8_sequence(p + i, len - i);
 		starts[n_chars++] = i;
-		i += i + n <= len && n > 1 && utf8_sequence(p + i, n) ? n : 1;
+		i += n ? n : 1;
 	}
 	starts[n_chars] = len;
 	if (n_chars > NAME_COLUMNS) {
@@ -247,7 +259,10 @@ static const char *column(const char *name, char out[NAME_COLUMNS * 4 + 4])
 	}
 	for (size_t c = first; c < n_chars; c++) {
 		size_t from = starts[c], n = starts[c + 1] - from;
-		bool plain = n > 1 || (p[from] >= 0x20 && p[from] < 0x7F);
+		/* Not C0 or C1 controls (U+0080 to U+009F: a terminal may take them as an
+		 * escape, as it does ESC), nor a byte that is not UTF-8. */
+		bool plain = n > 1 ? !(p[from] == 0xC2 && p[from + 1] < 0xA0)
+		                   : p[from] >= 0x20 && p[from] < 0x7F;
 		if (!plain) {
 			out[o++] = '?';
 			continue;

@@ -815,10 +815,9 @@ out:
 	return rc;
 }
 
-int index_record_complete(struct index *idx, const char *key, bool complete)
+int index_record_forget(struct index *idx, const char *key)
 {
-	return complete ? index_spool_change(idx, idx->st_obj_complete, key, false)
-	                : index_spool_change(idx, idx->st_obj_forget, key, true);
+	return index_spool_change(idx, idx->st_obj_forget, key, true);
 }
 
 int index_record_sealed(struct index *idx, const char *key, const char *seal)

@@ -104,12 +104,11 @@ int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len);
 /*
  * Spool records, so a persistent cache can resume: `key` is a flight's identity.
  * index_record_ranges replaces the recorded published ranges of key (called after the data
- * is durably written). index_record_complete marks key complete (or, with complete=false,
- * forgets it and its ranges).
+ * is durably written). index_record_forget forgets key, its ranges and its seal.
  */
 struct index_ranges;
 int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges);
-int index_record_complete(struct index *idx, const char *key, bool complete);
+int index_record_forget(struct index *idx, const char *key);
 /*
  * Marks key complete, with the seal of its spool file (fetch/flight.h's flight_spool_seal):
  * a file that no longer shows that seal has been touched since. 0 or -errno.

@@ -1,6 +1,6 @@
 /*
  * Reading back the spool records a previous session left in a persistent cache directory
- * (index_record_ranges / index_record_complete write them). Ranges are recorded only
+ * (index_record_ranges / index_record_sealed write them). Ranges are recorded only
  * after their bytes were made durable, so what this returns may be served without a
  * request.
  *

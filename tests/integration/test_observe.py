@@ -117,15 +117,15 @@ def test_status_lists_every_object_however_many(store, mount):
 def test_status_shows_names_a_terminal_can_take(store, mount):
     """A key may hold any byte: `status` printed them raw, so a name with an escape
     sequence drove the operator's terminal, and multi-byte names broke the columns."""
-    hostile = store.add("esc\x1b[31mred\x07.bin", 16, hashed=False)
+    hostile = store.add("esc\x1b[31mred\x07\u009b.bin", 16, hashed=False)  # BEL, then CSI
     wide = store.add("\u00e9t\u00e9/" + "\u00fc" * 50 + "-tail.bin", 16, hashed=False)
     m = mount(store.write())
     for n in (hostile, wide):
         with open(m.p(n), "rb") as f:
             f.read()
     out = status_once(m)
-    assert "\x1b" not in out and "\x07" not in out, repr(out)
-    assert "esc?[31mred?.bin" in out, out
+    assert "\x1b" not in out and "\x07" not in out and "\u009b" not in out, repr(out)
+    assert "esc?[31mred??.bin" in out, out
     rows = [l for l in out.splitlines() if l.endswith("complete")]
     assert len(rows) == 2, out
     # A long name keeps its end, and every row's columns line up in characters.

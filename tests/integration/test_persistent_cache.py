@@ -481,21 +481,24 @@ def flip_byte(path, offset):
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-def test_a_kept_object_changed_on_disk_is_never_served(store, mount, tmp_path):
+@pytest.mark.parametrize("offset", [4096, 3 * MiB], ids=["head", "tail"])
+def test_a_kept_object_changed_on_disk_is_never_served(store, mount, tmp_path, offset):
     """A complete spool was trusted by its size: one byte changed in the cache directory
-    between sessions (a stray write, a bad restore) was served as the object's."""
+    between sessions (a stray write, a disk tool) was served as the object's. All its bytes
+    are local, so none is served before the hash says they are right."""
     a = store.add("a.bin", 4 * MiB)
     url = store.write()
     cache = tmp_path / "cache"
     keep_in_cache(store, mount, url, cache, a)
-    flip_byte(spool_file(cache), 3 * MiB)
+    flip_byte(spool_file(cache), offset)
     gets = store.up.stats(a)["gets"]
 
     m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
     data, err = read_until_error(m2.p(a))
     assert data == expected(store, a)[:len(data)], "a changed byte was served"
-    # EIO, or (the check done before the open) the object fetched afresh.
-    assert (err is not None and err.errno == errno.EIO) or len(data) == 4 * MiB, err
+    # EIO before any byte, or (the check done before the open) the object fetched afresh.
+    assert (err is not None and err.errno == errno.EIO and data == b"") or \
+        len(data) == 4 * MiB, (err, len(data))
     assert "checking its sha256 again" in m2.stderr(), m2.stderr()
     assert "sha256 mismatch" in m2.stderr(), m2.stderr()
     # The object is then fetched afresh, once, and right.
@@ -503,15 +506,37 @@ def test_a_kept_object_changed_on_disk_is_never_served(store, mount, tmp_path):
     assert store.up.stats(a)["gets"] == gets + 1
 
 
-def test_a_copied_cache_is_checked_once_not_fetched_again(store, mount, tmp_path):
-    """A cache directory restored from an archive (new inodes) holds the right bytes: a
-    hashed object is hashed again, not fetched, and sealed anew for the next mount."""
+@pytest.mark.parametrize("hashed", [True, False], ids=["sha256", "etag"])
+def test_a_cache_copied_with_its_times_is_served_as_it_is(store, mount, tmp_path, hashed):
+    """A cache directory restored from an archive, or copied keeping times (new inodes),
+    holds the bytes it was sealed with: served without a request and without a check."""
+    cache = tmp_path / "cache"
+    if hashed:
+        a = store.add("a.bin", 4 * MiB)
+        url = store.write()
+        keep_in_cache(store, mount, url, cache, a)
+    else:
+        a, url = keep_unhashed_in_cache(store, mount, cache, "a.bin", 4 * MiB)
+    path = spool_file(cache)
+    subprocess.run(["cp", "-p", path, path + ".copy"], check=True)
+    os.replace(path + ".copy", path)
+    gets = store.up.stats(a)["gets"]
+
+    m2 = mount(url, "--cache-dir", str(cache), name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert "changed" not in m2.stderr() and "served from the cache" in m2.stderr()
+    assert store.up.stats(a)["gets"] == gets
+
+
+def test_a_cache_copied_without_its_times_is_checked_once(store, mount, tmp_path):
+    """Copied without its times, a hashed object is hashed again (not fetched), and sealed
+    anew for the next mount."""
     a = store.add("a.bin", 4 * MiB)
     url = store.write()
     cache = tmp_path / "cache"
     keep_in_cache(store, mount, url, cache, a)
     path = spool_file(cache)
-    subprocess.run(["cp", "-p", path, path + ".copy"], check=True)
+    subprocess.run(["cp", path, path + ".copy"], check=True)
     os.replace(path + ".copy", path)
     gets = store.up.stats(a)["gets"]
 

@@ -163,3 +163,55 @@ def test_a_sparse_download_goes_whole_once_another_mount_watches(store, mount, t
         assert Reader(m2.p(a)).result() == expected(store, a)
     st = store.up.stats(a)
     assert st["bytes"] <= size + MiB, st
+
+
+def spool_fds(m, cache):
+    """How many spool files of cache the daemon of m holds open."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)).startswith(str(cache / "spool"))
+        except OSError:
+            pass
+    return n
+
+
+def test_a_reopened_spool_is_never_another_mounts_new_file(store, mount, tmp_path):
+    """An idle complete spool's fd is closed, and checked when opened again by inode only:
+    another mount that started the object afresh (an unversioned object is not reused)
+    made a new file, zero-filled, which ext4 gave the same inode number, and this mount
+    served its zeros as the object."""
+    a = store.add("a.bin", 4 * MiB, hashed=False)
+    cache = tmp_path / "cache"
+    m1, m2 = shared_mounts(mount, store.write(), cache)
+    assert read_file(m1.p(a)) == expected(store, a)
+    wait_until(lambda: flight_records(m1).get(a, {}).get("durable"), lambda: flight_records(m1))
+    wait_until(lambda: spool_fds(m1, cache) == 0, lambda: spool_fds(m1, cache))
+    store.up.fault(a, gate=True)
+    r2 = Reader(m2.p(a))  # starts afresh: a new spool file under the same name
+    try:
+        store.up.wait_for(lambda s: s["gated"] >= 1, timeout=20 * SLOW, path=a)
+        r1 = Reader(m1.p(a))
+        wait_until(lambda: flight_records(m1).get(a, {}).get("waiting_reads", 0) > 0 or
+                   not r1.is_alive(), lambda: flight_records(m1))
+    finally:
+        store.up.clear(a)
+    assert r1.result() == expected(store, a), "m1 served another file's bytes"
+    assert r2.result() == expected(store, a)
+
+
+def test_a_reopened_idle_spool_is_marked_in_use_again(store, mount, tmp_path):
+    """Another mount's eviction deletes only spools no mount has open: a spool this mount
+    closed while idle, then opened again for a reader, must show as in use again."""
+    a, b = store.add("a.bin", 4 * MiB), store.add("b.bin", 4 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m1 = mount(url, "--cache-dir", str(cache), name="mnt1")
+    assert read_file(m1.p(a)) == expected(store, a)
+    wait_until(lambda: flight_records(m1).get(a, {}).get("durable"), lambda: flight_records(m1))
+    wait_until(lambda: spool_fds(m1, cache) == 0, lambda: spool_fds(m1, cache))
+    with open(m1.p(a), "rb") as held:
+        m2 = mount(url, "--cache-dir", str(cache), "--cache-max-size", "5M", name="mnt2")
+        assert read_file(m2.p(b)) == expected(store, b)  # room for b: a must be spared
+        assert spool_of(cache, store, a).exists(), "a spool in use was evicted"
+        assert held.read() == expected(store, a)

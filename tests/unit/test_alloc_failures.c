@@ -822,7 +822,7 @@ static void index_run(void *ctx, unsigned long n)
 	assert_int_equal(back.n, rec.n);
 	assert_int_equal(back.total, rec.total);
 	assert_memory_equal(back.v, rec.v, rec.n * sizeof(*rec.v));
-	RETRY(index_record_complete(idx, "sha256:" SHA_A, true));
+	RETRY(index_record_sealed(idx, "sha256:" SHA_A, "seal"));
 	RETRY(index_spool_lookup(idx, "sha256:" SHA_A, &complete, &back));
 	assert_true(complete);
 	alloc_fail_disarm();

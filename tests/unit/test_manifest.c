@@ -347,7 +347,7 @@ static void test_second_open_starts_fresh(void **state)
 	assert_int_equal(index_ranges_add(&r, 0, 4096), 0);
 	assert_int_equal(index_ranges_add(&r, 8192, 9000), 0);
 	assert_int_equal(index_record_ranges(f->idx, "sha256:" SHA_LOWER, &r), 0);
-	assert_int_equal(index_record_complete(f->idx, "url:https://x/y", true), 0);
+	assert_int_equal(index_record_sealed(f->idx, "url:https://x/y", "seal"), 0);
 	index_ranges_free(&r);
 	index_close(f->idx);
 	f->idx = NULL;
@@ -397,10 +397,10 @@ static void test_record_ranges_and_complete(void **state)
 	assert_int_equal(index_record_ranges(f->idx, "k", &r), 0);
 	assert_int_equal(index_ranges_add(&r, 20, 30), 0);
 	assert_int_equal(index_record_ranges(f->idx, "k", &r), 0); /* replaces */
-	assert_int_equal(index_record_complete(f->idx, "k", true), 0);
-	assert_int_equal(index_record_complete(f->idx, "k", true), 0); /* idempotent */
-	assert_int_equal(index_record_complete(f->idx, "k", false), 0);
-	assert_int_equal(index_record_complete(f->idx, "never-seen", false), 0);
+	assert_int_equal(index_record_sealed(f->idx, "k", "seal"), 0);
+	assert_int_equal(index_record_sealed(f->idx, "k", "seal"), 0); /* idempotent */
+	assert_int_equal(index_record_forget(f->idx, "k"), 0);
+	assert_int_equal(index_record_forget(f->idx, "never-seen"), 0);
 	index_ranges_clear(&r);
 	assert_int_equal(index_record_ranges(f->idx, "empty", &r), 0);
 	index_ranges_free(&r);

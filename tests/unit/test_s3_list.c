@@ -335,6 +335,15 @@ static void test_bad_fields(void **state)
 	           "malformed %-escape");
 	expect_bad(L("<EncodingType>url</EncodingType>" C("a%", "1")), -EBADMSG,
 	           "malformed %-escape");
+	/* After keys left out (a NUL) and kept: each freed once (a double free, under ASan). */
+	expect_bad(L("<EncodingType>url</EncodingType>" C("a%00b", "1") C("b", "2")
+	                 C("c%zz", "3") "<CommonPrefixes><Prefix>d%00/</Prefix></CommonPrefixes>"),
+	           -EBADMSG, "<Key> \"c%zz\" has a malformed");
+	expect_bad(L("<EncodingType>url</EncodingType>" C("b", "2")
+	                 C("a%00b", "1") "<CommonPrefixes><Prefix>d%00/</Prefix></CommonPrefixes>"
+	                                 "<CommonPrefixes><Prefix>e/</Prefix></CommonPrefixes>"
+	                                 "<CommonPrefixes><Prefix>%G1/</Prefix></CommonPrefixes>"),
+	           -EBADMSG, "has a malformed");
 	expect_bad(L("<EncodingType>url</EncodingType><CommonPrefixes><Prefix>%G1/</Prefix>"
 	             "</CommonPrefixes>"),
 	           -EBADMSG, "<CommonPrefixes><Prefix> \"%G1/\" has a malformed");
