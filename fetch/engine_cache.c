@@ -111,8 +111,16 @@ static void make_room(struct engine *e, struct flight *f)
 			continue;
 		if (index_record_forget(e->cfg.idx, lru[i].key) == 0)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
-		fetch_log(FETCH_LOG_DEBUG, "evicted a %" PRIu64 "-byte object from the cache",
-		          lru[i].size);
+		/* Keys name objects by hash or URL (not by path: that is each mount's own). */
+		char shown[512];
+		const char *url = strstr(lru[i].key, "://");
+		while (url && url > lru[i].key && url[-1] != ':' && url[-1] != ' ')
+			url--;
+		if (url)
+			fetch_redact_url(url, shown, sizeof(shown));
+		fetch_log(FETCH_LOG_INFO,
+		          "evicted %s (%" PRIu64 " bytes) from the cache, for --cache-max-size",
+		          url ? shown : lru[i].key, lru[i].size);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(lru[i].key);

@@ -430,7 +430,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	f->n_streams++;
 	e->n_transfers++;
 	atomic_fetch_add_explicit(&e->stats.requests, 1, memory_order_relaxed);
-	fetch_log(FETCH_LOG_DEBUG, "%s: GET bytes %" PRIu64 "-%" PRIu64, f->name, start, end);
+	fetch_log(FETCH_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
 	return 0;
 fail_easy:
 	curl_slist_free_all(s->headers);

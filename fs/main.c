@@ -135,6 +135,20 @@ static int lock_cache_dir(struct fs_session *s)
 	return rc;
 }
 
+/* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
+static void warn_unused_options(const struct fs_options *o)
+{
+	bool bucket = strncmp(o->source, "s3://", 5) == 0;
+
+	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign))
+		fprintf(stderr,
+		        "spoolfs: warning: --endpoint, --region, --profile, --path-style and"
+		        " --no-sign are for s3:// sources; ignored\n");
+	if (bucket && o->n_mirrors)
+		fprintf(stderr,
+		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+}
+
 /* "512M", "10G", "1048576": bytes, or -EINVAL. */
 static int parse_size(const char *text, uint64_t *out)
 {
@@ -555,6 +569,7 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	warn_unused_options(&s.opts);
 	if (s.opts.cache_max_size && parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
 		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
 		        s.opts.cache_max_size);
@@ -562,8 +577,9 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
-	 * fail every download after the manifest's. */
-	if (s.opts.ca_file && s.opts.ca_file[0] != '/') {
+	 * fail every download after the manifest's. A missing one would fail only https
+	 * downloads, and only once they start: said now. */
+	if (s.opts.ca_file) {
 		char *absolute = realpath(s.opts.ca_file, NULL);
 		if (!absolute) {
 			fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file,

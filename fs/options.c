@@ -108,7 +108,8 @@ void fs_options_usage(const char *prog)
 	       "                         next mount serves verified objects without a request\n"
 	       "                         (a cache dir left by a crash is reused either way)\n"
 	       "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
-	       "                         used objects not in use are evicted (default: no bound)\n"
+	       "                         used objects not in use are evicted (default, or 0: no\n"
+	       "                         bound)\n"
 	       "  --no-passthrough       read complete objects through FUSE's page cache, not\n"
 	       "                         kernel passthrough from the spool (passthrough needs\n"
 	       "                         root and Linux 6.9 or later; it is used when there)\n"
@@ -153,6 +154,10 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		}
 		fprintf(stderr, "spoolfs: unexpected argument '%s'\n", arg);
 		return -1;
+	case FUSE_OPT_KEY_OPT:
+		/* fstab's "x-" options (x-systemd.automount, x-gvfs-show) are for the tools that
+		 * read fstab; the kernel would refuse them. */
+		return strncmp(arg, "x-", 2) == 0 ? 0 : 1;
 	case KEY_FOREGROUND:
 		opts->foreground = 1;
 		return 0;

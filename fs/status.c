@@ -276,6 +276,20 @@ static const char *column(const char *name, char out[NAME_COLUMNS * 4 + 4])
 	return out;
 }
 
+/*
+ * A flight is active until all of it is local, but a sparse one that nobody reads brings
+ * nothing: after an eviction, a reopen served from the kernel's cache made one that showed
+ * "downloading" for good. Idle is active with no reader, nothing waiting and no progress
+ * since the last look (before: the local bytes then, < 0 when not known).
+ */
+static const char *state_shown(const struct row *r, double before)
+{
+	if (strcmp(r->state, "active") == 0 && r->handles == 0 && !r->waiting && before >= 0 &&
+	    r->local == before)
+		return "idle";
+	return r->state;
+}
+
 static void print(const struct snapshot *now, const struct snapshot *prev)
 {
 	double dt = prev ? (double)(now->at.tv_sec - prev->at.tv_sec) +
@@ -285,7 +299,9 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	size_t active = 0;
 
 	for (size_t i = 0; i < now->n; i++)
-		active += strcmp(now->rows[i].state, "active") == 0;
+		active +=
+		    strcmp(state_shown(&now->rows[i], previous_local(prev, i, now->rows[i].name)),
+		           "active") == 0;
 	printf("%-*s %10s %10s  %-27s %12s %7s  %s\n", NAME_COLUMNS, "OBJECT", "SIZE", "LOCAL",
 	       "PROGRESS", "RATE", "OPEN", "STATE");
 	for (size_t i = 0; i < now->n; i++) {
@@ -307,7 +323,7 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 			snprintf(c, sizeof(c), "-");
 		printf("%s %10s %10s  [%s] %3.0f%% %12s %7d  %s%s\n", column(r->name, shown),
 		       human(r->size, a, sizeof(a)), human(r->local, b, sizeof(b)), bar,
-		       fraction * 100, c, r->handles, r->state,
+		       fraction * 100, c, r->handles, state_shown(r, before),
 		       r->waiting ? " (reads waiting)" : "");
 	}
 	printf("totals: %zu objects (%zu downloading), %s local; upstream %.0f requests, %s;"
@@ -324,19 +340,24 @@ int fs_status_main(int argc, char **argv)
 	double interval = 1.0;
 	bool watch = false;
 	sqlite3 *db = NULL;
+	char *end = NULL;
 	int status = 1;
 
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "--watch") == 0 || strcmp(argv[i], "-w") == 0)
 			watch = true;
 		else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc)
-			interval = atof(argv[++i]);
+			interval = strtod(argv[++i], &end);
 		else if (!mountpoint && argv[i][0] != '-')
 			mountpoint = argv[i];
 		else
 			mountpoint = NULL, i = argc;
 	}
-	if (!mountpoint || !(interval > 0)) {
+	if (!(interval > 0) || (end && *end)) {
+		fprintf(stderr, "spoolfs status: --interval takes a number of seconds above 0\n");
+		return 2;
+	}
+	if (!mountpoint) {
 		fprintf(stderr, "usage: spoolfs status MOUNTPOINT [--watch] [--interval SEC]\n");
 		return 2;
 	}

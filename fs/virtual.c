@@ -155,7 +155,8 @@ static void write_flight(void *ctx, const struct flight_info *info)
 	        ",\"state\":\"%s\",\"handles\":%d,\"waiting_reads\":%u,\"durable\":%s,"
 	        "\"access\":\"%s\"}\n",
 	        info->size, info->written, info->published, states[info->state], info->handles,
-	        info->waiters, info->durable ? "true" : "false", info->whole ? "whole" : "sparse");
+	        info->waiters, info->durable ? "true" : "false",
+	        info->whole || info->state == FLIGHT_COMPLETE ? "whole" : "sparse");
 }
 
 int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_t *len)

@@ -6,6 +6,9 @@
 #   bash tests/run-all.sh            # everything
 #   VARIANTS=plain bash tests/run-all.sh   # one build only
 set -uo pipefail
+# Ctrl-C stops the whole run, not only the step it came in (bash runs this once the
+# step's processes have ended, and they unmount what they mounted).
+trap 'echo "run-all: interrupted" >&2; exit 130' INT TERM
 cd "$(dirname "$0")/.."
 bash tests/deps.sh || exit 1
 

@@ -409,6 +409,9 @@ def test_o_max_transfers(store, mount):
     "profile=nobody",
     "path_style",
     "no_sign",
+    # fstab's own, given straight to spoolfs (mount(8) drops them itself)
+    "x-systemd.automount",
+    "x-systemd.requires=network-online.target",
 ])
 def test_o_other_long_options_are_accepted(store, mount, opt):
     """Options whose effect other tests cover (proxy: test_proxy.py; S3 options: tests/s3)
@@ -458,6 +461,20 @@ def test_options_that_cannot_mean_what_they_say_are_refused(store, tmp_path, arg
     store.add("a.bin", 100)
     err = refused_mount(store.write(), tmp_path / "mnt", *args)
     assert says in err, err
+
+
+def test_a_missing_ca_file_is_refused_before_any_download(store, tmp_path):
+    """A --ca-file that is not there failed only https downloads, once they started."""
+    store.add("a.bin", 100)
+    err = refused_mount(store.write(), tmp_path / "mnt", "--ca-file", "/nonexistent/ca.pem")
+    assert "--ca-file /nonexistent/ca.pem: No such file or directory" in err, err
+
+
+def test_options_for_the_other_kind_of_source_are_named(store, mount):
+    store.add("a.bin", 100)
+    m = mount(store.write(), "--endpoint", "http://127.0.0.1:9", "--region", "eu-west-1")
+    assert "are for s3:// sources; ignored" in m.stderr(), m.stderr()
+    assert read_file(m.p("a.bin")) == store.content("a.bin")
 
 
 def test_a_manifest_url_of_another_scheme_is_refused_at_once(tmp_path):

@@ -6,7 +6,7 @@ import subprocess
 import threading
 
 from conftest import SLOW, SPOOLFS, read_file
-from helpers import wait_until
+from helpers import expected, wait_until
 
 MiB = 1 << 20
 
@@ -93,6 +93,11 @@ def test_status_of_a_plain_directory_fails_clearly(tmp_path):
     out = subprocess.run([SPOOLFS, "status", str(tmp_path), "--interval", "0.1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "is not a spoolfs mount" in out.stderr
+    for bad in ("0", "abc", "-1"):
+        out = subprocess.run([SPOOLFS, "status", str(tmp_path), "--interval", bad],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and "--interval takes a number of seconds" in out.stderr, \
+            out.stderr
 
 
 def status_once(m):
@@ -146,3 +151,15 @@ def test_status_of_a_mount_whose_daemon_died_says_so(store, mount):
     assert out.returncode != 0
     assert "daemon" in out.stderr and "gone" in out.stderr and "fusermount3 -u" in out.stderr, \
         out.stderr
+
+
+def test_status_does_not_count_an_object_nobody_reads_as_downloading(store, mount, tmp_path):
+    """After an eviction, an object read again from the kernel's cache made a flight that
+    fetched nothing, since no read reached it: it showed as downloading for good."""
+    names = [store.add("e/%d.bin" % i, 10 * MiB) for i in range(3)]
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"), "--cache-max-size", "25M")
+    for n in names + names[:1]:  # the third evicts the first, then the first again
+        assert read_file(m.p(n)) == expected(store, n)
+    wait_until(lambda: all(f["handles"] == 0 for f in flights(m)), lambda: flights(m))
+    out = status_once(m)
+    assert "(0 downloading)" in out, out

@@ -185,6 +185,7 @@ def test_cache_max_size_evicts_least_recently_used(store, mount, tmp_path):
         wait_closed(m, p)  # the kernel sends release after close() returns
     assert read_file(m.p(c)) == expected(store, c)  # 12 MiB > 10 MiB: a, the oldest, goes
     wait_durable(m, c)
+    assert "evicted sha256:%s (%d bytes)" % (store.sha256(a), 4 * MiB) in m.stderr()
     gets = {p: store.up.stats(p)["gets"] for p in (a, b, c)}
     assert read_file(m.p(b)) == expected(store, b)
     assert store.up.stats(b)["gets"] == gets[b], "b was evicted instead of a"
