@@ -281,6 +281,7 @@ static void take_over(struct engine *e, struct flight *f)
 	int rc;
 
 	f->lease_held = true;
+	atomic_store(&f->record_owed, true);
 	if (f->spool_fd < 0) {
 		cache_start_owned(e, f); /* it never got far enough to show us a spool */
 		return;

@@ -109,6 +109,9 @@ struct flight {
 	unsigned pt_handles; /* handles the kernel reads from the spool itself */
 	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
 	atomic_bool durable;        /* complete and recorded in the index (persistent caches) */
+	/* This mount holds its lease, so the recorder writes its completion record through
+	 * the spool fd: until then, or durable, the fd stays open. Cleared if that fails. */
+	atomic_bool record_owed;
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */
 	atomic_bool whole;
@@ -213,8 +216,17 @@ void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, 
  */
 void flight_table_close_idle_spools(struct flight_table *table, bool after_record);
 
-/* The index records f complete (f->durable is set): its spool may be closed once idle. */
+/* The recorder is done with f's completion record: its spool may be closed once idle. */
 void flight_recorded(struct flight *f);
+
+/*
+ * Takes a complete flight whose spool file is no longer its own (flight_hold_spool said
+ * -ENOENT or -ESTALE: another mount evicted it, or replaced it with its own download) out
+ * of the table. Nothing is deleted and its key is not marked failed: the file under its
+ * name now is another mount's, and the next open's flight takes it from the records. Its
+ * version stays the session's. No locks held.
+ */
+void flight_table_forget(struct flight *f);
 
 /*
  * Holds f's spool fd open for a user (an open handle), reopening it if it was closed while

@@ -261,11 +261,9 @@ out:
 	return rc;
 }
 
-/*
- * Takes a failed flight out of the table so the next open starts a new one, and marks its
- * key so that open drops the kernel's cached pages. No locks held.
- */
-void flight_table_remove(struct flight *f, const char *etag, const char *url)
+/* Takes f out of the table, pinning its version for the next flight of its key, and
+ * with `taint` marks the key so that its next open drops the kernel's cached pages. */
+static void take_out(struct flight *f, const char *etag, const char *url, bool taint)
 {
 	int pin_rc = 0;
 	struct flight_table *table = f->table;
@@ -283,9 +281,9 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url)
 	if (found) {
 		pthread_mutex_lock(&f->lock);
 		f->in_table = false;
-		for (unsigned i = 0; i < f->n_inos; i++)
+		for (unsigned i = 0; taint && i < f->n_inos; i++)
 			taint_locked(table, f->key, f->inos[i]);
-		if (f->inos_lost)
+		if (taint && f->inos_lost)
 			taint_locked(table, f->key, 0);
 		pthread_mutex_unlock(&f->lock);
 		if (etag[0])
@@ -302,6 +300,21 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url)
 		flight_unref(f);
 		free(found);
 	}
+}
+
+void flight_table_remove(struct flight *f, const char *etag, const char *url)
+{
+	take_out(f, etag, url, true);
+}
+
+void flight_table_forget(struct flight *f)
+{
+	char etag[sizeof(f->primary_etag)] = "";
+
+	pthread_mutex_lock(&f->lock);
+	flight_version_to_pin_locked(f, etag, sizeof(etag));
+	pthread_mutex_unlock(&f->lock);
+	take_out(f, etag, f->url, false);
 }
 
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete)

@@ -52,9 +52,10 @@ static void run(void *ctx, struct worker_job *link)
 			/* Ranges recorded: the next session hashes it again or refetches. */
 			fetch_log(FETCH_LOG_WARN,
 			          "%s: cannot record it complete in the cache index", j->f->name);
-			break;
+			atomic_store(&j->f->record_owed, false);
+		} else {
+			atomic_store(&j->f->durable, true);
 		}
-		atomic_store(&j->f->durable, true);
 		flight_recorded(j->f);
 		break;
 	case JOB_FAILED:

@@ -494,10 +494,16 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 	int rc = flight_hold_spool(*f);
 
 	if (rc == -ENOENT || rc == -ESTALE) {
-		if (rc == -ENOENT)
-			fetch_log(FETCH_LOG_WARN, "%s: its spool file is gone: fetching it again",
-			          (*f)->name);
-		flight_fail(*f, -EIO); /* a no-op if it failed already */
+		/* Failed meanwhile: out of the table already. Else its idle spool was closed,
+		 * and the file is gone or another mount's now (which is no reason to fetch it
+		 * again, nor to delete that file). */
+		enum flight_state state;
+		flight_progress(*f, NULL, NULL, &state);
+		if (state == FLIGHT_COMPLETE) {
+			fetch_log(FETCH_LOG_INFO, "%s: its spool file is %s: opening it afresh",
+			          (*f)->name, rc == -ENOENT ? "gone" : "another mount's now");
+			flight_table_forget(*f);
+		}
 		flight_unref(*f);
 		*f = NULL;
 		rc = open_flight(s, ino, f, created);

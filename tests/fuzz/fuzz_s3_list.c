@@ -21,6 +21,7 @@
  *   - s3_url_decode of the body agrees with an independent reference decoder.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,7 +169,8 @@ static long ref_decode(const unsigned char *in, size_t len, unsigned char *out, 
 		return -E2BIG;
 	while (i < len) {
 		unsigned c = in[i++];
-		if (c == '%') {
+		bool escaped = c == '%';
+		if (escaped) {
 			if (i + 2 > len || hexval(in[i]) < 0 || hexval(in[i + 1]) < 0)
 				return -EINVAL;
 			c = (unsigned)(hexval(in[i]) << 4 | hexval(in[i + 1]));
@@ -176,8 +178,9 @@ static long ref_decode(const unsigned char *in, size_t len, unsigned char *out, 
 		} else if (c == '+') {
 			c = ' ';
 		}
+		/* A NUL sent as %00 is a key's (left out), a raw one the document's fault. */
 		if (c == 0)
-			return -EINVAL;
+			return escaped ? -EILSEQ : -EINVAL;
 		if (n + 1 >= out_len)
 			return -E2BIG;
 		out[n++] = (unsigned char)c;

@@ -651,7 +651,7 @@ def test_an_idle_spool_removed_behind_the_daemons_back_is_fetched_again(store, m
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     assert read_file(m.p(path)) == expected(store, path)
     assert store.up.stats(path)["gets"] == 2
-    assert "its spool file is gone: fetching it again" in m.stderr()
+    assert "its spool file is gone: opening it afresh" in m.stderr()
 
 
 def test_a_long_name_keeps_its_failure_reason_in_the_log_and_its_url_whole(store, mount):

@@ -215,3 +215,24 @@ def test_a_reopened_idle_spool_is_marked_in_use_again(store, mount, tmp_path):
         assert read_file(m2.p(b)) == expected(store, b)  # room for b: a must be spared
         assert spool_of(cache, store, a).exists(), "a spool in use was evicted"
         assert held.read() == expected(store, a)
+
+
+def test_mounts_that_find_their_idle_spool_replaced_take_the_new_one(store, mount, tmp_path):
+    """A mount whose idle spool was gone or replaced took it for a failed download: it
+    deleted the file under its name (the other mount's good copy), marked the key failed
+    and fetched again; the other mount then did the same, read after read."""
+    a = store.add("a.bin", 3 * MiB)
+    cache = tmp_path / "cache"
+    m1, m2 = shared_mounts(mount, store.write(), cache)
+    for m in (m1, m2):
+        assert read_file(m.p(a)) == expected(store, a)
+        wait_until(lambda: flight_records(m).get(a, {}).get("durable") and
+                   spool_fds(m, cache) == 0, lambda: flight_records(m))
+    os.unlink(spool_of(cache, store, a))  # a tmp cleaner
+    gets = store.up.stats(a)["gets"]
+    for m in (m1, m2, m1, m2, m1):
+        with open(m.p(a), "rb") as f:  # pages the kernel kept must not hide the reopen
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        assert read_file(m.p(a)) == expected(store, a)
+        wait_until(lambda: spool_fds(m, cache) == 0, lambda: spool_fds(m, cache))
+    assert store.up.stats(a)["gets"] == gets + 1, "fetched again read after read"
