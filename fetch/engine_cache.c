@@ -131,6 +131,13 @@ static void make_room(struct engine *e, struct flight *f)
 		          bytes, e->cfg.cache_max_size);
 }
 
+/* A file gone or cut short under its records is fetched again: said, as a seal's change. */
+static void say_unmatched(struct flight *f)
+{
+	fetch_log(FETCH_LOG_WARN,
+	          "%s: the cached copy does not match its records; fetching it again", f->name);
+}
+
 /*
  * Whether f's spool file still shows the seal recorded with its completion: one written to
  * since (a stray write, a disk tool) may hold other bytes than the records say. A hashed
@@ -147,19 +154,19 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 	if (rc && rc != -ENOENT)
 		return rc;
 	rc = flight_spool_seal_found(f, found, sizeof(found));
-	if (rc)
+	if (rc) {
+		say_unmatched(f);
 		return rc;
+	}
 	if (strcmp(found, recorded) == 0)
 		return 0;
+	const char *why = recorded[0] ? "the cached copy changed since it was complete"
+	                              : "the cached copy has no seal (an older spoolfs kept it)";
 	if (!flight_hash_names_version(f)) {
-		fetch_log(FETCH_LOG_WARN,
-		          "%s: the cached copy changed since it was complete; fetching it again",
-		          f->name);
+		fetch_log(FETCH_LOG_WARN, "%s: %s; fetching it again", f->name, why);
 		return -ESTALE;
 	}
-	fetch_log(FETCH_LOG_WARN,
-	          "%s: the cached copy changed since it was complete; checking its sha256 again",
-	          f->name);
+	fetch_log(FETCH_LOG_WARN, "%s: %s; checking its sha256 again", f->name, why);
 	*complete = false;
 	return holder ? index_record_incomplete(e->cfg.idx, f->key) : 0;
 }
@@ -188,8 +195,11 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == 0 && complete)
 		rc = check_seal(e, f, true, &complete);
-	if (rc == 0)
+	if (rc == 0) {
 		rc = flight_reopen_spool(f, &recorded, complete, false);
+		if (rc == -ENOENT || rc == -ESTALE)
+			say_unmatched(f);
+	}
 	if (rc == 0) {
 		f->recorded_bytes = recorded.total;
 		if (complete)

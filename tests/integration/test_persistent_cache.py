@@ -3,6 +3,7 @@
 import errno
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 
@@ -581,3 +582,50 @@ def test_a_session_reads_more_objects_than_its_fd_limit(store, mount, tmp_path):
     for n in names[:20]:
         assert read_file(m.p(n)) == expected(store, n), n
     assert sum(store.up.stats(n)["gets"] for n in names) == gets
+
+
+@pytest.mark.parametrize("how", ["truncated", "deleted"])
+def test_a_kept_object_whose_file_does_not_match_its_records_says_so(store, mount, tmp_path,
+                                                                      how):
+    """A spool cut short (its time put back) or deleted was fetched again without a word,
+    where a changed one is logged."""
+    a = store.add("a.bin", 3 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    keep_in_cache(store, mount, url, cache, a)
+    path = spool_file(cache)
+    if how == "deleted":
+        os.unlink(path)
+    else:
+        st = os.stat(path)
+        os.truncate(path, MiB)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    gets = store.up.stats(a)["gets"]
+    m2 = mount(url, "--cache-dir", str(cache), name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert "the cached copy does not match its records; fetching it again" in m2.stderr(), \
+        m2.stderr()
+    assert store.up.stats(a)["gets"] == gets + 1
+
+
+def test_a_cache_kept_by_an_older_spoolfs_is_checked_once(store, mount, tmp_path):
+    """An older spoolfs recorded no seals: its complete objects are hashed again once (not
+    fetched), the log says why, and the next mount serves them as they are."""
+    a = store.add("a.bin", 3 * MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    keep_in_cache(store, mount, url, cache, a)
+    db = sqlite3.connect(str(cache / "index.db"))
+    db.execute("DELETE FROM spool_seal")
+    db.commit()
+    db.close()
+    gets = store.up.stats(a)["gets"]
+    m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
+    assert read_file(m2.p(a)) == expected(store, a)
+    assert "no seal (an older spoolfs kept it); checking its sha256 again" in m2.stderr()
+    wait_durable(m2, a)
+    m2.check_clean_exit()
+    m3 = mount(url, "--cache-dir", str(cache), name="mnt3")
+    assert read_file(m3.p(a)) == expected(store, a)
+    assert "checking" not in m3.stderr()
+    assert store.up.stats(a)["gets"] == gets
