@@ -222,9 +222,9 @@ void flight_recorded(struct flight *f);
 /*
  * Takes a complete flight whose spool file is no longer its own (flight_hold_spool said
  * -ENOENT or -ESTALE: another mount evicted it, or replaced it with its own download) out
- * of the table. Nothing is deleted and its key is not marked failed: the file under its
- * name now is another mount's, and the next open's flight takes it from the records. Its
- * version stays the session's. No locks held.
+ * of the table. Nothing is deleted and a key that names its version is not marked failed:
+ * the file under its name now is another mount's, and the next open's flight takes it from
+ * the records. Its version stays the session's. No locks held.
  */
 void flight_table_forget(struct flight *f);
 

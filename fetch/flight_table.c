@@ -314,7 +314,9 @@ void flight_table_forget(struct flight *f)
 	pthread_mutex_lock(&f->lock);
 	flight_version_to_pin_locked(f, etag, sizeof(etag));
 	pthread_mutex_unlock(&f->lock);
-	take_out(f, etag, f->url, false);
+	/* A key that names no version may be another version's now: the kernel's pages of
+	 * this one must not be mixed with the next flight's bytes. */
+	take_out(f, etag, f->url, !flight_key_names_version(f->key));
 }
 
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete)

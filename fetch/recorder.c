@@ -29,34 +29,43 @@ struct recorder {
 	struct worker *worker;
 };
 
+/* Syncs j's spool, then records its ranges and, once complete, its seal. */
+static void record_ranges(struct recorder *r, struct job *j)
+{
+	char seal[FLIGHT_SEAL_MAX];
+	/* The data must be on disk before the index says it is there. */
+	int fd = flight_spool_fd(j->f);
+
+	if (fd < 0 || fdatasync(fd) != 0) {
+		fetch_log(FETCH_LOG_WARN, "%s: cannot sync the spool: progress not recorded",
+		          j->f->name);
+		return;
+	}
+	if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
+	    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
+	    index_record_sealed(r->idx, j->f->key, seal) == 0)
+		atomic_store(&j->f->durable, true);
+}
+
 static void run(void *ctx, struct worker_job *link)
 {
 	struct recorder *r = ctx;
 	struct job *j = (struct job *)link;
-	char seal[FLIGHT_SEAL_MAX];
-	int fd;
 
 	switch (j->kind) {
 	case JOB_RANGES:
-		/* The data must be on disk before the index says it is there. */
-		fd = flight_spool_fd(j->f);
-		if (fd < 0 || fdatasync(fd) != 0) {
-			fetch_log(FETCH_LOG_WARN,
-			          "%s: cannot sync the spool: progress not recorded", j->f->name);
-			break;
+		record_ranges(r, j);
+		/* Done with the fd, recorded or not: it may close once idle (a record that
+		 * failed leaves the next session to hash or fetch again). */
+		if (j->complete) {
+			if (!atomic_load(&j->f->durable)) {
+				fetch_log(FETCH_LOG_WARN,
+				          "%s: cannot record it complete in the cache index",
+				          j->f->name);
+				atomic_store(&j->f->record_owed, false);
+			}
+			flight_recorded(j->f);
 		}
-		if (index_record_ranges(r->idx, j->f->key, &j->written) != 0 || !j->complete)
-			break;
-		if (flight_spool_seal(fd, seal, sizeof(seal)) != 0 ||
-		    index_record_sealed(r->idx, j->f->key, seal) != 0) {
-			/* Ranges recorded: the next session hashes it again or refetches. */
-			fetch_log(FETCH_LOG_WARN,
-			          "%s: cannot record it complete in the cache index", j->f->name);
-			atomic_store(&j->f->record_owed, false);
-		} else {
-			atomic_store(&j->f->durable, true);
-		}
-		flight_recorded(j->f);
 		break;
 	case JOB_FAILED:
 		index_record_forget(r->idx, j->f->key);

@@ -579,7 +579,13 @@ int main(int argc, char *argv[])
 	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
 	 * fail every download after the manifest's. A missing one would fail only https
 	 * downloads, and only once they start: said now. */
-	if (s.opts.ca_file) {
+	if (s.opts.ca_file && s.opts.ca_file[0] == '/' && access(s.opts.ca_file, R_OK) != 0) {
+		/* Kept as given: a symlink (a rotated secret) is followed at each connection. */
+		fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file, strerror(errno));
+		status = 2;
+		goto out_args;
+	}
+	if (s.opts.ca_file && s.opts.ca_file[0] != '/') {
 		char *absolute = realpath(s.opts.ca_file, NULL);
 		if (!absolute) {
 			fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file,

@@ -353,8 +353,10 @@ int fs_status_main(int argc, char **argv)
 		else
 			mountpoint = NULL, i = argc;
 	}
-	if (!(interval > 0) || (end && *end)) {
-		fprintf(stderr, "spoolfs status: --interval takes a number of seconds above 0\n");
+	if (!(interval >= 0.01 && interval <= 86400) || (end && *end)) {
+		fprintf(
+		    stderr,
+		    "spoolfs status: --interval takes a number of seconds from 0.01 to 86400\n");
 		return 2;
 	}
 	if (!mountpoint) {

@@ -419,7 +419,8 @@ static int make_private(const char *path)
 
 static int open_connection(const char *path, sqlite3 **db)
 {
-	int rc = path[0] ? make_private(path) : 0;
+	/* "" and ":memory:" are sqlite's own, with no file (a file named ":memory:" was made). */
+	int rc = path[0] && strcmp(path, ":memory:") != 0 ? make_private(path) : 0;
 
 	if (rc)
 		return rc;

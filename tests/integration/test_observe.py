@@ -93,7 +93,7 @@ def test_status_of_a_plain_directory_fails_clearly(tmp_path):
     out = subprocess.run([SPOOLFS, "status", str(tmp_path), "--interval", "0.1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "is not a spoolfs mount" in out.stderr
-    for bad in ("0", "abc", "-1"):
+    for bad in ("0", "abc", "-1", "inf", "1e-12"):
         out = subprocess.run([SPOOLFS, "status", str(tmp_path), "--interval", bad],
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 2 and "--interval takes a number of seconds" in out.stderr, \
