@@ -197,7 +197,8 @@ static int reuse_spool(struct engine *e, struct flight *f)
 		rc = check_seal(e, f, true, &complete);
 	if (rc == 0) {
 		rc = flight_reopen_spool(f, &recorded, complete, false);
-		if (rc == -ENOENT || rc == -ESTALE)
+		/* A row without ranges is only a use time (index_spool_touch): nothing kept. */
+		if ((rc == -ENOENT || rc == -ESTALE) && (complete || recorded.total > 0))
 			say_unmatched(f);
 	}
 	if (rc == 0) {

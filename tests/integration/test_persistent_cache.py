@@ -34,6 +34,7 @@ def keep_in_cache(store, mount, url, cache, path):
     assert read_file(m.p(path)) == expected(store, path)
     wait_durable(m, path)
     m.check_clean_exit()
+    assert "warn" not in m.stderr(), m.stderr()  # a first fetch is not news
 
 
 def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):
