@@ -175,6 +175,7 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 static void found_complete(struct engine *e, struct flight *f)
 {
 	atomic_store(&f->durable, true);
+	atomic_store(&f->record_owed, false); /* nothing to write: its fd may close when idle */
 	if (f->restored)
 		return;
 	f->restored = true;

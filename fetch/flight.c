@@ -123,8 +123,7 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 	f->engine_done |= engine_left;
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
 	    f->spool_users == 0 &&
-	    (!f->table->idle_close_after_record || atomic_load(&f->durable) ||
-	     !atomic_load(&f->record_owed))) {
+	    (!f->table->idle_close_after_record || !atomic_load(&f->record_owed))) {
 		struct stat st;
 		fd = f->spool_fd;
 		f->spool_fd = -1;

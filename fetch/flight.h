@@ -110,7 +110,8 @@ struct flight {
 	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
 	atomic_bool durable;        /* complete and recorded in the index (persistent caches) */
 	/* This mount holds its lease, so the recorder writes its completion record through
-	 * the spool fd: until then, or durable, the fd stays open. Cleared if that fails. */
+	 * the spool fd, which stays open until then. Cleared once written or failed, or when
+	 * the records held it complete already. */
 	atomic_bool record_owed;
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */

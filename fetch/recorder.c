@@ -58,12 +58,11 @@ static void run(void *ctx, struct worker_job *link)
 		/* Done with the fd, recorded or not: it may close once idle (a record that
 		 * failed leaves the next session to hash or fetch again). */
 		if (j->complete) {
-			if (!atomic_load(&j->f->durable)) {
+			if (!atomic_load(&j->f->durable))
 				fetch_log(FETCH_LOG_WARN,
 				          "%s: cannot record it complete in the cache index",
 				          j->f->name);
-				atomic_store(&j->f->record_owed, false);
-			}
+			atomic_store(&j->f->record_owed, false);
 			flight_recorded(j->f);
 		}
 		break;

@@ -298,18 +298,14 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	char a[32], b[32], c[40];
 	size_t active = 0;
 
-	for (size_t i = 0; i < now->n; i++)
-		active +=
-		    strcmp(state_shown(&now->rows[i], previous_local(prev, i, now->rows[i].name)),
-		           "active") == 0;
 	printf("%-*s %10s %10s  %-27s %12s %7s  %s\n", NAME_COLUMNS, "OBJECT", "SIZE", "LOCAL",
 	       "PROGRESS", "RATE", "OPEN", "STATE");
 	for (size_t i = 0; i < now->n; i++) {
 		const struct row *r = &now->rows[i];
 		double fraction = r->size > 0 ? r->local / r->size : 1.0;
 		double before = previous_local(prev, i, r->name);
+		const char *state = state_shown(r, before);
 		char shown[NAME_COLUMNS * 4 + 4];
-
 		char bar[21];
 		int filled = (int)lround(fraction * 20);
 
@@ -323,8 +319,8 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 			snprintf(c, sizeof(c), "-");
 		printf("%s %10s %10s  [%s] %3.0f%% %12s %7d  %s%s\n", column(r->name, shown),
 		       human(r->size, a, sizeof(a)), human(r->local, b, sizeof(b)), bar,
-		       fraction * 100, c, r->handles, state_shown(r, before),
-		       r->waiting ? " (reads waiting)" : "");
+		       fraction * 100, c, r->handles, state, r->waiting ? " (reads waiting)" : "");
+		active += strcmp(state, "active") == 0;
 	}
 	printf("totals: %zu objects (%zu downloading), %s local; upstream %.0f requests, %s;"
 	       " opens: %.0f local, %.0f started, %.0f joined; %.0f retries, %.0f failures\n",
