@@ -14,6 +14,8 @@ import shutil
 
 import pytest
 
+from client import Upstream
+from conftest import Mount, is_mounted
 from helpers import expected, read_until_error
 
 SECRET = b"outside the mirror: must never be served\n"
@@ -139,3 +141,42 @@ def test_a_local_manifests_relative_urls_stay_inside_the_mirror(mount, tmp_path)
         assert err is not None and err.errno == errno.EIO, (f, err)
         assert "%s: not fetched from --mirror" % f["path"] in m.stderr(), f
     assert read_file_ok(m.p("good.txt")) == good
+
+
+def test_an_http_mirror_is_never_asked_for_an_escaping_url(store, mount, tmp_path):
+    """A mirror's server may decode "%2e%2e" (or "%252e", twice) and leave its root: the
+    entry is asked of no mirror at all, and a good one still is."""
+    url, _, entries, good = layout(tmp_path, store)
+    with Upstream(store.root) as mirror:
+        m = mount(url, "--mirror", mirror.url(""))
+        for path in entries:
+            if path.startswith("evil/"):
+                got, err = read_until_error(m.p(path))
+                assert got == b"" and err is not None and err.errno == errno.EIO, (path, err)
+                assert "%s: not fetched from --mirror %s" % (path, mirror.url("")) in \
+                    m.stderr(), path
+        assert mirror.stats()["total_gets"] == 0, mirror.stats()
+        assert read_file_ok(m.p(good[0])) == expected(store, good[0])
+        assert mirror.stats(good[0])["gets"] >= 1
+
+
+@pytest.mark.parametrize("what", ["missing", "a-file"])
+def test_a_file_mirror_that_cannot_be_opened_is_refused_at_start(store, tmp_path, what):
+    store.add("a.bin", 10)
+    url = store.write()
+    target = tmp_path / "mirror"
+    if what == "a-file":
+        target.write_bytes(b"not a directory")
+    try:
+        m = Mount(url, tmp_path / "mnt", tmp_path / "mnt.log",
+                  ["--mirror", target.as_uri() + "/"])
+    except RuntimeError as e:  # exited before mounting, its stderr in the message
+        err = str(e)
+    else:
+        m.kill()
+        pytest.fail("mounted with an unusable --mirror:\n" + m.stderr())
+    assert "spoolfs exited with 2 before mounting" in err, err
+    assert "--mirror %s/: cannot open its directory: %s" % (
+        target.as_uri(), "No such file or directory" if what == "missing" else
+        "Not a directory") in err, err
+    assert not is_mounted(str(tmp_path / "mnt"))
