@@ -184,7 +184,7 @@ static void next_mirror(struct flight *f)
  * other URLs, and fails only once each has refused it (or, unhashed, once bytes came from
  * one of them). True when it goes on.
  */
-static bool try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why)
+bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why)
 {
 	char url[512];
 
@@ -247,7 +247,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	bool servers_answer = !s->spool_fault;
 	unsigned asked = s->url_idx;
 	stream_free(e, s);
-	if (fatal && servers_answer && try_other_mirror(e, f, asked, why))
+	if (fatal && servers_answer && engine_try_other_mirror(e, f, asked, why))
 		return;
 	if (fatal) {
 		engine_fail_flight(e, f, fatal, why);

@@ -52,6 +52,7 @@ struct stream {
 	int fatal;              /* -errno decided in a callback; the flight fails with it */
 	bool spool_fault;       /* fatal is ours (the spool), not the server's answer */
 	unsigned url_idx;       /* which of the flight's urls it asked */
+	int obj_fd;             /* a file: mirror's object, read by curl through /proc; or -1 */
 	char why[160];          /* what went wrong, for the log line */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
@@ -113,6 +114,9 @@ static inline bool watching(const struct engine *e, const struct flight *f)
 
 /* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */
 void engine_fail_flight(struct engine *e, struct flight *f, int err, const char *why);
+/* Notes that urls[from] refused f (why goes to the log) and moves f to its next url. False
+ * when none is left to try (or f may not switch): the caller fails f. */
+bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why);
 
 /* stream.c */
 /* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */

@@ -33,14 +33,23 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	f->url = strdup(spec->url);
 	f->name = strdup(spec->name);
 	f->urls = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->urls));
-	if (!f->key || !f->url || !f->name || !f->urls)
+	f->url_dir_fds = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_dir_fds));
+	f->url_paths = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_paths));
+	if (!f->key || !f->url || !f->name || !f->urls || !f->url_dir_fds || !f->url_paths)
 		goto fail;
+	f->url_dir_fds[0] = -1;
 	f->urls[f->n_urls++] = f->url;
 	/* fs/options.c allows no more mirrors than fit. */
 	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < FLIGHT_MAX_URLS; i++) {
-		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
-		if (!f->urls[f->n_urls])
+		bool beneath = spec->mirror_dir_fds && spec->mirror_dir_fds[i] >= 0;
+		f->url_dir_fds[f->n_urls] = beneath ? spec->mirror_dir_fds[i] : -1;
+		if (beneath && !(f->url_paths[f->n_urls] = strdup(spec->mirror_paths[i])))
 			goto fail;
+		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
+		if (!f->urls[f->n_urls]) {
+			free(f->url_paths[f->n_urls]);
+			goto fail;
+		}
 		f->n_urls++;
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
@@ -71,9 +80,13 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 		goto fail;
 	return f;
 fail:
-	for (unsigned i = 1; i < f->n_urls; i++)
+	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
+		free(f->url_paths[i]);
+	}
 	free(f->urls);
+	free(f->url_dir_fds);
+	free(f->url_paths);
 	EVP_MD_CTX_free(f->hash);
 	free(f->key);
 	free(f->url);
@@ -98,9 +111,13 @@ void flight_unref(struct flight *f)
 	index_ranges_free(&f->written);
 	index_ranges_free(&f->published);
 	EVP_MD_CTX_free(f->hash);
-	for (unsigned i = 1; i < f->n_urls; i++)
+	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
+		free(f->url_paths[i]);
+	}
 	free(f->urls);
+	free(f->url_dir_fds);
+	free(f->url_paths);
 	pthread_mutex_destroy(&f->lock);
 	free(f->spool_path);
 	free(f->inos);

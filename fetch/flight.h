@@ -81,6 +81,12 @@ struct flight_spec {
 	const char *etag;   /* the version to pin every request to, or NULL (first response's) */
 	const char *const *mirror_urls; /* the same object elsewhere, tried when url fails */
 	unsigned n_mirror_urls;
+	/* Per mirror URL, or NULL for none: a file: mirror's directory (a descriptor that
+	 * outlives the flight, owned by the caller) and the object's path beneath it (from
+	 * fetch_mirror_path); -1 and NULL for other mirrors. Such an object is opened with
+	 * fetch_open_beneath, never by curl from the URL, which is kept for log lines. */
+	const int *mirror_dir_fds;
+	const char *const *mirror_paths;
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
 };
@@ -92,6 +98,8 @@ struct flight {
 	char *name;
 	char **urls; /* url, then its mirrors (n_urls in all) */
 	unsigned n_urls;
+	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
+	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
 	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
 	 * before any byte is delivered; read by whoever delivers and hashes. */
 	char sha256[65];

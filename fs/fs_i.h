@@ -104,6 +104,9 @@ struct fs_session {
 	atomic_bool readahead_tuned;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
+	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
+	 * are opened beneath it (fetch/beneath.h), else -1. NULL with no mirrors. */
+	int *mirror_dir_fds;
 	/* Lazy listing: which directories are being listed now (see listing.c). */
 	pthread_mutex_t list_lock;
 	pthread_cond_t list_done;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -373,6 +374,61 @@ static int load_namespace(struct fs_session *s)
 	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
 }
 
+/*
+ * Opens each file: mirror's directory now, as the user named it (a symlink to it is
+ * followed: the user chose it). Its objects are opened beneath this descriptor, so what a
+ * manifest names cannot leave it. A directory that cannot be opened is a usage error.
+ */
+static int open_mirror_dirs(struct fs_session *s)
+{
+	char shown[512], *path = NULL;
+	CURLU *h = NULL;
+	int rc = 0;
+
+	if (!s->opts.n_mirrors || s->s3)
+		return 0;
+	s->mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->mirror_dir_fds));
+	if (!s->mirror_dir_fds)
+		return -ENOMEM;
+	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
+		s->mirror_dir_fds[i] = -1;
+	for (unsigned i = 0; i < s->opts.n_mirrors && rc == 0; i++) {
+		const char *url = s->opts.mirrors[i];
+		if (strncasecmp(url, "file:", 5) != 0)
+			continue;
+		const char *why = NULL;
+		h = curl_url();
+		if (!h) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
+		    curl_url_get(h, CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK)
+			why = "not a local file: URL";
+		else if ((s->mirror_dir_fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+			why = strerror(errno);
+		if (why) {
+			fprintf(stderr, "spoolfs: --mirror %s: cannot open its directory: %s\n",
+			        fetch_redact_url(url, shown, sizeof(shown)), why);
+			rc = -EINVAL;
+		}
+		curl_free(path);
+		path = NULL;
+		curl_url_cleanup(h);
+		h = NULL;
+	}
+	return rc;
+}
+
+static void close_mirror_dirs(struct fs_session *s)
+{
+	for (unsigned i = 0; s->mirror_dir_fds && i < s->opts.n_mirrors; i++)
+		if (s->mirror_dir_fds[i] >= 0)
+			close(s->mirror_dir_fds[i]);
+	free(s->mirror_dir_fds);
+	s->mirror_dir_fds = NULL;
+}
+
 /* The engine records a finished object in the index at once, not at its next wake-up. */
 static void on_flight_complete(void *ctx, struct flight *f)
 {
@@ -618,6 +674,13 @@ int main(int argc, char *argv[])
 	}
 	if (load_namespace(&s) != 0)
 		goto out_cache;
+	rc = open_mirror_dirs(&s);
+	if (rc) {
+		if (rc == -ENOMEM)
+			fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+		status = 2;
+		goto out_cache;
+	}
 	rc = start_fetching(&s);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
@@ -631,6 +694,7 @@ out_fetch:
 	engine_destroy(s.engine);
 	flight_table_destroy(s.flights);
 out_cache:
+	close_mirror_dirs(&s);
 	index_close(s.idx);
 	s3_source_free(s.s3);
 	free(s.listing);
