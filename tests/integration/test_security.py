@@ -1,8 +1,10 @@
 """Issue 4, security: hostile paths, credentials in URLs, mount options, TLS verification."""
 
+import hashlib
 import json
 import os
 import re
+import sqlite3
 import stat
 import subprocess
 
@@ -357,3 +359,37 @@ def test_netrc_file_keeps_the_password_off_the_command_line(store, mount, tmp_pa
 def test_a_missing_netrc_file_is_refused(store, tmp_path):
     err = refused_mount(store.write(), tmp_path / "mnt", "--netrc-file", "no-such-netrc")
     assert "--netrc-file no-such-netrc" in err, err
+
+
+def test_a_kept_cache_of_before_forgets_keys_that_hold_secrets(store, mount, tmp_path):
+    """A cache kept by a spoolfs that stored whole URLs in its keys: those rows match no
+    object any more and go, with their spool files, at the next first mount; the object
+    is fetched afresh."""
+    source, args = secret_store(store)
+    cache = tmp_path / "cache"
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args)
+    assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+    m.check_clean_exit()
+    url = source.replace("manifest.json?X-Amz-Signature=SIGNATURE1",
+                         "a.bin?X-Amz-Signature=SIGNATURE1&X-Amz-Expires=60")
+    old_key = 'etag:%d:"v1" %s' % (300 * 1024, url)
+    db = sqlite3.connect(str(cache / "index.db"))
+    with db:
+        db.execute("INSERT INTO spool_object(key, complete, size, last_used)"
+                   " VALUES(?, 1, ?, 1)", (old_key, 300 * 1024))
+        db.execute("INSERT INTO spool_range(key, off_start, off_end) VALUES(?, 0, ?)",
+                   (old_key, 300 * 1024))
+    db.close()
+    old_spool = cache / "spool" / (hashlib.sha256(old_key.encode()).hexdigest() + ".spool")
+    old_spool.write_bytes(expected(store, "a.bin"))
+    store.up.reset()
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args, name="again")
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+    assert store.up.stats("a.bin")["gets"] == 1 and store.up.stats("b.bin").get("gets", 0) == 0
+    m.check_clean_exit()
+    db = sqlite3.connect(str(cache / "index.db"))
+    keys = [k for (k,) in db.execute("SELECT key FROM spool_object")]
+    db.close()
+    assert keys and not any("PASSWORD1" in k or "SIGNATURE1" in k for k in keys), keys
+    assert not old_spool.exists()
