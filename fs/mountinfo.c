@@ -12,12 +12,10 @@
  * spoolfs does not stack on a live one, and clears a dead one away (fs_mountpoint_prepare).
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/stat.h>
 #include <sys/statfs.h>
 
 #include "fetch/log.h"
@@ -124,9 +122,11 @@ int fs_mount_device(const char *mountpoint, char *dev, size_t len)
 }
 
 /*
- * mountpoint's canonical path. A dead FUSE mount there answers every lookup of the path
- * itself with ENOTCONN: then its parent's canonical path and its last name (a symlink
- * cannot be mounted on, so nothing is lost). NULL when neither resolves.
+ * mountpoint's canonical path. A dead FUSE mount there may answer a lookup of the path
+ * itself with ENOTCONN: then its parent's canonical path and its last name, the name the
+ * mount table holds (a symlink to a dead mount is not followed, and its name is in no
+ * table: the caller's check of the directory then says ENOTCONN, as before). NULL when
+ * neither resolves.
  */
 static char *canonical_mountpoint(const char *mountpoint)
 {
