@@ -297,6 +297,14 @@ bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
  */
 bool flight_key_names_version(const char *key);
 
+/*
+ * url as a key holds it (*out, the caller frees it): as is, unless it carries a secret
+ * (fetch_url_has_secret); then redacted, with the sha256 of the whole URL after a '#', so
+ * the key still names one URL and index.db never holds a password or a signature.
+ * 0, -ENOMEM, or -EIO when the URL cannot be hashed.
+ */
+int flight_key_url(const char *url, char **out);
+
 /* The spool file of key in spool_dir, in *path (the caller frees it): a hash of the key, so
  * a later session finds it again. 0, -ENOMEM, or -EIO when the key cannot be hashed. */
 int flight_spool_path(const char *spool_dir, const char *key, char **path);

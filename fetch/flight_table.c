@@ -384,17 +384,50 @@ bool flight_key_names_version(const char *key)
 	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
 }
 
-int flight_spool_path(const char *spool_dir, const char *key, char **path)
+/* The sha256 of text in hex, in hex[2 * EVP_MAX_MD_SIZE + 1]. 0 or -EIO. */
+static int sha256_hex(const char *text, char *hex)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
-	char hex[2 * EVP_MAX_MD_SIZE + 1];
 
-	if (EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL) != 1)
+	if (EVP_Digest(text, strlen(text), digest, &len, EVP_sha256(), NULL) != 1)
 		return -EIO;
 	for (unsigned i = 0; i < len; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	return 0;
+}
+
+int flight_spool_path(const char *spool_dir, const char *key, char **path)
+{
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+	if (sha256_hex(key, hex) != 0)
+		return -EIO;
 	return asprintf(path, "%s/%s.spool", spool_dir, hex) < 0 ? -ENOMEM : 0;
+}
+
+int flight_key_url(const char *url, char **out)
+{
+	char hex[2 * EVP_MAX_MD_SIZE + 1], *shown = NULL;
+	int rc = 0;
+
+	*out = NULL;
+	if (!fetch_url_has_secret(url)) {
+		*out = strdup(url);
+		return *out ? 0 : -ENOMEM;
+	}
+	shown = malloc(strlen(url) + 1); /* redacted, a URL is never longer */
+	if (!shown)
+		return -ENOMEM;
+	fetch_redact_url(url, shown, strlen(url) + 1);
+	if (sha256_hex(url, hex) != 0)
+		rc = -EIO;
+	else if (asprintf(out, "%s#%s", shown, hex) < 0) {
+		*out = NULL;
+		rc = -ENOMEM;
+	}
+	free(shown);
+	return rc;
 }
 
 int flight_table_spool_path(struct flight_table *table, const char *key, char **path)

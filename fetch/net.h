@@ -10,8 +10,9 @@
 #include <stdint.h>
 
 struct fetch_net {
-	const char *ca_file; /* NULL: the system's trust store */
-	const char *proxy;   /* NULL: libcurl's http_proxy, https_proxy and no_proxy */
+	const char *ca_file;    /* NULL: the system's trust store */
+	const char *proxy;      /* NULL: libcurl's http_proxy, https_proxy and no_proxy */
+	const char *netrc_file; /* NULL: none; else user names and passwords by host */
 	unsigned connect_timeout_s;
 	/* Blocking requests (the manifest, S3 listings): one that receives nothing this long
 	 * is dropped (0: the caller watches for stalls itself, as the engine does), and tries
@@ -20,7 +21,7 @@ struct fetch_net {
 	unsigned max_tries;
 };
 
-/* Sets the shared options on easy: TLS trust, proxy, timeouts, no signals, user agent. */
+/* Sets the shared options on easy: TLS trust, proxy, netrc, timeouts, no signals, user agent. */
 void fetch_net_apply(CURL *easy, const struct fetch_net *net);
 
 /* A jitter for http_backoff_ms, uniform in [0, 1), different in every process and call. */

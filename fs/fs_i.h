@@ -27,6 +27,7 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *proxy;
+	char *netrc_file;     /* userinfo for http(s) hosts, kept out of argv */
 	char *cache_max_size; /* "10G": parsed by main */
 	char **mirrors;       /* --mirror bases, in order */
 	unsigned n_mirrors;
@@ -49,6 +50,10 @@ struct fs_options {
 	int debug;
 	int show_help;
 	int show_version;
+	/* "dev" or "suid" was asked for (mount.fuse3 passes both for root): dropped, and
+	 * said once logging is set up. */
+	bool asked_dev;
+	bool asked_suid;
 };
 
 /* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
@@ -200,6 +205,15 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
 void fs_options_free(struct fs_options *opts);
 
+/*
+ * Overwrites in place, with '*', the secrets in the process's own command line: the
+ * userinfo and query of every URL, and the userinfo of a scheme-less --proxy/-o proxy=.
+ * /proc/PID/cmdline (what `ps` shows every local user) reads this memory, so after this
+ * only the lengths show. Call it once the arguments have been copied (fs_options_parse
+ * does). True when something was hidden.
+ */
+bool fs_argv_scrub(int argc, char *argv[]);
+
 extern const struct fuse_lowlevel_ops fs_ops;
 
 /* `spoolfs status MOUNTPOINT [--watch]`; returns the exit status. */
@@ -253,6 +267,19 @@ int fs_mount_device(const char *mountpoint, char *dev, size_t len);
 
 /* fs_mount_device on a table in mountinfo's format; the caller owns table. */
 int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len);
+
+/* fs_mount_device that also gives the topmost mount's filesystem type ("fuse.spoolfs",
+ * "tmpfs") in fstype when it is not NULL; and the same on a table. */
+int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, size_t fstype_len);
+int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
+                    size_t fstype_len);
+
+/*
+ * Before mounting on mountpoint (as given): refuses (-EBUSY, with a message) when a live
+ * FUSE mount is on top there already, and lazily unmounts a dead one (its daemon gone, so
+ * every access fails with ENOTCONN), saying so. 0 when the mount may go ahead.
+ */
+int fs_mountpoint_prepare(const char *mountpoint);
 
 /* Whether the topmost mount at the mountpoint is still this session's (abort.c). */
 bool fs_mount_still_ours(const struct fs_session *s);

@@ -148,6 +148,35 @@ static void warn_unused_options(const struct fs_options *o)
 	if (bucket && o->n_mirrors)
 		fprintf(stderr,
 		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+	if (bucket && o->netrc_file)
+		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
+		                " are signed); ignored\n");
+}
+
+/*
+ * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
+ * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
+ * one is refused now rather than failing downloads later. An absolute name is kept as
+ * given: a symlink (a rotated secret) is followed at each connection. 0 or -EINVAL, said.
+ */
+static int check_file_option(const char *option, char **name)
+{
+	char *absolute;
+
+	if ((*name)[0] == '/') {
+		if (access(*name, R_OK) == 0)
+			return 0;
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	absolute = realpath(*name, NULL);
+	if (!absolute) {
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	free(*name);
+	*name = absolute;
+	return 0;
 }
 
 /* "512M", "10G", "1048576": bytes, or -EINVAL. */
@@ -209,7 +238,9 @@ static void forget_unversioned_spools(struct fs_session *s)
 	if (index_spool_keys(s->idx, &keys, &n) != 0)
 		return; /* kept, and started afresh by reuse_spool's rules as before */
 	for (size_t i = 0; i < n; i++) {
-		if (!flight_key_names_version(keys[i]) &&
+		/* A key that holds a password or a signature was written by a spoolfs before
+		 * keys hid them: no object of ours has it now, and the secret should go. */
+		if ((!flight_key_names_version(keys[i]) || fetch_url_has_secret(keys[i])) &&
 		    flight_spool_path(s->spool_dir, keys[i], &path) == 0) {
 			if ((unlink(path) == 0 || errno == ENOENT) &&
 			    index_record_forget(s->idx, keys[i]) == 0)
@@ -221,7 +252,8 @@ static void forget_unversioned_spools(struct fs_session *s)
 	free(keys);
 	if (forgotten)
 		fetch_log(FETCH_LOG_INFO,
-		          "forgot %zu cached objects that name no version (no sha256 or etag)",
+		          "forgot %zu cached objects that name no version (no sha256 or etag), or"
+		          " whose keys hold a secret (kept by an older spoolfs)",
 		          forgotten);
 }
 
@@ -303,6 +335,7 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 {
 	return (struct fetch_net){.ca_file = s->opts.ca_file,
 	                          .proxy = s->opts.proxy,
+	                          .netrc_file = s->opts.netrc_file,
 	                          .connect_timeout_s = 10,
 	                          .stall_timeout_s = s->opts.stall_timeout_s,
 	                          .max_tries = s->opts.retries};
@@ -455,6 +488,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.max_transfers = s->opts.max_transfers;
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
+	cfg.net.netrc_file = s->opts.netrc_file;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
@@ -487,7 +521,10 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	for (char *p = shown; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
-	snprintf(opt, sizeof(opt), "-oro,default_permissions,subtype=spoolfs,fsname=%s", shown);
+	/* Last, so that they win over a "rw" given before (fs_options_parse drops dev and suid):
+	 * nobody's set-user-ID binary or device node comes from a store. */
+	snprintf(opt, sizeof(opt),
+	         "-oro,nosuid,nodev,default_permissions,subtype=spoolfs,fsname=%s", shown);
 	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
 }
 
@@ -607,6 +644,13 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
+	if (fs_argv_scrub(argc, argv))
+		fetch_log(FETCH_LOG_WARN,
+		          "the command line held a password or a signed URL query: hidden from"
+		          " this process's command line now, but other users could read it while"
+		          " the mount started; use --netrc-file for passwords and the https_proxy"
+		          " or http_proxy variable for a proxy's");
 	if (s.opts.show_help) {
 		fs_options_usage(argv[0]);
 		status = 0;
@@ -632,26 +676,24 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
-	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
-	 * fail every download after the manifest's. A missing one would fail only https
-	 * downloads, and only once they start: said now. */
-	if (s.opts.ca_file && s.opts.ca_file[0] == '/' && access(s.opts.ca_file, R_OK) != 0) {
-		/* Kept as given: a symlink (a rotated secret) is followed at each connection. */
-		fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file, strerror(errno));
+	if (strncmp(s.opts.source, "s3://", 5) == 0) {
+		free(s.opts.netrc_file); /* said by warn_unused_options */
+		s.opts.netrc_file = NULL;
+	}
+	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
+	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0)) {
 		status = 2;
 		goto out_args;
 	}
-	if (s.opts.ca_file && s.opts.ca_file[0] != '/') {
-		char *absolute = realpath(s.opts.ca_file, NULL);
-		if (!absolute) {
-			fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file,
-			        strerror(errno));
-			status = 2;
-			goto out_args;
-		}
-		free(s.opts.ca_file);
-		s.opts.ca_file = absolute;
-	}
+	set_log_level(s.opts.log_level, s.opts.debug);
+	if (s.opts.asked_dev || s.opts.asked_suid)
+		fetch_log(FETCH_LOG_INFO, "ignored %s%s%s: a spoolfs mount is always nosuid,nodev",
+		          s.opts.asked_dev ? "dev" : "",
+		          s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
+		          s.opts.asked_suid ? "suid" : "");
+	/* Before the stat below: a dead mount there fails it with ENOTCONN. */
+	if (fs_mountpoint_prepare(s.opts.mountpoint) != 0)
+		goto out_args;
 	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
 	struct stat mountpoint;
 	const char *unusable = stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
@@ -661,7 +703,6 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
 		goto out_args;
 	}
-	set_log_level(s.opts.log_level, s.opts.debug);
 	raise_fd_limit();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");

@@ -67,14 +67,20 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
  */
 static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
 {
+	char *shown = NULL;
 	int rc;
 
 	if (n->sha256[0])
-		rc = asprintf(key, "sha256:%s", n->sha256);
-	else if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
-		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, url);
+		return asprintf(key, "sha256:%s", n->sha256) < 0 ? -ENOMEM : 0;
+	/* Keys go into the cache's index.db: no password or signature there. */
+	rc = flight_key_url(url, &shown);
+	if (rc)
+		return rc;
+	if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
+		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, shown);
 	else
-		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, url);
+		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, shown);
+	free(shown);
 	return rc < 0 ? -ENOMEM : 0;
 }
 

@@ -17,6 +17,8 @@ enum {
 	KEY_FOREGROUND,
 	KEY_DEBUG,
 	KEY_MIRROR,
+	KEY_DEV,
+	KEY_SUID,
 };
 
 #define OPT(template, field)                                                                       \
@@ -41,6 +43,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("ca_file=%s", ca_file),
     OPT("--proxy %s", proxy),
     OPT("proxy=%s", proxy),
+    OPT("--netrc-file %s", netrc_file),
+    OPT("netrc_file=%s", netrc_file),
     OPT("--stall-timeout %s", stall_timeout_text),
     OPT("stall_timeout=%s", stall_timeout_text),
     OPT("--retries %s", retries_text),
@@ -68,6 +72,9 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("--mirror ", KEY_MIRROR),
     FUSE_OPT_KEY("mirror=", KEY_MIRROR),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
+    /* A spoolfs mount is always nosuid,nodev: mount.fuse3 passes these for root. */
+    FUSE_OPT_KEY("dev", KEY_DEV),
+    FUSE_OPT_KEY("suid", KEY_SUID),
     /* Options mount(8), fstab and mount.fuse3 pass on that mean nothing to a FUSE mount. */
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -116,7 +123,10 @@ void fs_options_usage(const char *prog)
 	       "                         root and Linux 6.9 or later; it is used when there)\n"
 	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	       "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
-	       "                         http_proxy, https_proxy and no_proxy variables)\n"
+	       "                         http_proxy, https_proxy and no_proxy variables; a proxy\n"
+	       "                         password belongs there, not on the command line)\n"
+	       "  --netrc-file FILE      user names and passwords for http(s) hosts, in netrc\n"
+	       "                         format, so that none is on the command line\n"
 	       "  --stall-timeout SEC    no byte, or under 1 KiB/s, for this long restarts a\n"
 	       "                         transfer (default 30)\n"
 	       "  --retries N            tries in a row without 64 KiB of progress before a read\n"
@@ -179,6 +189,12 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		v[opts->n_mirrors] = strdup(url);
 		return v[opts->n_mirrors++] ? 0 : -1;
 	}
+	case KEY_DEV:
+		opts->asked_dev = true;
+		return 0;
+	case KEY_SUID:
+		opts->asked_suid = true;
+		return 0;
 	case KEY_DEBUG:
 		opts->debug = 1;
 		opts->foreground = 1;
@@ -307,6 +323,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->cache_dir);
 	free(opts->ca_file);
 	free(opts->proxy);
+	free(opts->netrc_file);
 	free(opts->cache_max_size);
 	free(opts->stall_timeout_text);
 	free(opts->retries_text);
@@ -318,4 +335,56 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->endpoint);
 	free(opts->region);
 	free(opts->profile);
+}
+
+/*
+ * Masks the userinfo of the authority starting at a (up to its first '/', '?', '#', or ','
+ * that ends an option in a -o list): the last '@' ends it, as fetch_redact_url reads it.
+ */
+static bool mask_userinfo(char *a)
+{
+	char *end = a + strcspn(a, "/?#,"), *at = NULL;
+
+	for (char *c = a; c < end; c++)
+		if (*c == '@')
+			at = c;
+	if (!at || at == a)
+		return false;
+	memset(a, '*', (size_t)(at - a));
+	return true;
+}
+
+/* The value of a proxy option starting in arg at p ("proxy=" in a -o list, "--proxy="). */
+static bool is_proxy_option(const char *arg, const char *p)
+{
+	return p == arg || p[-1] == ',' ||
+	       (p == arg + 2 && arg[0] == '-' && (arg[1] == 'o' || arg[1] == '-'));
+}
+
+bool fs_argv_scrub(int argc, char *argv[])
+{
+	bool hidden = false;
+
+	for (int i = 1; i < argc; i++) {
+		char *arg = argv[i];
+
+		for (char *p = strstr(arg, "://"); p; p = strstr(p + 3, "://")) {
+			hidden |= mask_userinfo(p + 3);
+			/* A presigned URL's signature is in its query: everything after its '?'
+			 * goes (more than the query, in a -o list: harmless). */
+			char *query = strchr(p + 3, '?');
+			if (query && query[1]) {
+				memset(query + 1, '*', strlen(query + 1));
+				hidden = true;
+				break;
+			}
+		}
+		/* libcurl takes a proxy without a scheme too: "user:pass@host:port". */
+		for (char *p = strstr(arg, "proxy="); p; p = strstr(p + 6, "proxy="))
+			if (is_proxy_option(arg, p))
+				hidden |= mask_userinfo(p + 6);
+		if (i > 1 && strcmp(argv[i - 1], "--proxy") == 0)
+			hidden |= mask_userinfo(arg);
+	}
+	return hidden;
 }

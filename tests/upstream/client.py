@@ -17,7 +17,8 @@ Fault options (per path): gate (+ gate_skip N: the first N requests pass), rate 
 drop_after (N body bytes per response), drop_at ([abs offsets], each fires once), stall_at (abs offset, once; until clear or
 client close), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
 (+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096),
-ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag).
+ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag),
+basic_auth ("user:password": 401 to a request without that Authorization).
 """
 
 import http.client

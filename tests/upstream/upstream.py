@@ -22,10 +22,12 @@ that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 a
 Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per
 response), total_rate (B/s shared by all responses for the path), drop_after, drop_at, stall_at, corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
-  content_range_lie, ignore_if_match.  See tests/upstream/client.py for a summary.
+  content_range_lie, ignore_if_match, basic_auth ("user:password": 401 without it).
+  See tests/upstream/client.py for a summary.
 """
 
 import argparse
+import base64
 import email.utils
 import hashlib
 import json
@@ -48,7 +50,7 @@ BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match")
 INT_OPTS = ("drop_after", "stall_at", "fail_status", "fail_count", "size_lie", "gate_skip")
 NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
-OTHER_OPTS = ("etag", "retry_after")
+OTHER_OPTS = ("etag", "retry_after", "basic_auth")
 ALL_OPTS = BOOL_OPTS + INT_OPTS + NUM_OPTS + INT_LIST_OPTS + OTHER_OPTS
 
 
@@ -135,6 +137,10 @@ def validate_opts(body):
             opts[k] = v
         elif k == "retry_after":
             opts[k] = str(v)
+        elif k == "basic_auth":
+            if not isinstance(v, str) or ":" not in v:
+                raise ValueError("basic_auth must be \"user:password\"")
+            opts[k] = v
     return opts
 
 
@@ -417,6 +423,15 @@ class Handler(BaseHTTPRequestHandler):
                 s["gets"] += 1
                 s["ranges"].append(rng)
 
+    def _authorized(self, rel):
+        """False when rel requires basic_auth and the request's Authorization is not it."""
+        with STATE.lock:
+            want = STATE.faults.get(rel, {}).get("basic_auth")
+        if want is None:
+            return True
+        expect = "Basic " + base64.b64encode(want.encode()).decode()
+        return self.headers.get("Authorization") == expect
+
     def _admit(self, rel):
         """Waits at rel's gate; then counts the response active (the caller decrements
         "active" when done) and returns True, or aborts the connection and returns False."""
@@ -437,6 +452,10 @@ class Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         st = STATE
         self._count_request(rel, head, rng)
+        if not self._authorized(rel):
+            self._status(rel, 401)
+            return self._simple(401, "authorization required\n", head=head,
+                                extra=[("WWW-Authenticate", 'Basic realm="upstream"')])
         if not self._admit(rel):
             return
         try:
