@@ -639,7 +639,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 	if (rc < 0)
 		return rc;
 	const struct file_attrs attrs = {.size = fz->i,
-	                                 .mtime = fm->seen ? fm->i : 0,
+	                                 .mtime = fm->seen ? fm->i : ld->idx->default_mtime,
 	                                 .executable = is_type(fx, "true"),
 	                                 .sha256 = fs->seen ? sha256 : NULL,
 	                                 .url = url,
