@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "index/hash.h"
+
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
 #define TABLE_BUCKETS 1024
 struct tainted_key;
@@ -21,6 +23,9 @@ struct version_pins;
 struct flight_table {
 	char *spool_dir;
 	pthread_mutex_t lock;
+	/* Set at creation, read-only afterwards: picks a key's bucket (keys come from manifests,
+	 * listings and upstreams, so the hash is keyed: see index/hash.h). */
+	struct index_hash_key key;
 	/* Guarded by lock. */
 	struct table_entry *buckets[TABLE_BUCKETS];
 	uint64_t next_id;

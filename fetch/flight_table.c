@@ -46,9 +46,14 @@ int flight_table_create(const char *spool_dir, struct flight_table **out)
 	table->spool_dir = strdup(spool_dir);
 	if (!table->spool_dir)
 		goto fail_table;
-	table->pins = version_pins_new();
-	if (!table->pins)
+	rc = index_hash_key_new(&table->key);
+	if (rc < 0)
 		goto fail_dir;
+	table->pins = version_pins_new();
+	if (!table->pins) {
+		rc = errno ? -errno : -ENOMEM;
+		goto fail_dir;
+	}
 	pthread_mutex_init(&table->lock, NULL);
 	table->next_id = 1;
 	*out = table;
@@ -206,7 +211,7 @@ static void note_ino_locked(struct flight *f, uint64_t ino)
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
                       struct flight **out, bool *created)
 {
-	uint64_t bucket = index_hash_str(spec->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, spec->key) % TABLE_BUCKETS;
 	struct table_entry *e;
 	bool saw_failed = false;
 	int rc = 0;
@@ -267,7 +272,7 @@ static void take_out(struct flight *f, const char *etag, const char *url, bool t
 {
 	int pin_rc = 0;
 	struct flight_table *table = f->table;
-	uint64_t bucket = index_hash_str(f->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, f->key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
 
 	pthread_mutex_lock(&table->lock);
@@ -362,7 +367,7 @@ void flight_table_foreach(struct flight_table *table,
 
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;
 	uint64_t bytes = 0;
 
 	pthread_mutex_lock(&table->lock);
@@ -437,7 +442,7 @@ int flight_table_spool_path(struct flight_table *table, const char *key, char **
 
 int flight_table_evict(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
 	char *path = NULL;
 	int rc = 0;

@@ -127,7 +127,7 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 }
 
 int source_manifest_read(const char *source, const struct source_options *opts, char **text,
-                         size_t *len, char **base_url, char *err, size_t err_len)
+                         size_t *len, char **base_url, int64_t *mtime, char *err, size_t err_len)
 {
 	struct buffer buf = {0};
 	char *url = NULL, shown[512];
@@ -175,6 +175,9 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	/* No bound on the whole transfer: a large manifest on a slow link takes what it
 	 * takes; one that stops is dropped after net.stall_timeout_s (fetch_net_apply). */
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
+	/* Last-Modified over HTTP, the file's mtime for file://: what entries without an mtime
+	 * show (a manifest's files are no newer than the manifest). */
+	curl_easy_setopt(easy, CURLOPT_FILETIME, 1L);
 
 	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
 	 * tries a download would. */
@@ -209,6 +212,10 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		free(url);
 		url = copy;
 	}
+	curl_off_t filetime = -1;
+	if (curl_easy_getinfo(easy, CURLINFO_FILETIME_T, &filetime) != CURLE_OK)
+		filetime = -1;
+	*mtime = filetime > 0 ? (int64_t)filetime : 0;
 	*text = buf.data;
 	*len = buf.len;
 	*base_url = url;

@@ -41,9 +41,11 @@ struct fs_options {
 	char *stall_timeout_text;
 	char *retries_text;
 	char *max_transfers_text;
+	char *stats_mode_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
+	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
 	int keep_cache;
 	int no_passthrough;
 	int foreground;
@@ -66,6 +68,7 @@ struct fs_counters {
 	atomic_uint_fast64_t reads_failed;
 	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
 	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
+	atomic_uint_fast64_t virtual_snapshots;   /* /.spoolfs contents built (one per open) */
 };
 
 /* An open file: an object's flight, or a snapshot of a virtual file. */

@@ -346,13 +346,19 @@ static int load_manifest(struct fs_session *s)
 	struct source_options src = {.net = blocking_net(s)};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
+	int64_t mtime = 0;
 	int rc;
 
-	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, err, sizeof(err));
+	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, &mtime, err,
+	                          sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
+	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
+	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
+	if (rc)
+		goto out;
 	rc = index_load_manifest_text(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
@@ -393,7 +399,10 @@ static int open_bucket(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
-	rc = index_begin_lazy(s->idx);
+	/* A listing dates its objects (LastModified), not its directories: those show the mount. */
+	rc = index_set_default_mtime(s->idx, (int64_t)time(NULL));
+	if (rc == 0)
+		rc = index_begin_lazy(s->idx);
 	if (rc)
 		return rc;
 	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));

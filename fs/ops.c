@@ -211,7 +211,9 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	if (fs_virtual_ino(ino)) {
-		rc = fs_virtual_getattr(s, ino, &st);
+		/* fi names an open handle when the kernel asks on behalf of one (lseek). */
+		rc = fs_virtual_getattr(
+		    s, ino, fi && fi->fh ? (const struct fs_handle *)(uintptr_t)fi->fh : NULL, &st);
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
@@ -287,7 +289,7 @@ static void readdir_virtual(fuse_req_t req, struct fs_session *s, size_t size, o
 		if (entries[i].ino == FUSE_ROOT_ID) {
 			e.attr.st_ino = FUSE_ROOT_ID;
 			e.attr.st_mode = S_IFDIR | 0555;
-		} else if (fs_virtual_getattr(s, entries[i].ino, &e.attr) != 0) {
+		} else if (fs_virtual_getattr(s, entries[i].ino, NULL, &e.attr) != 0) {
 			continue;
 		}
 		len = plus ? fuse_add_direntry_plus(req, buf + used, size - used, entries[i].name,

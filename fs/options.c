@@ -61,6 +61,8 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
     OPT_FLAG("no_sign", no_sign),
+    OPT("--stats-mode %s", stats_mode_text),
+    OPT("stats_mode=%s", stats_mode_text),
     OPT("--log-level %s", log_level),
     OPT("log_level=%s", log_level),
     OPT_FLAG("-h", show_help),
@@ -134,6 +136,9 @@ void fs_options_usage(const char *prog)
 	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
 	       "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	       "                         tried in order when a fetch fails (repeatable)\n"
+	       "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
+	       "                         the mount's owner alone (default 0444: with allow_other,\n"
+	       "                         every local user)\n"
 	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
 	       "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
 	       "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
@@ -231,6 +236,33 @@ static int parse_count(const char *name, const char *text, unsigned min, unsigne
 }
 
 /*
+ * The /.spoolfs files' permission bits: octal, read bits only (they are read-only files), so
+ * 0400 keeps them to the mount's owner. The kernel checks them: spoolfs always mounts with
+ * default_permissions.
+ */
+static int parse_stats_mode(const char *text, unsigned *out)
+{
+	char *end = NULL;
+	unsigned long mode;
+
+	if (!text) {
+		*out = 0444;
+		return 0;
+	}
+	errno = 0;
+	mode = text[0] >= '0' && text[0] <= '7' ? strtoul(text, &end, 8) : 0;
+	if (!end || *end || errno || (mode & ~0444UL) != 0) {
+		fprintf(stderr,
+		        "spoolfs: --stats-mode must be octal read bits (0400, 0440 or 0444, say),"
+		        " not '%s'\n",
+		        text);
+		return -EINVAL;
+	}
+	*out = (unsigned)mode;
+	return 0;
+}
+
+/*
  * An http(s) or file URL without a query or fragment, else a usage error: a mirror replaces
  * the manifest's base, and an object's path goes after it (a query there would end up in
  * the middle of every URL). Shown redacted: it may hold credentials.
@@ -297,7 +329,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	                &opts->stall_timeout_s) != 0 ||
 	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
 	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
-	                &opts->max_transfers) != 0)
+	                &opts->max_transfers) != 0 ||
+	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
 	if (opts->n_mirrors > FS_MAX_MIRRORS) {
@@ -328,6 +361,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->stall_timeout_text);
 	free(opts->retries_text);
 	free(opts->max_transfers_text);
+	free(opts->stats_mode_text);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);

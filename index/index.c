@@ -177,6 +177,26 @@ int index_begin(struct index *idx)
 	return index_step_done(idx->st_begin);
 }
 
+int index_set_default_mtime(struct index *idx, int64_t mtime)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	idx->default_mtime = mtime;
+	/* The root is made with the namespace, before anyone knew the time to give it. Once, at
+	 * start-up: not worth a statement kept for the session. */
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->db, "UPDATE node SET mtime = :mtime WHERE ino = 1", -1, &st, NULL));
+	if (rc == 0)
+		rc = index_bind_int64(st, ":mtime", mtime);
+	if (rc == 0)
+		rc = index_step_done(st);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
 int index_commit(struct index *idx)
 {
 	return index_step_done(idx->st_commit);

@@ -30,7 +30,7 @@ struct index_node {
 	bool is_dir;
 	bool executable;
 	uint64_t size; /* 0 for directories */
-	int64_t mtime; /* seconds since the epoch; 0 when the manifest gave none */
+	int64_t mtime; /* seconds since the epoch (see index_set_default_mtime) */
 	char sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex, "" when unknown */
 	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
 };
@@ -55,6 +55,14 @@ int index_load_manifest(struct index *idx, const char *json, size_t json_len, co
  * copy (7.6 MB less at the peak of a 100,000-entry load). */
 int index_load_manifest_text(struct index *idx, const char *text, size_t len, const char *base_url,
                              char *err, size_t err_len);
+
+/*
+ * The mtime of what its source gives none: a manifest entry without "mtime", a listed
+ * object without LastModified, a listed directory, and the root until something below it
+ * is newer. Call before loading the namespace; until then such entries read 0 (1970).
+ * Returns 0 or -errno.
+ */
+int index_set_default_mtime(struct index *idx, int64_t mtime);
 
 /* The child `name` of directory `parent`. -ENOENT when absent, -ENOTDIR when parent is a file. */
 int index_lookup(struct index *idx, uint64_t parent, const char *name, struct index_node *out);
