@@ -175,6 +175,34 @@ def test_killed_first_reader(store, mount, round_):
     assert st["gets"] == 1, st
 
 
+def test_last_reader_out_the_download_finishes_with_one_get(store, mount):
+    """The last reader out: a reader opens a cold object, reads a little and closes while
+    the body is held mid-way. No reader owns a download: the flight finishes it with
+    nobody reading, and a new open finds it complete, with no second GET."""
+    size = 8 * MiB
+    path = store.add("left.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, hold_at=size // 2)
+    with open(m.p(path), "rb", buffering=0) as f:
+        assert f.read(64 * 1024) == expected(store, path)[:64 * 1024]
+    store.up.wait_for(lambda s: s["held"] == 1, timeout=30 * SLOW, path=path)
+
+    def flight():
+        with open(m.p(".spoolfs/flights")) as fl:
+            rows = [json.loads(line) for line in fl if line.strip()]
+        return next(r for r in rows if r["name"] == path)
+
+    # The daemon saw the close (RELEASE) while the download could not have finished.
+    wait_until(lambda: flight()["handles"] == 0, flight)
+    assert flight()["state"] != "complete" and store.up.stats(path)["held"] == 1
+    store.up.release(path)
+    wait_until(lambda: flight()["state"] == "complete", flight, timeout=60)
+    st = store.up.stats(path)
+    assert st["gets"] == 1 and st["bytes"] == size, st
+    assert read_file(m.p(path)) == expected(store, path)
+    assert store.up.stats(path)["gets"] == 1
+
+
 DIRECT_READ = r"""
 import mmap, os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
