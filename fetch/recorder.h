@@ -5,7 +5,10 @@
  * Jobs run in the order they were queued, so an object's records stay in order, and a
  * lease handed over after them is let go only once the next holder can read them.
  *
- * Lock: none of its own; its queue is a worker's (worker.h).
+ * Jobs are taken in batches (all queued since the last pass), so a burst of completion
+ * records shares its disk syncs instead of waiting in line, each holding its descriptors.
+ *
+ * Lock: its own mutex guards the pending jobs; the worker (worker.h) runs the batches.
  */
 #ifndef SPOOLFS_FETCH_RECORDER_H
 #define SPOOLFS_FETCH_RECORDER_H
