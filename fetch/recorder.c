@@ -17,8 +17,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/worker.h"
 #include "index/index.h"
@@ -31,7 +33,8 @@ struct job {
 	struct flight *f; /* a reference of its own; NULL for JOB_RELEASE */
 	struct index_ranges written;
 	bool complete;
-	int lease_fd;
+	struct lease_set *leases; /* JOB_RELEASE: the lease of `key` in it */
+	char *key;
 };
 
 struct recorder {
@@ -83,7 +86,8 @@ static void run_one(struct recorder *r, struct job *j)
 		index_record_forget(r->idx, j->f->key);
 		break;
 	case JOB_RELEASE:
-		close(j->lease_fd);
+		lease_set_release(j->leases, j->key);
+		free(j->key);
 		break;
 	}
 	if (j->f)
@@ -165,7 +169,6 @@ static struct job *job_new(enum job_kind kind, struct flight *f)
 		return NULL;
 	j->kind = kind;
 	j->f = f;
-	j->lease_fd = -1;
 	index_ranges_init(&j->written);
 	if (f)
 		flight_ref(f);
@@ -215,14 +218,18 @@ void recorder_failed(struct recorder *r, struct flight *f)
 		submit(r, j);
 }
 
-void recorder_release(struct recorder *r, int lease_fd)
+void recorder_release(struct recorder *r, struct lease_set *leases, const char *key)
 {
 	struct job *j = job_new(JOB_RELEASE, NULL);
+	char *copy = strdup(key);
 
-	if (!j) {
-		close(lease_fd); /* out of memory: the lease goes now rather than never */
+	if (!j || !copy) {
+		free(j);
+		free(copy);
+		lease_set_release(leases, key); /* out of memory: now rather than never */
 		return;
 	}
-	j->lease_fd = lease_fd;
+	j->leases = leases;
+	j->key = copy;
 	submit(r, j);
 }

@@ -19,6 +19,7 @@
 #include "index/ranges.h"
 
 struct index;
+struct lease_set;
 struct recorder;
 
 /* Starts the recorder thread. 0 or -errno. */
@@ -38,7 +39,7 @@ void recorder_ranges(struct recorder *r, struct flight *f, struct index_ranges *
 /* Forgets f's records (its download failed). */
 void recorder_failed(struct recorder *r, struct flight *f);
 
-/* Closes lease_fd once everything queued before is recorded. */
-void recorder_release(struct recorder *r, int lease_fd);
+/* Lets key's lease in `leases` go once everything queued before is recorded. */
+void recorder_release(struct recorder *r, struct lease_set *leases, const char *key);
 
 #endif
