@@ -173,9 +173,12 @@ static int open_locked(struct lease_set *s)
 	return s->fd < 0 ? s->fd : 0;
 }
 
-int lease_set_try(struct lease_set *s, const char *key)
+/*
+ * Locks s and finds key's byte (adding it), the lease file opened first. 0 with s->lock
+ * held and *b set, or -errno with it not held.
+ */
+static int enter_byte(struct lease_set *s, const char *key, struct lease_byte **b)
 {
-	struct lease_byte *b;
 	off_t off;
 	int rc = lease_offset(key, &off);
 
@@ -183,13 +186,20 @@ int lease_set_try(struct lease_set *s, const char *key)
 		return rc;
 	pthread_mutex_lock(&s->lock);
 	rc = open_locked(s);
-	if (rc)
-		goto out;
-	b = find_byte(s, off, true);
-	if (!b) {
+	if (rc == 0 && !(*b = find_byte(s, off, true)))
 		rc = -ENOMEM;
-		goto out;
-	}
+	if (rc)
+		pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int lease_set_try(struct lease_set *s, const char *key)
+{
+	struct lease_byte *b;
+	int rc = enter_byte(s, key, &b);
+
+	if (rc)
+		return rc;
 	if (b->held) {
 		rc = 0; /* another flight of this mount holds it */
 	} else {
@@ -197,70 +207,58 @@ int lease_set_try(struct lease_set *s, const char *key)
 		b->held = rc == 1;
 	}
 	drop_byte_if_unused(s, b);
-out:
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
-void lease_set_release(struct lease_set *s, const char *key)
+/* Lets this mount's lease of key go (watch false), or one flight's watch of it: the lock
+ * goes with the last user. */
+static void let_go(struct lease_set *s, const char *key, bool watch)
 {
 	struct flock lk = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_len = 1};
 	struct lease_byte *b;
+	bool last;
 
 	if (lease_offset(key, &lk.l_start))
 		return;
 	pthread_mutex_lock(&s->lock);
 	b = find_byte(s, lk.l_start, false);
-	if (b && b->held) {
+	last = b && (watch ? b->watchers > 0 && --b->watchers == 0 : b->held);
+	if (last) {
+		if (watch)
+			lk.l_start += WATCH_OFFSET;
+		else
+			b->held = false;
 		(void)fcntl(s->fd, F_OFD_SETLK, &lk);
-		b->held = false;
 		drop_byte_if_unused(s, b);
 	}
 	pthread_mutex_unlock(&s->lock);
 }
 
+void lease_set_release(struct lease_set *s, const char *key)
+{
+	let_go(s, key, false);
+}
+
 int lease_set_watch(struct lease_set *s, const char *key)
 {
 	struct lease_byte *b;
-	off_t off;
-	int rc = lease_offset(key, &off);
+	int rc = enter_byte(s, key, &b);
 
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&s->lock);
-	rc = open_locked(s);
-	if (rc)
-		goto out;
-	b = find_byte(s, off, true);
-	if (!b) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	if (b->watchers == 0)
 		rc = lease_watch(s->fd, key);
 	if (rc == 0)
 		b->watchers++;
 	drop_byte_if_unused(s, b);
-out:
 	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
 void lease_set_unwatch(struct lease_set *s, const char *key)
 {
-	struct flock lk = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_len = 1};
-	struct lease_byte *b;
-
-	if (lease_offset(key, &lk.l_start))
-		return;
-	pthread_mutex_lock(&s->lock);
-	b = find_byte(s, lk.l_start, false);
-	if (b && b->watchers > 0 && --b->watchers == 0) {
-		lk.l_start += WATCH_OFFSET;
-		(void)fcntl(s->fd, F_OFD_SETLK, &lk);
-		drop_byte_if_unused(s, b);
-	}
-	pthread_mutex_unlock(&s->lock);
+	let_go(s, key, true);
 }
 
 bool lease_set_watched(struct lease_set *s, const char *key)
