@@ -259,11 +259,13 @@ void cache_start_owned(struct engine *e, struct flight *f)
  */
 void cache_release_lease(struct engine *e, struct flight *f)
 {
-	if (f->lease_fd >= 0 && e->recorder && f->lease_held)
-		recorder_release(e->recorder, f->lease_fd);
-	else if (f->lease_fd >= 0)
-		close(f->lease_fd);
-	f->lease_fd = -1;
+	if (f->lease_watching)
+		lease_set_unwatch(e->leases, f->key);
+	if (f->lease_held && e->recorder)
+		recorder_release(e->recorder, e->leases, f->key);
+	else if (f->lease_held)
+		lease_set_release(e->leases, f->key);
+	f->lease_watching = false;
 	f->lease_held = false;
 }
 
@@ -271,10 +273,10 @@ void cache_release_lease(struct engine *e, struct flight *f)
  * A holder's readers may all be sparse, but a mount watching its download can only wait for
  * what it fetches: once watched, it fetches everything, and records progress often.
  */
-void cache_look_for_watchers(struct flight *f, uint64_t now)
+void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
 {
 	f->next_watch_ms = now + WATCHERS_EVERY_MS;
-	if (f->watched || !lease_watched(f->lease_fd, f->key))
+	if (f->watched || !lease_set_watched(e->leases, f->key))
 		return;
 	f->watched = true;
 	flight_fetch_whole(f);
@@ -346,7 +348,7 @@ void cache_watch(struct engine *e, struct flight *f)
 	const char *why = "cannot follow another mount's download";
 	struct index_ranges none, recorded;
 	bool complete = false;
-	int rc = lease_try(f->lease_fd, f->key);
+	int rc = lease_set_try(e->leases, f->key);
 
 	f->next_watch_ms = now_ms() + WATCH_EVERY_MS;
 	if (rc == 1) {

@@ -59,6 +59,8 @@ struct stream {
 	struct stream *next; /* in f->streams */
 };
 
+struct lease_set;
+
 struct engine {
 	struct engine_config cfg;
 	struct engine_stats stats;
@@ -79,6 +81,7 @@ struct engine {
 	unsigned n_background; /* transfers of streams nobody is waiting on */
 	int64_t last_use_stamp;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
+	struct lease_set *leases;  /* with cfg.lease_path: this mount's leases (lease.h) */
 	/*
 	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
 	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
@@ -141,7 +144,7 @@ void cache_start_owned(struct engine *e, struct flight *f);
 /* Lets other mounts take f's download over. */
 void cache_release_lease(struct engine *e, struct flight *f);
 /* Once another mount watches f's download, it fetches everything and records often. */
-void cache_look_for_watchers(struct flight *f, uint64_t now);
+void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
 /* Follows another mount's download of f; takes it over when that mount lets go. */
 void cache_watch(struct engine *e, struct flight *f);
 

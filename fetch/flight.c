@@ -71,7 +71,6 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	pthread_mutex_init(&f->lock, NULL);
 	f->state = FLIGHT_ACTIVE;
 	f->spool_fd = -1;
-	f->lease_fd = -1;
 	atomic_init(&f->whole, spec->size < FLIGHT_SPARSE_MIN_BYTES);
 	index_ranges_init(&f->written);
 	index_ranges_init(&f->published);
@@ -106,8 +105,6 @@ void flight_unref(struct flight *f)
 		return;
 	if (f->spool_fd >= 0)
 		close(f->spool_fd);
-	if (f->lease_fd >= 0)
-		close(f->lease_fd);
 	index_ranges_free(&f->written);
 	index_ranges_free(&f->published);
 	EVP_MD_CTX_free(f->hash);

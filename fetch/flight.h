@@ -187,8 +187,8 @@ struct flight {
 	int last_status;                  /* last HTTP status, for the failure log line */
 	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
 	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
-	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
 	bool lease_held;        /* this flight downloads; else another mount does and it watches */
+	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
 	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
 	                   holder next looks for watchers */
 	bool watched;           /* a holder that another mount watches: whole, recorded often */

@@ -9,7 +9,8 @@ How the binary is found matters here. mount(8) clears PATH (and HOME, SHELL, ...
 runs a helper, and mount.fuse3 runs `/bin/sh -c "spoolfs SOURCE DIR -o OPTS"`, so for
 `-t fuse.spoolfs` the binary must be in dash's built-in PATH. The `on_std_path` fixture makes
 `spoolfs` there resolve to $SPOOLFS_BIN for the test (a symlink in /usr/local/bin, removed
-afterwards, under a lock; the test is skipped when another spoolfs is installed there).
+afterwards, under a lock; a spoolfs installed there is used when its bytes are those of
+$SPOOLFS_BIN, and the test is skipped when it is another one).
 `-t spoolfs` would need /sbin/mount.spoolfs: instead of installing into /sbin, the tests call
 the helper exactly as mount(8) does (same argv shape, same stripped environment; checked
 against util-linux 2.38 with strace), and test_real_mount_t_spoolfs runs the real thing when
@@ -148,7 +149,9 @@ def on_std_path():
             os.makedirs("/usr/local/bin", exist_ok=True)
             os.symlink(want, link)
             created = True
-        elif os.path.realpath(found) != want:
+        elif not filecmp.cmp(found, want, shallow=False):
+            # By content: `cmake --install build` puts a byte-identical copy there, which
+            # runs exactly what $SPOOLFS_BIN would.
             pytest.skip("%s is another spoolfs (%s): mount.fuse3 would run that one, not "
                         "$SPOOLFS_BIN" % (found, os.path.realpath(found)))
         yield

@@ -80,6 +80,37 @@ static void test_watchers_are_seen_by_the_holder(void **state)
 	close(watcher);
 }
 
+/* Two lease sets stand for two mounts; flights of one mount share its set's one fd. */
+static void test_a_set_shares_one_fd_and_still_excludes(void **state)
+{
+	struct fixture *fx = *state;
+	struct lease_set *mine = NULL, *other = NULL;
+
+	assert_int_equal(lease_set_create(fx->lease_path, &mine), 0);
+	assert_int_equal(lease_set_create(fx->lease_path, &other), 0);
+	assert_int_equal(lease_set_try(mine, "sha256:one"), 1);
+	/* A second flight of this mount waits as a second mount would. */
+	assert_int_equal(lease_set_try(mine, "sha256:one"), 0);
+	assert_int_equal(lease_set_try(other, "sha256:one"), 0);
+	assert_int_equal(lease_set_try(mine, "sha256:two"), 1);
+	/* Another mount's watch is seen; this mount's own (on the same fd) is not. */
+	assert_int_equal(lease_set_watch(other, "sha256:one"), 0);
+	assert_int_equal(lease_set_watch(other, "sha256:one"), 0); /* a second flight */
+	assert_true(lease_set_watched(mine, "sha256:one"));
+	lease_set_unwatch(other, "sha256:one");
+	assert_true(lease_set_watched(mine, "sha256:one")); /* one watcher left */
+	lease_set_unwatch(other, "sha256:one");
+	assert_false(lease_set_watched(mine, "sha256:one"));
+	/* Letting one key go keeps the other held. */
+	lease_set_release(mine, "sha256:one");
+	assert_int_equal(lease_set_try(other, "sha256:one"), 1);
+	assert_int_equal(lease_set_try(other, "sha256:two"), 0);
+	/* A set destroyed (a mount gone) lets all it held go. */
+	lease_set_destroy(mine);
+	assert_int_equal(lease_set_try(other, "sha256:two"), 1);
+	lease_set_destroy(other);
+}
+
 static void test_in_use_marks(void **state)
 {
 	struct fixture *fx = *state;
@@ -103,6 +134,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_one_holder_per_key, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_watchers_are_seen_by_the_holder, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_a_set_shares_one_fd_and_still_excludes, setup,
+	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_in_use_marks, setup, teardown),
 	};
 
