@@ -36,6 +36,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->parallel_parts = 8;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
+	cfg->lease_dirfd = -1;
 }
 
 int engine_create(const struct engine_config *cfg, struct engine **out)
@@ -113,8 +114,8 @@ static int activate(struct engine *e, struct flight *f)
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.idx)
 		index_spool_touch(e->cfg.idx, f->key, f->size, cache_use_stamp(e));
-	if (e->cfg.lease_path) {
-		rc = f->lease_fd = lease_open(e->cfg.lease_path);
+	if (e->cfg.lease_dirfd >= 0) {
+		rc = f->lease_fd = lease_open(e->cfg.lease_dirfd);
 		if (rc >= 0)
 			rc = lease_try(f->lease_fd, f->key);
 		if (rc < 0) {

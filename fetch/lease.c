@@ -9,15 +9,25 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
-int lease_open(const char *lease_path)
-{
-	int fd = open(lease_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+#include "index/index.h"
 
-	return fd < 0 ? -errno : fd;
+int lease_open(int dirfd)
+{
+	int fd = openat(dirfd, "leases", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || index_entry_unsafe(&st, S_IFREG)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
 /* The lease byte of key: 56 bits of its sha256, so it fits any off_t. */
@@ -78,10 +88,10 @@ int lease_mark_in_use(int spool_fd)
 	return fcntl(spool_fd, F_OFD_SETLK, &lk) == 0 ? 0 : -errno;
 }
 
-bool lease_in_use_elsewhere(const char *path)
+bool lease_in_use_elsewhere(int dirfd, const char *name)
 {
 	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	bool busy;
 
 	if (fd < 0)

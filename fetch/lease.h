@@ -19,8 +19,11 @@
 
 #include <stdbool.h>
 
-/* Opens the lease file (creating it) for one flight. The fd, or -errno. */
-int lease_open(const char *lease_path);
+/*
+ * Opens the lease file "leases" in the cache directory dirfd (creating it) for one flight.
+ * The fd, or -errno: -ELOOP for a symbolic link, -EPERM for a file not ours to use.
+ */
+int lease_open(int dirfd);
 
 /*
  * Tries to take key's lease on fd without waiting: 1 when this fd holds it now (also when it
@@ -42,7 +45,7 @@ bool lease_watched(int fd, const char *key);
 int lease_mark_in_use(int spool_fd);
 
 /* True when some other open file description (any mount, this one included) marked the
- * spool at path in use. A missing file is not in use. */
-bool lease_in_use_elsewhere(const char *path);
+ * spool named name in dirfd in use. A missing file, or a symbolic link, is not in use. */
+bool lease_in_use_elsewhere(int dirfd, const char *name);
 
 #endif
