@@ -498,6 +498,9 @@ const char *index_entry_unsafe(const struct stat *st, mode_t type)
 		return "is owned by another user";
 	if (st->st_mode & (S_IWGRP | S_IWOTH))
 		return "is writable by group or others";
+	/* Another name for the same file may be anywhere on the filesystem (/etc/...). */
+	if (type == S_IFREG && st->st_nlink > 1)
+		return "has another name (a hard link)";
 	return NULL;
 }
 

@@ -55,7 +55,8 @@ int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err
 
 /*
  * Why an entry of a cache directory is not one we may use, or NULL when it is: it must be
- * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others.
+ * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others,
+ * and a file must have no other name.
  */
 const char *index_entry_unsafe(const struct stat *st, mode_t type);
 /* The same for name in dirfd, not following a link; NULL also when it does not exist. */

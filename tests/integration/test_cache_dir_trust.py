@@ -41,29 +41,20 @@ def assert_untouched(victim):
     assert st.st_mtime == 1000000000 and st.st_uid == 0 and st.st_mode & 0o777 == 0o644
 
 
-def test_a_cache_dir_of_another_user_is_refused(store, tmp_path):
-    store.add("a.bin", 1000)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    os.chown(shared, NOBODY, NOBODY)
-    os.chmod(shared, 0o777)
-    line = one_line(refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(shared)))
-    assert str(shared) in line and "owned by another user" in line, line
-    assert os.listdir(shared) == []
-
-
-def test_a_cache_dir_of_another_user_is_refused_even_when_private(store, tmp_path):
-    """0700 but someone else's: that user could still plant names in it."""
+# 0700 and someone else's is refused too: that user could still plant names in it.
+@pytest.mark.parametrize("mode", [0o777, 0o700], ids=oct)
+def test_a_cache_dir_of_another_user_is_refused(store, tmp_path, mode):
     store.add("a.bin", 1000)
     theirs = tmp_path / "theirs"
-    theirs.mkdir(mode=0o700)
+    theirs.mkdir()
     os.chown(theirs, NOBODY, NOBODY)
+    os.chmod(theirs, mode)
     line = one_line(refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(theirs)))
     assert str(theirs) in line and "owned by another user" in line, line
     assert os.listdir(theirs) == []
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o720])
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777, 0o720], ids=oct)
 def test_a_cache_dir_others_may_write_in_is_refused(store, tmp_path, mode):
     store.add("a.bin", 1000)
     cache = tmp_path / "cache"
@@ -138,6 +129,24 @@ def test_another_users_planted_file_is_never_used(store, tmp_path, name):
     assert "%s/%s" % (cache, name) in line and "owned by another user" in line, line
     st = os.lstat(planted)
     assert st.st_uid == NOBODY and st.st_size == 0 and st.st_mode & 0o777 == 0o666
+
+
+@pytest.mark.parametrize("name", ["lock", "index.db", "leases"])
+def test_a_planted_hard_link_is_never_used(store, tmp_path, name):
+    """Root's own file under a second name in the cache directory: an empty one would have
+    become the index, written through to wherever its other name is."""
+    store.add("a.bin", MiB)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(b"")
+    os.chmod(victim, 0o600)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    os.link(victim, cache / name)
+    line = one_line(refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(cache)))
+    assert "%s/%s" % (cache, name) in line and "hard link" in line, line
+    assert victim.read_bytes() == b""
 
 
 def test_a_planted_spool_directory_link_is_refused(store, tmp_path):
