@@ -36,6 +36,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->parallel_parts = 8;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
+	cfg->lease_dirfd = -1;
 }
 
 int engine_create(const struct engine_config *cfg, struct engine **out)
@@ -49,8 +50,9 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
 	if (!e->pending_buf)
 		goto fail_engine;
-	if (cfg->lease_path && lease_set_create(cfg->lease_path, &e->leases) != 0)
+	if (cfg->lease_dirfd >= 0 && (rc = lease_set_create(cfg->lease_dirfd, &e->leases)) != 0)
 		goto fail_engine;
+	rc = -ENOMEM;
 	e->multi = curl_multi_init();
 	if (!e->multi)
 		goto fail_engine;

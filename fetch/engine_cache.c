@@ -53,7 +53,7 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 	/* Records matter only in a cache directory that a later session may reuse, and only the
 	 * lease holder writes them; the last one (complete or failed) is written once. */
 	if (!e->recorder || f->final_recorded || atomic_load(&f->durable) ||
-	    (e->cfg.lease_path && !f->lease_held))
+	    (e->cfg.lease_dirfd >= 0 && !f->lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	if (state == FLIGHT_FAILED) {
@@ -327,16 +327,6 @@ static void take_over(struct engine *e, struct flight *f)
 	          f->name, complete ? "finished by" : "took over", flight_written(f), f->size);
 }
 
-/* True when f's spool path still names the file f has open. */
-static bool spool_still_named(struct flight *f)
-{
-	struct stat named, open_file;
-
-	return f->spool_path && stat(f->spool_path, &named) == 0 &&
-	       fstat(f->spool_fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
-	       named.st_dev == open_file.st_dev;
-}
-
 /*
  * Another mount holds f's lease: serves its readers what that mount has recorded, from the
  * same spool file, and takes over when the lease comes free. The records are read after
@@ -368,7 +358,7 @@ void cache_watch(struct engine *e, struct flight *f)
 		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == -ENOENT || rc == -EBUSY)
 		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
-	if (rc == 0 && !spool_still_named(f)) {
+	if (rc == 0 && !flight_spool_still_named(f)) {
 		rc = -ESTALE;
 		fetch_log(FETCH_LOG_WARN, "%s: the other mount restarted its download; reopen it",
 		          f->name);

@@ -81,7 +81,7 @@ struct engine {
 	unsigned n_background; /* transfers of streams nobody is waiting on */
 	int64_t last_use_stamp;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
-	struct lease_set *leases;  /* with cfg.lease_path: this mount's leases (lease.h) */
+	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
 	/*
 	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
 	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
@@ -112,7 +112,7 @@ static inline uint64_t now_ms(void)
 /* A flight that another mount's download serves; the lease says who downloads. */
 static inline bool watching(const struct engine *e, const struct flight *f)
 {
-	return e->cfg.lease_path && !f->lease_held;
+	return e->cfg.lease_dirfd >= 0 && !f->lease_held;
 }
 
 /* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */

@@ -135,7 +135,7 @@ struct flight {
 	ino_t spool_ino;
 	struct timespec spool_ctime; /* its change time when the idle spool was closed */
 	bool engine_done;            /* the transfer thread retired it: it writes no more */
-	char *spool_path;
+	char *spool_name;            /* in the table's spool directory */
 	/* The spool is another mount's download (shared cache directory): read it, never
 	 * delete it. */
 	bool spool_borrowed;
@@ -199,7 +199,11 @@ struct flight {
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
 struct flight_table;
 
-int flight_table_create(const char *spool_dir, struct flight_table **out);
+/*
+ * Spool files are created, opened and deleted in the directory spool_dirfd (a copy of the
+ * fd is kept), by name and never through a symbolic link.
+ */
+int flight_table_create(int spool_dirfd, struct flight_table **out);
 /* Drops the table's references (and stops the hasher). Call after the engine stopped. */
 void flight_table_destroy(struct flight_table *table);
 
@@ -305,9 +309,13 @@ bool flight_key_names_version(const char *key);
  */
 int flight_key_url(const char *url, char **out);
 
-/* The spool file of key in spool_dir, in *path (the caller frees it): a hash of the key, so
- * a later session finds it again. 0, -ENOMEM, or -EIO when the key cannot be hashed. */
-int flight_spool_path(const char *spool_dir, const char *key, char **path);
+/* The name of key's spool file in the spool directory, in *name (the caller frees it): a
+ * hash of the key, so a later session finds it again. 0, -ENOMEM, or -EIO when the key
+ * cannot be hashed. */
+int flight_spool_name(const char *key, char **name);
+
+/* True when f's spool name in the spool directory is still the file f has open. */
+bool flight_spool_still_named(struct flight *f);
 
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);

@@ -8,6 +8,7 @@
 #include "fetch/flight.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,16 +37,18 @@ struct table_entry {
 	struct table_entry *next;
 };
 
-int flight_table_create(const char *spool_dir, struct flight_table **out)
+int flight_table_create(int spool_dirfd, struct flight_table **out)
 {
 	struct flight_table *table = calloc(1, sizeof(*table));
 	int rc = -ENOMEM;
 
 	if (!table)
 		goto fail;
-	table->spool_dir = strdup(spool_dir);
-	if (!table->spool_dir)
+	table->spool_dirfd = fcntl(spool_dirfd, F_DUPFD_CLOEXEC, 0);
+	if (table->spool_dirfd < 0) {
+		rc = -errno;
 		goto fail_table;
+	}
 	rc = index_hash_key_new(&table->key);
 	if (rc < 0)
 		goto fail_dir;
@@ -59,7 +62,7 @@ int flight_table_create(const char *spool_dir, struct flight_table **out)
 	*out = table;
 	return 0;
 fail_dir:
-	free(table->spool_dir);
+	close(table->spool_dirfd);
 fail_table:
 	free(table);
 fail:
@@ -122,7 +125,7 @@ void flight_table_destroy(struct flight_table *table)
 	}
 	version_pins_free(table->pins);
 	pthread_mutex_destroy(&table->lock);
-	free(table->spool_dir);
+	close(table->spool_dirfd);
 	free(table);
 }
 
@@ -402,13 +405,13 @@ static int sha256_hex(const char *text, char *hex)
 	return 0;
 }
 
-int flight_spool_path(const char *spool_dir, const char *key, char **path)
+int flight_spool_name(const char *key, char **name)
 {
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
 
 	if (sha256_hex(key, hex) != 0)
 		return -EIO;
-	return asprintf(path, "%s/%s.spool", spool_dir, hex) < 0 ? -ENOMEM : 0;
+	return asprintf(name, "%s.spool", hex) < 0 ? -ENOMEM : 0;
 }
 
 int flight_key_url(const char *url, char **out)
@@ -435,16 +438,11 @@ int flight_key_url(const char *url, char **out)
 	return rc;
 }
 
-int flight_table_spool_path(struct flight_table *table, const char *key, char **path)
-{
-	return flight_spool_path(table->spool_dir, key, path);
-}
-
 int flight_table_evict(struct flight_table *table, const char *key)
 {
 	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
-	char *path = NULL;
+	char *name = NULL;
 	int rc = 0;
 
 	pthread_mutex_lock(&table->lock);
@@ -493,13 +491,13 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		flight_unref(found->flight);
 		free(found);
 	}
-	rc = flight_table_spool_path(table, key, &path);
+	rc = flight_spool_name(key, &name);
 	/* Another mount sharing the cache directory may be reading it (our own mark is gone
 	 * with the flight dropped above). */
-	if (rc == 0 && lease_in_use_elsewhere(path))
+	if (rc == 0 && lease_in_use_elsewhere(table->spool_dirfd, name))
 		rc = -EBUSY;
-	else if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+	else if (rc == 0 && unlinkat(table->spool_dirfd, name, 0) != 0 && errno != ENOENT)
 		rc = -errno;
-	free(path);
+	free(name);
 	return rc;
 }

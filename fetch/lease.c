@@ -11,15 +11,25 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
-int lease_open(const char *lease_path)
-{
-	int fd = open(lease_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+#include "index/index.h"
 
-	return fd < 0 ? -errno : fd;
+int lease_open(int dirfd)
+{
+	int fd = openat(dirfd, "leases", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || index_entry_unsafe(&st, S_IFREG)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
 /* The lease byte of key: 56 bits of its sha256, so it fits any off_t. */
@@ -80,10 +90,10 @@ int lease_mark_in_use(int spool_fd)
 	return fcntl(spool_fd, F_OFD_SETLK, &lk) == 0 ? 0 : -errno;
 }
 
-bool lease_in_use_elsewhere(const char *path)
+bool lease_in_use_elsewhere(int dirfd, const char *name)
 {
 	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	bool busy;
 
 	if (fd < 0)
@@ -103,24 +113,27 @@ struct lease_byte {
 
 struct lease_set {
 	pthread_mutex_t lock;
-	char *path;
-	/* Guarded by lock: the lease file (-1 until first used) and the bytes in use on it. */
-	int fd;
+	int fd; /* the lease file, set at creation */
+	/* Guarded by lock: the bytes in use on fd. */
 	struct lease_byte *v;
 	size_t n, cap;
 };
 
-int lease_set_create(const char *lease_path, struct lease_set **out)
+int lease_set_create(int dirfd, struct lease_set **out)
 {
 	struct lease_set *s = calloc(1, sizeof(*s));
 
 	*out = NULL;
-	if (!s || !(s->path = strdup(lease_path))) {
-		free(s);
+	if (!s)
 		return -ENOMEM;
+	/* Opened here, at mount, so no flight opens a file under the set's lock. */
+	s->fd = lease_open(dirfd);
+	if (s->fd < 0) {
+		int rc = s->fd;
+		free(s);
+		return rc;
 	}
 	pthread_mutex_init(&s->lock, NULL);
-	s->fd = -1;
 	*out = s;
 	return 0;
 }
@@ -129,11 +142,9 @@ void lease_set_destroy(struct lease_set *s)
 {
 	if (!s)
 		return;
-	if (s->fd >= 0)
-		close(s->fd); /* drops every lock still on it */
+	close(s->fd); /* drops every lock still on it */
 	pthread_mutex_destroy(&s->lock);
 	free(s->v);
-	free(s->path);
 	free(s);
 }
 
@@ -165,16 +176,8 @@ static void drop_byte_if_unused(struct lease_set *s, struct lease_byte *b)
 		*b = s->v[--s->n];
 }
 
-/* Caller holds s->lock. 0 or -errno. */
-static int open_locked(struct lease_set *s)
-{
-	if (s->fd < 0)
-		s->fd = lease_open(s->path);
-	return s->fd < 0 ? s->fd : 0;
-}
-
 /*
- * Locks s and finds key's byte (adding it), the lease file opened first. 0 with s->lock
+ * Locks s and finds key's byte (adding it). 0 with s->lock
  * held and *b set, or -errno with it not held.
  */
 static int enter_byte(struct lease_set *s, const char *key, struct lease_byte **b)
@@ -185,8 +188,7 @@ static int enter_byte(struct lease_set *s, const char *key, struct lease_byte **
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&s->lock);
-	rc = open_locked(s);
-	if (rc == 0 && !(*b = find_byte(s, off, true)))
+	if (!(*b = find_byte(s, off, true)))
 		rc = -ENOMEM;
 	if (rc)
 		pthread_mutex_unlock(&s->lock);
@@ -267,8 +269,7 @@ bool lease_set_watched(struct lease_set *s, const char *key)
 
 	pthread_mutex_lock(&s->lock);
 	/* Watches by this mount's own flights share the fd, so they never show here. */
-	if (s->fd >= 0)
-		watched = lease_watched(s->fd, key);
+	watched = lease_watched(s->fd, key);
 	pthread_mutex_unlock(&s->lock);
 	return watched;
 }

@@ -28,8 +28,11 @@
 
 struct lease_set;
 
-/* Opens the lease file (creating it) for one flight. The fd, or -errno. */
-int lease_open(const char *lease_path);
+/*
+ * Opens the lease file "leases" in the cache directory dirfd (creating it) for one flight.
+ * The fd, or -errno: -ELOOP for a symbolic link, -EPERM for a file not ours to use.
+ */
+int lease_open(int dirfd);
 
 /*
  * Tries to take key's lease on fd without waiting: 1 when this fd holds it now (also when it
@@ -47,8 +50,9 @@ int lease_watch(int fd, const char *key);
 /* True when some other open file description watches key (see lease_watch). */
 bool lease_watched(int fd, const char *key);
 
-/* A lease set on lease_path, opened at its first use. 0 or -ENOMEM. */
-int lease_set_create(const char *lease_path, struct lease_set **out);
+/* A lease set on the lease file "leases" in the cache directory dirfd, opened now (see
+ * lease_open). 0 or -errno. */
+int lease_set_create(int dirfd, struct lease_set **out);
 
 /* Releases what the set still holds (closing its fd) and frees it. NULL is fine. */
 void lease_set_destroy(struct lease_set *s);
@@ -71,7 +75,7 @@ bool lease_set_watched(struct lease_set *s, const char *key);
 int lease_mark_in_use(int spool_fd);
 
 /* True when some other open file description (any mount, this one included) marked the
- * spool at path in use. A missing file is not in use. */
-bool lease_in_use_elsewhere(const char *path);
+ * spool named name in dirfd in use. A missing file, or a symbolic link, is not in use. */
+bool lease_in_use_elsewhere(int dirfd, const char *name);
 
 #endif

@@ -125,9 +125,9 @@ struct fs_session {
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;
-	char *cache_dir; /* the directory in use */
-	char *spool_dir;
-	char *lease_path; /* a named cache directory's lease file (fetch/lease.h), else NULL */
+	char *cache_dir; /* the directory in use, canonical (sqlite opens by name) */
+	int cache_fd;    /* the directory in use, checked ours (main.c): all access goes by it */
+	int spool_fd;    /* its "spool" directory, also checked ours */
 
 	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
 	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */

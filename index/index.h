@@ -16,6 +16,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+struct stat;
 
 #define INDEX_ROOT_INO 1
 #define INDEX_NAME_MAX 255
@@ -40,6 +43,24 @@ struct index_node {
  * the same cache directory, and a fresh private namespace. *out is owned by the caller.
  */
 int index_open(const char *db_path, struct index **out);
+
+/*
+ * index_open for the spool records "index.db" in the directory held open as dirfd, whose
+ * path is dir_path (sqlite opens by name). The database and its sidecars (-wal, -shm,
+ * -journal) must be absent or regular files of ours: a symbolic link or another user's file
+ * there is refused with -EPERM and a line naming it in err, and nothing is opened; sqlite is
+ * told not to follow links either. -ESTALE when dir_path no longer names dirfd's directory.
+ */
+int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err, size_t err_len);
+
+/*
+ * Why an entry of a cache directory is not one we may use, or NULL when it is: it must be
+ * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others,
+ * and a file must have no other name.
+ */
+const char *index_entry_unsafe(const struct stat *st, mode_t type);
+/* The same for name in dirfd, not following a link; NULL also when it does not exist. */
+const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type);
 void index_close(struct index *idx);
 
 /*
