@@ -26,6 +26,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "fetch/flight_key.h"
 #include "index/ranges.h"
 
 /* The unit of scheduling: far reads fetch from a chunk boundary, hashes withhold a chunk. */
@@ -74,7 +75,7 @@ enum flight_state {
 };
 
 struct flight_spec {
-	const char *key;    /* "sha256:<hex>", "etag:<size>:<etag> <url>" or "url:<size>:<url>" */
+	const char *key;    /* flight_key_build's */
 	const char *url;    /* where to fetch it */
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */
@@ -294,25 +295,6 @@ int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all);
  * within a chunk before start, or inside. A stream there feeds it, even between its reads.
  */
 bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
-
-/*
- * Whether key names one version of an object (a sha256, or an ETag): only such a key's
- * spool may serve a later session, or a mount that did not fetch it.
- */
-bool flight_key_names_version(const char *key);
-
-/*
- * url as a key holds it (*out, the caller frees it): as is, unless it carries a secret
- * (fetch_url_has_secret); then redacted, with the sha256 of the whole URL after a '#', so
- * the key still names one URL and index.db never holds a password or a signature.
- * 0, -ENOMEM, or -EIO when the URL cannot be hashed.
- */
-int flight_key_url(const char *url, char **out);
-
-/* The name of key's spool file in the spool directory, in *name (the caller frees it): a
- * hash of the key, so a later session finds it again. 0, -ENOMEM, or -EIO when the key
- * cannot be hashed. */
-int flight_spool_name(const char *key, char **name);
 
 /* True when f's spool name in the spool directory is still the file f has open. */
 bool flight_spool_still_named(struct flight *f);

@@ -59,31 +59,6 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 	node_to_stat(s, n, &e->attr);
 }
 
-/*
- * The flight identity: callers expecting different bytes never share a flight. A sha256
- * names its size too (the manifest refuses one with two sizes); a URL does not, so two
- * entries naming one URL with different sizes get a flight each, and the wrong one fails
- * on its size, whichever is opened first.
- */
-static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
-{
-	char *shown = NULL;
-	int rc;
-
-	if (n->sha256[0])
-		return asprintf(key, "sha256:%s", n->sha256) < 0 ? -ENOMEM : 0;
-	/* Keys go into the cache's index.db: no password or signature there. */
-	rc = flight_key_url(url, &shown);
-	if (rc)
-		return rc;
-	if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
-		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, shown);
-	else
-		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, shown);
-	free(shown);
-	return rc < 0 ? -ENOMEM : 0;
-}
-
 void fs_handle_track(struct fs_session *s, struct fs_handle *h)
 {
 	pthread_mutex_lock(&s->handles_lock);
@@ -503,7 +478,7 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
 	if (rc)
 		goto out;
-	rc = flight_key(&n, url, etag, &key);
+	rc = flight_key_build(n.sha256, n.size, url, etag, &key);
 	if (rc)
 		goto out;
 	fs_node_path(s, &n, path, sizeof(path));
@@ -804,7 +779,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		char etag[256];
 		rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
 		if (rc == 0)
-			rc = flight_key(&n, url, etag, &key);
+			rc = flight_key_build(n.sha256, n.size, url, etag, &key);
 		if (rc)
 			goto fail;
 		snprintf(cached, sizeof(cached), "%" PRIu64,
