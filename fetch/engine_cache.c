@@ -113,14 +113,9 @@ static void make_room(struct engine *e, struct flight *f)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
 		/* Keys name objects by hash or URL (not by path: that is each mount's own). */
 		char shown[512];
-		const char *url = strstr(lru[i].key, "://");
-		while (url && url > lru[i].key && url[-1] != ':' && url[-1] != ' ')
-			url--;
-		if (url)
-			fetch_redact_url(url, shown, sizeof(shown));
 		fetch_log(FETCH_LOG_INFO,
 		          "evicted %s (%" PRIu64 " bytes) from the cache, for --cache-max-size",
-		          url ? shown : lru[i].key, lru[i].size);
+		          flight_key_shown(lru[i].key, shown, sizeof(shown)), lru[i].size);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(lru[i].key);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "fetch/engine.h"
+#include "fetch/flight_i.h"
 #include "fetch/http.h"
 
 /*

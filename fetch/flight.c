@@ -95,6 +95,41 @@ fail:
 	return NULL;
 }
 
+const char *flight_key(const struct flight *f)
+{
+	return f->key;
+}
+
+const char *flight_name(const struct flight *f)
+{
+	return f->name;
+}
+
+uint64_t flight_size(const struct flight *f)
+{
+	return f->size;
+}
+
+uint64_t flight_ino(const struct flight *f)
+{
+	return f->ino;
+}
+
+uint64_t flight_id(const struct flight *f)
+{
+	return f->id;
+}
+
+bool flight_after_failure(const struct flight *f)
+{
+	return f->after_failure;
+}
+
+bool flight_is_whole(struct flight *f)
+{
+	return atomic_load(&f->whole);
+}
+
 void flight_ref(struct flight *f)
 {
 	atomic_fetch_add_explicit(&f->refs, 1, memory_order_relaxed);
@@ -168,7 +203,7 @@ int flight_hold_spool(struct flight *f)
 	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_name;
 	pthread_mutex_unlock(&f->lock);
 	if (!reopen)
-		return rc;
+		goto out;
 	/* Not under the lock: an open may wait for the disk. */
 	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -193,11 +228,15 @@ int flight_hold_spool(struct flight *f)
 	pthread_mutex_unlock(&f->lock);
 	if (fd >= 0)
 		close(fd); /* another user opened it first, or it is not ours */
+out:
+	if (rc == 0)
+		atomic_fetch_add(&f->handles, 1);
 	return rc;
 }
 
 void flight_release_spool(struct flight *f)
 {
+	atomic_fetch_sub(&f->handles, 1);
 	leave_spool(f, true, false);
 }
 

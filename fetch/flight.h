@@ -18,14 +18,10 @@
 #ifndef SPOOLFS_FETCH_FLIGHT_H
 #define SPOOLFS_FETCH_FLIGHT_H
 
-#include <openssl/evp.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/types.h>
-#include <time.h>
 
+#include "fetch/flight_key.h"
 #include "index/ranges.h"
 
 /* The unit of scheduling: far reads fetch from a chunk boundary, hashes withhold a chunk. */
@@ -44,8 +40,8 @@
 #define FLIGHT_SEQUENTIAL_BYTES FLIGHT_CHUNK_BYTES
 #define FLIGHT_DEMAND_BYTES (256u << 10)
 
+/* Opaque outside fetch/ (fetch/flight_i.h): other folders use the functions below. */
 struct flight;
-struct stream;
 
 /*
  * A parked read. The owner (fs/) embeds it, fills off, len and done, and keeps it alive
@@ -74,7 +70,7 @@ enum flight_state {
 };
 
 struct flight_spec {
-	const char *key;    /* "sha256:<hex>", "etag:<size>:<etag> <url>" or "url:<size>:<url>" */
+	const char *key;    /* flight_key_build's */
 	const char *url;    /* where to fetch it */
 	const char *sha256; /* lower-case hex, or "" */
 	const char *name;   /* the path, for log lines */
@@ -89,111 +85,6 @@ struct flight_spec {
 	const char *const *mirror_paths;
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
-};
-
-struct flight {
-	/* Immutable after creation. */
-	char *key;
-	char *url;
-	char *name;
-	char **urls; /* url, then its mirrors (n_urls in all) */
-	unsigned n_urls;
-	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
-	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
-	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
-	 * before any byte is delivered; read by whoever delivers and hashes. */
-	char sha256[65];
-	uint64_t size;
-	uint64_t ino;
-	uint64_t id;
-	struct flight_table *table;
-	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
-	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
-
-	atomic_int refs;
-	atomic_int handles; /* open file handles (maintained by fs/), for status */
-	/* How the kernel reads each open handle; maintained by fs/ under its passthrough lock. */
-	int pt_backing_id;   /* the spool registered as a passthrough backing file, 0 = none */
-	unsigned pt_handles; /* handles the kernel reads from the spool itself */
-	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
-	atomic_bool durable;        /* complete and recorded in the index (persistent caches) */
-	/* This mount holds its lease, so the recorder writes its completion record through
-	 * the spool fd, which stays open until then. Cleared once written or failed, or when
-	 * the records held it complete already. */
-	atomic_bool record_owed;
-	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
-	 * every read checks it without the lock; seq_* (below) decide when, under it. */
-	atomic_bool whole;
-
-	pthread_mutex_t lock;
-	/* Guarded by lock. */
-	enum flight_state state;
-	int error;            /* -errno once FAILED */
-	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
-	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
-	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
-	ino_t spool_ino;
-	struct timespec spool_ctime; /* its change time when the idle spool was closed */
-	bool engine_done;            /* the transfer thread retired it: it writes no more */
-	char *spool_name;            /* in the table's spool directory */
-	/* The spool is another mount's download (shared cache directory): read it, never
-	 * delete it. */
-	bool spool_borrowed;
-	struct index_ranges written;   /* on disk */
-	struct index_ranges published; /* readable: written, minus what verification withholds */
-	struct flight_waiter *waiters;
-	/* Every inode opened onto it (aliases share a flight): on failure each one's cached
-	 * pages go. inos_lost: one could not be noted (out of memory), so all of the key's do. */
-	uint64_t *inos;
-	unsigned n_inos, cap_inos;
-	bool inos_lost;
-	bool bad_hash;     /* its bytes failed their sha256: that version is not the session's */
-	bool in_table;     /* also guarded by the table lock (both held to change) */
-	bool seq_seen;     /* a read was noted: seq_next means something */
-	uint64_t seq_next; /* where a read continuing the last one starts */
-	uint64_t seq_run;  /* bytes read in a row up to seq_next */
-
-	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
-	EVP_MD_CTX *hash;         /* running sha256 of the contiguous prefix */
-	uint64_t hashed;          /* bytes of the prefix fed to hash */
-	bool hash_queued;         /* guarded by the hasher's lock */
-	struct flight *hash_next; /* guarded by the hasher's lock */
-
-	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
-	struct stream *streams;
-	unsigned n_streams;
-	unsigned failures;           /* consecutive failed attempts without progress */
-	uint64_t written_at_failure; /* flight_written() when the last one was counted */
-	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
-	unsigned fail_round; /* failures counted so far: streams started since share one */
-	uint64_t retry_due_ms; /* 0 = no retry pending */
-	/* The version every request asks for ("" = none yet: the first response's), and which
-	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
-	 * changes them under lock (it alone changes them, so it reads them without). */
-	char etag[256];
-	unsigned url_idx;
-	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
-	/* With no ETag: the first response's Last-Modified, which every later one must show
-	 * (and asks for with If-Unmodified-Since). "" = none. */
-	char last_modified[64];
-	bool version_seen;     /* a response has been checked against (or pinned) the version */
-	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
-	bool engine_started;
-	bool engine_queued;               /* guarded by the engine's queue lock */
-	struct flight *engine_next;       /* guarded by the engine's queue lock */
-	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
-	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
-	uint64_t recorded_ms;             /* when they were */
-	int last_status;                  /* last HTTP status, for the failure log line */
-	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
-	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
-	bool lease_held;        /* this flight downloads; else another mount does and it watches */
-	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
-	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
-	                   holder next looks for watchers */
-	bool watched;           /* a holder that another mount watches: whole, recorded often */
-	bool final_recorded;    /* its completion or failure is queued for the index */
-	bool restored;          /* found complete in the cache directory (engine_stats) */
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
@@ -243,9 +134,10 @@ void flight_table_forget(struct flight *f);
 
 /*
  * Holds f's spool fd open for a user (an open handle), reopening it if it was closed while
- * idle. 0; -ESTALE when f failed meanwhile or its spool file is not the one it wrote;
- * -ENOENT when that file is gone (both: open a new flight); or another -errno (EMFILE...:
- * f is fine, this open fails). Pair a success with flight_release_spool.
+ * idle; each holder counts as one of flight_info's handles. 0; -ESTALE when f failed
+ * meanwhile or its spool file is not the one it wrote; -ENOENT when that file is gone
+ * (both: open a new flight); or another -errno (EMFILE...: f is fine, this open fails).
+ * Pair a success with flight_release_spool.
  */
 int flight_hold_spool(struct flight *f);
 void flight_release_spool(struct flight *f);
@@ -295,25 +187,6 @@ int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all);
  */
 bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
 
-/*
- * Whether key names one version of an object (a sha256, or an ETag): only such a key's
- * spool may serve a later session, or a mount that did not fetch it.
- */
-bool flight_key_names_version(const char *key);
-
-/*
- * url as a key holds it (*out, the caller frees it): as is, unless it carries a secret
- * (fetch_url_has_secret); then redacted, with the sha256 of the whole URL after a '#', so
- * the key still names one URL and index.db never holds a password or a signature.
- * 0, -ENOMEM, or -EIO when the URL cannot be hashed.
- */
-int flight_key_url(const char *url, char **out);
-
-/* The name of key's spool file in the spool directory, in *name (the caller frees it): a
- * hash of the key, so a later session finds it again. 0, -ENOMEM, or -EIO when the key
- * cannot be hashed. */
-int flight_spool_name(const char *key, char **name);
-
 /* True when f's spool name in the spool directory is still the file f has open. */
 bool flight_spool_still_named(struct flight *f);
 
@@ -343,6 +216,22 @@ void flight_table_foreach(struct flight_table *table,
 
 /* Bytes readable now for the object with this key (0 when no flight). */
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key);
+
+/*
+ * What fs/ reads of a flight; all fixed when it is created, so no lock is taken. The
+ * strings live as long as the caller's reference.
+ */
+const char *flight_key(const struct flight *f);  /* flight_key_build's */
+const char *flight_name(const struct flight *f); /* the path, for log lines */
+uint64_t flight_size(const struct flight *f);
+uint64_t flight_ino(const struct flight *f); /* the inode whose open created it */
+/* Unique among the table's flights for the table's life (a key's next flight has another). */
+uint64_t flight_id(const struct flight *f);
+/* The key's previous flight failed (or its spool was another's): cached pages may be
+ * wrong, and the object is not read passthrough. */
+bool flight_after_failure(const struct flight *f);
+/* Downloading to the end (only ever turns true), else only the ranges readers miss. */
+bool flight_is_whole(struct flight *f);
 
 void flight_ref(struct flight *f);
 /* Drops a reference; the last one closes the spool (flight_fail already deleted a failed one). */
@@ -462,17 +351,6 @@ void flight_fail(struct flight *f, int err);
 
 /* Bytes written so far. */
 uint64_t flight_written(struct flight *f);
-
-/*
- * Whether f's sha256 names its version. Its bytes are then checked by the hash, whatever
- * server sent them: dates and ETags that differ between servers or sessions do not make
- * it another object, so neither is pinned nor compared, and mirrors may take over mid-way.
- * Only a different ETag from the one server still fails it (see check_version).
- */
-static inline bool flight_hash_names_version(const struct flight *f)
-{
-	return f->sha256[0] != '\0';
-}
 
 /*
  * Shut-down: answers every waiter with err and refuses further reads, but keeps the spool

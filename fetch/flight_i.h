@@ -1,18 +1,142 @@
 /*
- * Flight internals shared by flight.c, flight_table.c and hasher.c; nothing outside
- * fetch/ includes this.
+ * Flight internals: struct flight itself, and what flight.c, flight_table.c and hasher.c
+ * share. Only fetch/ source files (and fetch's own white-box unit tests) include this;
+ * fs/ and the rest see an opaque struct flight and flight.h's functions.
  */
 #ifndef SPOOLFS_FETCH_FLIGHT_I_H
 #define SPOOLFS_FETCH_FLIGHT_I_H
 
 #include "fetch/flight.h"
 
+#include <openssl/evp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "index/hash.h"
+
+struct stream;
+
+/*
+ * One flight. Its fields fall in five zones by owner: immutable after creation; atomics
+ * any thread reads; guarded by lock; owned by whoever hashes; owned by the transfer thread.
+ * fs/ sees none of them: it goes through flight.h's functions.
+ */
+struct flight {
+	/* Immutable after creation. */
+	char *key;
+	char *url;
+	char *name;
+	char **urls; /* url, then its mirrors (n_urls in all) */
+	unsigned n_urls;
+	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
+	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
+	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
+	 * before any byte is delivered; read by whoever delivers and hashes. */
+	char sha256[65];
+	uint64_t size;
+	uint64_t ino;
+	uint64_t id;
+	struct flight_table *table;
+	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
+	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
+
+	atomic_int refs;
+	atomic_int handles;  /* holders of the spool for an open handle (flight_hold_spool) */
+	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
+	/* This mount holds its lease, so the recorder writes its completion record through
+	 * the spool fd, which stays open until then. Cleared once written or failed, or when
+	 * the records held it complete already. */
+	atomic_bool record_owed;
+	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
+	 * every read checks it without the lock; seq_* (below) decide when, under it. */
+	atomic_bool whole;
+
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	enum flight_state state;
+	int error;            /* -errno once FAILED */
+	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
+	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
+	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
+	ino_t spool_ino;
+	struct timespec spool_ctime; /* its change time when the idle spool was closed */
+	bool engine_done;            /* the transfer thread retired it: it writes no more */
+	char *spool_name;            /* in the table's spool directory */
+	/* The spool is another mount's download (shared cache directory): read it, never
+	 * delete it. */
+	bool spool_borrowed;
+	struct index_ranges written;   /* on disk */
+	struct index_ranges published; /* readable: written, minus what verification withholds */
+	struct flight_waiter *waiters;
+	/* Every inode opened onto it (aliases share a flight): on failure each one's cached
+	 * pages go. inos_lost: one could not be noted (out of memory), so all of the key's do. */
+	uint64_t *inos;
+	unsigned n_inos, cap_inos;
+	bool inos_lost;
+	bool bad_hash;     /* its bytes failed their sha256: that version is not the session's */
+	bool in_table;     /* also guarded by the table lock (both held to change) */
+	bool seq_seen;     /* a read was noted: seq_next means something */
+	uint64_t seq_next; /* where a read continuing the last one starts */
+	uint64_t seq_run;  /* bytes read in a row up to seq_next */
+
+	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
+	EVP_MD_CTX *hash;         /* running sha256 of the contiguous prefix */
+	uint64_t hashed;          /* bytes of the prefix fed to hash */
+	bool hash_queued;         /* guarded by the hasher's lock */
+	struct flight *hash_next; /* guarded by the hasher's lock */
+
+	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
+	struct stream *streams;
+	unsigned n_streams;
+	unsigned failures;           /* consecutive failed attempts without progress */
+	uint64_t written_at_failure; /* flight_written() when the last one was counted */
+	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
+	unsigned fail_round; /* failures counted so far: streams started since share one */
+	uint64_t retry_due_ms; /* 0 = no retry pending */
+	/* The version every request asks for ("" = none yet: the first response's), and which
+	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
+	 * changes them under lock (it alone changes them, so it reads them without). */
+	char etag[256];
+	unsigned url_idx;
+	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
+	/* With no ETag: the first response's Last-Modified, which every later one must show
+	 * (and asks for with If-Unmodified-Since). "" = none. */
+	char last_modified[64];
+	bool version_seen;     /* a response has been checked against (or pinned) the version */
+	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
+	bool engine_started;
+	bool engine_queued;               /* guarded by the engine's queue lock */
+	struct flight *engine_next;       /* guarded by the engine's queue lock */
+	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
+	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
+	uint64_t recorded_ms;             /* when they were */
+	int last_status;                  /* last HTTP status, for the failure log line */
+	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
+	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
+	bool lease_held;        /* this flight downloads; else another mount does and it watches */
+	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
+	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
+	                   holder next looks for watchers */
+	bool watched;           /* a holder that another mount watches: whole, recorded often */
+	bool final_recorded;    /* its completion or failure is queued for the index */
+	bool restored;          /* found complete in the cache directory (engine_stats) */
+};
+
+/*
+ * Whether f's sha256 names its version. Its bytes are then checked by the hash, whatever
+ * server sent them: dates and ETags that differ between servers or sessions do not make
+ * it another object, so neither is pinned nor compared, and mirrors may take over mid-way.
+ * Only a different ETag from the one server still fails it (see check_version).
+ */
+static inline bool flight_hash_names_version(const struct flight *f)
+{
+	return f->sha256[0] != '\0';
+}
 
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
 #define TABLE_BUCKETS 1024

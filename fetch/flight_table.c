@@ -386,58 +386,6 @@ uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 	return bytes;
 }
 
-bool flight_key_names_version(const char *key)
-{
-	/* By prefix only: a URL may hold a '#' (a fragment) and still name no version. */
-	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
-}
-
-/* The sha256 of text in hex, in hex[2 * EVP_MAX_MD_SIZE + 1]. 0 or -EIO. */
-static int sha256_hex(const char *text, char *hex)
-{
-	unsigned char digest[EVP_MAX_MD_SIZE];
-	unsigned int len = 0;
-
-	if (EVP_Digest(text, strlen(text), digest, &len, EVP_sha256(), NULL) != 1)
-		return -EIO;
-	for (unsigned i = 0; i < len; i++)
-		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	return 0;
-}
-
-int flight_spool_name(const char *key, char **name)
-{
-	char hex[2 * EVP_MAX_MD_SIZE + 1];
-
-	if (sha256_hex(key, hex) != 0)
-		return -EIO;
-	return asprintf(name, "%s.spool", hex) < 0 ? -ENOMEM : 0;
-}
-
-int flight_key_url(const char *url, char **out)
-{
-	char hex[2 * EVP_MAX_MD_SIZE + 1], *shown = NULL;
-	int rc = 0;
-
-	*out = NULL;
-	if (!fetch_url_has_secret(url)) {
-		*out = strdup(url);
-		return *out ? 0 : -ENOMEM;
-	}
-	shown = malloc(strlen(url) + 1); /* redacted, a URL is never longer */
-	if (!shown)
-		return -ENOMEM;
-	fetch_redact_url(url, shown, strlen(url) + 1);
-	if (sha256_hex(url, hex) != 0)
-		rc = -EIO;
-	else if (asprintf(out, "%s#%s", shown, hex) < 0) {
-		*out = NULL;
-		rc = -ENOMEM;
-	}
-	free(shown);
-	return rc;
-}
-
 int flight_table_evict(struct flight_table *table, const char *key)
 {
 	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;

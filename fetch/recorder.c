@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fetch/flight_i.h"
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/worker.h"

@@ -10,6 +10,7 @@
 #define SPOOLFS_FS_I_H
 
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -71,10 +72,29 @@ struct fs_counters {
 	atomic_uint_fast64_t virtual_snapshots;   /* /.spoolfs contents built (one per open) */
 };
 
+/*
+ * What fs/ keeps of one object (a flight) while handles of it are open: how the kernel
+ * reads them (passthrough.c). In fs_session.objects, by the flight's id, from the first
+ * open to the last release; guarded, like the table, by fs_session.passthrough_lock. fs/'s
+ * own (fetch/ never sees it), and all of it in this one structure, so that a process taking
+ * over the mount (DESIGN.md, promise 6) has one thing to rebuild.
+ */
+struct fs_object {
+	uint64_t flight_id;
+	int pt_backing_id;   /* the spool registered as a passthrough backing file, 0 = none */
+	unsigned pt_handles; /* handles the kernel reads from the spool itself */
+	unsigned pt_cached_handles; /* handles read through FUSE's page cache */
+	struct fs_object *next;     /* in its bucket of fs_session.objects */
+};
+#define FS_OBJECT_BUCKETS 256
+
 /* An open file: an object's flight, or a snapshot of a virtual file. */
 struct fs_handle {
 	struct flight *flight; /* a reference; NULL for a virtual file */
-	char *text;            /* virtual file content */
+	/* Its flight's entry in fs_session.objects, set by fs_passthrough_open; guarded by
+	 * passthrough_lock. NULL for a virtual file, or once released. */
+	struct fs_object *object;
+	char *text; /* virtual file content */
 	size_t len;
 	/*
 	 * The kernel sends release only after every read of the file was answered, but a
@@ -146,8 +166,11 @@ struct fs_session {
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */
-	pthread_mutex_t passthrough_lock; /* guards flights' pt_* fields (see passthrough.c) */
-	struct worker *dropper;           /* page_drop.c; NULL with --no-passthrough */
+	/* Guards objects, their fields and the handles' passthrough and run_* fields. */
+	pthread_mutex_t passthrough_lock;
+	struct fs_object
+	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
+	struct worker *dropper;          /* page_drop.c; NULL with --no-passthrough */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
@@ -169,14 +192,21 @@ enum fs_passthrough {
 int fs_passthrough_install(struct fs_session *s);
 
 /*
- * Decides how a new handle of an object opens: returns the backing id to send with
- * fs_passthrough_reply_open, or 0 for a plain open (fuse_reply_open). Either way
+ * Decides how a new handle of an object opens, counting it in the object's entry (h->object):
+ * returns the backing id to send with fs_passthrough_reply_open, 0 for a plain open
+ * (fuse_reply_open), or -ENOMEM (nothing counted). After 0 or an id,
  * fs_passthrough_release must follow, also when the reply fails.
  */
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
 /* True when h was the last handle of a complete (verified) object open through the page
  * cache: then fs_page_drop_released. */
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
+/* For a handle the kernel never released (the loop ended first): uncounts it, with no call
+ * to the kernel. A no-op once released. */
+void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h);
+/* The entry of the flight with this id, or NULL when no handle of it is open. Caller holds
+ * passthrough_lock. */
+struct fs_object *fs_object_find_locked(struct fs_session *s, uint64_t flight_id);
 
 /*
  * For a flight just created: when the cache directory holds the object complete (another

@@ -59,31 +59,6 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 	node_to_stat(s, n, &e->attr);
 }
 
-/*
- * The flight identity: callers expecting different bytes never share a flight. A sha256
- * names its size too (the manifest refuses one with two sizes); a URL does not, so two
- * entries naming one URL with different sizes get a flight each, and the wrong one fails
- * on its size, whichever is opened first.
- */
-static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
-{
-	char *shown = NULL;
-	int rc;
-
-	if (n->sha256[0])
-		return asprintf(key, "sha256:%s", n->sha256) < 0 ? -ENOMEM : 0;
-	/* Keys go into the cache's index.db: no password or signature there. */
-	rc = flight_key_url(url, &shown);
-	if (rc)
-		return rc;
-	if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
-		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, shown);
-	else
-		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, shown);
-	free(shown);
-	return rc < 0 ? -ENOMEM : 0;
-}
-
 void fs_handle_track(struct fs_session *s, struct fs_handle *h)
 {
 	pthread_mutex_lock(&s->handles_lock);
@@ -107,7 +82,7 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 	pthread_mutex_unlock(&s->handles_lock);
 	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
 	if (h->flight) {
-		atomic_fetch_sub(&h->flight->handles, 1);
+		fs_passthrough_forget(s, h); /* released already, unless the loop ended first */
 		flight_release_spool(h->flight);
 		flight_unref(h->flight);
 	}
@@ -503,7 +478,7 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
 	if (rc)
 		goto out;
-	rc = flight_key(&n, url, etag, &key);
+	rc = flight_key_build(n.sha256, n.size, url, etag, &key);
 	if (rc)
 		goto out;
 	fs_node_path(s, &n, path, sizeof(path));
@@ -558,7 +533,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		flight_progress(*f, NULL, NULL, &state);
 		if (state == FLIGHT_COMPLETE) {
 			fetch_log(FETCH_LOG_INFO, "%s: its spool file is %s: opening it afresh",
-			          (*f)->name, rc == -ENOENT ? "gone" : "another mount's now");
+			          flight_name(*f), rc == -ENOENT ? "gone" : "another mount's now");
 			flight_table_forget(*f);
 		}
 		flight_unref(*f);
@@ -568,8 +543,8 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 			rc = flight_hold_spool(*f);
 	}
 	if (rc && *f) {
-		fetch_log(FETCH_LOG_WARN, "%s: cannot open its spool file again: %s", (*f)->name,
-		          strerror(-rc));
+		fetch_log(FETCH_LOG_WARN, "%s: cannot open its spool file again: %s",
+		          flight_name(*f), strerror(-rc));
 		flight_unref(*f);
 		*f = NULL;
 		/* The opener has fds to spare: ours ran out, which is the system's doing to it. */
@@ -615,7 +590,6 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc)
 		goto fail;
 	h->flight = f;
-	atomic_fetch_add(&f->handles, 1);
 	if (created)
 		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
@@ -631,9 +605,13 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * paths to the same object). Dropping them on every open would make an open wait for
 	 * other readers' pending reads, since the kernel locks those pages.
 	 */
-	bool drop_cache = flight_table_take_taint(s->flights, f->key, ino);
-	fi->keep_cache = !(drop_cache || (created && f->after_failure));
+	bool drop_cache = flight_table_take_taint(s->flights, flight_key(f), ino);
+	fi->keep_cache = !(drop_cache || (created && flight_after_failure(f)));
 	backing_id = fs_passthrough_open(s, h);
+	if (backing_id < 0) {
+		rc = backing_id;
+		goto fail_flight;
+	}
 	if (backing_id > 0)
 		atomic_fetch_add(&s->counters.opens_passthrough, 1);
 	fs_handle_track(s, h);
@@ -644,6 +622,9 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fs_handle_free(s, h);
 	}
 	return;
+fail_flight:
+	flight_release_spool(f);
+	flight_unref(f);
 fail:
 	free(h);
 	fuse_reply_err(req, -rc);
@@ -682,7 +663,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_snapshot(req, h, (uint64_t)off, size);
 		return;
 	}
-	if (off < 0 || (uint64_t)off >= f->size || size == 0) {
+	if (off < 0 || (uint64_t)off >= flight_size(f) || size == 0) {
 		atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 		if (off < 0)
 			fuse_reply_err(req, EINVAL);
@@ -690,7 +671,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	len = f->size - (uint64_t)off < size ? f->size - (uint64_t)off : size;
+	len = flight_size(f) - (uint64_t)off < size ? flight_size(f) - (uint64_t)off : size;
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
 	fs_page_drop_note_read(s, h, ino, (uint64_t)off, len);
@@ -804,7 +785,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		char etag[256];
 		rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
 		if (rc == 0)
-			rc = flight_key(&n, url, etag, &key);
+			rc = flight_key_build(n.sha256, n.size, url, etag, &key);
 		if (rc)
 			goto fail;
 		snprintf(cached, sizeof(cached), "%" PRIu64,

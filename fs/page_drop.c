@@ -30,7 +30,8 @@
  * SIGTERM with requests queued) would hold its page, and a drop waiting on it, until the
  * connection ends: abort.c ends it as the loop ends, and no drop starts after that.
  *
- * Lock: the handles' run_* and dropped_to are guarded by fs_session.passthrough_lock.
+ * Lock: the handles' run_* and dropped_to, and their objects' counts, are guarded by
+ * fs_session.passthrough_lock.
  * The counters are atomics: a drop counts once the kernel has done it.
  */
 #include <errno.h>
@@ -97,7 +98,7 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 	uint64_t upto;
 
 	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
-	    !atomic_load(&f->whole) || f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
+	    !flight_is_whole(f) || flight_size(f) < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
 	pthread_mutex_lock(&s->passthrough_lock);
 	if (off < h->run_start || off > h->run_end + RUN_SLACK_BYTES) {
@@ -107,7 +108,7 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 	if (off + len > h->run_end)
 		h->run_end = off + len;
 	upto = h->run_end > DROP_BEHIND_BYTES ? h->run_end - DROP_BEHIND_BYTES : 0;
-	if (f->pt_cached_handles == 1 && !h->passthrough &&
+	if (h->object && h->object->pt_cached_handles == 1 && !h->passthrough &&
 	    upto >= h->dropped_to + DROP_STEP_BYTES && (d = malloc(sizeof(*d)))) {
 		*d = (struct page_drop){.se = s->se, .ino = ino, .off = h->dropped_to};
 		d->len = upto - d->off;
@@ -122,10 +123,10 @@ void fs_page_drop_released(struct fs_session *s, struct flight *f, fuse_ino_t in
 	struct page_drop *d;
 
 	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
-	    f->size < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
+	    flight_size(f) < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
 	d = malloc(sizeof(*d));
 	if (d)
-		*d = (struct page_drop){.se = s->se, .ino = ino, .off = 0, .len = f->size};
+		*d = (struct page_drop){.se = s->se, .ino = ino, .off = 0, .len = flight_size(f)};
 	queue_drop(s, d);
 }

@@ -22,8 +22,14 @@
  * per inode. A passthrough open makes the kernel drop the inode's page cache first (0.16 s
  * for 1 GiB on a 2-core VM): page_drop.c keeps what is left to drop small.
  *
- * Lock: fs_session.passthrough_lock guards each flight's pt_* fields and each handle's
- * passthrough flag; a flight's lock may be taken under it, never the other way round.
+ * The counts and the backing id are fs/'s, in a struct fs_object per object with open
+ * handles (fs_i.h), found by the flight's id in fs_session.objects. A table of our own
+ * rather than a slot in the flight: fetch/ then holds nothing of the kernel's, and the
+ * entry lives exactly as long as there is something to count (first open to last release).
+ *
+ * Lock: fs_session.passthrough_lock guards the objects table, each object's fields and
+ * each handle's object and passthrough fields; a flight's lock may be taken under it,
+ * never the other way round.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -131,14 +137,64 @@ int fs_passthrough_install(struct fs_session *s)
 	return fuse_session_custom_io(s->se, &io, fuse_session_fd(s->se));
 }
 
-/* Under passthrough_lock. The flight's backing id, opened on first use; 0 = none. */
-static int backing_id_locked(struct fs_session *s, struct flight *f)
+static struct fs_object **bucket_of(struct fs_session *s, uint64_t flight_id)
+{
+	return &s->objects[flight_id % FS_OBJECT_BUCKETS];
+}
+
+struct fs_object *fs_object_find_locked(struct fs_session *s, uint64_t flight_id)
+{
+	struct fs_object *o = *bucket_of(s, flight_id);
+
+	while (o && o->flight_id != flight_id)
+		o = o->next;
+	return o;
+}
+
+/* Under passthrough_lock: f's entry, made for its first handle. NULL when out of memory. */
+static struct fs_object *object_get_locked(struct fs_session *s, struct flight *f)
+{
+	struct fs_object *o = fs_object_find_locked(s, flight_id(f));
+	struct fs_object **bucket;
+
+	if (o)
+		return o;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return NULL;
+	bucket = bucket_of(s, flight_id(f));
+	o->flight_id = flight_id(f);
+	o->next = *bucket;
+	*bucket = o;
+	return o;
+}
+
+/* Under passthrough_lock: h no longer counts; its object goes with its last handle. */
+static void object_leave_locked(struct fs_session *s, struct fs_handle *h)
+{
+	struct fs_object *o = h->object, **pp;
+
+	h->object = NULL;
+	if (h->passthrough)
+		o->pt_handles--;
+	else
+		o->pt_cached_handles--;
+	if (o->pt_handles || o->pt_cached_handles)
+		return;
+	for (pp = bucket_of(s, o->flight_id); *pp != o; pp = &(*pp)->next)
+		;
+	*pp = o->next;
+	free(o);
+}
+
+/* Under passthrough_lock. The object's backing id, opened on first use; 0 = none. */
+static int backing_id_locked(struct fs_session *s, struct fs_object *o, struct flight *f)
 {
 	struct fuse_backing_map map = {.fd = flight_spool_fd(f)};
 	int id;
 
-	if (f->pt_backing_id > 0)
-		return f->pt_backing_id;
+	if (o->pt_backing_id > 0)
+		return o->pt_backing_id;
 	id = ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_OPEN, &map);
 	if (id < 0 && (errno == EPERM || errno == EINVAL || errno == ENOTTY || errno == ELOOP)) {
 		/*
@@ -151,7 +207,7 @@ static int backing_id_locked(struct fs_session *s, struct flight *f)
 	}
 	if (id <= 0)
 		return 0;
-	f->pt_backing_id = id;
+	o->pt_backing_id = id;
 	return id;
 }
 
@@ -205,7 +261,7 @@ static void wait_readable(struct flight *f)
 	pthread_mutex_init(&st->lock, NULL);
 	atomic_init(&st->refs, 2);
 	st->waiter.off = 0;
-	st->waiter.len = f->size;
+	st->waiter.len = flight_size(f);
 	st->waiter.done = settle_done;
 	if (flight_park(f, &st->waiter) != 0) {
 		settle_unref(st); /* not parked: done() will not run */
@@ -233,12 +289,12 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 
 	/* After a failure the object is never passthrough (fs_passthrough_open): no use waiting. */
 	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON || !s->opts.cache_dir ||
-	    f->size == 0 || f->after_failure)
+	    flight_size(f) == 0 || flight_after_failure(f))
 		return;
 	index_ranges_init(&recorded);
 	/* All written but not yet recorded complete: the other mount is about to. */
-	if (index_spool_lookup(s->idx, f->key, &complete, &recorded) == 0 &&
-	    (complete || recorded.total == f->size))
+	if (index_spool_lookup(s->idx, flight_key(f), &complete, &recorded) == 0 &&
+	    (complete || recorded.total == flight_size(f)))
 		wait_readable(f);
 	index_ranges_free(&recorded);
 }
@@ -246,27 +302,33 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 {
 	struct flight *f = h->flight;
+	struct fs_object *o;
 	enum flight_state state;
-	int id;
+	int id = -ENOMEM;
 
 	pthread_mutex_lock(&s->passthrough_lock);
+	o = object_get_locked(s, f);
+	if (!o)
+		goto out;
 	/*
 	 * Once an object has passthrough handles, every open of it must be one, whatever
 	 * changed since; and the state is read under the lock, or an open that saw the
 	 * download running could go through the page cache after a later one went passthrough.
 	 */
-	id = f->pt_backing_id;
-	if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON && !f->after_failure &&
-	    f->pt_cached_handles == 0) {
+	id = o->pt_backing_id;
+	if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON &&
+	    !flight_after_failure(f) && o->pt_cached_handles == 0) {
 		flight_progress(f, NULL, NULL, &state);
 		if (state == FLIGHT_COMPLETE)
-			id = backing_id_locked(s, f);
+			id = backing_id_locked(s, o, f);
 	}
 	if (id > 0)
-		f->pt_handles++;
+		o->pt_handles++;
 	else
-		f->pt_cached_handles++;
+		o->pt_cached_handles++;
 	h->passthrough = id > 0;
+	h->object = o;
+out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return id;
 }
@@ -274,6 +336,7 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 {
 	struct flight *f = h->flight;
+	struct fs_object *o;
 	enum flight_state state;
 	bool last_cached = false;
 	int close_id = 0;
@@ -281,23 +344,36 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 	if (!f)
 		return false;
 	pthread_mutex_lock(&s->passthrough_lock);
+	o = h->object;
+	if (!o)
+		goto out;
 	if (!h->passthrough) {
 		/* Decided here, under the lock: two releases racing must not both be the last. */
-		if (--f->pt_cached_handles == 0 && !f->after_failure) {
+		if (o->pt_cached_handles == 1 && !flight_after_failure(f)) {
 			flight_progress(f, NULL, NULL, &state);
 			last_cached = state == FLIGHT_COMPLETE;
 		}
-	} else if (--f->pt_handles == 0) {
+	} else if (o->pt_handles == 1) {
 		/* The kernel holds the backing file while any passthrough file is open. */
-		close_id = f->pt_backing_id;
-		f->pt_backing_id = 0;
+		close_id = o->pt_backing_id;
+		o->pt_backing_id = 0;
 		uint32_t id = (uint32_t)close_id;
 		if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &id) != 0)
 			fetch_log(FETCH_LOG_WARN, "closing passthrough backing %d: %s", close_id,
 			          strerror(errno));
 	}
+	object_leave_locked(s, h);
+out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return last_cached;
+}
+
+void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h)
+{
+	pthread_mutex_lock(&s->passthrough_lock);
+	if (h->object)
+		object_leave_locked(s, h);
+	pthread_mutex_unlock(&s->passthrough_lock);
 }
 
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

@@ -183,7 +183,7 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 		job->inos = malloc(sizeof(*job->inos));
 		job->n = job->inos ? 1 : 0;
 		if (job->inos)
-			job->inos[0] = f->ino;
+			job->inos[0] = flight_ino(f);
 	}
 	atomic_fetch_add(&s->inval_jobs, 1);
 	pthread_attr_init(&attr);

@@ -35,6 +35,7 @@
 
 #include "alloc_fail.h"
 #include "fetch/flight.h"
+#include "fetch/flight_i.h" /* white-box: refs, in_table, locks */
 #include "fetch/http.h"
 #include "fetch/s3_list.h"
 #include "fetch/sigv4.h"

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "fetch/flight.h"
+#include "fetch/flight_i.h" /* white-box: refs, in_table, locks */
 
 #define KIB (1024ull)
 #define MIB (1024ull * 1024ull)
@@ -245,7 +246,7 @@ static void test_join_single_flight(void **state)
 	b = join(fx, "url:http://example.invalid/b", "", 100, &created);
 	assert_true(created);
 	assert_ptr_not_equal(a1, b);
-	assert_int_not_equal(a1->id, b->id);
+	assert_int_not_equal(flight_id(a1), flight_id(b));
 	flight_table_counts(fx->table, &flights, &complete);
 	assert_int_equal(flights, 2);
 	assert_int_equal(complete, 0);
@@ -259,7 +260,7 @@ static void test_join_single_flight(void **state)
 	a3 = join(fx, "sha256:aaaa", "", 100, &created);
 	assert_true(created);
 	assert_ptr_not_equal(a3, a1);
-	assert_int_not_equal(a3->id, a1->id);
+	assert_int_not_equal(flight_id(a3), flight_id(a1));
 	assert_int_equal(state_of(a3), FLIGHT_ACTIVE);
 	assert_int_equal(flight_ready(a3, 0, 1), 0);
 	flight_table_counts(fx->table, &flights, &complete);
@@ -1197,9 +1198,133 @@ static void test_threaded_readers(void **state)
 	free(data);
 }
 
+/* Builds a key and takes it apart again: every part comes back as it went in. */
+static void test_key_round_trips(void **state)
+{
+	static const char sha[] =
+	    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+	struct flight_key_parts p;
+	char *key = NULL, *again = NULL;
+
+	(void)state;
+	/* A sha256 wins over the URL and the ETag: it names the bytes whatever serves them. */
+	assert_int_equal(flight_key_build(sha, 7, "http://h/o", "\"e\"", &key), 0);
+	assert_string_equal(
+	    key, "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	assert_int_equal(flight_key_parse(key, &p), 0);
+	assert_int_equal(p.kind, FLIGHT_KEY_SHA256);
+	assert_int_equal(p.sha256_len, 64);
+	assert_memory_equal(p.sha256, sha, 64);
+	assert_null(p.url);
+	assert_true(flight_key_names_version(key));
+	free(key);
+
+	/* An ETag's quotes and colons, and a URL's, survive: the ETag ends at the space. */
+	assert_int_equal(flight_key_build("", 18446744073709551615ull, "http://h:81/a b?x=1#f",
+	                                  "W/\"a:b\"", &key),
+	                 0);
+	assert_int_equal(flight_key_parse(key, &p), 0);
+	assert_int_equal(p.kind, FLIGHT_KEY_ETAG);
+	assert_true(p.size == 18446744073709551615ull);
+	assert_int_equal(p.etag_len, strlen("W/\"a:b\""));
+	assert_memory_equal(p.etag, "W/\"a:b\"", p.etag_len);
+	assert_true(flight_key_names_version(key));
+	/* Parsed and built again, it is the same key. */
+	char etag[64];
+	snprintf(etag, sizeof(etag), "%.*s", (int)p.etag_len, p.etag);
+	assert_int_equal(flight_key_build("", p.size, p.url, etag, &again), 0);
+	assert_string_equal(again, key);
+	free(again);
+	free(key);
+
+	/* No ETag: by URL and size. */
+	assert_int_equal(flight_key_build("", 0, "file:///srv/o", "", &key), 0);
+	assert_string_equal(key, "url:0:file:///srv/o");
+	assert_int_equal(flight_key_parse(key, &p), 0);
+	assert_int_equal(p.kind, FLIGHT_KEY_URL);
+	assert_true(p.size == 0);
+	assert_string_equal(p.url, "file:///srv/o");
+	assert_null(p.etag);
+	assert_false(flight_key_names_version(key));
+	assert_int_equal(flight_key_build("", p.size, p.url, NULL, &again), 0);
+	assert_string_equal(again, key);
+	free(again);
+	free(key);
+}
+
+/* A URL with a secret goes into the key redacted, with its hash: two signatures, two keys. */
+static void test_key_hides_secrets(void **state)
+{
+	struct flight_key_parts p;
+	char *a = NULL, *b = NULL, shown[256];
+
+	(void)state;
+	assert_int_equal(flight_key_build("", 5, "https://u:pw@h/o?X-Amz-Signature=1", "", &a), 0);
+	assert_int_equal(flight_key_build("", 5, "https://u:pw@h/o?X-Amz-Signature=2", "", &b), 0);
+	assert_null(strstr(a, "pw"));
+	assert_null(strstr(a, "Signature"));
+	assert_string_not_equal(a, b);
+	assert_int_equal(flight_key_parse(a, &p), 0);
+	assert_int_equal(strncmp(p.url, "https://h/o#", strlen("https://h/o#")), 0);
+	assert_string_equal(flight_key_shown(a, shown, sizeof(shown)), "https://h/o");
+	free(a);
+	free(b);
+}
+
+/* What the eviction log line shows of each kind of key, and of keys that do not parse. */
+static void test_key_shown(void **state)
+{
+	char shown[64];
+
+	(void)state;
+	assert_string_equal(flight_key_shown("sha256:00ff", shown, sizeof(shown)), "sha256:00ff");
+	assert_string_equal(flight_key_shown("etag:3:\"x://y\" http://h/p?q", shown, sizeof(shown)),
+	                    "http://h/p");
+	assert_string_equal(flight_key_shown("url:3:http://u:p@h/p", shown, sizeof(shown)),
+	                    "http://h/p");
+	/* Not this format (an older spoolfs's): from its URL on, else as it is. */
+	assert_string_equal(flight_key_shown("old:http://h/p?sig", shown, sizeof(shown)),
+	                    "http://h/p");
+	assert_string_equal(flight_key_shown("plain", shown, sizeof(shown)), "plain");
+	/* Cut to the buffer, never past it. */
+	assert_string_equal(flight_key_shown("sha256:00ff", shown, 5), "sha2");
+}
+
+/* Keys this format does not make are refused, never half read. */
+static void test_key_parse_refuses(void **state)
+{
+	static const char *const bad[] = {
+	    "",
+	    "sha256:",
+	    "sha256:ABC",
+	    "url:",
+	    "url:12",
+	    "url:12:",
+	    "url:x:http://h/",
+	    "url:-1:http://h/",
+	    "url:18446744073709551616:http://h/",
+	    "etag:1:\"e\"",
+	    "etag:1:\"e\" ",
+	    "etag:1: http://h/",
+	    "etag::\"e\" http://h/",
+	    "http://h/",
+	};
+	struct flight_key_parts p;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (flight_key_parse(bad[i], &p) != -EINVAL)
+			fail_msg("parsed \"%s\"", bad[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_key_round_trips),
+	    cmocka_unit_test(test_key_hides_secrets),
+	    cmocka_unit_test(test_key_shown),
+	    cmocka_unit_test(test_key_parse_refuses),
 	    cmocka_unit_test_setup_teardown(test_join_single_flight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_join_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ready_and_park, setup, teardown),

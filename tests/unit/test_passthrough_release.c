@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <cmocka.h>
@@ -32,16 +33,17 @@ struct fixture {
 	struct fs_session session;
 };
 
+static const struct flight_spec object_spec = {
+    .key = "url:4096:http://example.invalid/object",
+    .url = "http://example.invalid/object",
+    .sha256 = "",
+    .name = "/object",
+    .size = OBJECT_BYTES,
+    .ino = 42,
+};
+
 static int setup(void **state)
 {
-	static const struct flight_spec spec = {
-	    .key = "url:object",
-	    .url = "http://example.invalid/object",
-	    .sha256 = "",
-	    .name = "/object",
-	    .size = OBJECT_BYTES,
-	    .ino = 42,
-	};
 	static const char bytes[OBJECT_BYTES];
 	struct fixture *fx = calloc(1, sizeof(*fx));
 	bool created = false;
@@ -52,7 +54,7 @@ static int setup(void **state)
 	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-test-pt-XXXXXX");
 	if (!mkdtemp(fx->dir) || (fx->dirfd = open(fx->dir, O_RDONLY | O_DIRECTORY)) < 0 ||
 	    flight_table_create(fx->dirfd, &fx->table) != 0 ||
-	    flight_table_join(fx->table, &spec, &fx->flight, &created) != 0 || !created ||
+	    flight_table_join(fx->table, &object_spec, &fx->flight, &created) != 0 || !created ||
 	    flight_open_spool(fx->flight) != 0 ||
 	    flight_deliver(fx->flight, 0, bytes, sizeof(bytes)) != 0)
 		return -1;
@@ -99,11 +101,25 @@ static void *releaser_main(void *arg)
 	return NULL;
 }
 
-static void set_cached_handles(struct fixture *fx, unsigned n)
+/* Opens h through the page cache (the session has no passthrough): counted in its object. */
+static void open_cached(struct fixture *fx, struct fs_handle *h)
 {
+	assert_int_equal(fs_passthrough_open(&fx->session, h), 0);
+	assert_false(h->passthrough);
+	assert_non_null(h->object);
+}
+
+/* Handles of the fixture's flight open through the page cache, as its object counts them. */
+static unsigned cached_handles(struct fixture *fx, struct flight *f)
+{
+	struct fs_object *o;
+	unsigned n;
+
 	pthread_mutex_lock(&fx->session.passthrough_lock);
-	fx->flight->pt_cached_handles = n;
+	o = fs_object_find_locked(&fx->session, flight_id(f));
+	n = o ? o->pt_cached_handles : 0;
 	pthread_mutex_unlock(&fx->session.passthrough_lock);
+	return n;
 }
 
 static void test_two_releases_at_once_make_exactly_one_last(void **state)
@@ -121,13 +137,17 @@ static void test_two_releases_at_once_make_exactly_one_last(void **state)
 		assert_int_equal(pthread_create(&threads[k], NULL, releaser_main, &r[k]), 0);
 	}
 	for (int i = 0; i < ROUNDS; i++) {
-		set_cached_handles(fx, 2); /* before the barrier: the releasers see it */
+		/* Before the barrier: the releasers see them. */
+		open_cached(fx, &r[0].handle);
+		open_cached(fx, &r[1].handle);
+		assert_int_equal(cached_handles(fx, fx->flight), 2);
 		pthread_barrier_wait(&start);
 		pthread_barrier_wait(&done);
+		assert_int_equal(cached_handles(fx, fx->flight), 0);
+		/* The object's entry went with its last handle. */
 		pthread_mutex_lock(&fx->session.passthrough_lock);
-		unsigned left = fx->flight->pt_cached_handles;
+		assert_null(fs_object_find_locked(&fx->session, flight_id(fx->flight)));
 		pthread_mutex_unlock(&fx->session.passthrough_lock);
-		assert_int_equal(left, 0);
 	}
 	for (int k = 0; k < 2; k++)
 		pthread_join(threads[k], NULL);
@@ -139,22 +159,36 @@ static void test_two_releases_at_once_make_exactly_one_last(void **state)
 static void test_a_release_with_handles_left_is_not_last(void **state)
 {
 	struct fixture *fx = *state;
-	struct fs_handle h = {.flight = fx->flight};
+	struct fs_handle h1 = {.flight = fx->flight}, h2 = {.flight = fx->flight};
 
-	set_cached_handles(fx, 2);
-	assert_false(fs_passthrough_release(&fx->session, &h));
-	assert_true(fs_passthrough_release(&fx->session, &h));
+	open_cached(fx, &h1);
+	open_cached(fx, &h2);
+	assert_ptr_equal(h1.object, h2.object);
+	assert_false(fs_passthrough_release(&fx->session, &h1));
+	assert_true(fs_passthrough_release(&fx->session, &h2));
 }
 
 static void test_after_a_failure_nothing_is_dropped_at_release(void **state)
 {
+	static const char bytes[OBJECT_BYTES];
 	struct fixture *fx = *state;
-	struct fs_handle h = {.flight = fx->flight};
+	struct flight *next = NULL;
+	bool created = false;
 
-	/* Its pages may be a failed flight's: the failure's own invalidation drops them. */
-	fx->flight->after_failure = true;
-	set_cached_handles(fx, 1);
+	/* Its pages may be a failed flight's: the failure's own invalidation drops them. The
+	 * next flight of a failed one's key is complete here, and after the failure. */
+	flight_fail(fx->flight, -EIO);
+	assert_int_equal(flight_table_join(fx->table, &object_spec, &next, &created), 0);
+	assert_true(created);
+	assert_true(flight_after_failure(next));
+	assert_int_equal(flight_open_spool(next), 0);
+	assert_int_equal(flight_deliver(next, 0, bytes, sizeof(bytes)), 0);
+	assert_int_equal(flight_ready(next, 0, OBJECT_BYTES), 1);
+
+	struct fs_handle h = {.flight = next};
+	open_cached(fx, &h);
 	assert_false(fs_passthrough_release(&fx->session, &h));
+	flight_unref(next);
 }
 
 static void test_a_virtual_file_has_nothing_to_drop(void **state)
