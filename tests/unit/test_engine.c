@@ -419,6 +419,14 @@ static void serve(struct fixture *fx, uint64_t size)
 	snprintf(fx->url, sizeof(fx->url), "http://127.0.0.1:%u/object", fx->srv.port);
 }
 
+/* The object, with the next `count` requests answered with `status`, and the log read. */
+static void serve_failing(struct fixture *fx, uint64_t size, unsigned count, int status)
+{
+	serve(fx, size);
+	srv_fail_next(&fx->srv, count, status);
+	capture_log(fx);
+}
+
 static void start_engine(struct fixture *fx)
 {
 	assert_int_equal(engine_create(&fx->cfg, &fx->engine), 0);
@@ -654,9 +662,7 @@ static void test_503_then_success_backs_off(void **state)
 	fx->cfg.backoff_base_ms = 40;
 	fx->cfg.backoff_cap_ms = 400;
 	fx->cfg.max_tries = 5;
-	serve(fx, 256 * KIB);
-	srv_fail_next(&fx->srv, 2, 503);
-	capture_log(fx);
+	serve_failing(fx, 256 * KIB, 2, 503);
 	struct flight *f;
 	assert_int_equal(read_once(fx, "", 0, fx->size, &f), 0);
 	char *log = read_log(fx);
@@ -682,9 +688,7 @@ static void test_503_forever_gives_up(void **state)
 	fx->cfg.backoff_base_ms = 2;
 	fx->cfg.backoff_cap_ms = 8;
 	fx->cfg.max_tries = 3;
-	serve(fx, 64 * KIB);
-	srv_fail_next(&fx->srv, 1000, 503);
-	capture_log(fx);
+	serve_failing(fx, 64 * KIB, 1000, 503);
 	struct flight *f;
 	assert_int_equal(read_once(fx, "", 0, 1, &f), -EIO);
 	char *log = read_log(fx);
@@ -701,9 +705,7 @@ static void test_404_fails_at_once(void **state)
 	struct fixture *fx = *state;
 	struct srv_request req[MAX_REQUESTS];
 
-	serve(fx, 64 * KIB);
-	srv_fail_next(&fx->srv, 1000, 404);
-	capture_log(fx);
+	serve_failing(fx, 64 * KIB, 1000, 404);
 	struct flight *f;
 	assert_int_equal(read_once(fx, "", 100, 10, &f), -EIO);
 	char *log = read_log(fx);
