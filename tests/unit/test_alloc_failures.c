@@ -41,6 +41,7 @@
 #include "fetch/sigv4.h"
 #include "index/index.h"
 #include "index/ranges.h"
+#include "helpers.h"
 
 /* No operation here makes anywhere near this many allocations. */
 #define MAX_POINTS 5000
@@ -313,29 +314,6 @@ static struct flight_spec spec_for(const char *key, const char *sha256)
 	};
 }
 
-struct rec_waiter {
-	struct flight_waiter w;
-	int err;
-	int calls;
-};
-
-static void rec_done(struct flight_waiter *w, int err)
-{
-	struct rec_waiter *r = (struct rec_waiter *)((char *)w - offsetof(struct rec_waiter, w));
-
-	r->err = err;
-	r->calls++;
-}
-
-static void rec_init(struct rec_waiter *r, uint64_t off, uint64_t len)
-{
-	memset(r, 0, sizeof(*r));
-	r->w.off = off;
-	r->w.len = len;
-	r->w.done = rec_done;
-	r->err = 1; /* not answered */
-}
-
 static unsigned table_flights(struct flight_table *t)
 {
 	unsigned flights, complete;
@@ -490,7 +468,7 @@ static void lifecycle_run(void *ctx, unsigned long n)
 	char key[80];
 	struct flight_table *t = NULL;
 	struct flight *f = NULL, *g = NULL;
-	struct rec_waiter whole, first, gone;
+	struct test_waiter whole, first, gone;
 	struct index_ranges copy;
 	bool created;
 	int rc;
@@ -515,9 +493,9 @@ static void lifecycle_run(void *ctx, unsigned long n)
 	}
 	assert_true(created);
 
-	rec_init(&whole, 0, OBJ_SIZE);
-	rec_init(&first, 0, PIECE);
-	rec_init(&gone, 5 * PIECE, PIECE);
+	test_waiter_init(&whole, 0, OBJ_SIZE);
+	test_waiter_init(&first, 0, PIECE);
+	test_waiter_init(&gone, 5 * PIECE, PIECE);
 	assert_int_equal(flight_park(f, &whole.w), 0);
 	assert_int_equal(flight_park(f, &first.w), 0);
 	assert_int_equal(flight_park(f, &gone.w), 0);
@@ -619,12 +597,12 @@ static void fail_taint_run(void *ctx, unsigned long n)
 	struct flight_spec spec = spec_for("url:http://example.invalid/t", "");
 	struct flight_table *t;
 	struct flight *f, *g;
-	struct rec_waiter w;
+	struct test_waiter w;
 	bool created;
 
 	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
-	rec_init(&w, 0, 1);
+	test_waiter_init(&w, 0, 1);
 	assert_int_equal(flight_park(f, &w.w), 0);
 	alloc_fail_arm(n);
 	flight_fail(f, -EIO);
@@ -654,7 +632,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	struct flight_table *t;
 	struct flight *f;
 	struct index_ranges rec;
-	struct rec_waiter w;
+	struct test_waiter w;
 	bool created;
 	int rc;
 
@@ -677,7 +655,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	/* Session 2 restores it. */
 	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
-	rec_init(&w, 0, PIECE);
+	test_waiter_init(&w, 0, PIECE);
 	assert_int_equal(flight_park(f, &w.w), 0);
 	alloc_fail_arm(n);
 	rc = flight_reopen_spool(f, &rec, false, false);

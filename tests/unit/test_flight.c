@@ -27,6 +27,7 @@
 
 #include "fetch/flight.h"
 #include "fetch/flight_i.h" /* white-box: refs, in_table, locks */
+#include "helpers.h"
 
 #define KIB (1024ull)
 #define MIB (1024ull * 1024ull)
@@ -205,30 +206,6 @@ static void deliver_range(struct flight *f, const uint8_t *data, uint64_t off, u
 	}
 }
 
-/* A waiter that records how it was answered (single-threaded tests). */
-struct rec_waiter {
-	struct flight_waiter w;
-	int err;
-	int calls;
-};
-
-static void rec_done(struct flight_waiter *w, int err)
-{
-	struct rec_waiter *r = (struct rec_waiter *)((char *)w - offsetof(struct rec_waiter, w));
-
-	r->err = err;
-	r->calls++;
-}
-
-static void rec_init(struct rec_waiter *r, uint64_t off, uint64_t len)
-{
-	memset(r, 0, sizeof(*r));
-	r->w.off = off;
-	r->w.len = len;
-	r->w.done = rec_done;
-	r->err = 1; /* neither 0 nor -errno: not answered */
-}
-
 /* ---- single-flight ---------------------------------------------------------------- */
 
 static void test_join_single_flight(void **state)
@@ -306,18 +283,14 @@ static void test_join_concurrent(void **state)
 {
 	struct fixture *fx = *state;
 	struct joiner joiners[JOINERS];
-	pthread_t threads[JOINERS];
 	pthread_barrier_t gate;
 	struct flight *refs[JOINERS];
 	unsigned creators = 0, flights, complete;
 
 	pthread_barrier_init(&gate, NULL, JOINERS);
-	for (int i = 0; i < JOINERS; i++) {
-		joiners[i] = (struct joiner){.fx = fx, .gate = &gate, .rc = -1};
-		assert_int_equal(pthread_create(&threads[i], NULL, joiner_main, &joiners[i]), 0);
-	}
 	for (int i = 0; i < JOINERS; i++)
-		pthread_join(threads[i], NULL);
+		joiners[i] = (struct joiner){.fx = fx, .gate = &gate, .rc = -1};
+	test_threads_run(JOINERS, joiner_main, joiners, sizeof(joiners[0]));
 	pthread_barrier_destroy(&gate);
 
 	for (int i = 0; i < JOINERS; i++) {
@@ -342,15 +315,15 @@ static void test_ready_and_park(void **state)
 	const uint64_t size = 256 * KIB;
 	uint8_t *data = make_object(size);
 	struct flight *f = start(fx, "url:ready", "", size);
-	struct rec_waiter w_mid, w_head, w_far, w_now;
+	struct test_waiter w_mid, w_head, w_far, w_now;
 
 	assert_int_equal(state_of(f), FLIGHT_ACTIVE);
 	assert_int_equal(flight_ready(f, 0, 1), 0);
 	assert_int_equal(flight_ready(f, 0, 0), 1); /* an empty range is always readable */
 
-	rec_init(&w_mid, 1000, 4000); /* [1000, 5000): spans the gap filled last */
-	rec_init(&w_head, 0, 100);
-	rec_init(&w_far, 200000, 10000);
+	test_waiter_init(&w_mid, 1000, 4000); /* [1000, 5000): spans the gap filled last */
+	test_waiter_init(&w_head, 0, 100);
+	test_waiter_init(&w_far, 200000, 10000);
 	assert_int_equal(flight_park(f, &w_mid.w), 0);
 	assert_int_equal(flight_park(f, &w_head.w), 0);
 	assert_int_equal(flight_park(f, &w_far.w), 0);
@@ -383,7 +356,7 @@ static void test_ready_and_park(void **state)
 	check_spool(f, data, 0, 16384);
 
 	/* A range readable already is not parked: 1, and done is never called. */
-	rec_init(&w_now, 10, 10);
+	test_waiter_init(&w_now, 10, 10);
 	assert_int_equal(flight_park(f, &w_now.w), 1);
 	assert_false(w_now.w.listed);
 
@@ -420,15 +393,15 @@ static void test_verify_withholds_tail(void **state)
 	uint8_t *data = make_object(size);
 	char sha[65];
 	struct flight *f;
-	struct rec_waiter w_head, w_tail, w_last, w_all;
+	struct test_waiter w_head, w_tail, w_last, w_all;
 	unsigned flights, complete;
 
 	sha256_hex(data, size, sha);
 	f = start(fx, "sha256:withhold", sha, size);
-	rec_init(&w_head, 0, 1);
-	rec_init(&w_tail, size - FLIGHT_HOLD_BYTES, FLIGHT_HOLD_BYTES);
-	rec_init(&w_last, size - 1, 1);
-	rec_init(&w_all, 0, size);
+	test_waiter_init(&w_head, 0, 1);
+	test_waiter_init(&w_tail, size - FLIGHT_HOLD_BYTES, FLIGHT_HOLD_BYTES);
+	test_waiter_init(&w_last, size - 1, 1);
+	test_waiter_init(&w_all, 0, size);
 	assert_int_equal(flight_park(f, &w_head.w), 0);
 	assert_int_equal(flight_park(f, &w_tail.w), 0);
 	assert_int_equal(flight_park(f, &w_last.w), 0);
@@ -484,7 +457,7 @@ static void test_verify_mismatch(void **state)
 	uint8_t *data = make_object(size);
 	char sha[65];
 	struct flight *f, *again;
-	struct rec_waiter w_head, w_tail, w_all, w_late;
+	struct test_waiter w_head, w_tail, w_all, w_late;
 	uint64_t withheld_from = size;
 	bool created;
 
@@ -492,9 +465,9 @@ static void test_verify_mismatch(void **state)
 	sha[10] = sha[10] == 'a' ? 'b' : 'a'; /* well-formed, but not this object's */
 	f = start(fx, "sha256:mismatch", sha, size);
 	assert_int_equal(spool_files(fx->dir), 1);
-	rec_init(&w_head, 0, 100);
-	rec_init(&w_tail, size - 100, 100);
-	rec_init(&w_all, 0, size);
+	test_waiter_init(&w_head, 0, 100);
+	test_waiter_init(&w_tail, size - 100, 100);
+	test_waiter_init(&w_all, 0, size);
 	assert_int_equal(flight_park(f, &w_head.w), 0);
 	assert_int_equal(flight_park(f, &w_tail.w), 0);
 	assert_int_equal(flight_park(f, &w_all.w), 0);
@@ -532,7 +505,7 @@ static void test_verify_mismatch(void **state)
 	assert_int_equal(w_head.calls, 1);
 	assert_int_equal(flight_ready(f, 0, 1), -EIO);
 	assert_int_equal(flight_ready(f, size - 1, 1), -EIO);
-	rec_init(&w_late, 0, 10);
+	test_waiter_init(&w_late, 0, 10);
 	assert_int_equal(flight_park(f, &w_late.w), -EIO);
 	assert_int_equal(w_late.calls, 0);
 	assert_int_equal(spool_files(fx->dir), 0);
@@ -557,13 +530,13 @@ static void test_verify_out_of_order(void **state)
 	uint8_t *data = make_object(size);
 	char sha[65];
 	struct flight *f;
-	struct rec_waiter w_tail, w_gap, w_all;
+	struct test_waiter w_tail, w_gap, w_all;
 
 	sha256_hex(data, size, sha);
 	f = start(fx, "sha256:ooo", sha, size);
-	rec_init(&w_tail, size - 10, 10);
-	rec_init(&w_gap, split - 10, 20); /* straddles the prefix and the tail */
-	rec_init(&w_all, 0, size);
+	test_waiter_init(&w_tail, size - 10, 10);
+	test_waiter_init(&w_gap, split - 10, 20); /* straddles the prefix and the tail */
+	test_waiter_init(&w_all, 0, size);
 	assert_int_equal(flight_park(f, &w_tail.w), 0);
 	assert_int_equal(flight_park(f, &w_gap.w), 0);
 	assert_int_equal(flight_park(f, &w_all.w), 0);
@@ -607,11 +580,11 @@ static void test_verify_small_object(void **state)
 	uint8_t *data = make_object(size);
 	char sha[65];
 	struct flight *f;
-	struct rec_waiter w_head;
+	struct test_waiter w_head;
 
 	sha256_hex(data, size, sha);
 	f = start(fx, "sha256:small", sha, size);
-	rec_init(&w_head, 0, 1);
+	test_waiter_init(&w_head, 0, 1);
 	assert_int_equal(flight_park(f, &w_head.w), 0);
 	for (uint64_t p = 0; p + 10000 < size; p += 10000) {
 		assert_int_equal(flight_deliver(f, p, data + p, 10000), 0);
@@ -665,10 +638,10 @@ static void test_unpark(void **state)
 	const uint64_t size = 64 * KIB;
 	uint8_t *data = make_object(size);
 	struct flight *f = start(fx, "url:unpark", "", size);
-	struct rec_waiter w_gone, w_stays, w_intr, w_intr_ready, w_never;
+	struct test_waiter w_gone, w_stays, w_intr, w_intr_ready, w_never;
 
-	rec_init(&w_gone, 0, 100);
-	rec_init(&w_stays, 0, 100);
+	test_waiter_init(&w_gone, 0, 100);
+	test_waiter_init(&w_stays, 0, 100);
 	assert_int_equal(flight_park(f, &w_gone.w), 0);
 	assert_int_equal(flight_park(f, &w_stays.w), 0);
 
@@ -677,7 +650,7 @@ static void test_unpark(void **state)
 	assert_false(w_gone.w.listed);
 
 	/* A waiter never parked: not removed, marked interrupted. */
-	rec_init(&w_never, 0, 1);
+	test_waiter_init(&w_never, 0, 1);
 	assert_false(flight_unpark(f, &w_never.w));
 	assert_true(w_never.w.interrupted);
 
@@ -693,7 +666,7 @@ static void test_unpark(void **state)
 	assert_int_equal(w_stays.calls, 1);
 
 	/* An interrupt that came before parking wins, even for a readable range. */
-	rec_init(&w_intr_ready, 0, 10);
+	test_waiter_init(&w_intr_ready, 0, 10);
 	w_intr_ready.w.interrupted = true;
 	assert_int_equal(flight_park(f, &w_intr_ready.w), -EINTR);
 	assert_false(w_intr_ready.w.listed);
@@ -704,7 +677,7 @@ static void test_unpark(void **state)
 	/* And on a flight still downloading. */
 	assert_int_equal(flight_table_create(fx->dirfd, &fx->table), 0);
 	f = start(fx, "url:unpark2", "", size);
-	rec_init(&w_intr, 0, 10);
+	test_waiter_init(&w_intr, 0, 10);
 	w_intr.w.interrupted = true;
 	assert_int_equal(flight_park(f, &w_intr.w), -EINTR);
 	assert_false(w_intr.w.listed);
@@ -718,10 +691,10 @@ static void test_unpark_then_fail(void **state)
 {
 	struct fixture *fx = *state;
 	struct flight *f = start(fx, "url:unpark-fail", "", 1000);
-	struct rec_waiter w_gone, w_stays;
+	struct test_waiter w_gone, w_stays;
 
-	rec_init(&w_gone, 0, 100);
-	rec_init(&w_stays, 500, 100);
+	test_waiter_init(&w_gone, 0, 100);
+	test_waiter_init(&w_stays, 500, 100);
 	assert_int_equal(flight_park(f, &w_gone.w), 0);
 	assert_int_equal(flight_park(f, &w_stays.w), 0);
 	assert_true(flight_unpark(f, &w_gone.w));
@@ -753,7 +726,7 @@ static void test_wanted_offsets(void **state)
 	const uint64_t size = 1 * MIB;
 	uint8_t *data = make_object(size);
 	struct flight *f = start(fx, "url:wanted", "", size);
-	struct rec_waiter w1, w2, w3, w4;
+	struct test_waiter w1, w2, w3, w4;
 	struct flight_want offs[8];
 	bool whole;
 	unsigned n;
@@ -762,10 +735,10 @@ static void test_wanted_offsets(void **state)
 	assert_int_equal(flight_deliver(f, 0, data, 1000), 0);
 	assert_int_equal(flight_deliver(f, 5000, data + 5000, 1000), 0);
 
-	rec_init(&w1, 500, 1500);  /* [500, 2000): needs 1000 next */
-	rec_init(&w2, 5000, 3000); /* [5000, 8000): needs 6000 */
-	rec_init(&w3, 100000, 10); /* nothing of it written: needs 100000 */
-	rec_init(&w4, 3000, 3000); /* [3000, 6000): needs 3000 */
+	test_waiter_init(&w1, 500, 1500);  /* [500, 2000): needs 1000 next */
+	test_waiter_init(&w2, 5000, 3000); /* [5000, 8000): needs 6000 */
+	test_waiter_init(&w3, 100000, 10); /* nothing of it written: needs 100000 */
+	test_waiter_init(&w4, 3000, 3000); /* [3000, 6000): needs 3000 */
 	assert_int_equal(flight_park(f, &w1.w), 0);
 	assert_int_equal(flight_park(f, &w2.w), 0);
 	assert_int_equal(flight_park(f, &w3.w), 0);
@@ -814,14 +787,14 @@ static void test_wanted_offsets_withheld(void **state)
 	uint8_t *data = make_object(size);
 	char sha[65];
 	struct flight *f;
-	struct rec_waiter w;
+	struct test_waiter w;
 	struct flight_want offs[4];
 	bool whole;
 
 	/* Written but withheld for verification: nothing more to fetch for this waiter. */
 	sha256_hex(data, size, sha);
 	f = start(fx, "sha256:wanted-withheld", sha, size);
-	rec_init(&w, 0, 500);
+	test_waiter_init(&w, 0, 500);
 	assert_int_equal(flight_park(f, &w.w), 0);
 	assert_int_equal(flight_deliver(f, 0, data, 600), 0);
 	assert_int_equal(w.calls, 0);
@@ -890,14 +863,14 @@ static void test_complete_empty(void **state)
 {
 	struct fixture *fx = *state;
 	struct flight *good, *bad, *plain;
-	struct rec_waiter w;
+	struct test_waiter w;
 	unsigned flights, complete;
 
 	good = start(fx, "sha256:empty", empty_sha256, 0);
 	assert_int_equal(flight_complete_empty(good), 0);
 	assert_int_equal(state_of(good), FLIGHT_COMPLETE);
 	assert_int_equal(flight_ready(good, 0, 0), 1);
-	rec_init(&w, 0, 0);
+	test_waiter_init(&w, 0, 0);
 	assert_int_equal(flight_park(good, &w.w), 1);
 
 	bad = start(fx, "sha256:empty-wrong", wrong_sha256, 0);
@@ -1021,28 +994,6 @@ static void test_refcounts(void **state)
 #define BIG_SIZE (8 * MIB)
 #define BIG_PIECE (64 * KIB)
 
-struct cond_waiter {
-	struct flight_waiter w;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done;
-	int err;
-	int calls;
-};
-
-static void cond_done(struct flight_waiter *w, int err)
-{
-	struct cond_waiter *cw =
-	    (struct cond_waiter *)((char *)w - offsetof(struct cond_waiter, w));
-
-	pthread_mutex_lock(&cw->mu);
-	cw->err = err;
-	cw->calls++;
-	cw->done = true;
-	pthread_cond_signal(&cw->cv);
-	pthread_mutex_unlock(&cw->mu);
-}
-
 struct reader {
 	struct flight *f;
 	const uint8_t *data;
@@ -1053,31 +1004,22 @@ struct reader {
 };
 
 /* Reads one random range: parks when needed and waits for its answer. */
-static void reader_read_one(struct reader *r, struct cond_waiter *cw, pthread_barrier_t *gate)
+static void reader_read_one(struct reader *r, struct test_waiter *cw, pthread_barrier_t *gate)
 {
 	uint64_t off = (uint64_t)rand_r(&r->seed) % BIG_SIZE;
 	uint64_t max = BIG_SIZE - off < 256 * KIB ? BIG_SIZE - off : 256 * KIB;
 	uint64_t len = 1 + (uint64_t)rand_r(&r->seed) % max;
 	int rc, err;
 
-	memset(cw, 0, sizeof(*cw));
-	pthread_mutex_init(&cw->mu, NULL);
-	pthread_cond_init(&cw->cv, NULL);
-	cw->w.off = off;
-	cw->w.len = len;
-	cw->w.done = cond_done;
+	test_waiter_init(cw, off, len);
 	rc = flight_park(r->f, &cw->w);
 	if (gate)
 		pthread_barrier_wait(gate); /* the deliverer starts once every reader parked */
 	if (rc == 0) {
 		r->parked++;
-		pthread_mutex_lock(&cw->mu);
-		while (!cw->done)
-			pthread_cond_wait(&cw->cv, &cw->mu);
-		err = cw->err;
-		if (cw->calls != 1)
+		err = test_waiter_wait(cw);
+		if (test_waiter_calls(cw) != 1)
 			r->bad_calls++;
-		pthread_mutex_unlock(&cw->mu);
 	} else {
 		r->immediate++;
 		err = rc == 1 ? 0 : rc;
@@ -1091,15 +1033,13 @@ static void reader_read_one(struct reader *r, struct cond_waiter *cw, pthread_ba
 			r->mismatches++;
 		free(buf);
 	}
-	pthread_cond_destroy(&cw->cv);
-	pthread_mutex_destroy(&cw->mu);
 }
 
 static void *reader_main(void *arg)
 {
 	struct reader *r = arg;
 	/* On the heap: the transfer thread touches it until done returns. */
-	struct cond_waiter *cw = malloc(sizeof(*cw));
+	struct test_waiter *cw = malloc(sizeof(*cw));
 
 	if (!cw) {
 		r->errors++;

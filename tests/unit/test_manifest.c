@@ -13,7 +13,6 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 
 #include "index/index.h"
 #include "index/ranges.h"
+#include "helpers.h"
 
 #define BASE "https://example.com/m/manifest.json"
 #define SHA_UPPER "ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"
@@ -510,17 +510,13 @@ static void test_concurrent_readers(void **state)
 {
 	struct fixture *f = *state;
 	struct reader readers[4];
-	pthread_t threads[4];
 
 	assert_int_equal(load(f, valid_manifest), 0);
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 4; i++)
 		readers[i] = (struct reader){.idx = f->idx, .dir = lookup_ino(f, 1, "dir")};
-		assert_int_equal(pthread_create(&threads[i], NULL, reader_main, &readers[i]), 0);
-	}
-	for (int i = 0; i < 4; i++) {
-		assert_int_equal(pthread_join(threads[i], NULL), 0);
+	test_threads_run(4, reader_main, readers, sizeof(readers[0]));
+	for (int i = 0; i < 4; i++)
 		assert_int_equal(readers[i].failures, 0);
-	}
 }
 
 static void test_second_load_refused(void **state)

@@ -10,12 +10,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fetch/s3_list.h"
+#include "helpers.h"
 
 #define XML_DECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 #define LBR_OPEN "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
@@ -594,13 +594,9 @@ static void *parse_worker(void *arg)
 
 static void test_threads(void **state)
 {
-	pthread_t t[N_THREADS];
 	int ok[N_THREADS];
 
-	for (int i = 0; i < N_THREADS; i++)
-		assert_int_equal(pthread_create(&t[i], NULL, parse_worker, &ok[i]), 0);
-	for (int i = 0; i < N_THREADS; i++)
-		assert_int_equal(pthread_join(t[i], NULL), 0);
+	test_threads_run(N_THREADS, parse_worker, ok, sizeof(ok[0]));
 	for (int i = 0; i < N_THREADS; i++)
 		assert_int_equal(ok[i], 1);
 }

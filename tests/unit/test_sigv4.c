@@ -13,13 +13,13 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "fetch/sigv4.h"
+#include "helpers.h"
 
 #ifndef SIGV4_VECTORS_DIR
 #define SIGV4_VECTORS_DIR "tests/unit/sigv4-vectors"
@@ -576,13 +576,9 @@ static void *sign_worker(void *arg)
 
 static void test_threads(void **state)
 {
-	pthread_t t[N_THREADS];
 	int ok[N_THREADS];
 
-	for (int i = 0; i < N_THREADS; i++)
-		assert_int_equal(pthread_create(&t[i], NULL, sign_worker, &ok[i]), 0);
-	for (int i = 0; i < N_THREADS; i++)
-		assert_int_equal(pthread_join(t[i], NULL), 0);
+	test_threads_run(N_THREADS, sign_worker, ok, sizeof(ok[0]));
 	for (int i = 0; i < N_THREADS; i++)
 		assert_int_equal(ok[i], 1);
 }

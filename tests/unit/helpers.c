@@ -1,0 +1,69 @@
+/*
+ * The suites' shared helpers (helpers.h): the recording waiter and the thread harness.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "helpers.h"
+
+static void test_waiter_done(struct flight_waiter *w, int err)
+{
+	struct test_waiter *t = (struct test_waiter *)((char *)w - offsetof(struct test_waiter, w));
+
+	pthread_mutex_lock(&t->lock);
+	t->err = err;
+	t->calls++;
+	if (t->order)
+		t->rank = atomic_fetch_add(t->order, 1);
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void test_waiter_init(struct test_waiter *t, uint64_t off, uint64_t len)
+{
+	*t = (struct test_waiter){
+	    .w = {.off = off, .len = len, .done = test_waiter_done},
+	    .lock = PTHREAD_MUTEX_INITIALIZER,
+	    .cond = PTHREAD_COND_INITIALIZER,
+	    .err = 1,
+	};
+}
+
+int test_waiter_wait(struct test_waiter *t)
+{
+	int err;
+
+	pthread_mutex_lock(&t->lock);
+	while (t->calls == 0)
+		pthread_cond_wait(&t->cond, &t->lock);
+	err = t->err;
+	pthread_mutex_unlock(&t->lock);
+	return err;
+}
+
+int test_waiter_calls(struct test_waiter *t)
+{
+	int calls;
+
+	pthread_mutex_lock(&t->lock);
+	calls = t->calls;
+	pthread_mutex_unlock(&t->lock);
+	return calls;
+}
+
+void test_threads_run(unsigned n, void *(*fn)(void *arg), void *args, size_t stride)
+{
+	pthread_t threads[64];
+
+	assert_true(n <= sizeof(threads) / sizeof(threads[0]));
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(pthread_create(&threads[i], NULL, fn, (char *)args + i * stride),
+		                 0);
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(pthread_join(threads[i], NULL), 0);
+}
