@@ -27,8 +27,9 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *proxy;
-	char *cache_max_size; /* "10G": parsed by main */
-	char **mirrors;       /* --mirror bases, in order */
+	char *cache_max_size;    /* "10G": parsed by main */
+	char *max_manifest_size; /* "1G": parsed by main */
+	char **mirrors;          /* --mirror bases, in order */
 	unsigned n_mirrors;
 	char *log_level;
 	char *endpoint; /* S3 */
@@ -45,6 +46,7 @@ struct fs_options {
 	unsigned max_transfers;
 	int keep_cache;
 	int no_passthrough;
+	int allow_link_local;
 	int foreground;
 	int debug;
 	int show_help;
@@ -118,11 +120,12 @@ struct fs_session {
 	char *spool_dir;
 	char *lease_path; /* a named cache directory's lease file (fetch/lease.h), else NULL */
 
-	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
-	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
-	bool was_mounted;        /* main thread only: the mount came up (cleanup may run) */
-	bool cache_alone;        /* main thread only: holds DIR/lock exclusive (no other mount) */
-	uint64_t cache_max_size; /* bytes; 0 = unbounded */
+	bool made_cache_dir;      /* --cache-dir did not exist before: removed when emptied */
+	int cache_lock_fd;        /* flock on cache_dir/lock for the process's life, or -1 */
+	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
+	bool cache_alone;         /* main thread only: holds DIR/lock exclusive (no other mount) */
+	uint64_t cache_max_size;  /* bytes; 0 = unbounded */
+	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
 	uid_t uid;
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */

@@ -147,6 +147,9 @@ static void warn_unused_options(const struct fs_options *o)
 	if (bucket && o->n_mirrors)
 		fprintf(stderr,
 		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+	if (bucket && o->max_manifest_size)
+		fprintf(stderr,
+		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
 }
 
 /* "512M", "10G", "1048576": bytes, or -EINVAL. */
@@ -304,12 +307,13 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 	                          .proxy = s->opts.proxy,
 	                          .connect_timeout_s = 10,
 	                          .stall_timeout_s = s->opts.stall_timeout_s,
-	                          .max_tries = s->opts.retries};
+	                          .max_tries = s->opts.retries,
+	                          .allow_link_local = s->opts.allow_link_local};
 }
 
 static int load_manifest(struct fs_session *s)
 {
-	struct source_options src = {.net = blocking_net(s)};
+	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int rc;
@@ -399,6 +403,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.max_transfers = s->opts.max_transfers;
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
+	cfg.net.allow_link_local = s->opts.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
@@ -576,6 +581,15 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	uint64_t manifest_max = 0;
+	if (s.opts.max_manifest_size && (parse_size(s.opts.max_manifest_size, &manifest_max) != 0 ||
+	                                 manifest_max == 0 || manifest_max >= SIZE_MAX)) {
+		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
+		        s.opts.max_manifest_size);
+		status = 2;
+		goto out_args;
+	}
+	s.max_manifest_size = (size_t)manifest_max;
 	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
 	 * fail every download after the manifest's. A missing one would fail only https
 	 * downloads, and only once they start: said now. */

@@ -41,6 +41,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("ca_file=%s", ca_file),
     OPT("--proxy %s", proxy),
     OPT("proxy=%s", proxy),
+    OPT("--max-manifest-size %s", max_manifest_size),
+    OPT("max_manifest_size=%s", max_manifest_size),
+    OPT_FLAG("--allow-link-local", allow_link_local),
+    OPT_FLAG("allow_link_local", allow_link_local),
     OPT("--stall-timeout %s", stall_timeout_text),
     OPT("stall_timeout=%s", stall_timeout_text),
     OPT("--retries %s", retries_text),
@@ -116,11 +120,16 @@ void fs_options_usage(const char *prog)
 	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	       "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
 	       "                         http_proxy, https_proxy and no_proxy variables)\n"
+	       "  --allow-link-local     allow connections to link-local addresses\n"
+	       "                         (169.254.0.0/16, fe80::/10: cloud instance metadata),\n"
+	       "                         refused by default whatever URL or redirect leads there\n"
 	       "  --stall-timeout SEC    no byte, or under 1 KiB/s, for this long restarts a\n"
-	       "                         transfer (default 30)\n"
+	       "                         transfer, the manifest's and listings' too (default 30)\n"
 	       "  --retries N            tries in a row without 64 KiB of progress before a read\n"
 	       "                         fails (default 6)\n"
 	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	       "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
+	       "                         suffixes; default 256M, about 4 million entries)\n"
 	       "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	       "                         tried in order when a fetch fails (repeatable)\n"
 	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
@@ -307,6 +316,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->ca_file);
 	free(opts->proxy);
 	free(opts->cache_max_size);
+	free(opts->max_manifest_size);
 	free(opts->stall_timeout_text);
 	free(opts->retries_text);
 	free(opts->max_transfers_text);
