@@ -14,9 +14,11 @@ loopback interface, is the one target a connection attempt is allowed to reach.
 """
 
 import errno
+import json
 import os
 import ssl
 import subprocess
+import sys
 import time
 
 import pytest
@@ -145,6 +147,41 @@ def test_a_listing_page_that_trickles_fails_the_mount_in_bounded_time(aws_env, s
     assert len(s3.lists()) == 2, out
     # two tries of 2 s of stall each, a backoff, and some slack
     assert seconds < 15 * SLOW, seconds
+
+
+LIST_CHILD = r"""
+import json, os, sys
+try:
+    print(json.dumps(sorted(os.listdir(sys.argv[1]))))
+except OSError as e:
+    print(json.dumps(e.errno))
+"""
+
+
+def test_a_directory_whose_listing_trickles_gets_eio_in_bounded_time(aws_env, servers, mount):
+    """A directory listed at its first lookup, after the mount: a trickling page gives the
+    lookup EIO after its tries, with a line naming the directory, instead of a hang."""
+    hook = trickle(100000, listing_xml("d/", [("d/f", 1, '"e"')])[:40])
+    s3 = servers(S3Mock, {"d/f": b"x"},
+                 list_hook=lambda ex, prefix, token: hook(ex) if prefix == "d/" else None)
+    m = mount("s3://" + BUCKET, "--endpoint", s3.endpoint, "--no-sign", "--stall-timeout", "2",
+              "--retries", "2")
+    t0 = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", LIST_CHILD, m.p("d")],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        out, _ = child.communicate(timeout=40 * SLOW)
+    except subprocess.TimeoutExpired:
+        # the child waits on FUSE unkillably: the daemon goes first, which ends its wait
+        log = m.stderr()
+        m.kill()
+        child.kill()
+        child.communicate()
+        pytest.fail("the lookup of a trickling directory did not end:\n" + log)
+    assert json.loads(out) == errno.EIO, (out, m.stderr())
+    assert time.monotonic() - t0 < 15 * SLOW
+    assert "listing /d failed" in m.stderr() and "too slow" in m.stderr().lower(), m.stderr()
+    assert len(s3.lists("d/")) == 2, m.stderr()
 
 
 def test_a_manifest_that_trickles_fails_the_mount_in_bounded_time(raw, tmp_path):
