@@ -36,6 +36,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->parallel_parts = 8;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
+	cfg->lease_dirfd = -1;
 }
 
 int engine_create(const struct engine_config *cfg, struct engine **out)
@@ -49,6 +50,9 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
 	if (!e->pending_buf)
 		goto fail_engine;
+	if (cfg->lease_dirfd >= 0 && (rc = lease_set_create(cfg->lease_dirfd, &e->leases)) != 0)
+		goto fail_engine;
+	rc = -ENOMEM;
 	e->multi = curl_multi_init();
 	if (!e->multi)
 		goto fail_engine;
@@ -56,6 +60,7 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	*out = e;
 	return 0;
 fail_engine:
+	lease_set_destroy(e->leases);
 	free(e->pending_buf);
 	free(e);
 fail:
@@ -113,10 +118,8 @@ static int activate(struct engine *e, struct flight *f)
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.idx)
 		index_spool_touch(e->cfg.idx, f->key, f->size, cache_use_stamp(e));
-	if (e->cfg.lease_path) {
-		rc = f->lease_fd = lease_open(e->cfg.lease_path);
-		if (rc >= 0)
-			rc = lease_try(f->lease_fd, f->key);
+	if (e->leases) {
+		rc = lease_set_try(e->leases, f->key);
 		if (rc < 0) {
 			engine_fail_flight(e, f, rc,
 			                   "cannot lock the cache directory's lease file");
@@ -125,11 +128,12 @@ static int activate(struct engine *e, struct flight *f)
 		f->lease_held = rc == 1;
 		atomic_store(&f->record_owed, f->lease_held);
 		/* Said before the first look at the records: the holder then goes whole. */
-		if (!f->lease_held && (rc = lease_watch(f->lease_fd, f->key)) < 0) {
+		if (!f->lease_held && (rc = lease_set_watch(e->leases, f->key)) < 0) {
 			engine_fail_flight(e, f, rc,
 			                   "cannot lock the cache directory's lease file");
 			return 0;
 		}
+		f->lease_watching = !f->lease_held;
 		if (!f->lease_held) {
 			fetch_log(FETCH_LOG_INFO,
 			          "%s: another mount of the cache is downloading it", f->name);
@@ -184,7 +188,7 @@ static void next_mirror(struct flight *f)
  * other URLs, and fails only once each has refused it (or, unhashed, once bytes came from
  * one of them). True when it goes on.
  */
-static bool try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why)
+bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why)
 {
 	char url[512];
 
@@ -253,7 +257,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	bool servers_answer = !s->spool_fault;
 	unsigned asked = s->url_idx;
 	stream_free(e, s);
-	if (fatal && servers_answer && try_other_mirror(e, f, asked, why))
+	if (fatal && servers_answer && engine_try_other_mirror(e, f, asked, why))
 		return;
 	if (fatal) {
 		engine_fail_flight(e, f, fatal, why);
@@ -406,7 +410,7 @@ static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout
 		return;
 	}
 	if (f->lease_held && f->next_watch_ms <= now)
-		cache_look_for_watchers(f, now);
+		cache_look_for_watchers(e, f, now);
 	if (f->lease_held && !f->watched && (long)(f->next_watch_ms - now) < *timeout)
 		*timeout = (long)(f->next_watch_ms - now);
 	if (f->retry_due_ms && f->retry_due_ms > now) {
@@ -548,6 +552,7 @@ void engine_destroy(struct engine *e)
 		return;
 	engine_stop(e);
 	curl_multi_cleanup(e->multi);
+	lease_set_destroy(e->leases); /* after the recorder let its leases go */
 	pthread_mutex_destroy(&e->queue_lock);
 	free(e->pending_buf);
 	free(e->active);

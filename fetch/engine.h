@@ -45,9 +45,10 @@ struct engine_config {
 	bool durable;            /* fdatasync the spool before recording its ranges */
 	uint64_t cache_max_size; /* with durable: evict least recently used beyond it; 0 = no */
 	struct index *idx;       /* records ranges and completions; may be NULL */
-	/* With durable: the lease file that decides which of the mounts sharing the cache
-	 * directory downloads an object (lease.h); the others read its records. May be NULL. */
-	const char *lease_path;
+	/* With durable: the cache directory (held open by the caller for the engine's life)
+	 * whose lease file decides which of the mounts sharing it downloads an object (lease.h);
+	 * the others read its records. -1 (engine_config_defaults): no other mount shares it. */
+	int lease_dirfd;
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
 	void *sign_ctx;

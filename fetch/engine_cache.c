@@ -53,7 +53,7 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 	/* Records matter only in a cache directory that a later session may reuse, and only the
 	 * lease holder writes them; the last one (complete or failed) is written once. */
 	if (!e->recorder || f->final_recorded || atomic_load(&f->durable) ||
-	    (e->cfg.lease_path && !f->lease_held))
+	    (e->cfg.lease_dirfd >= 0 && !f->lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	if (state == FLIGHT_FAILED) {
@@ -259,11 +259,13 @@ void cache_start_owned(struct engine *e, struct flight *f)
  */
 void cache_release_lease(struct engine *e, struct flight *f)
 {
-	if (f->lease_fd >= 0 && e->recorder && f->lease_held)
-		recorder_release(e->recorder, f->lease_fd);
-	else if (f->lease_fd >= 0)
-		close(f->lease_fd);
-	f->lease_fd = -1;
+	if (f->lease_watching)
+		lease_set_unwatch(e->leases, f->key);
+	if (f->lease_held && e->recorder)
+		recorder_release(e->recorder, e->leases, f->key);
+	else if (f->lease_held)
+		lease_set_release(e->leases, f->key);
+	f->lease_watching = false;
 	f->lease_held = false;
 }
 
@@ -271,10 +273,10 @@ void cache_release_lease(struct engine *e, struct flight *f)
  * A holder's readers may all be sparse, but a mount watching its download can only wait for
  * what it fetches: once watched, it fetches everything, and records progress often.
  */
-void cache_look_for_watchers(struct flight *f, uint64_t now)
+void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
 {
 	f->next_watch_ms = now + WATCHERS_EVERY_MS;
-	if (f->watched || !lease_watched(f->lease_fd, f->key))
+	if (f->watched || !lease_set_watched(e->leases, f->key))
 		return;
 	f->watched = true;
 	flight_fetch_whole(f);
@@ -325,16 +327,6 @@ static void take_over(struct engine *e, struct flight *f)
 	          f->name, complete ? "finished by" : "took over", flight_written(f), f->size);
 }
 
-/* True when f's spool path still names the file f has open. */
-static bool spool_still_named(struct flight *f)
-{
-	struct stat named, open_file;
-
-	return f->spool_path && stat(f->spool_path, &named) == 0 &&
-	       fstat(f->spool_fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
-	       named.st_dev == open_file.st_dev;
-}
-
 /*
  * Another mount holds f's lease: serves its readers what that mount has recorded, from the
  * same spool file, and takes over when the lease comes free. The records are read after
@@ -346,7 +338,7 @@ void cache_watch(struct engine *e, struct flight *f)
 	const char *why = "cannot follow another mount's download";
 	struct index_ranges none, recorded;
 	bool complete = false;
-	int rc = lease_try(f->lease_fd, f->key);
+	int rc = lease_set_try(e->leases, f->key);
 
 	f->next_watch_ms = now_ms() + WATCH_EVERY_MS;
 	if (rc == 1) {
@@ -366,7 +358,7 @@ void cache_watch(struct engine *e, struct flight *f)
 		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
 	if (rc == -ENOENT || rc == -EBUSY)
 		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
-	if (rc == 0 && !spool_still_named(f)) {
+	if (rc == 0 && !flight_spool_still_named(f)) {
 		rc = -ESTALE;
 		fetch_log(FETCH_LOG_WARN, "%s: the other mount restarted its download; reopen it",
 		          f->name);

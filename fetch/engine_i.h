@@ -52,12 +52,15 @@ struct stream {
 	int fatal;        /* -errno decided in a callback; the flight fails with it */
 	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
 	unsigned url_idx; /* which of the flight's urls it asked */
+	int obj_fd;       /* a file: mirror's object, read by curl through /proc; or -1 */
 	char why[320];    /* what went wrong, for the log line */
 	struct fetch_net_guard guard; /* a link-local address refused (fetch_net_apply) */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
 	struct stream *next; /* in f->streams */
 };
+
+struct lease_set;
 
 struct engine {
 	struct engine_config cfg;
@@ -79,6 +82,7 @@ struct engine {
 	unsigned n_background; /* transfers of streams nobody is waiting on */
 	int64_t last_use_stamp;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
+	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
 	/*
 	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
 	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
@@ -109,11 +113,14 @@ static inline uint64_t now_ms(void)
 /* A flight that another mount's download serves; the lease says who downloads. */
 static inline bool watching(const struct engine *e, const struct flight *f)
 {
-	return e->cfg.lease_path && !f->lease_held;
+	return e->cfg.lease_dirfd >= 0 && !f->lease_held;
 }
 
 /* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */
 void engine_fail_flight(struct engine *e, struct flight *f, int err, const char *why);
+/* Notes that urls[from] refused f (why goes to the log) and moves f to its next url. False
+ * when none is left to try (or f may not switch): the caller fails f. */
+bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why);
 
 /* stream.c */
 /* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */
@@ -138,7 +145,7 @@ void cache_start_owned(struct engine *e, struct flight *f);
 /* Lets other mounts take f's download over. */
 void cache_release_lease(struct engine *e, struct flight *f);
 /* Once another mount watches f's download, it fetches everything and records often. */
-void cache_look_for_watchers(struct flight *f, uint64_t now);
+void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
 /* Follows another mount's download of f; takes it over when that mount lets go. */
 void cache_watch(struct engine *e, struct flight *f);
 

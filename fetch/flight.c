@@ -22,6 +22,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/version_pins.h"
+#include "index/index.h"
 
 struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id)
 {
@@ -33,14 +34,23 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	f->url = strdup(spec->url);
 	f->name = strdup(spec->name);
 	f->urls = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->urls));
-	if (!f->key || !f->url || !f->name || !f->urls)
+	f->url_dir_fds = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_dir_fds));
+	f->url_paths = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_paths));
+	if (!f->key || !f->url || !f->name || !f->urls || !f->url_dir_fds || !f->url_paths)
 		goto fail;
+	f->url_dir_fds[0] = -1;
 	f->urls[f->n_urls++] = f->url;
 	/* fs/options.c allows no more mirrors than fit. */
 	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < FLIGHT_MAX_URLS; i++) {
-		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
-		if (!f->urls[f->n_urls])
+		bool beneath = spec->mirror_dir_fds && spec->mirror_dir_fds[i] >= 0;
+		f->url_dir_fds[f->n_urls] = beneath ? spec->mirror_dir_fds[i] : -1;
+		if (beneath && !(f->url_paths[f->n_urls] = strdup(spec->mirror_paths[i])))
 			goto fail;
+		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
+		if (!f->urls[f->n_urls]) {
+			free(f->url_paths[f->n_urls]);
+			goto fail;
+		}
 		f->n_urls++;
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
@@ -62,7 +72,6 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	pthread_mutex_init(&f->lock, NULL);
 	f->state = FLIGHT_ACTIVE;
 	f->spool_fd = -1;
-	f->lease_fd = -1;
 	atomic_init(&f->whole, spec->size < FLIGHT_SPARSE_MIN_BYTES);
 	index_ranges_init(&f->written);
 	index_ranges_init(&f->published);
@@ -71,9 +80,13 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 		goto fail;
 	return f;
 fail:
-	for (unsigned i = 1; i < f->n_urls; i++)
+	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
+		free(f->url_paths[i]);
+	}
 	free(f->urls);
+	free(f->url_dir_fds);
+	free(f->url_paths);
 	EVP_MD_CTX_free(f->hash);
 	free(f->key);
 	free(f->url);
@@ -93,16 +106,18 @@ void flight_unref(struct flight *f)
 		return;
 	if (f->spool_fd >= 0)
 		close(f->spool_fd);
-	if (f->lease_fd >= 0)
-		close(f->lease_fd);
 	index_ranges_free(&f->written);
 	index_ranges_free(&f->published);
 	EVP_MD_CTX_free(f->hash);
-	for (unsigned i = 1; i < f->n_urls; i++)
+	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
+		free(f->url_paths[i]);
+	}
 	free(f->urls);
+	free(f->url_dir_fds);
+	free(f->url_paths);
 	pthread_mutex_destroy(&f->lock);
-	free(f->spool_path);
+	free(f->spool_name);
 	free(f->inos);
 	free(f->key);
 	free(f->url);
@@ -149,13 +164,13 @@ int flight_hold_spool(struct flight *f)
 		rc = -ESTALE;
 	else
 		f->spool_users++;
-	/* spool_path is set once, before the flight can be complete: read below unlocked. */
-	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_path;
+	/* spool_name is set once, before the flight can be complete: read below unlocked. */
+	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_name;
 	pthread_mutex_unlock(&f->lock);
 	if (!reopen)
 		return rc;
 	/* Not under the lock: an open may wait for the disk. */
-	fd = open(f->spool_path, O_RDONLY | O_CLOEXEC);
+	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		rc = -errno;
 	else if (fstat(fd, &st) != 0)
@@ -371,13 +386,18 @@ static void answer(struct flight_waiter *ready, int err)
 
 static void complete_flight(struct flight *f);
 
-static int spool_path_of(struct flight *f, char **path)
+bool flight_spool_still_named(struct flight *f)
 {
-	return flight_table_spool_path(f->table, f->key, path);
+	struct stat named, open_file;
+
+	return f->spool_name &&
+	       fstatat(f->table->spool_dirfd, f->spool_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       fstat(f->spool_fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
+	       named.st_dev == open_file.st_dev;
 }
 
-/* Makes fd the flight's spool, unless the flight failed meanwhile. Takes path. */
-static int install_spool(struct flight *f, int fd, char *path, bool borrowed)
+/* Makes fd the flight's spool, unless the flight failed meanwhile. Takes name. */
+static int install_spool(struct flight *f, int fd, char *name, bool borrowed)
 {
 	struct stat st;
 
@@ -387,13 +407,13 @@ static int install_spool(struct flight *f, int fd, char *path, bool borrowed)
 		pthread_mutex_unlock(&f->lock);
 		/* Failed before it started: nobody else would ever delete this file. */
 		if (!borrowed)
-			unlink(path);
+			unlinkat(f->table->spool_dirfd, name, 0);
 		close(fd);
-		free(path);
+		free(name);
 		return rc;
 	}
 	f->spool_fd = fd;
-	f->spool_path = path;
+	f->spool_name = name;
 	f->spool_borrowed = borrowed;
 	if (fstat(fd, &st) == 0) {
 		f->spool_dev = st.st_dev;
@@ -415,21 +435,23 @@ void flight_claim_spool(struct flight *f)
 
 int flight_open_spool(struct flight *f)
 {
-	char *path = NULL;
+	int dirfd = f->table->spool_dirfd;
+	char *name = NULL;
 	int fd = -1, rc;
 
-	rc = spool_path_of(f, &path);
+	rc = flight_spool_name(f->key, &name);
 	if (rc) {
-		path = NULL;
+		name = NULL;
 		goto fail;
 	}
 	/* A new inode, never the old one truncated: a mount sharing the cache directory may
-	 * still read the old file, whose bytes must stay what its records say. */
-	if (unlink(path) != 0 && errno != ENOENT) {
+	 * still read the old file, whose bytes must stay what its records say. Whatever had
+	 * the name goes (a symbolic link itself, not what it points to). */
+	if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
 		rc = -errno;
 		goto fail;
 	}
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		goto fail;
@@ -442,13 +464,13 @@ int flight_open_spool(struct flight *f)
 		if (rc)
 			goto fail_unlink;
 	}
-	return install_spool(f, fd, path, false);
+	return install_spool(f, fd, name, false);
 fail_unlink:
-	unlink(path);
+	unlinkat(dirfd, name, 0);
 fail:
 	if (fd >= 0)
 		close(fd);
-	free(path);
+	free(name);
 	return rc;
 }
 
@@ -485,52 +507,59 @@ int flight_spool_seal(int fd, char *out, size_t cap)
 
 int flight_spool_seal_found(struct flight *f, char *out, size_t cap)
 {
-	char *path = NULL;
+	char *name = NULL;
 	struct stat st;
 	int fd = flight_spool_fd(f), rc = 0;
 
-	/* The file f has open, else (not installed yet) the one its path names. */
+	/* The file f has open, else (not installed yet) the one its name names. */
 	if (fd >= 0 ? fstat(fd, &st) != 0
-	            : (rc = spool_path_of(f, &path)) == 0 && stat(path, &st) != 0)
+	            : (rc = flight_spool_name(f->key, &name)) == 0 &&
+	                  fstatat(f->table->spool_dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		rc = -errno;
 	if (rc == 0)
 		seal_of(&st, out, cap);
-	free(path);
+	free(name);
 	return rc;
 }
 
 int flight_reopen_spool(struct flight *f, const struct index_ranges *ranges, bool complete,
                         bool borrowed)
 {
-	char *path = NULL;
+	char *name = NULL;
 	struct stat st;
 	int fd = -1, rc;
 
-	rc = spool_path_of(f, &path);
+	rc = flight_spool_name(f->key, &name);
 	if (rc) {
-		path = NULL;
+		name = NULL;
 		goto fail;
 	}
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	/* A symbolic link or another user's file under the name is not what the records
+	 * describe: the caller starts afresh, which replaces it. */
+	fd = openat(f->table->spool_dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 && errno == ELOOP) {
+		rc = -ESTALE;
+		goto fail;
+	}
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		rc = -errno;
 		goto fail;
 	}
-	if ((uint64_t)st.st_size != f->size ||
+	if (index_entry_unsafe(&st, S_IFREG) || (uint64_t)st.st_size != f->size ||
 	    (ranges->n > 0 && ranges->v[ranges->n - 1].end > f->size) ||
 	    (complete && ranges->total != f->size)) {
 		rc = -ESTALE;
 		goto fail;
 	}
 	/* The fd goes in first: a reader that sees bytes published must find it. */
-	rc = install_spool(f, fd, path, borrowed);
+	rc = install_spool(f, fd, name, borrowed);
 	if (rc)
 		return rc;
 	return flight_adopt(f, ranges, complete);
 fail:
 	if (fd >= 0)
 		close(fd);
-	free(path);
+	free(name);
 	return rc;
 }
 
@@ -789,7 +818,7 @@ void flight_fail(struct flight *f, int err)
 	flight_version_to_pin_locked(f, etag, sizeof(etag));
 	url = f->url; /* what the next flight's spec names: a mirror's ETags are its own */
 	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
-	const char *spool_path = f->spool_borrowed ? NULL : f->spool_path;
+	const char *spool_name = f->spool_borrowed ? NULL : f->spool_name;
 	pthread_mutex_unlock(&f->lock);
 	/*
 	 * Out of the table, spool gone, hook run, and only then are the readers told: one who
@@ -797,8 +826,8 @@ void flight_fail(struct flight *f, int err)
 	 */
 	if (first) {
 		flight_table_remove(f, etag, url);
-		if (spool_path)
-			unlink(spool_path); /* open fds keep the data for handles still reading */
+		if (spool_name) /* open fds keep the data for handles still reading */
+			unlinkat(f->table->spool_dirfd, spool_name, 0);
 		if (f->table->on_failed)
 			f->table->on_failed(f->table->on_failed_ctx, f);
 	}

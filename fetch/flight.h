@@ -81,6 +81,12 @@ struct flight_spec {
 	const char *etag;   /* the version to pin every request to, or NULL (first response's) */
 	const char *const *mirror_urls; /* the same object elsewhere, tried when url fails */
 	unsigned n_mirror_urls;
+	/* Per mirror URL, or NULL for none: a file: mirror's directory (a descriptor that
+	 * outlives the flight, owned by the caller) and the object's path beneath it (from
+	 * fetch_mirror_path); -1 and NULL for other mirrors. Such an object is opened with
+	 * fetch_open_beneath, never by curl from the URL, which is kept for log lines. */
+	const int *mirror_dir_fds;
+	const char *const *mirror_paths;
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
 };
@@ -92,6 +98,8 @@ struct flight {
 	char *name;
 	char **urls; /* url, then its mirrors (n_urls in all) */
 	unsigned n_urls;
+	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
+	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
 	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
 	 * before any byte is delivered; read by whoever delivers and hashes. */
 	char sha256[65];
@@ -127,7 +135,7 @@ struct flight {
 	ino_t spool_ino;
 	struct timespec spool_ctime; /* its change time when the idle spool was closed */
 	bool engine_done;            /* the transfer thread retired it: it writes no more */
-	char *spool_path;
+	char *spool_name;            /* in the table's spool directory */
 	/* The spool is another mount's download (shared cache directory): read it, never
 	 * delete it. */
 	bool spool_borrowed;
@@ -179,8 +187,8 @@ struct flight {
 	int last_status;                  /* last HTTP status, for the failure log line */
 	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
 	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
-	int lease_fd;           /* shared cache directories: the lease file, -1 = none (lease.h) */
 	bool lease_held;        /* this flight downloads; else another mount does and it watches */
+	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
 	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
 	                   holder next looks for watchers */
 	bool watched;           /* a holder that another mount watches: whole, recorded often */
@@ -191,7 +199,11 @@ struct flight {
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
 struct flight_table;
 
-int flight_table_create(const char *spool_dir, struct flight_table **out);
+/*
+ * Spool files are created, opened and deleted in the directory spool_dirfd (a copy of the
+ * fd is kept), by name and never through a symbolic link.
+ */
+int flight_table_create(int spool_dirfd, struct flight_table **out);
 /* Drops the table's references (and stops the hasher). Call after the engine stopped. */
 void flight_table_destroy(struct flight_table *table);
 
@@ -289,9 +301,21 @@ bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
  */
 bool flight_key_names_version(const char *key);
 
-/* The spool file of key in spool_dir, in *path (the caller frees it): a hash of the key, so
- * a later session finds it again. 0, -ENOMEM, or -EIO when the key cannot be hashed. */
-int flight_spool_path(const char *spool_dir, const char *key, char **path);
+/*
+ * url as a key holds it (*out, the caller frees it): as is, unless it carries a secret
+ * (fetch_url_has_secret); then redacted, with the sha256 of the whole URL after a '#', so
+ * the key still names one URL and index.db never holds a password or a signature.
+ * 0, -ENOMEM, or -EIO when the URL cannot be hashed.
+ */
+int flight_key_url(const char *url, char **out);
+
+/* The name of key's spool file in the spool directory, in *name (the caller frees it): a
+ * hash of the key, so a later session finds it again. 0, -ENOMEM, or -EIO when the key
+ * cannot be hashed. */
+int flight_spool_name(const char *key, char **name);
+
+/* True when f's spool name in the spool directory is still the file f has open. */
+bool flight_spool_still_named(struct flight *f);
 
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);

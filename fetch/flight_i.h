@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "index/hash.h"
+
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
 #define TABLE_BUCKETS 1024
 struct tainted_key;
@@ -19,8 +21,11 @@ struct table_entry;
 struct version_pins;
 
 struct flight_table {
-	char *spool_dir;
+	int spool_dirfd; /* the spool directory, set at creation */
 	pthread_mutex_t lock;
+	/* Set at creation, read-only afterwards: picks a key's bucket (keys come from manifests,
+	 * listings and upstreams, so the hash is keyed: see index/hash.h). */
+	struct index_hash_key key;
 	/* Guarded by lock. */
 	struct table_entry *buckets[TABLE_BUCKETS];
 	uint64_t next_id;
@@ -38,8 +43,6 @@ struct flight_table {
 	void *on_complete_ctx;
 };
 
-/* flight_spool_path in table's directory. */
-int flight_table_spool_path(struct flight_table *table, const char *key, char **path);
 /*
  * Takes a failed flight out of the table so the next open starts a new one, marks its key
  * so that open drops the kernel's cached pages, and keeps etag (from url), its version, for

@@ -8,6 +8,7 @@
 #include "fetch/flight.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,25 +37,32 @@ struct table_entry {
 	struct table_entry *next;
 };
 
-int flight_table_create(const char *spool_dir, struct flight_table **out)
+int flight_table_create(int spool_dirfd, struct flight_table **out)
 {
 	struct flight_table *table = calloc(1, sizeof(*table));
 	int rc = -ENOMEM;
 
 	if (!table)
 		goto fail;
-	table->spool_dir = strdup(spool_dir);
-	if (!table->spool_dir)
+	table->spool_dirfd = fcntl(spool_dirfd, F_DUPFD_CLOEXEC, 0);
+	if (table->spool_dirfd < 0) {
+		rc = -errno;
 		goto fail_table;
-	table->pins = version_pins_new();
-	if (!table->pins)
+	}
+	rc = index_hash_key_new(&table->key);
+	if (rc < 0)
 		goto fail_dir;
+	table->pins = version_pins_new();
+	if (!table->pins) {
+		rc = errno ? -errno : -ENOMEM;
+		goto fail_dir;
+	}
 	pthread_mutex_init(&table->lock, NULL);
 	table->next_id = 1;
 	*out = table;
 	return 0;
 fail_dir:
-	free(table->spool_dir);
+	close(table->spool_dirfd);
 fail_table:
 	free(table);
 fail:
@@ -117,7 +125,7 @@ void flight_table_destroy(struct flight_table *table)
 	}
 	version_pins_free(table->pins);
 	pthread_mutex_destroy(&table->lock);
-	free(table->spool_dir);
+	close(table->spool_dirfd);
 	free(table);
 }
 
@@ -206,7 +214,7 @@ static void note_ino_locked(struct flight *f, uint64_t ino)
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
                       struct flight **out, bool *created)
 {
-	uint64_t bucket = index_hash_str(spec->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, spec->key) % TABLE_BUCKETS;
 	struct table_entry *e;
 	bool saw_failed = false;
 	int rc = 0;
@@ -267,7 +275,7 @@ static void take_out(struct flight *f, const char *etag, const char *url, bool t
 {
 	int pin_rc = 0;
 	struct flight_table *table = f->table;
-	uint64_t bucket = index_hash_str(f->key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, f->key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
 
 	pthread_mutex_lock(&table->lock);
@@ -362,7 +370,7 @@ void flight_table_foreach(struct flight_table *table,
 
 uint64_t flight_table_cached_bytes(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;
 	uint64_t bytes = 0;
 
 	pthread_mutex_lock(&table->lock);
@@ -384,29 +392,57 @@ bool flight_key_names_version(const char *key)
 	return strncmp(key, "sha256:", 7) == 0 || strncmp(key, "etag:", 5) == 0;
 }
 
-int flight_spool_path(const char *spool_dir, const char *key, char **path)
+/* The sha256 of text in hex, in hex[2 * EVP_MAX_MD_SIZE + 1]. 0 or -EIO. */
+static int sha256_hex(const char *text, char *hex)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
-	char hex[2 * EVP_MAX_MD_SIZE + 1];
 
-	if (EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL) != 1)
+	if (EVP_Digest(text, strlen(text), digest, &len, EVP_sha256(), NULL) != 1)
 		return -EIO;
 	for (unsigned i = 0; i < len; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	return asprintf(path, "%s/%s.spool", spool_dir, hex) < 0 ? -ENOMEM : 0;
+	return 0;
 }
 
-int flight_table_spool_path(struct flight_table *table, const char *key, char **path)
+int flight_spool_name(const char *key, char **name)
 {
-	return flight_spool_path(table->spool_dir, key, path);
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+	if (sha256_hex(key, hex) != 0)
+		return -EIO;
+	return asprintf(name, "%s.spool", hex) < 0 ? -ENOMEM : 0;
+}
+
+int flight_key_url(const char *url, char **out)
+{
+	char hex[2 * EVP_MAX_MD_SIZE + 1], *shown = NULL;
+	int rc = 0;
+
+	*out = NULL;
+	if (!fetch_url_has_secret(url)) {
+		*out = strdup(url);
+		return *out ? 0 : -ENOMEM;
+	}
+	shown = malloc(strlen(url) + 1); /* redacted, a URL is never longer */
+	if (!shown)
+		return -ENOMEM;
+	fetch_redact_url(url, shown, strlen(url) + 1);
+	if (sha256_hex(url, hex) != 0)
+		rc = -EIO;
+	else if (asprintf(out, "%s#%s", shown, hex) < 0) {
+		*out = NULL;
+		rc = -ENOMEM;
+	}
+	free(shown);
+	return rc;
 }
 
 int flight_table_evict(struct flight_table *table, const char *key)
 {
-	uint64_t bucket = index_hash_str(key) % TABLE_BUCKETS;
+	uint64_t bucket = index_hash_str(&table->key, key) % TABLE_BUCKETS;
 	struct table_entry **pp, *found = NULL;
-	char *path = NULL;
+	char *name = NULL;
 	int rc = 0;
 
 	pthread_mutex_lock(&table->lock);
@@ -455,13 +491,13 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		flight_unref(found->flight);
 		free(found);
 	}
-	rc = flight_table_spool_path(table, key, &path);
+	rc = flight_spool_name(key, &name);
 	/* Another mount sharing the cache directory may be reading it (our own mark is gone
 	 * with the flight dropped above). */
-	if (rc == 0 && lease_in_use_elsewhere(path))
+	if (rc == 0 && lease_in_use_elsewhere(table->spool_dirfd, name))
 		rc = -EBUSY;
-	else if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+	else if (rc == 0 && unlinkat(table->spool_dirfd, name, 0) != 0 && errno != ENOENT)
 		rc = -errno;
-	free(path);
+	free(name);
 	return rc;
 }

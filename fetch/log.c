@@ -109,3 +109,11 @@ const char *fetch_redact_url(const char *url, char *buf, size_t len)
 		snprintf(buf, len, "%.*s", (int)(path - url + (ptrdiff_t)path_len), url);
 	return buf;
 }
+
+bool fetch_url_has_secret(const char *url)
+{
+	const char *scheme_end = strstr(url, "://");
+	const char *authority = scheme_end ? scheme_end + 3 : url;
+
+	return memchr(authority, '@', strcspn(authority, "/?#")) || strchr(authority, '?');
+}

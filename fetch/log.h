@@ -8,6 +8,7 @@
 #ifndef SPOOLFS_FETCH_LOG_H
 #define SPOOLFS_FETCH_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum fetch_log_level {
@@ -25,5 +26,8 @@ void fetch_log(enum fetch_log_level level, const char *fmt, ...)
 
 /* Copies url into buf (always NUL-terminated) without userinfo and query. Returns buf. */
 const char *fetch_redact_url(const char *url, char *buf, size_t len);
+
+/* Whether fetch_redact_url would hide something that matters: userinfo, or a query. */
+bool fetch_url_has_secret(const char *url);
 
 #endif

@@ -94,6 +94,12 @@ void fetch_net_apply(CURL *easy, const struct fetch_net *net, struct fetch_net_g
 		curl_easy_setopt(easy, CURLOPT_PROXY, net->proxy);
 		curl_easy_setopt(easy, CURLOPT_NOPROXY, ""); /* --proxy overrides no_proxy too */
 	}
+	/* Optional: a URL's own userinfo still wins, and hosts the file does not name get
+	 * no credentials. */
+	if (net->netrc_file) {
+		curl_easy_setopt(easy, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
+		curl_easy_setopt(easy, CURLOPT_NETRC_FILE, net->netrc_file);
+	}
 	if (net->stall_timeout_s) {
 		curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT,
 		                 (long)FETCH_NET_LOW_SPEED_BYTES_PER_S);

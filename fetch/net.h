@@ -17,8 +17,9 @@
 #define FETCH_NET_LOW_SPEED_BYTES_PER_S 1024u
 
 struct fetch_net {
-	const char *ca_file; /* NULL: the system's trust store */
-	const char *proxy;   /* NULL: libcurl's http_proxy, https_proxy and no_proxy */
+	const char *ca_file;    /* NULL: the system's trust store */
+	const char *proxy;      /* NULL: libcurl's http_proxy, https_proxy and no_proxy */
+	const char *netrc_file; /* NULL: none; else user names and passwords by host */
 	unsigned connect_timeout_s;
 	/* Blocking requests (the manifest, S3 listings): one that receives nothing, or under
 	 * FETCH_NET_LOW_SPEED_BYTES_PER_S, this long is dropped (0: the caller watches for
@@ -41,7 +42,7 @@ struct fetch_net_guard {
 	char why[300]; /* the refusal as one line naming the host and the address */
 };
 
-/* Sets the shared options on easy: TLS trust, proxy, timeouts, the stall floor (when
+/* Sets the shared options on easy: TLS trust, proxy, netrc, timeouts, the stall floor (when
  * net->stall_timeout_s), no signals, user agent, and the address policy, whose refusals
  * are recorded in guard. */
 void fetch_net_apply(CURL *easy, const struct fetch_net *net, struct fetch_net_guard *guard);

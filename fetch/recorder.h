@@ -5,7 +5,10 @@
  * Jobs run in the order they were queued, so an object's records stay in order, and a
  * lease handed over after them is let go only once the next holder can read them.
  *
- * Lock: none of its own; its queue is a worker's (worker.h).
+ * Jobs are taken in batches (all queued since the last pass), so a burst of completion
+ * records shares its disk syncs instead of waiting in line, each holding its descriptors.
+ *
+ * Lock: its own mutex guards the pending jobs; the worker (worker.h) runs the batches.
  */
 #ifndef SPOOLFS_FETCH_RECORDER_H
 #define SPOOLFS_FETCH_RECORDER_H
@@ -16,6 +19,7 @@
 #include "index/ranges.h"
 
 struct index;
+struct lease_set;
 struct recorder;
 
 /* Starts the recorder thread. 0 or -errno. */
@@ -35,7 +39,7 @@ void recorder_ranges(struct recorder *r, struct flight *f, struct index_ranges *
 /* Forgets f's records (its download failed). */
 void recorder_failed(struct recorder *r, struct flight *f);
 
-/* Closes lease_fd once everything queued before is recorded. */
-void recorder_release(struct recorder *r, int lease_fd);
+/* Lets key's lease in `leases` go once everything queued before is recorded. */
+void recorder_release(struct recorder *r, struct lease_set *leases, const char *key);
 
 #endif

@@ -7,6 +7,7 @@
 #define SPOOLFS_FETCH_SOURCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fetch/net.h"
 
@@ -27,10 +28,11 @@ struct source_options {
 /*
  * Reads the manifest named by `source` (http://, https://, file:// or a path). On success
  * *text (NUL-terminated, *len bytes) and *base_url (the URL relative entries resolve
- * against) are malloc'd for the caller. On failure returns -errno and writes a one-line
- * reason into err.
+ * against) are malloc'd for the caller, and *mtime is the manifest's own time (the HTTP
+ * answer's Last-Modified, a local file's mtime; 0 when unknown). On failure returns -errno
+ * and writes a one-line reason into err.
  */
 int source_manifest_read(const char *source, const struct source_options *opts, char **text,
-                         size_t *len, char **base_url, char *err, size_t err_len);
+                         size_t *len, char **base_url, int64_t *mtime, char *err, size_t err_len);
 
 #endif

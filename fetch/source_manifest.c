@@ -142,7 +142,7 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 }
 
 int source_manifest_read(const char *source, const struct source_options *opts, char **text,
-                         size_t *len, char **base_url, char *err, size_t err_len)
+                         size_t *len, char **base_url, int64_t *mtime, char *err, size_t err_len)
 {
 	struct buffer buf = {.max =
 	                         opts->max_bytes ? opts->max_bytes : SOURCE_MANIFEST_DEFAULT_MAX};
@@ -193,6 +193,9 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	 * takes; one that stops or trickles is dropped after net.stall_timeout_s
 	 * (fetch_net_apply), and one past buf.max at its first byte too many. */
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
+	/* Last-Modified over HTTP, the file's mtime for file://: what entries without an mtime
+	 * show (a manifest's files are no newer than the manifest). */
+	curl_easy_setopt(easy, CURLOPT_FILETIME, 1L);
 
 	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
 	 * tries a download would. */
@@ -229,6 +232,10 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		free(url);
 		url = copy;
 	}
+	curl_off_t filetime = -1;
+	if (curl_easy_getinfo(easy, CURLINFO_FILETIME_T, &filetime) != CURLE_OK)
+		filetime = -1;
+	*mtime = filetime > 0 ? (int64_t)filetime : 0;
 	*text = buf.data;
 	*len = buf.len;
 	*base_url = url;

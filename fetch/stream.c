@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "fetch/beneath.h"
 #include "fetch/engine_i.h"
 #include "fetch/log.h"
 
@@ -347,14 +349,68 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	return len;
 }
 
+/* Why fetch_open_beneath refused an object, for the log. */
+static const char *beneath_refusal(int err)
+{
+	switch (err) {
+	case -ELOOP:
+		return "a symlink on its path in the mirror's directory (none is followed)";
+	case -EXDEV:
+		return "its path leaves the mirror's directory";
+	case -ENOENT:
+		return "no such file in the mirror's directory";
+	case -EINVAL:
+		return "not a regular file beneath the mirror's directory";
+	default:
+		return strerror(-err);
+	}
+}
+
+/*
+ * The URL curl reads for f's current url into s, for a file: mirror's object the file
+ * opened beneath the mirror's directory (beneath.h): curl gets that descriptor's
+ * /proc/self/fd path, which reopens that very file, and applies ranges and resumes to it as
+ * to any file: URL, so the body goes through the same checks, spool writes and hashing as
+ * every other. (curl would decode the URL's path and follow symlinks itself.) A refusal
+ * moves f to its next url, as a 404 would; with none left, -EIO.
+ */
+static int stream_url(struct engine *e, struct flight *f, struct stream *s, char **url)
+{
+	char fd_url[64];
+
+	while (f->url_dir_fds[f->url_idx] >= 0) {
+		unsigned idx = f->url_idx;
+		char shown[512], why[200];
+		int fd = fetch_open_beneath(f->url_dir_fds[idx], f->url_paths[idx]);
+		if (fd >= 0) {
+			s->obj_fd = fd;
+			snprintf(fd_url, sizeof(fd_url), "file:///proc/self/fd/%d", fd);
+			*url = strdup(fd_url);
+			return *url ? 0 : -ENOMEM;
+		}
+		snprintf(why, sizeof(why), "refused: %s", beneath_refusal(fd));
+		fetch_log(fd == -ENOENT ? FETCH_LOG_WARN : FETCH_LOG_ERROR, "%s: mirror %s: %s",
+		          f->name, fetch_redact_url(f->urls[idx], shown, sizeof(shown)), why);
+		if (!engine_try_other_mirror(e, f, idx, why))
+			return -EIO;
+	}
+	*url = strdup(f->urls[f->url_idx]);
+	return *url ? 0 : -ENOMEM;
+}
+
 int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t end)
 {
 	struct stream *s = calloc(1, sizeof(*s));
-	char range[64], header[300];
+	char range[64], header[300], *url = NULL;
 	int rc = -ENOMEM;
 
 	if (!s)
 		goto fail;
+	s->obj_fd = -1;
+	rc = stream_url(e, f, s, &url);
+	if (rc)
+		goto fail_stream;
+	rc = -ENOMEM;
 	s->engine = e;
 	s->f = f;
 	s->pos = s->attempt_start = start;
@@ -365,7 +421,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	if (!s->easy)
 		goto fail_stream;
 	s->url_idx = f->url_idx;
-	curl_easy_setopt(s->easy, CURLOPT_URL, f->urls[f->url_idx]);
+	curl_easy_setopt(s->easy, CURLOPT_URL, url); /* curl copies it */
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
@@ -428,13 +484,17 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	e->n_transfers++;
 	atomic_fetch_add_explicit(&e->stats.requests, 1, memory_order_relaxed);
 	fetch_log(FETCH_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
+	free(url);
 	return 0;
 fail_easy:
 	curl_slist_free_all(s->headers);
 	curl_easy_cleanup(s->easy);
 fail_stream:
+	if (s->obj_fd >= 0)
+		close(s->obj_fd);
 	free(s);
 fail:
+	free(url);
 	return rc;
 }
 
@@ -459,5 +519,7 @@ void stream_free(struct engine *e, struct stream *s)
 	curl_multi_remove_handle(e->multi, s->easy);
 	curl_easy_cleanup(s->easy);
 	curl_slist_free_all(s->headers);
+	if (s->obj_fd >= 0)
+		close(s->obj_fd);
 	free(s);
 }

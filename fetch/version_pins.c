@@ -32,18 +32,30 @@ struct version_pin {
 };
 
 struct version_pins {
+	struct index_hash_key key; /* the keys are objects' keys, from a manifest or listing */
 	struct version_pin *buckets[PIN_BUCKETS];
 	unsigned count;
 };
 
-static unsigned bucket_of(const char *key)
+static unsigned bucket_of(const struct version_pins *pins, const char *key)
 {
-	return (unsigned)(index_hash_str(key) % PIN_BUCKETS);
+	return (unsigned)(index_hash_str(&pins->key, key) % PIN_BUCKETS);
 }
 
 struct version_pins *version_pins_new(void)
 {
-	return calloc(1, sizeof(struct version_pins));
+	struct version_pins *pins = calloc(1, sizeof(struct version_pins));
+	int rc;
+
+	if (!pins)
+		return NULL;
+	rc = index_hash_key_new(&pins->key);
+	if (rc < 0) {
+		free(pins);
+		errno = -rc;
+		return NULL;
+	}
+	return pins;
 }
 
 static void pin_free(struct version_pin *pin)
@@ -70,7 +82,7 @@ void version_pins_free(struct version_pins *pins)
 
 static struct version_pin *find(const struct version_pins *pins, const char *key, const char *url)
 {
-	for (struct version_pin *p = pins->buckets[bucket_of(key)]; p; p = p->next)
+	for (struct version_pin *p = pins->buckets[bucket_of(pins, key)]; p; p = p->next)
 		if (strcmp(p->key, key) == 0 && strcmp(p->url, url) == 0)
 			return p;
 	return NULL;
@@ -79,7 +91,7 @@ static struct version_pin *find(const struct version_pins *pins, const char *key
 int version_pins_put(struct version_pins *pins, const char *key, const char *url, const char *etag)
 {
 	struct version_pin *pin;
-	unsigned b = bucket_of(key);
+	unsigned b = bucket_of(pins, key);
 
 	if (find(pins, key, url))
 		return 0;

@@ -12,7 +12,7 @@ struct version_pins;
  * ETag looks like it (an ETag starts with a quote or W/). */
 #define VERSION_PIN_LAST_MODIFIED "Last-Modified: "
 
-/* An empty set, or NULL when out of memory. */
+/* An empty set with a fresh hash key, or NULL with errno set (ENOMEM, or getrandom's). */
 struct version_pins *version_pins_new(void);
 void version_pins_free(struct version_pins *pins);
 

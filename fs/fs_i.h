@@ -27,6 +27,7 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *proxy;
+	char *netrc_file;        /* userinfo for http(s) hosts, kept out of argv */
 	char *cache_max_size;    /* "10G": parsed by main */
 	char *max_manifest_size; /* "1G": parsed by main */
 	char **mirrors;          /* --mirror bases, in order */
@@ -41,9 +42,11 @@ struct fs_options {
 	char *stall_timeout_text;
 	char *retries_text;
 	char *max_transfers_text;
+	char *stats_mode_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
+	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
 	int keep_cache;
 	int no_passthrough;
 	int allow_link_local;
@@ -51,6 +54,10 @@ struct fs_options {
 	int debug;
 	int show_help;
 	int show_version;
+	/* "dev" or "suid" was asked for (mount.fuse3 passes both for root): dropped, and
+	 * said once logging is set up. */
+	bool asked_dev;
+	bool asked_suid;
 };
 
 /* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
@@ -63,6 +70,7 @@ struct fs_counters {
 	atomic_uint_fast64_t reads_failed;
 	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
 	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
+	atomic_uint_fast64_t virtual_snapshots;   /* /.spoolfs contents built (one per open) */
 };
 
 /* An open file: an object's flight, or a snapshot of a virtual file. */
@@ -106,6 +114,9 @@ struct fs_session {
 	atomic_bool readahead_tuned;
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
+	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
+	 * are opened beneath it (fetch/beneath.h), else -1. NULL with no mirrors. */
+	int *mirror_dir_fds;
 	/* Lazy listing: which directories are being listed now (see listing.c). */
 	pthread_mutex_t list_lock;
 	pthread_cond_t list_done;
@@ -116,9 +127,9 @@ struct fs_session {
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;
-	char *cache_dir; /* the directory in use */
-	char *spool_dir;
-	char *lease_path; /* a named cache directory's lease file (fetch/lease.h), else NULL */
+	char *cache_dir; /* the directory in use, canonical (sqlite opens by name) */
+	int cache_fd;    /* the directory in use, checked ours (main.c): all access goes by it */
+	int spool_fd;    /* its "spool" directory, also checked ours */
 
 	bool made_cache_dir;      /* --cache-dir did not exist before: removed when emptied */
 	int cache_lock_fd;        /* flock on cache_dir/lock for the process's life, or -1 */
@@ -200,6 +211,15 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
 void fs_options_free(struct fs_options *opts);
 
+/*
+ * Overwrites in place, with '*', the secrets in the process's own command line: the
+ * userinfo and query of every URL, and the userinfo of a scheme-less --proxy/-o proxy=.
+ * /proc/PID/cmdline (what `ps` shows every local user) reads this memory, so after this
+ * only the lengths show. Call it once the arguments have been copied (fs_options_parse
+ * does). True when something was hidden.
+ */
+bool fs_argv_scrub(int argc, char *argv[]);
+
 extern const struct fuse_lowlevel_ops fs_ops;
 
 /* `spoolfs status MOUNTPOINT [--watch]`; returns the exit status. */
@@ -253,6 +273,19 @@ int fs_mount_device(const char *mountpoint, char *dev, size_t len);
 
 /* fs_mount_device on a table in mountinfo's format; the caller owns table. */
 int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len);
+
+/* fs_mount_device that also gives the topmost mount's filesystem type ("fuse.spoolfs",
+ * "tmpfs") in fstype when it is not NULL; and the same on a table. */
+int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, size_t fstype_len);
+int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
+                    size_t fstype_len);
+
+/*
+ * Before mounting on mountpoint (as given): refuses (-EBUSY, with a message) when a live
+ * FUSE mount is on top there already, and lazily unmounts a dead one (its daemon gone, so
+ * every access fails with ENOTCONN), saying so. 0 when the mount may go ahead.
+ */
+int fs_mountpoint_prepare(const char *mountpoint);
 
 /* Whether the topmost mount at the mountpoint is still this session's (abort.c). */
 bool fs_mount_still_ours(const struct fs_session *s);

@@ -10,12 +10,13 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -26,11 +27,6 @@
 #include "fetch/log.h"
 #include "fetch/source.h"
 #include "fs/fs_i.h"
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path) == 0 || errno == ENOENT ? 0 : -1;
-}
 
 /*
  * Every object read in the session keeps its spool file open (readers splice from it), so
@@ -47,41 +43,148 @@ static void raise_fd_limit(void)
 }
 
 /*
+ * Deletes what the spool directory holds, by name through its fd: a symbolic link found
+ * there goes itself, never what it points to; a directory (never ours) stays.
+ */
+static void empty_spool_dir(int dirfd)
+{
+	int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(dir)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			unlinkat(dirfd, e->d_name, 0);
+	closedir(dir);
+}
+
+/*
  * What unmount leaves behind: nothing, unless --keep-cache. Only our own files go from a
- * directory the user named; the directory itself goes if we created it. A directory that
- * other mounts still use is left to the last of them.
+ * directory the user named, by name through the directory's fd; the directory itself goes
+ * if we created it. A directory that other mounts still use is left to the last of them.
  */
 static void remove_cache_files(struct fs_session *s)
 {
-	static const char *const index_files[] = {"index.db", "index.db-wal", "index.db-shm",
+	static const char *const cache_files[] = {"index.db", "index.db-wal", "index.db-shm",
 	                                          "index.db-journal", "leases"};
-	char path[4096];
 
 	/* Without the lock the files are another mount's. */
 	bool temporary = !s->opts.cache_dir; /* a fresh directory of ours: goes whole */
 
 	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing
 	 * of a named directory: what an earlier session kept stays. */
-	if (!s->cache_dir || s->cache_lock_fd < 0 ||
+	if (s->cache_fd < 0 || s->cache_lock_fd < 0 ||
 	    (!temporary && (s->opts.keep_cache || (!s->was_mounted && !s->made_cache_dir))))
 		return;
-	if (temporary) {
-		nftw(s->cache_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-		return;
-	}
 	/* Exclusive only when no other mount holds its shared lock: we are the last one. */
-	if (flock(s->cache_lock_fd, LOCK_EX | LOCK_NB) != 0)
+	if (!temporary && flock(s->cache_lock_fd, LOCK_EX | LOCK_NB) != 0)
 		return;
-	for (size_t i = 0; i < sizeof(index_files) / sizeof(index_files[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", s->cache_dir, index_files[i]);
-		unlink(path);
+	for (size_t i = 0; i < sizeof(cache_files) / sizeof(cache_files[0]); i++)
+		unlinkat(s->cache_fd, cache_files[i], 0);
+	if (s->spool_fd >= 0) {
+		empty_spool_dir(s->spool_fd);
+		unlinkat(s->cache_fd, "spool", AT_REMOVEDIR);
 	}
-	if (s->spool_dir)
-		nftw(s->spool_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-	snprintf(path, sizeof(path), "%s/lock", s->cache_dir);
-	unlink(path);
-	if (s->made_cache_dir)
+	unlinkat(s->cache_fd, "lock", 0);
+	/* Only an empty directory goes: anything we do not know stays with it. */
+	if (temporary || s->made_cache_dir)
 		rmdir(s->cache_dir);
+}
+
+/*
+ * One line for a cache directory, or an entry in it, we will not use: why, and for one that
+ * is not ours to use (rc -EPERM, -ELOOP, -ENOTDIR) what to do about it. rc passes through.
+ */
+static int refuse_cache(const struct fs_session *s, const char *entry, const char *why, int rc)
+{
+	bool unsafe = rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR;
+	const char *advice = !unsafe        ? ""
+	                     : entry        ? ": refused (remove it)"
+	                     : rc == -EPERM ? ": refused: only the mount's user may write in its "
+	                                      "cache directory"
+	                                    : ": refused";
+
+	fprintf(stderr, "spoolfs: %s %s%s%s%s%s%s\n",
+	        s->opts.cache_dir ? "--cache-dir" : "cache directory",
+	        s->cache_dir ? s->cache_dir : s->opts.cache_dir, entry ? "/" : "",
+	        entry ? entry : "", unsafe ? " " : ": ", why, advice);
+	return rc;
+}
+
+/*
+ * Opens the cache directory once, never through a symbolic link, and checks that only we
+ * can write in it: the daemon often runs as root, and anyone who could plant a name there
+ * (a symbolic link as "lock", another user's "index.db") would choose which files root
+ * creates or opens. Everything inside is then reached from this fd. A --cache-dir that does
+ * not exist is made 0700; the path above it is its user's own business.
+ */
+static int open_cache_dir(struct fs_session *s)
+{
+	const char *why = NULL;
+	struct stat st;
+	int rc = 0;
+
+	if (s->opts.cache_dir) {
+		free(s->cache_dir);
+		s->cache_dir = NULL;
+		/* A trailing '/' would make open follow a link as the last component. */
+		size_t len = strlen(s->opts.cache_dir);
+		while (len > 1 && s->opts.cache_dir[len - 1] == '/')
+			len--;
+		s->cache_dir = strndup(s->opts.cache_dir, len);
+		if (!s->cache_dir)
+			return refuse_cache(s, NULL, "cannot be opened: out of memory", -ENOMEM);
+		for (int tries = 0; tries < 4; tries++) {
+			s->cache_fd =
+			    open(s->cache_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (s->cache_fd >= 0 || errno != ENOENT)
+				break;
+			if (mkdir(s->cache_dir, 0700) == 0)
+				s->made_cache_dir = true;
+			else if (errno != EEXIST)
+				break;
+		}
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		if (asprintf(&s->cache_dir, "%s/spoolfs-XXXXXX", tmp && *tmp ? tmp : "/var/tmp") <
+		    0) {
+			s->cache_dir = NULL;
+			return -ENOMEM;
+		}
+		if (mkdtemp(s->cache_dir))
+			s->cache_fd =
+			    open(s->cache_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (s->cache_fd < 0) {
+		rc = -errno;
+		if (rc == -ENOTDIR || rc == -ELOOP)
+			why = lstat(s->cache_dir, &st) == 0 && S_ISLNK(st.st_mode)
+			          ? "is a symbolic link"
+			          : "is not a directory";
+		return refuse_cache(s, NULL, why ? why : strerror(-rc), rc);
+	}
+	if (fstat(s->cache_fd, &st) != 0)
+		return refuse_cache(s, NULL, strerror(errno), -errno);
+	why = index_entry_unsafe(&st, S_IFDIR);
+	if (why) {
+		char said[128];
+		snprintf(said, sizeof(said), "%s (uid %u, mode %04o)", why, (unsigned)st.st_uid,
+		         (unsigned)(st.st_mode & 07777));
+		return refuse_cache(s, NULL, said, -EPERM);
+	}
+	/* Canonical for sqlite and the status tool, and checked by index_open_at to still
+	 * name this directory. */
+	char *canonical = realpath(s->cache_dir, NULL);
+	if (!canonical)
+		return refuse_cache(s, NULL, strerror(errno), -errno);
+	free(s->cache_dir);
+	s->cache_dir = canonical;
+	return 0;
 }
 
 /*
@@ -94,32 +197,47 @@ static void remove_cache_files(struct fs_session *s)
 static bool lock_still_named(const struct fs_session *s, int fd)
 {
 	struct stat locked, named;
-	char path[4096];
 
-	snprintf(path, sizeof(path), "%s/lock", s->cache_dir);
-	return fstat(fd, &locked) == 0 && stat(path, &named) == 0 &&
+	return fstat(fd, &locked) == 0 &&
+	       fstatat(s->cache_fd, "lock", &named, AT_SYMLINK_NOFOLLOW) == 0 &&
 	       named.st_ino == locked.st_ino && named.st_dev == locked.st_dev;
 }
 
 static int lock_cache_dir(struct fs_session *s)
 {
-	char *lock_path = NULL;
+	const char *why;
+	struct stat st;
 	int fd = -1, rc = 0;
 
-	if (asprintf(&lock_path, "%s/lock", s->cache_dir) < 0)
-		return -ENOMEM;
 	for (;;) {
-		fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		/* The last mount out removed the directory it had made while we waited. */
-		if (fd < 0 && errno == ENOENT && mkdir(s->cache_dir, 0700) == 0) {
-			s->made_cache_dir = true;
+		fd = openat(s->cache_fd, "lock",
+		            O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+		/* The last mount out removed the directory it had made while we waited: ours is
+		 * gone from the tree, the name may hold a new one. */
+		if (fd < 0 && errno == ENOENT && s->opts.cache_dir) {
+			close(s->cache_fd);
+			s->cache_fd = -1;
+			rc = open_cache_dir(s);
+			if (rc)
+				break;
 			continue;
+		}
+		if (fd < 0) {
+			rc = refuse_cache(s, "lock",
+			                  errno == ELOOP ? "is a symbolic link" : strerror(errno),
+			                  -errno);
+			break;
+		}
+		why = fstat(fd, &st) == 0 ? index_entry_unsafe(&st, S_IFREG) : strerror(errno);
+		if (why) {
+			rc = refuse_cache(s, "lock", why, -EPERM);
+			break;
 		}
 		/* Exclusive while it opens the index when no other mount runs: see
 		 * forget_unversioned_spools. */
-		s->cache_alone = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
-		if (fd < 0 || (!s->cache_alone && flock(fd, LOCK_SH) != 0)) {
-			rc = -errno;
+		s->cache_alone = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		if (!s->cache_alone && flock(fd, LOCK_SH) != 0) {
+			rc = refuse_cache(s, "lock", strerror(errno), -errno);
 			break;
 		}
 		if (lock_still_named(s, fd)) {
@@ -131,7 +249,6 @@ static int lock_cache_dir(struct fs_session *s)
 	}
 	if (fd >= 0)
 		close(fd);
-	free(lock_path);
 	return rc;
 }
 
@@ -150,6 +267,35 @@ static void warn_unused_options(const struct fs_options *o)
 	if (bucket && o->max_manifest_size)
 		fprintf(stderr,
 		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
+	if (bucket && o->netrc_file)
+		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
+		                " are signed); ignored\n");
+}
+
+/*
+ * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
+ * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
+ * one is refused now rather than failing downloads later. An absolute name is kept as
+ * given: a symlink (a rotated secret) is followed at each connection. 0 or -EINVAL, said.
+ */
+static int check_file_option(const char *option, char **name)
+{
+	char *absolute;
+
+	if ((*name)[0] == '/') {
+		if (access(*name, R_OK) == 0)
+			return 0;
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	absolute = realpath(*name, NULL);
+	if (!absolute) {
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	free(*name);
+	*name = absolute;
+	return 0;
 }
 
 /* "512M", "10G", "1048576": bytes, or -EINVAL. */
@@ -205,39 +351,39 @@ static int parse_size(const char *text, uint64_t *out)
  */
 static void forget_unversioned_spools(struct fs_session *s)
 {
-	char **keys = NULL, *path = NULL;
+	char **keys = NULL, *name = NULL;
 	size_t n = 0, forgotten = 0;
 
 	if (index_spool_keys(s->idx, &keys, &n) != 0)
 		return; /* kept, and started afresh by reuse_spool's rules as before */
 	for (size_t i = 0; i < n; i++) {
-		if (!flight_key_names_version(keys[i]) &&
-		    flight_spool_path(s->spool_dir, keys[i], &path) == 0) {
-			if ((unlink(path) == 0 || errno == ENOENT) &&
+		/* A key that holds a password or a signature was written by a spoolfs before
+		 * keys hid them: no object of ours has it now, and the secret should go. */
+		if ((!flight_key_names_version(keys[i]) || fetch_url_has_secret(keys[i])) &&
+		    flight_spool_name(keys[i], &name) == 0) {
+			if ((unlinkat(s->spool_fd, name, 0) == 0 || errno == ENOENT) &&
 			    index_record_forget(s->idx, keys[i]) == 0)
 				forgotten++;
-			free(path);
+			free(name);
 		}
 		free(keys[i]);
 	}
 	free(keys);
 	if (forgotten)
 		fetch_log(FETCH_LOG_INFO,
-		          "forgot %zu cached objects that name no version (no sha256 or etag)",
+		          "forgot %zu cached objects that name no version (no sha256 or etag), or"
+		          " whose keys hold a secret (kept by an older spoolfs)",
 		          forgotten);
 }
 
 static int open_index(struct fs_session *s)
 {
-	char *db_path = NULL;
+	char err[4200] = "";
 	int rc;
 
-	if (asprintf(&db_path, "%s/index.db", s->cache_dir) < 0)
-		return -ENOMEM;
-	rc = index_open(db_path, &s->idx);
+	rc = index_open_at(s->cache_fd, s->cache_dir, &s->idx, err, sizeof(err));
 	if (rc)
-		fprintf(stderr, "spoolfs: cannot open the index %s: %s\n", db_path, strerror(-rc));
-	free(db_path);
+		fprintf(stderr, "spoolfs: %s\n", err);
 	if (rc == 0 && s->cache_alone && s->opts.cache_dir)
 		forget_unversioned_spools(s);
 	if (rc == 0 && s->cache_alone) {
@@ -255,47 +401,31 @@ static int open_index(struct fs_session *s)
 
 static int make_cache_dir(struct fs_session *s)
 {
-	char *path = NULL;
+	const char *why;
+	struct stat st;
 	int rc;
 
-	if (s->opts.cache_dir) {
-		if (mkdir(s->opts.cache_dir, 0700) == 0)
-			s->made_cache_dir = true;
-		else if (errno != EEXIST)
-			return -errno;
-		path = realpath(s->opts.cache_dir, NULL);
-		if (!path)
-			return -errno;
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		if (asprintf(&path, "%s/spoolfs-XXXXXX", tmp && *tmp ? tmp : "/var/tmp") < 0)
-			return -ENOMEM;
-		if (!mkdtemp(path)) {
-			rc = -errno;
-			free(path);
-			return rc;
-		}
-	}
-	s->cache_dir = path;
-	rc = lock_cache_dir(s);
+	rc = open_cache_dir(s);
+	if (rc == 0)
+		rc = lock_cache_dir(s);
 	if (rc)
 		return rc;
-	if (asprintf(&s->spool_dir, "%s/spool", path) < 0) {
-		s->spool_dir = NULL;
-		return -ENOMEM;
+	if (mkdirat(s->cache_fd, "spool", 0700) != 0 && errno != EEXIST)
+		return refuse_cache(s, "spool", strerror(errno), -errno);
+	s->spool_fd = openat(s->cache_fd, "spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->spool_fd < 0) {
+		rc = -errno;
+		why = index_entry_at_unsafe(s->cache_fd, "spool", S_IFDIR);
+		return refuse_cache(s, "spool", why ? why : strerror(-rc), rc);
 	}
-	if (mkdir(s->spool_dir, 0700) != 0 && errno != EEXIST)
-		return -errno;
-	struct stat st;
-	if (lstat(s->spool_dir, &st) != 0)
-		return -errno;
-	if (!S_ISDIR(st.st_mode))
-		return -ENOTDIR; /* refused now, not at every read */
-	/* Only a named directory can be shared with another mount. */
-	if (s->opts.cache_dir && asprintf(&s->lease_path, "%s/leases", path) < 0) {
-		s->lease_path = NULL;
-		return -ENOMEM;
-	}
+	why = fstat(s->spool_fd, &st) == 0 ? index_entry_unsafe(&st, S_IFDIR) : strerror(errno);
+	if (why)
+		return refuse_cache(s, "spool", why, -EPERM);
+	/* Only a named directory is shared with other mounts, through its lease file (opened
+	 * by each flight): one planted there is refused now, not at every download. */
+	why = s->opts.cache_dir ? index_entry_at_unsafe(s->cache_fd, "leases", S_IFREG) : NULL;
+	if (why)
+		return refuse_cache(s, "leases", why, -EPERM);
 	return open_index(s);
 }
 
@@ -305,6 +435,7 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 {
 	return (struct fetch_net){.ca_file = s->opts.ca_file,
 	                          .proxy = s->opts.proxy,
+	                          .netrc_file = s->opts.netrc_file,
 	                          .connect_timeout_s = 10,
 	                          .stall_timeout_s = s->opts.stall_timeout_s,
 	                          .max_tries = s->opts.retries,
@@ -316,13 +447,19 @@ static int load_manifest(struct fs_session *s)
 	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
+	int64_t mtime = 0;
 	int rc;
 
-	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, err, sizeof(err));
+	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, &mtime, err,
+	                          sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
+	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
+	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
+	if (rc)
+		goto out;
 	rc = index_load_manifest_text(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
@@ -363,7 +500,10 @@ static int open_bucket(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
-	rc = index_begin_lazy(s->idx);
+	/* A listing dates its objects (LastModified), not its directories: those show the mount. */
+	rc = index_set_default_mtime(s->idx, (int64_t)time(NULL));
+	if (rc == 0)
+		rc = index_begin_lazy(s->idx);
 	if (rc)
 		return rc;
 	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
@@ -375,6 +515,61 @@ static int open_bucket(struct fs_session *s)
 static int load_namespace(struct fs_session *s)
 {
 	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
+}
+
+/*
+ * Opens each file: mirror's directory now, as the user named it (a symlink to it is
+ * followed: the user chose it). Its objects are opened beneath this descriptor, so what a
+ * manifest names cannot leave it. A directory that cannot be opened is a usage error.
+ */
+static int open_mirror_dirs(struct fs_session *s)
+{
+	char shown[512], *path = NULL;
+	CURLU *h = NULL;
+	int rc = 0;
+
+	if (!s->opts.n_mirrors || s->s3)
+		return 0;
+	s->mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->mirror_dir_fds));
+	if (!s->mirror_dir_fds)
+		return -ENOMEM;
+	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
+		s->mirror_dir_fds[i] = -1;
+	for (unsigned i = 0; i < s->opts.n_mirrors && rc == 0; i++) {
+		const char *url = s->opts.mirrors[i];
+		if (strncasecmp(url, "file:", 5) != 0)
+			continue;
+		const char *why = NULL;
+		h = curl_url();
+		if (!h) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
+		    curl_url_get(h, CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK)
+			why = "not a local file: URL";
+		else if ((s->mirror_dir_fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+			why = strerror(errno);
+		if (why) {
+			fprintf(stderr, "spoolfs: --mirror %s: cannot open its directory: %s\n",
+			        fetch_redact_url(url, shown, sizeof(shown)), why);
+			rc = -EINVAL;
+		}
+		curl_free(path);
+		path = NULL;
+		curl_url_cleanup(h);
+		h = NULL;
+	}
+	return rc;
+}
+
+static void close_mirror_dirs(struct fs_session *s)
+{
+	for (unsigned i = 0; s->mirror_dir_fds && i < s->opts.n_mirrors; i++)
+		if (s->mirror_dir_fds[i] >= 0)
+			close(s->mirror_dir_fds[i]);
+	free(s->mirror_dir_fds);
+	s->mirror_dir_fds = NULL;
 }
 
 /* The engine records a finished object in the index at once, not at its next wake-up. */
@@ -390,7 +585,7 @@ static int start_fetching(struct fs_session *s)
 	struct engine_config cfg;
 	int rc;
 
-	rc = flight_table_create(s->spool_dir, &s->flights);
+	rc = flight_table_create(s->spool_fd, &s->flights);
 	if (rc)
 		return rc;
 	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
@@ -403,11 +598,12 @@ static int start_fetching(struct fs_session *s)
 	cfg.max_transfers = s->opts.max_transfers;
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
+	cfg.net.netrc_file = s->opts.netrc_file;
 	cfg.net.allow_link_local = s->opts.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
-	cfg.lease_path = s->lease_path;
+	cfg.lease_dirfd = s->opts.cache_dir ? s->cache_fd : -1;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
@@ -436,7 +632,10 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	for (char *p = shown; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
-	snprintf(opt, sizeof(opt), "-oro,default_permissions,subtype=spoolfs,fsname=%s", shown);
+	/* Last, so that they win over a "rw" given before (fs_options_parse drops dev and suid):
+	 * nobody's set-user-ID binary or device node comes from a store. */
+	snprintf(opt, sizeof(opt),
+	         "-oro,nosuid,nodev,default_permissions,subtype=spoolfs,fsname=%s", shown);
 	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
 }
 
@@ -544,6 +743,8 @@ int main(int argc, char *argv[])
 		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.cache_lock_fd = -1;
+	s.cache_fd = -1;
+	s.spool_fd = -1;
 	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
@@ -556,6 +757,13 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
+	if (fs_argv_scrub(argc, argv))
+		fetch_log(FETCH_LOG_WARN,
+		          "the command line held a password or a signed URL query: hidden from"
+		          " this process's command line now, but other users could read it while"
+		          " the mount started; use --netrc-file for passwords and the https_proxy"
+		          " or http_proxy variable for a proxy's");
 	if (s.opts.show_help) {
 		fs_options_usage(argv[0]);
 		status = 0;
@@ -590,26 +798,24 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	s.max_manifest_size = (size_t)manifest_max;
-	/* The daemon works in "/" (libfuse's daemonising, -f too): a relative --ca-file would
-	 * fail every download after the manifest's. A missing one would fail only https
-	 * downloads, and only once they start: said now. */
-	if (s.opts.ca_file && s.opts.ca_file[0] == '/' && access(s.opts.ca_file, R_OK) != 0) {
-		/* Kept as given: a symlink (a rotated secret) is followed at each connection. */
-		fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file, strerror(errno));
+	if (strncmp(s.opts.source, "s3://", 5) == 0) {
+		free(s.opts.netrc_file); /* said by warn_unused_options */
+		s.opts.netrc_file = NULL;
+	}
+	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
+	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0)) {
 		status = 2;
 		goto out_args;
 	}
-	if (s.opts.ca_file && s.opts.ca_file[0] != '/') {
-		char *absolute = realpath(s.opts.ca_file, NULL);
-		if (!absolute) {
-			fprintf(stderr, "spoolfs: --ca-file %s: %s\n", s.opts.ca_file,
-			        strerror(errno));
-			status = 2;
-			goto out_args;
-		}
-		free(s.opts.ca_file);
-		s.opts.ca_file = absolute;
-	}
+	set_log_level(s.opts.log_level, s.opts.debug);
+	if (s.opts.asked_dev || s.opts.asked_suid)
+		fetch_log(FETCH_LOG_INFO, "ignored %s%s%s: a spoolfs mount is always nosuid,nodev",
+		          s.opts.asked_dev ? "dev" : "",
+		          s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
+		          s.opts.asked_suid ? "suid" : "");
+	/* Before the stat below: a dead mount there fails it with ENOTCONN. */
+	if (fs_mountpoint_prepare(s.opts.mountpoint) != 0)
+		goto out_args;
 	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
 	struct stat mountpoint;
 	const char *unusable = stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
@@ -619,19 +825,23 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
 		goto out_args;
 	}
-	set_log_level(s.opts.log_level, s.opts.debug);
 	raise_fd_limit();
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		goto out_args;
 	}
-	rc = make_cache_dir(&s);
-	if (rc) {
-		fprintf(stderr, "spoolfs: cannot create the cache directory: %s\n", strerror(-rc));
+	/* Says why itself, naming the directory or the entry in it. */
+	if (make_cache_dir(&s) != 0)
 		goto out_cache;
-	}
 	if (load_namespace(&s) != 0)
 		goto out_cache;
+	rc = open_mirror_dirs(&s);
+	if (rc) {
+		if (rc == -ENOMEM)
+			fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+		status = 2;
+		goto out_cache;
+	}
 	rc = start_fetching(&s);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
@@ -645,6 +855,7 @@ out_fetch:
 	engine_destroy(s.engine);
 	flight_table_destroy(s.flights);
 out_cache:
+	close_mirror_dirs(&s);
 	index_close(s.idx);
 	s3_source_free(s.s3);
 	free(s.listing);
@@ -656,8 +867,10 @@ out_cache:
 	remove_cache_files(&s);
 	if (s.cache_lock_fd >= 0)
 		close(s.cache_lock_fd);
-	free(s.spool_dir);
-	free(s.lease_path);
+	if (s.spool_fd >= 0)
+		close(s.spool_fd);
+	if (s.cache_fd >= 0)
+		close(s.cache_fd);
 	free(s.mount_path);
 	free(s.cache_dir);
 	free(s.manifest_dir);

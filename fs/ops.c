@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fetch/beneath.h"
 #include "fetch/log.h"
 #include "fs/fs_i.h"
 #include "fs/virtual.h"
@@ -66,14 +67,20 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
  */
 static int flight_key(const struct index_node *n, const char *url, const char *etag, char **key)
 {
+	char *shown = NULL;
 	int rc;
 
 	if (n->sha256[0])
-		rc = asprintf(key, "sha256:%s", n->sha256);
-	else if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
-		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, url);
+		return asprintf(key, "sha256:%s", n->sha256) < 0 ? -ENOMEM : 0;
+	/* Keys go into the cache's index.db: no password or signature there. */
+	rc = flight_key_url(url, &shown);
+	if (rc)
+		return rc;
+	if (etag[0]) /* a new version is a new object; no space in a URL, nor in an ETag */
+		rc = asprintf(key, "etag:%" PRIu64 ":%s %s", n->size, etag, shown);
 	else
-		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, url);
+		rc = asprintf(key, "url:%" PRIu64 ":%s", n->size, shown);
+	free(shown);
 	return rc < 0 ? -ENOMEM : 0;
 }
 
@@ -204,7 +211,9 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int rc;
 
 	if (fs_virtual_ino(ino)) {
-		rc = fs_virtual_getattr(s, ino, &st);
+		/* fi names an open handle when the kernel asks on behalf of one (lseek). */
+		rc = fs_virtual_getattr(
+		    s, ino, fi && fi->fh ? (const struct fs_handle *)(uintptr_t)fi->fh : NULL, &st);
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
@@ -280,7 +289,7 @@ static void readdir_virtual(fuse_req_t req, struct fs_session *s, size_t size, o
 		if (entries[i].ino == FUSE_ROOT_ID) {
 			e.attr.st_ino = FUSE_ROOT_ID;
 			e.attr.st_mode = S_IFDIR | 0555;
-		} else if (fs_virtual_getattr(s, entries[i].ino, &e.attr) != 0) {
+		} else if (fs_virtual_getattr(s, entries[i].ino, NULL, &e.attr) != 0) {
 			continue;
 		}
 		len = plus ? fuse_add_direntry_plus(req, buf + used, size - used, entries[i].name,
@@ -398,35 +407,77 @@ void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, s
 	memmove(buf, buf + len - used, used);
 }
 
+/* An object's URLs on the --mirror bases (mirror_urls). */
+struct mirror_set {
+	char **urls;     /* per --mirror; NULL: the object is asked of no mirror */
+	char *path;      /* its path beneath a mirror's base, decoded (fetch_mirror_path) */
+	const char *rel; /* its URL's part after the manifest's directory */
+	size_t rel_len;  /* the path of rel, without query or fragment */
+	bool refused;    /* that path could lead out of a mirror's base: no mirror is asked */
+};
+
 /*
  * The object's URL on each --mirror: the part after the manifest's directory, on the
- * mirror's base. *out is NULL when there are no mirrors or the URL is elsewhere.
+ * mirror's base. m->urls stays NULL when there are no mirrors or the URL is elsewhere,
+ * and when that part's path could leave the base however a mirror decodes it (see
+ * fetch_mirror_path: the manifest's author writes it): the object is then fetched from its
+ * own URL only, and m->refused says why. A refusal at mount would have failed a whole
+ * manifest for names that are legal on a server ("a\\b", "100%.txt" once encoded); this
+ * way the only loss is the mirror, for that entry, and the log names it.
  */
-static int mirror_urls(struct fs_session *s, const char *url, char ***out)
+static int mirror_urls(struct fs_session *s, const char *url, struct mirror_set *m)
 {
 	size_t dir_len = s->manifest_dir ? strlen(s->manifest_dir) : 0;
-	char **v;
+	int rc;
 
-	*out = NULL;
+	memset(m, 0, sizeof(*m));
 	if (!s->opts.n_mirrors || !dir_len || strncmp(url, s->manifest_dir, dir_len) != 0)
 		return 0;
-	v = calloc(s->opts.n_mirrors, sizeof(*v));
-	if (!v)
+	m->rel = url + dir_len;
+	m->rel_len = strcspn(m->rel, "?#");
+	rc = fetch_mirror_path(m->rel, m->rel_len, &m->path);
+	if (rc == -EINVAL) {
+		m->refused = true;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	m->urls = calloc(s->opts.n_mirrors, sizeof(*m->urls));
+	if (!m->urls)
 		return -ENOMEM;
 	for (unsigned i = 0; i < s->opts.n_mirrors; i++) {
 		const char *base = s->opts.mirrors[i];
 		size_t len = strlen(base);
-		if (asprintf(&v[i], "%s%s%s", base, len && base[len - 1] == '/' ? "" : "/",
-		             url + dir_len) < 0) {
-			v[i] = NULL;
-			for (unsigned j = 0; j < i; j++)
-				free(v[j]);
-			free(v);
+		if (asprintf(&m->urls[i], "%s%s%s", base, len && base[len - 1] == '/' ? "" : "/",
+		             m->rel) < 0) {
+			m->urls[i] = NULL;
 			return -ENOMEM;
 		}
 	}
-	*out = v;
 	return 0;
+}
+
+static void mirror_set_free(const struct fs_session *s, struct mirror_set *m)
+{
+	for (unsigned i = 0; m->urls && i < s->opts.n_mirrors; i++)
+		free(m->urls[i]);
+	free(m->urls);
+	free(m->path);
+}
+
+/* Said once per flight: every open of the entry asks its own URL only. */
+static void log_mirrors_refused(const struct fs_session *s, const char *name,
+                                const struct mirror_set *m)
+{
+	char shown[512];
+
+	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
+		fetch_log(FETCH_LOG_ERROR,
+		          "%s: not fetched from --mirror %s: its URL's path \"%.*s\" after the "
+		          "manifest's directory could lead out of the mirror (a \"..\", \".\" or "
+		          "empty segment, or an encoded '/', '\\' or '%%')",
+		          name, fetch_redact_url(s->opts.mirrors[i], shown, sizeof(shown)),
+		          (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
 }
 
 /* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
@@ -434,7 +485,9 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 {
 	struct index_node n;
 	struct flight_spec spec;
-	char *url = NULL, *key = NULL, path[1024], etag[256], **mirrors = NULL;
+	struct mirror_set mirrors = {0};
+	const char *paths[FS_MAX_MIRRORS];
+	char *url = NULL, *key = NULL, path[1024], etag[256];
 	int rc;
 
 	rc = index_get(s->idx, ino, &n);
@@ -457,9 +510,13 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = mirror_urls(s, url, &mirrors);
 	if (rc)
 		goto out;
+	for (unsigned i = 0; mirrors.urls && i < s->opts.n_mirrors; i++)
+		paths[i] = s->mirror_dir_fds[i] >= 0 ? mirrors.path : NULL;
 	spec = (struct flight_spec){.key = key,
-	                            .mirror_urls = (const char *const *)mirrors,
-	                            .n_mirror_urls = mirrors ? s->opts.n_mirrors : 0,
+	                            .mirror_urls = (const char *const *)mirrors.urls,
+	                            .n_mirror_urls = mirrors.urls ? s->opts.n_mirrors : 0,
+	                            .mirror_dir_fds = s->mirror_dir_fds,
+	                            .mirror_paths = paths,
 	                            .url = url,
 	                            .etag = etag,
 	                            .sha256 = n.sha256,
@@ -469,13 +526,13 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = flight_table_join(s->flights, &spec, out, created);
 	if (rc)
 		goto out;
+	if (*created && mirrors.refused)
+		log_mirrors_refused(s, path, &mirrors);
 	/* A new flight starts downloading now, before the first read asks. */
 	if (*created)
 		engine_kick(s->engine, *out);
 out:
-	for (unsigned i = 0; mirrors && i < s->opts.n_mirrors; i++)
-		free(mirrors[i]);
-	free(mirrors);
+	mirror_set_free(s, &mirrors);
 	free(key);
 	free(url);
 	return rc;

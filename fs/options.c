@@ -17,6 +17,8 @@ enum {
 	KEY_FOREGROUND,
 	KEY_DEBUG,
 	KEY_MIRROR,
+	KEY_DEV,
+	KEY_SUID,
 };
 
 #define OPT(template, field)                                                                       \
@@ -45,6 +47,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("max_manifest_size=%s", max_manifest_size),
     OPT_FLAG("--allow-link-local", allow_link_local),
     OPT_FLAG("allow_link_local", allow_link_local),
+    OPT("--netrc-file %s", netrc_file),
+    OPT("netrc_file=%s", netrc_file),
     OPT("--stall-timeout %s", stall_timeout_text),
     OPT("stall_timeout=%s", stall_timeout_text),
     OPT("--retries %s", retries_text),
@@ -61,6 +65,8 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
     OPT_FLAG("no_sign", no_sign),
+    OPT("--stats-mode %s", stats_mode_text),
+    OPT("stats_mode=%s", stats_mode_text),
     OPT("--log-level %s", log_level),
     OPT("log_level=%s", log_level),
     OPT_FLAG("-h", show_help),
@@ -72,6 +78,9 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_KEY("--mirror ", KEY_MIRROR),
     FUSE_OPT_KEY("mirror=", KEY_MIRROR),
     FUSE_OPT_KEY("debug", KEY_DEBUG),
+    /* A spoolfs mount is always nosuid,nodev: mount.fuse3 passes these for root. */
+    FUSE_OPT_KEY("dev", KEY_DEV),
+    FUSE_OPT_KEY("suid", KEY_SUID),
     /* Options mount(8), fstab and mount.fuse3 pass on that mean nothing to a FUSE mount. */
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
@@ -102,7 +111,8 @@ void fs_options_usage(const char *prog)
 	       "\n"
 	       "options (each also as -o name=value, with '_' for '-'):\n"
 	       "  -f                     stay in the foreground\n"
-	       "  -d                     debug: log every FUSE request (implies -f)\n"
+	       "  -d                     debug: log every FUSE request and every upstream object\n"
+	       "                         request (implies -f; also -o debug)\n"
 	       "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
 	       "  --cache-dir DIR        where spool files and the index live\n"
 	       "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
@@ -119,7 +129,10 @@ void fs_options_usage(const char *prog)
 	       "                         root and Linux 6.9 or later; it is used when there)\n"
 	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
 	       "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
-	       "                         http_proxy, https_proxy and no_proxy variables)\n"
+	       "                         http_proxy, https_proxy and no_proxy variables; a proxy\n"
+	       "                         password belongs there, not on the command line)\n"
+	       "  --netrc-file FILE      user names and passwords for http(s) hosts, in netrc\n"
+	       "                         format, so that none is on the command line\n"
 	       "  --allow-link-local     allow connections to link-local addresses\n"
 	       "                         (169.254.0.0/16, fe80::/10: cloud instance metadata),\n"
 	       "                         refused by default whatever URL or redirect leads there\n"
@@ -132,6 +145,9 @@ void fs_options_usage(const char *prog)
 	       "                         suffixes; default 256M, about 4 million entries)\n"
 	       "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	       "                         tried in order when a fetch fails (repeatable)\n"
+	       "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
+	       "                         the mount's owner alone (default 0444: with allow_other,\n"
+	       "                         every local user)\n"
 	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
 	       "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
 	       "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
@@ -187,6 +203,12 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		v[opts->n_mirrors] = strdup(url);
 		return v[opts->n_mirrors++] ? 0 : -1;
 	}
+	case KEY_DEV:
+		opts->asked_dev = true;
+		return 0;
+	case KEY_SUID:
+		opts->asked_suid = true;
+		return 0;
 	case KEY_DEBUG:
 		opts->debug = 1;
 		opts->foreground = 1;
@@ -219,6 +241,33 @@ static int parse_count(const char *name, const char *text, unsigned min, unsigne
 		return -EINVAL;
 	}
 	*out = (unsigned)n;
+	return 0;
+}
+
+/*
+ * The /.spoolfs files' permission bits: octal, read bits only (they are read-only files), so
+ * 0400 keeps them to the mount's owner. The kernel checks them: spoolfs always mounts with
+ * default_permissions.
+ */
+static int parse_stats_mode(const char *text, unsigned *out)
+{
+	char *end = NULL;
+	unsigned long mode;
+
+	if (!text) {
+		*out = 0444;
+		return 0;
+	}
+	errno = 0;
+	mode = text[0] >= '0' && text[0] <= '7' ? strtoul(text, &end, 8) : 0;
+	if (!end || *end || errno || (mode & ~0444UL) != 0) {
+		fprintf(stderr,
+		        "spoolfs: --stats-mode must be octal read bits (0400, 0440 or 0444, say),"
+		        " not '%s'\n",
+		        text);
+		return -EINVAL;
+	}
+	*out = (unsigned)mode;
 	return 0;
 }
 
@@ -289,7 +338,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	                &opts->stall_timeout_s) != 0 ||
 	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
 	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
-	                &opts->max_transfers) != 0)
+	                &opts->max_transfers) != 0 ||
+	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
 	if (opts->n_mirrors > FS_MAX_MIRRORS) {
@@ -315,11 +365,13 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->cache_dir);
 	free(opts->ca_file);
 	free(opts->proxy);
+	free(opts->netrc_file);
 	free(opts->cache_max_size);
 	free(opts->max_manifest_size);
 	free(opts->stall_timeout_text);
 	free(opts->retries_text);
 	free(opts->max_transfers_text);
+	free(opts->stats_mode_text);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);
@@ -327,4 +379,56 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->endpoint);
 	free(opts->region);
 	free(opts->profile);
+}
+
+/*
+ * Masks the userinfo of the authority starting at a (up to its first '/', '?', '#', or ','
+ * that ends an option in a -o list): the last '@' ends it, as fetch_redact_url reads it.
+ */
+static bool mask_userinfo(char *a)
+{
+	char *end = a + strcspn(a, "/?#,"), *at = NULL;
+
+	for (char *c = a; c < end; c++)
+		if (*c == '@')
+			at = c;
+	if (!at || at == a)
+		return false;
+	memset(a, '*', (size_t)(at - a));
+	return true;
+}
+
+/* The value of a proxy option starting in arg at p ("proxy=" in a -o list, "--proxy="). */
+static bool is_proxy_option(const char *arg, const char *p)
+{
+	return p == arg || p[-1] == ',' ||
+	       (p == arg + 2 && arg[0] == '-' && (arg[1] == 'o' || arg[1] == '-'));
+}
+
+bool fs_argv_scrub(int argc, char *argv[])
+{
+	bool hidden = false;
+
+	for (int i = 1; i < argc; i++) {
+		char *arg = argv[i];
+
+		for (char *p = strstr(arg, "://"); p; p = strstr(p + 3, "://")) {
+			hidden |= mask_userinfo(p + 3);
+			/* A presigned URL's signature is in its query: everything after its '?'
+			 * goes (more than the query, in a -o list: harmless). */
+			char *query = strchr(p + 3, '?');
+			if (query && query[1]) {
+				memset(query + 1, '*', strlen(query + 1));
+				hidden = true;
+				break;
+			}
+		}
+		/* libcurl takes a proxy without a scheme too: "user:pass@host:port". */
+		for (char *p = strstr(arg, "proxy="); p; p = strstr(p + 6, "proxy="))
+			if (is_proxy_option(arg, p))
+				hidden |= mask_userinfo(p + 6);
+		if (i > 1 && strcmp(argv[i - 1], "--proxy") == 0)
+			hidden |= mask_userinfo(arg);
+	}
+	return hidden;
 }

@@ -2,6 +2,11 @@
  * Content of the /.spoolfs files (see virtual.h). Counters are atomics in the session and
  * the engine; flight details come from flight_table_foreach under the table lock, written
  * into a memory stream that is only formatted text, so nothing here blocks on I/O.
+ *
+ * Only an open builds a snapshot. getattr, lookup and readdir report size 0, as /proc does:
+ * with allow_other any local user may stat these files, and a snapshot per stat let a loop
+ * of stat calls hold the flight table's lock, which every open of every object takes. Reads
+ * go to the open's snapshot (direct_io), so readers read until EOF and get all of it.
  */
 #include "fs/virtual.h"
 
@@ -27,41 +32,32 @@ static void fill_stat(struct fs_session *s, fuse_ino_t ino, struct stat *st, siz
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 	} else {
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG | (mode_t)s->opts.stats_mode;
 		st->st_nlink = 1;
 		st->st_size = (off_t)size;
 	}
 }
 
-int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
+int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, const struct fs_handle *h,
+                       struct stat *st)
 {
-	char *text = NULL;
-	size_t len = 0;
-	int rc;
-
-	if (ino == FS_INO_VIRTUAL_DIR) {
-		fill_stat(s, ino, st, 0);
-		return 0;
-	}
-	/* The size is the current snapshot's, so tools that trust st_size read it whole. */
-	rc = fs_virtual_read_all(s, ino, &text, &len);
-	if (rc)
-		return rc;
-	free(text);
-	fill_stat(s, ino, st, len);
+	if (!fs_virtual_ino(ino))
+		return -ENOENT;
+	/* An open file's own snapshot has a size (lseek to the end asks for it this way). */
+	fill_stat(s, ino, st, h && ino != FS_INO_VIRTUAL_DIR ? h->len : 0);
 	return 0;
 }
 
 int fs_virtual_lookup(struct fs_session *s, fuse_ino_t parent, const char *name, struct stat *st)
 {
 	if (parent == FUSE_ROOT_ID && strcmp(name, FS_VIRTUAL_DIR_NAME) == 0)
-		return fs_virtual_getattr(s, FS_INO_VIRTUAL_DIR, st) == 0 ? 1 : -EIO;
+		return fs_virtual_getattr(s, FS_INO_VIRTUAL_DIR, NULL, st) == 0 ? 1 : -EIO;
 	if (parent != FS_INO_VIRTUAL_DIR)
 		return 0;
 	if (strcmp(name, "stats") == 0)
-		return fs_virtual_getattr(s, FS_INO_STATS, st) == 0 ? 1 : -EIO;
+		return fs_virtual_getattr(s, FS_INO_STATS, NULL, st) == 0 ? 1 : -EIO;
 	if (strcmp(name, "flights") == 0)
-		return fs_virtual_getattr(s, FS_INO_FLIGHTS, st) == 0 ? 1 : -EIO;
+		return fs_virtual_getattr(s, FS_INO_FLIGHTS, NULL, st) == 0 ? 1 : -EIO;
 	return -ENOENT;
 }
 
@@ -124,6 +120,9 @@ static void write_stats(struct fs_session *s, FILE *out)
 	       atomic_load(&s->counters.pages_dropped_bytes));
 	metric(out, "page_cache_drops_pending", "gauge", "page cache drops queued, not yet done",
 	       atomic_load(&s->counters.page_drops_pending));
+	metric(out, "virtual_snapshots_total", "counter",
+	       "contents of /.spoolfs files built, one per open",
+	       atomic_load(&s->counters.virtual_snapshots));
 	metric(out, "bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local);
 	metric(out, "flights_in_progress", "gauge", "downloads running", t.active);
 	metric(out, "flights_complete", "gauge", "objects fully local and verified", t.complete);
@@ -169,6 +168,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 		return -ENOENT;
 	*text = NULL;
 	*len = 0;
+	atomic_fetch_add(&s->counters.virtual_snapshots, 1);
 	out = open_memstream(text, len);
 	if (!out)
 		return -ENOMEM;

@@ -4,7 +4,8 @@
  *   flights  one JSON object per line for each flight (what `spoolfs status` reads)
  * The directory is not listed in the root but is reachable by path; it shadows a manifest
  * entry of the same name. Each open takes a snapshot that its reads serve (direct_io), so
- * a reader always sees one consistent state.
+ * a reader always sees one consistent state; nothing else builds one (stat shows size 0).
+ * Their mode is --stats-mode's (default 0444).
  */
 #ifndef SPOOLFS_FS_VIRTUAL_H
 #define SPOOLFS_FS_VIRTUAL_H
@@ -28,8 +29,12 @@ bool fs_virtual_ino(fuse_ino_t ino);
  */
 int fs_virtual_lookup(struct fs_session *s, fuse_ino_t parent, const char *name, struct stat *st);
 
-/* Attributes of a virtual inode. 0 or -ENOENT. */
-int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st);
+/*
+ * Attributes of a virtual inode, without building its content: size 0, or the size of h's
+ * snapshot when the kernel names an open handle h of it (else NULL). 0 or -ENOENT.
+ */
+int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, const struct fs_handle *h,
+                       struct stat *st);
 
 /* A fresh snapshot of a virtual file's content (malloc'd). 0, -ENOENT, -EISDIR or -ENOMEM. */
 int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_t *len);

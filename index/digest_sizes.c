@@ -3,8 +3,9 @@
  * manifest that gives one digest two sizes is refused. A query grouping 100,000 rows by
  * digest added 0.1-0.15 s to such a manifest's mount (a third of it); this table of the
  * digests' first 64 bits costs a few milliseconds and 4 MiB while the manifest loads.
- * Digests are uniform, so 64 bits tell them apart but for a one-in-10^9 chance that the
- * caller settles with the whole digest.
+ * Real digests are uniform, so 64 bits tell them apart but for a one-in-10^9 chance that the
+ * caller settles with the whole digest; made-up ones are placed by a keyed hash (hash.h),
+ * so they cannot be made to pile up in one probe chain either.
  */
 #include "index/digest_sizes.h"
 
@@ -25,12 +26,24 @@ static uint64_t prefix_of(const char *hex)
 	return v ? v : 1; /* 0 marks an empty slot */
 }
 
+int digest_sizes_init(struct digest_sizes *t)
+{
+	*t = (struct digest_sizes){0};
+	return index_hash_key_new(&t->key);
+}
+
+static size_t slot_of(const struct digest_sizes *t, uint64_t d)
+{
+	return index_hash_bytes(&t->key, &d, sizeof(d)) & (t->cap - 1);
+}
+
 static int grow(struct digest_sizes *t)
 {
 	size_t cap = t->cap ? 2 * t->cap : 1024;
 	struct digest_sizes bigger = {.digests = calloc(cap, sizeof(uint64_t)),
 	                              .sizes = calloc(cap, sizeof(int64_t)),
-	                              .cap = cap};
+	                              .cap = cap,
+	                              .key = t->key};
 
 	if (!bigger.digests || !bigger.sizes) {
 		digest_sizes_free(&bigger);
@@ -39,7 +52,7 @@ static int grow(struct digest_sizes *t)
 	for (size_t i = 0; i < t->cap; i++) {
 		if (!t->digests[i])
 			continue;
-		size_t j = t->digests[i] & (cap - 1);
+		size_t j = slot_of(&bigger, t->digests[i]);
 		while (bigger.digests[j])
 			j = (j + 1) & (cap - 1);
 		bigger.digests[j] = t->digests[i];
@@ -58,7 +71,7 @@ int digest_sizes_note(struct digest_sizes *t, const char *sha256_hex, int64_t si
 
 	if (2 * (t->n + 1) > t->cap && grow(t) < 0)
 		return -ENOMEM;
-	for (j = d & (t->cap - 1); t->digests[j]; j = (j + 1) & (t->cap - 1)) {
+	for (j = slot_of(t, d); t->digests[j]; j = (j + 1) & (t->cap - 1)) {
 		if (t->digests[j] != d)
 			continue;
 		if (t->sizes[j] == size)

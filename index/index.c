@@ -177,6 +177,26 @@ int index_begin(struct index *idx)
 	return index_step_done(idx->st_begin);
 }
 
+int index_set_default_mtime(struct index *idx, int64_t mtime)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	idx->default_mtime = mtime;
+	/* The root is made with the namespace, before anyone knew the time to give it. Once, at
+	 * start-up: not worth a statement kept for the session. */
+	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	    idx->db, "UPDATE node SET mtime = :mtime WHERE ino = 1", -1, &st, NULL));
+	if (rc == 0)
+		rc = index_bind_int64(st, ":mtime", mtime);
+	if (rc == 0)
+		rc = index_step_done(st);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
 int index_commit(struct index *idx)
 {
 	return index_step_done(idx->st_commit);
@@ -417,7 +437,7 @@ static int make_private(const char *path)
 	return rc;
 }
 
-static int open_connection(const char *path, sqlite3 **db)
+static int open_connection(const char *path, int flags, sqlite3 **db)
 {
 	/* "" and ":memory:" are sqlite's own, with no file (a file named ":memory:" was made). */
 	int rc = path[0] && strcmp(path, ":memory:") != 0 ? make_private(path) : 0;
@@ -425,7 +445,8 @@ static int open_connection(const char *path, sqlite3 **db)
 	if (rc)
 		return rc;
 	rc = sqlite3_open_v2(
-	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | flags,
+	    NULL);
 
 	if (rc != SQLITE_OK)
 		return *db ? index_sqlite_errno(rc) : -ENOMEM;
@@ -433,7 +454,7 @@ static int open_connection(const char *path, sqlite3 **db)
 	return index_sqlite_errno(sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS));
 }
 
-int index_open(const char *db_path, struct index **out)
+static int open_index(const char *db_path, int db_flags, struct index **out)
 {
 	struct index *idx = calloc(1, sizeof(*idx));
 	int rc;
@@ -447,7 +468,7 @@ int index_open(const char *db_path, struct index **out)
 	rc = -pthread_mutex_init(&idx->spool_lock, NULL);
 	if (rc < 0)
 		goto err_lock;
-	rc = open_connection("", &idx->db);
+	rc = open_connection("", 0, &idx->db);
 	if (rc == 0)
 		rc = run_pragmas(idx->db, namespace_pragmas,
 		                 sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
@@ -455,7 +476,7 @@ int index_open(const char *db_path, struct index **out)
 		rc = index_sqlite_errno(
 		    sqlite3_exec(idx->db, namespace_schema_sql, NULL, NULL, NULL));
 	if (rc == 0)
-		rc = open_connection(db_path, &idx->spool_db);
+		rc = open_connection(db_path, db_flags, &idx->spool_db);
 	if (rc == 0)
 		rc = run_pragmas_patiently(idx->spool_db, spool_pragmas,
 		                           sizeof(spool_pragmas) / sizeof(spool_pragmas[0]));
@@ -479,6 +500,74 @@ err_lock:
 	pthread_mutex_destroy(&idx->lock);
 err_free:
 	free(idx);
+	return rc;
+}
+
+int index_open(const char *db_path, struct index **out)
+{
+	return open_index(db_path, 0, out);
+}
+
+const char *index_entry_unsafe(const struct stat *st, mode_t type)
+{
+	if (S_ISLNK(st->st_mode))
+		return "is a symbolic link";
+	if ((st->st_mode & S_IFMT) != type)
+		return type == S_IFDIR ? "is not a directory" : "is not a regular file";
+	if (st->st_uid != geteuid())
+		return "is owned by another user";
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return "is writable by group or others";
+	/* Another name for the same file may be anywhere on the filesystem (/etc/...). */
+	if (type == S_IFREG && st->st_nlink > 1)
+		return "has another name (a hard link)";
+	return NULL;
+}
+
+const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return errno == ENOENT ? NULL : "cannot be examined";
+	return index_entry_unsafe(&st, type);
+}
+
+/*
+ * The records live in a directory only we can write in (fs/ checked it), so what is found
+ * there now stays what it is. A planted entry (from when the directory was open to others,
+ * or a restored archive) is refused, not removed: index.db may hold what an earlier session
+ * kept, and the operator decides what to delete.
+ */
+int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err, size_t err_len)
+{
+	static const char *const names[] = {"index.db", "index.db-wal", "index.db-shm",
+	                                    "index.db-journal"};
+	struct stat held, named;
+	char *path = NULL;
+	int rc;
+
+	*out = NULL;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const char *why = index_entry_at_unsafe(dirfd, names[i], S_IFREG);
+		if (why) {
+			snprintf(err, err_len, "%s/%s %s: refused (remove it)", dir_path, names[i],
+			         why);
+			return -EPERM;
+		}
+	}
+	/* sqlite takes a name: it must still lead to the directory checked above. */
+	if (fstat(dirfd, &held) != 0 || stat(dir_path, &named) != 0 ||
+	    held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
+		snprintf(err, err_len, "%s was moved or replaced while mounting", dir_path);
+		return -ESTALE;
+	}
+	if (asprintf(&path, "%s/index.db", dir_path) < 0)
+		return -ENOMEM;
+	rc = open_index(path, SQLITE_OPEN_NOFOLLOW, out);
+	if (rc)
+		snprintf(err, err_len, "cannot open the index %s: %s", path, strerror(-rc));
+	free(path);
 	return rc;
 }
 

@@ -16,6 +16,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+struct stat;
 
 #define INDEX_ROOT_INO 1
 #define INDEX_NAME_MAX 255
@@ -30,7 +33,7 @@ struct index_node {
 	bool is_dir;
 	bool executable;
 	uint64_t size; /* 0 for directories */
-	int64_t mtime; /* seconds since the epoch; 0 when the manifest gave none */
+	int64_t mtime; /* seconds since the epoch (see index_set_default_mtime) */
 	char sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex, "" when unknown */
 	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
 };
@@ -40,6 +43,24 @@ struct index_node {
  * the same cache directory, and a fresh private namespace. *out is owned by the caller.
  */
 int index_open(const char *db_path, struct index **out);
+
+/*
+ * index_open for the spool records "index.db" in the directory held open as dirfd, whose
+ * path is dir_path (sqlite opens by name). The database and its sidecars (-wal, -shm,
+ * -journal) must be absent or regular files of ours: a symbolic link or another user's file
+ * there is refused with -EPERM and a line naming it in err, and nothing is opened; sqlite is
+ * told not to follow links either. -ESTALE when dir_path no longer names dirfd's directory.
+ */
+int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err, size_t err_len);
+
+/*
+ * Why an entry of a cache directory is not one we may use, or NULL when it is: it must be
+ * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others,
+ * and a file must have no other name.
+ */
+const char *index_entry_unsafe(const struct stat *st, mode_t type);
+/* The same for name in dirfd, not following a link; NULL also when it does not exist. */
+const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type);
 void index_close(struct index *idx);
 
 /*
@@ -55,6 +76,14 @@ int index_load_manifest(struct index *idx, const char *json, size_t json_len, co
  * copy (7.6 MB less at the peak of a 100,000-entry load). */
 int index_load_manifest_text(struct index *idx, const char *text, size_t len, const char *base_url,
                              char *err, size_t err_len);
+
+/*
+ * The mtime of what its source gives none: a manifest entry without "mtime", a listed
+ * object without LastModified, a listed directory, and the root until something below it
+ * is newer. Call before loading the namespace; until then such entries read 0 (1970).
+ * Returns 0 or -errno.
+ */
+int index_set_default_mtime(struct index *idx, int64_t mtime);
 
 /* The child `name` of directory `parent`. -ENOENT when absent, -ENOTDIR when parent is a file. */
 int index_lookup(struct index *idx, uint64_t parent, const char *name, struct index_node *out);

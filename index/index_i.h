@@ -50,6 +50,7 @@ struct index {
 	sqlite3_stmt *st_get_etag;
 	sqlite3_stmt *st_mark_listed;
 	sqlite3_stmt *st_insert_entry;
+	int64_t default_mtime; /* see index_set_default_mtime */
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;
 	uint64_t total_files;

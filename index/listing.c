@@ -73,7 +73,7 @@ static int insert_entry(struct index *idx, uint64_t dir, const struct index_entr
 	if (rc == 0)
 		rc = index_bind_int64(st, ":size", e->is_dir ? 0 : (int64_t)e->size);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":mtime", e->mtime);
+		rc = index_bind_int64(st, ":mtime", e->mtime ? e->mtime : idx->default_mtime);
 	if (rc == 0)
 		rc = bind_text_or_null(st, ":sha256", e->sha256);
 	if (rc == 0)

@@ -8,7 +8,6 @@
  * duplicates and file/directory clashes without a query per segment.
  */
 #include "index/digest_sizes.h"
-#include "index/hash.h"
 #include "index/path_table.h"
 #include "index/index_i.h"
 
@@ -396,7 +395,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 		if (!slash)
 			break;
 		size_t end = (size_t)(slash - path);
-		uint64_t h = index_hash_bytes(path, end);
+		uint64_t h = path_table_hash(&ld->pt, path, end);
 		found = path_table_find(&ld->pt, path, end, h);
 		if (found >= 0) {
 			if (!ld->pt.v[found].is_dir)
@@ -417,7 +416,7 @@ static int add_file(struct load *ld, int64_t i, const char *path, size_t len,
 		start = end + 1;
 	}
 
-	uint64_t h = index_hash_bytes(path, len);
+	uint64_t h = path_table_hash(&ld->pt, path, len);
 	found = path_table_find(&ld->pt, path, len, h);
 	if (found >= 0)
 		return entry_error(ld, i, path, len, "%s",
@@ -640,7 +639,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 	if (rc < 0)
 		return rc;
 	const struct file_attrs attrs = {.size = fz->i,
-	                                 .mtime = fm->seen ? fm->i : 0,
+	                                 .mtime = fm->seen ? fm->i : ld->idx->default_mtime,
 	                                 .executable = is_type(fx, "true"),
 	                                 .sha256 = fs->seen ? sha256 : NULL,
 	                                 .url = url,
@@ -869,7 +868,13 @@ static int load_manifest(struct index *idx, const char *json, size_t json_len, b
 	rc = check_top(&ld);
 	if (rc < 0)
 		goto out;
-	root = path_table_add(&ld.pt, "", 0, index_hash_bytes("", 0), INDEX_ROOT_INO, true, 0);
+	rc = path_table_init(&ld.pt);
+	if (rc == 0)
+		rc = digest_sizes_init(&ld.digests);
+	if (rc < 0)
+		goto out;
+	root =
+	    path_table_add(&ld.pt, "", 0, path_table_hash(&ld.pt, "", 0), INDEX_ROOT_INO, true, 0);
 	if (root < 0) {
 		rc = (int)root;
 		goto out;

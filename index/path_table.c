@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+int path_table_init(struct path_table *t)
+{
+	memset(t, 0, sizeof(*t));
+	return index_hash_key_new(&t->key);
+}
+
 long path_table_find(const struct path_table *t, const char *path, size_t len, uint64_t hash)
 {
 	size_t mask = t->nslots - 1;

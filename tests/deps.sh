@@ -9,6 +9,10 @@ packages=(
 	libcmocka-dev python3 python3-pytest curl ca-certificates openssl tinyproxy attr
 )
 
+# A CI machine just after boot often has another apt (unattended-upgrades) holding the
+# dpkg lock: wait for it rather than fail at once.
+apt=(apt-get -o DPkg::Lock::Timeout=600)
+
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -17,13 +21,13 @@ done
 if ((${#missing[@]})); then
 	echo "deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	"${apt[@]}" update -qq
+	"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # s3rver (the S3 API tests) runs on Node.js; a machine that has node already keeps its own.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 	echo "deps: installing nodejs npm"
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+	"${apt[@]}" update -qq
+	"${apt[@]}" install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 [ -e /dev/fuse ] || { echo "deps: /dev/fuse is missing: FUSE cannot mount here" >&2; exit 1; }

@@ -121,6 +121,7 @@ def test_a_manifest_from_a_server_cannot_name_local_files(tmp_path, store, mount
         assert f.read() == b"local only\n"
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_unreachable_manifest_is_refused(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
@@ -207,6 +208,7 @@ def test_a_manifest_that_keeps_failing_fails_the_mount_after_the_retries(store, 
     assert not is_mounted(str(mnt))
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_a_stalled_manifest_fetch_is_dropped_and_tried_again(store, mount):
     """A manifest whose body stops is dropped after --stall-timeout and fetched again (it
     used to wait out a fixed 120 s, then fail the mount)."""

@@ -1,6 +1,7 @@
 """The core promises, against a real mount and the project's test upstream."""
 
 import errno
+import json
 import os
 import signal
 import stat
@@ -11,8 +12,8 @@ import threading
 import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, is_mounted, read_file
-from helpers import (expected, flight_records, kill_first_reader, mount_with_tmpdir, sha,
-                     wait_until, waiting_on_fuse)
+from helpers import (blocked_in_read, expected, flight_records, kill_first_reader,
+                     mount_with_tmpdir, sha, wait_until, waiting_on_fuse)
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
@@ -174,6 +175,34 @@ def test_killed_first_reader(store, mount, round_):
     assert st["gets"] == 1, st
 
 
+def test_last_reader_out_the_download_finishes_with_one_get(store, mount):
+    """The last reader out: a reader opens a cold object, reads a little and closes while
+    the body is held mid-way. No reader owns a download: the flight finishes it with
+    nobody reading, and a new open finds it complete, with no second GET."""
+    size = 8 * MiB
+    path = store.add("left.bin", size)
+    m = mount(store.write())
+    store.up.fault(path, hold_at=size // 2)
+    with open(m.p(path), "rb", buffering=0) as f:
+        assert f.read(64 * 1024) == expected(store, path)[:64 * 1024]
+    store.up.wait_for(lambda s: s["held"] == 1, timeout=30 * SLOW, path=path)
+
+    def flight():
+        with open(m.p(".spoolfs/flights")) as fl:
+            rows = [json.loads(line) for line in fl if line.strip()]
+        return next(r for r in rows if r["name"] == path)
+
+    # The daemon saw the close (RELEASE) while the download could not have finished.
+    wait_until(lambda: flight()["handles"] == 0, flight)
+    assert flight()["state"] != "complete" and store.up.stats(path)["held"] == 1
+    store.up.release(path)
+    wait_until(lambda: flight()["state"] == "complete", flight, timeout=60)
+    st = store.up.stats(path)
+    assert st["gets"] == 1 and st["bytes"] == size, st
+    assert read_file(m.p(path)) == expected(store, path)
+    assert store.up.stats(path)["gets"] == 1
+
+
 DIRECT_READ = r"""
 import mmap, os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
@@ -228,22 +257,71 @@ def test_far_read_does_not_wait_for_prefix(store, mount, hashed):
     assert sent < size // 4, "far read waited for %d bytes of prefix" % sent
 
 
+def read_with_tail_held(store, m, path, size):
+    """Reads path in 64 KiB blocks while the upstream holds its response just before the
+    last byte, so the download cannot finish and be hashed before the reader reads on:
+    only the withhold keeps the reader out of the tail then. Waits until the reader has
+    read all it can (the daemon wrote every byte but the last, the reader is parked on the
+    mount and stays where it is), then lets the response go. Returns (bytes read while
+    held, bytes read in all, the OSError that stopped the reader or None)."""
+    store.up.fault(path, stall_at=size - 1)
+    got = bytearray()
+    out = {}
+    seen = []
+
+    def reader():
+        out["tid"] = threading.get_native_id()
+        try:
+            with open(m.p(path), "rb", buffering=0) as f:
+                while True:
+                    b = f.read(64 * 1024)
+                    if not b:
+                        break
+                    got.extend(b)
+        except OSError as e:
+            out["err"] = e
+
+    def written():
+        with open(m.p(".spoolfs/flights")) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return sum(r["written"] for r in rows if r["name"] == path)
+
+    def read_all_it_can():
+        # The reader's place, sampled only while it is parked: the same three times running
+        # once every byte it could be given is in the spool.
+        # Parked: on a FUSE answer or on a page a FUSE read fills (folio_wait_bit_common).
+        if written() != size - 1 or "tid" not in out or not blocked_in_read(out["tid"]):
+            seen.clear()
+            return False
+        seen.append(len(got))
+        return len(seen) >= 3 and len(set(seen[-3:])) == 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        wait_until(read_all_it_can, lambda: "written %d, reader at %d" % (written(), len(got)),
+                   timeout=30)
+        held = len(got)
+    finally:
+        store.up.clear(path)  # the stalled response ends; the last byte comes by a retry
+        t.join()
+    return held, bytes(got), out.get("err")
+
+
 def test_corrupt_byte_gives_eio_then_refetch_succeeds(store, mount):
     size = 6 * MiB
     path = store.add("bad.bin", size)
     m = mount(store.write())
-    store.up.fault(path, corrupt_at=size - 1000)  # inside the withheld tail
+    # Inside the withheld tail, and far enough from the end that a reader let into the tail
+    # reads it while the last byte is held.
+    store.up.fault(path, corrupt_at=size - CHUNK // 2)
     good = expected(store, path)
-    got = bytearray()
-    with pytest.raises(OSError) as e:
-        with open(m.p(path), "rb", buffering=0) as f:
-            while True:
-                b = f.read(MiB)
-                if not b:
-                    break
-                got += b
-    assert e.value.errno == errno.EIO
-    assert bytes(got) == good[:len(got)], "wrong bytes were released"
+    held, got, err = read_with_tail_held(store, m, path, size)
+    assert held <= size - CHUNK, "the reader got %d bytes of the withheld tail" % (
+        held - (size - CHUNK))
+    assert err is not None
+    assert err.errno == errno.EIO
+    assert got == good[:len(got)], "wrong bytes were released"
     assert len(got) <= size - CHUNK
     store.up.clear(path)
     assert read_file(m.p(path)) == good
@@ -272,9 +350,14 @@ def test_corrupt_prefix_never_reads_whole(store, mount):
     path = store.add("bad2.bin", size)
     m = mount(store.write())
     store.up.fault(path, corrupt_at=1000)
-    with pytest.raises(OSError) as e:
-        read_file(m.p(path))
-    assert e.value.errno == errno.EIO
+    # The response holds its last byte while the reader reads: without the withhold the
+    # reader got all but that byte's block, then the whole file whenever it read on before
+    # the hash failed.
+    held, got, err = read_with_tail_held(store, m, path, size)
+    assert held <= size - CHUNK, "the reader got %d bytes of the withheld tail" % (
+        held - (size - CHUNK))
+    assert err is not None and len(got) < size
+    assert err.errno == errno.EIO
     store.up.clear(path)
     assert read_file(m.p(path)) == expected(store, path)
 

@@ -190,6 +190,7 @@ def test_status_beyond_retry_bound_gives_eio_then_recovers(store, mount, status)
     assert store.up.stats(path)["statuses"][-1] == 200
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 @pytest.mark.parametrize("hashed", [False, True], ids=["unhashed", "hashed"])
 def test_upstream_ignores_range(store, mount, hashed):
     size = 16 * MiB
@@ -336,6 +337,7 @@ def test_content_range_mismatch_gives_eio(store, mount):
     assert log_lines(m, "crlie.bin", "Content-Range")
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_upstream_down_at_mount(upstream, tmp_path):
     port = upstream.port
     upstream.stop()

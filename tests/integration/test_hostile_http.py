@@ -403,6 +403,7 @@ def test_a_close_delimited_body_cut_short_is_resumed(raw, mount, readers, tmp_pa
 # ----------------------------------------------------------- trickles and endless cuts
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_a_trickle_below_any_useful_rate_fails_in_bounded_time(raw, mount, readers, tmp_path):
     """Headers, then one byte every 1.5 s: each gap is shorter than --stall-timeout, so the
     stall check never fired, nothing was logged and the reader stayed parked for as long as

@@ -9,7 +9,8 @@ How the binary is found matters here. mount(8) clears PATH (and HOME, SHELL, ...
 runs a helper, and mount.fuse3 runs `/bin/sh -c "spoolfs SOURCE DIR -o OPTS"`, so for
 `-t fuse.spoolfs` the binary must be in dash's built-in PATH. The `on_std_path` fixture makes
 `spoolfs` there resolve to $SPOOLFS_BIN for the test (a symlink in /usr/local/bin, removed
-afterwards, under a lock; the test is skipped when another spoolfs is installed there).
+afterwards, under a lock; a spoolfs installed there is used when its bytes are those of
+$SPOOLFS_BIN, and the test is skipped when it is another one).
 `-t spoolfs` would need /sbin/mount.spoolfs: instead of installing into /sbin, the tests call
 the helper exactly as mount(8) does (same argv shape, same stripped environment; checked
 against util-linux 2.38 with strace), and test_real_mount_t_spoolfs runs the real thing when
@@ -148,7 +149,9 @@ def on_std_path():
             os.makedirs("/usr/local/bin", exist_ok=True)
             os.symlink(want, link)
             created = True
-        elif os.path.realpath(found) != want:
+        elif not filecmp.cmp(found, want, shallow=False):
+            # By content: `cmake --install build` puts a byte-identical copy there, which
+            # runs exactly what $SPOOLFS_BIN would.
             pytest.skip("%s is another spoolfs (%s): mount.fuse3 would run that one, not "
                         "$SPOOLFS_BIN" % (found, os.path.realpath(found)))
         yield
@@ -483,3 +486,114 @@ def test_a_manifest_url_of_another_scheme_is_refused_at_once(tmp_path):
     err = refused_mount("ftp://user:secret@127.0.0.1:9/m.json", tmp_path / "mnt")
     assert "unsupported scheme" in err, err
     assert "secret" not in err and "retry" not in err.lower(), err
+
+
+# ------------------------------------------------------------- mount flags and stacking
+
+def mounts_at(path):
+    path = os.path.realpath(str(path))
+    with open("/proc/self/mountinfo") as f:
+        return sum(1 for line in f if line.split()[4] == path)
+
+
+def test_mount_t_fuse_spoolfs_is_nosuid_nodev(store, mnt, on_std_path):
+    """mount.fuse3 passes "dev,suid" for root: a store must never bring a set-user-ID
+    binary or a device node."""
+    store.add("a.bin", 1000)
+    r = run_mount(["mount", "-t", "fuse.spoolfs", store.write(), str(mnt), "-o", "rw"])
+    assert r.returncode == 0, r.stderr
+    assert_ready_and_backgrounded(mnt, store, "a.bin")
+    fstype, vfs_opts, _ = fstype_and_opts(mnt)
+    assert fstype == "fuse.spoolfs"
+    for want in ("ro", "nosuid", "nodev"):
+        assert want in vfs_opts, vfs_opts
+    assert_unmounts_cleanly(mnt, ["umount"])
+
+
+def test_dev_and_suid_asked_for_are_dropped_and_said(store, mount):
+    store.add("a.bin", 1000)
+    m = mount(store.write(), "-o", "dev,suid")
+    _, vfs_opts, _ = fstype_and_opts(m.path)
+    assert "nosuid" in vfs_opts and "nodev" in vfs_opts, vfs_opts
+    m.check_clean_exit()
+    assert "ignored dev and suid: a spoolfs mount is always nosuid,nodev" in m.stderr()
+
+
+def test_a_second_mount_on_a_live_one_is_refused(store, mount, tmp_path):
+    store.add("a.bin", 1000)
+    url = store.write()
+    m = mount(url)
+    proc = subprocess.Popen([SPOOLFS, "-f", url, m.path], env=daemon_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        # Refused: it exits. Stacked (the bug): a second mount shows up instead.
+        wait_until(lambda: proc.poll() is not None or mounts_at(m.path) > 1, 20,
+                   "the second spoolfs to exit")
+        stacked = mounts_at(m.path) > 1
+    finally:
+        if proc.poll() is None:
+            subprocess.run(["fusermount3", "-u", m.path], capture_output=True)
+            proc.wait(10 * SLOW)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    proc.stdout.close()
+    assert not stacked, "a second mount was stacked on a live one"
+    assert proc.returncode != 0
+    assert "is already a live fuse.spoolfs mount" in err and "fusermount3 -u" in err, err
+    assert read_file(os.path.join(m.path, "a.bin")) == store.content("a.bin")
+
+
+def test_a_dead_mount_is_cleared_and_mounted_over(store, tmp_path):
+    """A cancelled CI job leaves its mount behind with no daemon: the next job's mount on
+    the same directory must not fail for it."""
+    store.add("a.bin", 1000)
+    url = store.write()
+    path = str(tmp_path / "mnt")
+    dead = Mount(url, path, tmp_path / "dead.log")
+    dead.proc.kill()
+    dead.proc.wait()
+    log_path = tmp_path / "mnt.log"
+    proc = None
+    try:
+        with pytest.raises(OSError) as e:
+            read_file(os.path.join(path, "a.bin"))
+        assert e.value.errno == errno.ENOTCONN
+        # Not conftest's Mount: it would take the dead mount for the new one, and
+        # os.makedirs fails on a directory that answers ENOTCONN.
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([SPOOLFS, "-f", url, path], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
+        wait_until(lambda: b"mounted on" in log_path.read_bytes() or proc.poll() is not None,
+                   20, "the new mount")
+        text = log_path.read_text()
+        assert proc.poll() is None, text
+        assert mounts_at(path) == 1
+        assert read_file(os.path.join(path, "a.bin")) == store.content("a.bin")
+        subprocess.run(["fusermount3", "-u", path], check=True)
+        assert proc.wait(30 * SLOW) == 0, log_path.read_text()
+        assert "held a dead fuse.spoolfs mount (its daemon is gone): lazily unmounted it" \
+            in text, text
+    finally:
+        if proc is not None and proc.poll() is None:
+            subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
+            proc.kill()
+            proc.wait()
+        dead.kill()  # a lazy unmount of what is left, if anything
+
+
+def test_a_tmpfs_mountpoint_is_mounted_on(store, mount, tmp_path):
+    """Only a FUSE mount there is refused: another filesystem's directory is a directory."""
+    store.add("a.bin", 1000)
+    d = tmp_path / "mnt"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmp", str(d)], check=True)
+    try:
+        m = mount(store.write())
+        # Mount's wait saw the tmpfs: wait for ours on top of it.
+        wait_until(lambda: mounts_at(d) == 2 or m.proc.poll() is not None, 20, "the mount")
+        assert read_file(m.p("a.bin")) == store.content("a.bin")
+        assert m.unmount() == 0, m.stderr()
+        assert mounts_at(d) == 1  # the tmpfs alone
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)

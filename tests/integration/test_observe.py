@@ -5,6 +5,8 @@ import os
 import subprocess
 import threading
 
+import pytest
+
 from conftest import SLOW, SPOOLFS, read_file
 from helpers import expected, wait_until
 
@@ -107,6 +109,7 @@ def status_once(m):
     return out.stdout
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_status_lists_every_object_however_many(store, mount):
     """`status` kept only its first 4,096 rows, so the totals of a busy mount were wrong."""
     names = ["many/%04d.bin" % i for i in range(4200)]

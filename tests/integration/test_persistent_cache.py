@@ -402,7 +402,7 @@ def test_a_spool_path_that_is_not_a_directory_refuses_the_mount(store, tmp_path)
     cache.mkdir()
     (cache / "spool").write_text("not a directory")
     err = refused_mount(store.write(), tmp_path / "mnt", "--cache-dir", str(cache))
-    assert "Not a directory" in err, err
+    assert "%s/spool is not a directory" % cache in err, err
     assert (cache / "spool").read_text() == "not a directory"
 
 

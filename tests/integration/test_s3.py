@@ -135,6 +135,7 @@ def check_tree(m, objects):
         assert sha(got) == sha(data), key
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_2500_objects_paged_python_server(s3_server, mount):
     s3 = s3_server()
     objects = many_keys()
@@ -164,6 +165,7 @@ def s3rver_installed():
     s3rver.install()
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_2500_objects_paged_s3rver(s3rver_installed, aws_env, mount):
     aws_env(s3rver.ACCESS_KEY, s3rver.SECRET)
     objects = many_keys()
@@ -320,6 +322,7 @@ def test_right_region_mounts(s3_server, mount):
     assert s3.auth_failures() == []
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_unreachable_endpoint(aws_env, tmp_path):
     aws_env()
     with socket.socket() as s:  # a port nobody listens on
@@ -371,6 +374,7 @@ def test_a_listing_that_keeps_failing_gives_eio_after_the_retries(s3_server, mou
     assert os.listdir(m.p("sub")) == ["a"]  # a failed listing is not remembered
 
 
+@pytest.mark.slow  # 4-13 s plain: the plain pass only (pytest.ini)
 def test_a_stalled_listing_is_dropped_and_tried_again(s3_server, mount):
     """A listing whose response stops is dropped after --stall-timeout, as a download is
     (it used to wait out a fixed 60 s, then fail)."""

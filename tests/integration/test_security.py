@@ -1,8 +1,10 @@
 """Issue 4, security: hostile paths, credentials in URLs, mount options, TLS verification."""
 
+import hashlib
 import json
 import os
 import re
+import sqlite3
 import stat
 import subprocess
 
@@ -232,3 +234,162 @@ def test_a_mountpoint_that_is_not_a_directory_is_refused(store, tmp_path):
     err = refused_mount(store.write(), target)
     assert "not a directory" in err, err
     assert store.up.stats("manifest.json").get("gets", 0) == 0
+
+
+# ------------------------------------------------------------------ secrets in argv
+
+
+SECRETS = ("PASSWORD1", "SIGNATURE1", "PROXYPASS1", "MIRRORPASS1")
+
+
+def cmdline(pid):
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        return f.read().replace(b"\0", b" ").decode(errors="replace")
+
+
+def daemons_on(path):
+    """pids of the spoolfs processes whose command line names path."""
+    path = os.path.realpath(str(path))
+    pids = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"spoolfs" in os.path.basename(argv[0]) and path.encode() in argv:
+            pids.append(int(d))
+    return pids
+
+
+def secret_store(store):
+    """A manifest reached with userinfo and a presigned-style query, whose objects (no sha256,
+    an etag: their cache keys hold their URLs) are too. Returns the SOURCE and the extra args: a
+    proxy with a password (the test upstream itself, which serves a proxied request's
+    absolute URL as it would a plain one) and a mirror with one."""
+    store.add("a.bin", 300 * 1024, hashed=False)
+    store.add("b.bin", 2000, hashed=False)
+    port = store.up.port
+    base = "http://user:PASSWORD1@127.0.0.1:%d/" % port
+
+    def mutate(man):
+        for f in man["files"]:
+            f["url"] = base + f["path"] + "?X-Amz-Signature=SIGNATURE1&X-Amz-Expires=60"
+            f["etag"] = '"v1"'  # a key "etag:SIZE:ETAG URL", kept by --keep-cache
+            store.up.fault(f["path"], etag='"v1"')
+
+    store.write(mutate)
+    source = base + "manifest.json?X-Amz-Signature=SIGNATURE1"
+    return source, ["-o", "proxy=puser:PROXYPASS1@127.0.0.1:%d" % port,
+                    "--mirror", "http://m:MIRRORPASS1@127.0.0.1:%d/" % port]
+
+
+def assert_no_secret(text, where):
+    for secret in SECRETS:
+        assert secret not in text, "%s in %s:\n%s" % (secret, where, text)
+
+
+def test_secrets_leave_the_daemons_command_line(store, mount, tmp_path):
+    """/proc/PID/cmdline is readable by every local user for the mount's whole life."""
+    source, args = secret_store(store)
+    cache = tmp_path / "cache"
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args)
+    shown = cmdline(m.proc.pid)
+    assert_no_secret(shown, "/proc/PID/cmdline")
+    # Still says which mount it is, and the secrets' lengths are kept.
+    assert m.path in shown and "127.0.0.1:%d/manifest.json" % store.up.port in shown, shown
+    assert "proxy=%s@127.0.0.1" % ("*" * len("puser:PROXYPASS1")) in shown, shown
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+    url = os.getxattr(m.p("a.bin"), "user.spoolfs.url").decode()
+    m.check_clean_exit()
+    log = m.stderr()
+    assert "held a password or a signed URL query" in log, log
+    assert_no_secret(log + url, "the log or user.spoolfs.url")
+    # The kept cache: its index.db keys name the objects without their secrets.
+    for d, _, files in os.walk(cache):
+        for n in files:
+            with open(os.path.join(d, n), "rb") as f:
+                data = f.read()
+            for secret in SECRETS:
+                assert secret.encode() not in data, "%s in %s" % (secret, n)
+            assert b"user:" not in data, n
+    # ...and still serve the next session without a request.
+    store.up.reset()
+    m2 = mount(source, "--cache-dir", str(cache), *args, name="again")
+    assert read_file(m2.p("a.bin")) == expected(store, "a.bin")
+    assert store.up.stats("a.bin").get("gets", 0) == 0
+
+
+def test_secrets_leave_the_daemonised_command_line(store, tmp_path):
+    """Without -f the daemon forks: the child that serves the mount hides them too."""
+    source, args = secret_store(store)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([SPOOLFS, source, str(mnt)] + args, env=daemon_env(),
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=60 * SLOW)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "held a password or a signed URL query" in r.stderr.decode(), r.stderr
+        pids = daemons_on(mnt)
+        assert len(pids) == 1, pids
+        assert_no_secret(cmdline(pids[0]), "the daemon's /proc/PID/cmdline")
+        assert read_file(mnt / "b.bin") == expected(store, "b.bin")
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
+        for pid in daemons_on(mnt):
+            os.kill(pid, 9)
+
+
+def test_netrc_file_keeps_the_password_off_the_command_line(store, mount, tmp_path):
+    store.add("a.bin", 5000)
+    url = store.write()
+    for path in ("manifest.json", "a.bin"):
+        store.up.fault(path, basic_auth="alice:NETRCPASS1")
+    err = refused_mount(url, tmp_path / "none")
+    assert "401" in err, err  # the upstream does require it
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login alice password NETRCPASS1\n")
+    netrc.chmod(0o600)
+    m = mount(url, "--netrc-file", str(netrc))
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    assert 401 not in store.up.stats("a.bin")["statuses"]
+    assert "NETRCPASS1" not in cmdline(m.proc.pid)
+
+
+def test_a_missing_netrc_file_is_refused(store, tmp_path):
+    err = refused_mount(store.write(), tmp_path / "mnt", "--netrc-file", "no-such-netrc")
+    assert "--netrc-file no-such-netrc" in err, err
+
+
+def test_a_kept_cache_of_before_forgets_keys_that_hold_secrets(store, mount, tmp_path):
+    """A cache kept by a spoolfs that stored whole URLs in its keys: those rows match no
+    object any more and go, with their spool files, at the next first mount; the object
+    is fetched afresh."""
+    source, args = secret_store(store)
+    cache = tmp_path / "cache"
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args)
+    assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+    m.check_clean_exit()
+    url = source.replace("manifest.json?X-Amz-Signature=SIGNATURE1",
+                         "a.bin?X-Amz-Signature=SIGNATURE1&X-Amz-Expires=60")
+    old_key = 'etag:%d:"v1" %s' % (300 * 1024, url)
+    db = sqlite3.connect(str(cache / "index.db"))
+    with db:
+        db.execute("INSERT INTO spool_object(key, complete, size, last_used)"
+                   " VALUES(?, 1, ?, 1)", (old_key, 300 * 1024))
+        db.execute("INSERT INTO spool_range(key, off_start, off_end) VALUES(?, 0, ?)",
+                   (old_key, 300 * 1024))
+    db.close()
+    old_spool = cache / "spool" / (hashlib.sha256(old_key.encode()).hexdigest() + ".spool")
+    old_spool.write_bytes(expected(store, "a.bin"))
+    store.up.reset()
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args, name="again")
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+    assert store.up.stats("a.bin")["gets"] == 1 and store.up.stats("b.bin").get("gets", 0) == 0
+    m.check_clean_exit()
+    db = sqlite3.connect(str(cache / "index.db"))
+    keys = [k for (k,) in db.execute("SELECT key FROM spool_object")]
+    db.close()
+    assert keys and not any("PASSWORD1" in k or "SIGNATURE1" in k for k in keys), keys
+    assert not old_spool.exists()

@@ -166,11 +166,12 @@ def test_a_sparse_download_goes_whole_once_another_mount_watches(store, mount, t
 
 
 def spool_fds(m, cache):
-    """How many spool files of cache the daemon of m holds open."""
+    """How many spool files of cache the daemon of m holds open (not the spool directory
+    itself, which it holds for the mount's life)."""
     n = 0
     for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
         try:
-            n += os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)).startswith(str(cache / "spool"))
+            n += os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)).startswith(str(cache / "spool") + "/")
         except OSError:
             pass
     return n

@@ -23,6 +23,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -190,6 +191,7 @@ static void empty_dir(const char *dir)
 
 struct tmpdir {
 	char path[64];
+	int fd;
 };
 
 static int setup_dir(void **state)
@@ -199,7 +201,7 @@ static int setup_dir(void **state)
 	if (!t)
 		return -1;
 	snprintf(t->path, sizeof(t->path), "/tmp/spoolfs-test-alloc-XXXXXX");
-	if (!mkdtemp(t->path)) {
+	if (!mkdtemp(t->path) || (t->fd = open(t->path, O_RDONLY | O_DIRECTORY)) < 0) {
 		free(t);
 		return -1;
 	}
@@ -211,6 +213,7 @@ static int teardown_dir(void **state)
 {
 	struct tmpdir *t = *state;
 
+	close(t->fd);
 	empty_dir(t->path);
 	rmdir(t->path);
 	free(t);
@@ -354,7 +357,7 @@ static void table_create_run(void *ctx, unsigned long n)
 	struct flight_table *t = NULL;
 
 	alloc_fail_arm(n);
-	int rc = flight_table_create(d->path, &t);
+	int rc = flight_table_create(d->fd, &t);
 	alloc_fail_disarm();
 	if (rc) {
 		assert_enomem(rc);
@@ -374,7 +377,7 @@ static void hasher_run(void *ctx, unsigned long n)
 	struct tmpdir *d = ctx;
 	struct flight_table *t = NULL;
 
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	alloc_fail_arm(n);
 	int rc = flight_table_start_hasher(t);
 	alloc_fail_disarm();
@@ -397,7 +400,7 @@ static void join_new_run(void *ctx, unsigned long n)
 	struct flight *other, *f = NULL, *again;
 	bool created = true;
 
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	/* Another flight in the same table, so a failure must leave it alone. */
 	struct flight_spec ospec = spec_for("sha256:other", "");
 	assert_int_equal(flight_table_join(t, &ospec, &other, &created), 0);
@@ -445,7 +448,7 @@ static void test_flight_join_existing(void **state)
 	bool created;
 	size_t live;
 
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
 	live = alloc_fail_live();
 	alloc_fail_arm(1);
@@ -496,7 +499,7 @@ static void lifecycle_run(void *ctx, unsigned long n)
 	index_ranges_init(&copy);
 
 	alloc_fail_arm(n);
-	rc = flight_table_create(dir, &t);
+	rc = flight_table_create(lc->dir->fd, &t);
 	if (rc) {
 		assert_enomem(rc);
 		return;
@@ -618,7 +621,7 @@ static void fail_taint_run(void *ctx, unsigned long n)
 	struct rec_waiter w;
 	bool created;
 
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
 	rec_init(&w, 0, 1);
 	assert_int_equal(flight_park(f, &w.w), 0);
@@ -658,7 +661,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	struct flight_spec spec = spec_for(key, object_sha256);
 
 	/* Session 1 leaves a spool with every even piece written. */
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
 	assert_int_equal(flight_open_spool(f), 0);
 	index_ranges_init(&rec);
@@ -671,7 +674,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	flight_unref(f);
 
 	/* Session 2 restores it. */
-	assert_int_equal(flight_table_create(d->path, &t), 0);
+	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
 	rec_init(&w, 0, PIECE);
 	assert_int_equal(flight_park(f, &w.w), 0);

@@ -15,6 +15,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ static const char wrong_sha256[] =
 
 struct fixture {
 	char dir[64];
+	int dirfd;
 	struct flight_table *table;
 };
 
@@ -46,7 +48,8 @@ static int setup(void **state)
 	if (!fx)
 		return -1;
 	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-test-flight-XXXXXX");
-	if (!mkdtemp(fx->dir) || flight_table_create(fx->dir, &fx->table) != 0) {
+	if (!mkdtemp(fx->dir) || (fx->dirfd = open(fx->dir, O_RDONLY | O_DIRECTORY)) < 0 ||
+	    flight_table_create(fx->dirfd, &fx->table) != 0) {
 		free(fx);
 		return -1;
 	}
@@ -89,6 +92,7 @@ static int teardown(void **state)
 		}
 		closedir(d);
 	}
+	close(fx->dirfd);
 	rmdir(fx->dir);
 	free(fx);
 	return 0;
@@ -697,7 +701,7 @@ static void test_unpark(void **state)
 	finish(fx, &f, 1);
 
 	/* And on a flight still downloading. */
-	assert_int_equal(flight_table_create(fx->dir, &fx->table), 0);
+	assert_int_equal(flight_table_create(fx->dirfd, &fx->table), 0);
 	f = start(fx, "url:unpark2", "", size);
 	rec_init(&w_intr, 0, 10);
 	w_intr.w.interrupted = true;
@@ -728,7 +732,7 @@ static void test_unpark_then_fail(void **state)
 	/* A positive error is not an errno: it becomes -EIO. */
 	finish(fx, &f, 1);
 
-	assert_int_equal(flight_table_create(fx->dir, &fx->table), 0);
+	assert_int_equal(flight_table_create(fx->dirfd, &fx->table), 0);
 	f = start(fx, "url:unpark-fail2", "", 1000);
 	flight_fail(f, 5);
 	assert_int_equal(flight_ready(f, 0, 1), -EIO);

@@ -83,6 +83,27 @@ static void test_malformed_lines_are_skipped(void **state)
 	assert_string_equal(topmost("", "/mnt/store"), "ENOENT");
 }
 
+/* The type of the topmost mount: what decides whether a new mount may go on top. */
+static void test_the_topmost_type_is_given(void **state)
+{
+	char dev[32], fstype[64];
+	const char *table = ROOT OURS OVER;
+	FILE *f = fmemopen((void *)table, strlen(table), "r");
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(fs_mount_top_in(f, "/mnt/store", dev, sizeof(dev), fstype, sizeof(fstype)),
+	                 0);
+	fclose(f);
+	assert_string_equal(fstype, "tmpfs");
+	table = ROOT "30 1 0:50 / /m\\040-\\040x ro shared:20 - fuse.spoolfs s ro\n";
+	f = fmemopen((void *)table, strlen(table), "r");
+	assert_non_null(f);
+	assert_int_equal(fs_mount_top_in(f, "/m - x", dev, sizeof(dev), fstype, sizeof(fstype)), 0);
+	fclose(f);
+	assert_string_equal(fstype, "fuse.spoolfs");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -92,6 +113,7 @@ int main(void)
 	    cmocka_unit_test(test_only_the_exact_path_matches),
 	    cmocka_unit_test(test_escaped_paths_match),
 	    cmocka_unit_test(test_malformed_lines_are_skipped),
+	    cmocka_unit_test(test_the_topmost_type_is_given),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

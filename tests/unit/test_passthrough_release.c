@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -25,6 +26,7 @@
 
 struct fixture {
 	char dir[64];
+	int dirfd; /* 0 until opened (calloc): closed only then */
 	struct flight_table *table;
 	struct flight *flight;
 	struct fs_session session;
@@ -48,7 +50,8 @@ static int setup(void **state)
 		return -1;
 	*state = fx;
 	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-test-pt-XXXXXX");
-	if (!mkdtemp(fx->dir) || flight_table_create(fx->dir, &fx->table) != 0 ||
+	if (!mkdtemp(fx->dir) || (fx->dirfd = open(fx->dir, O_RDONLY | O_DIRECTORY)) < 0 ||
+	    flight_table_create(fx->dirfd, &fx->table) != 0 ||
 	    flight_table_join(fx->table, &spec, &fx->flight, &created) != 0 || !created ||
 	    flight_open_spool(fx->flight) != 0 ||
 	    flight_deliver(fx->flight, 0, bytes, sizeof(bytes)) != 0)
@@ -67,6 +70,8 @@ static int teardown(void **state)
 		flight_unref(fx->flight);
 		pthread_mutex_destroy(&fx->session.passthrough_lock);
 	}
+	if (fx->dirfd > 0)
+		close(fx->dirfd);
 	snprintf(path, sizeof(path), "rm -rf '%s'", fx->dir);
 	if (system(path) != 0)
 		fprintf(stderr, "could not remove %s\n", fx->dir);

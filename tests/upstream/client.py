@@ -5,7 +5,7 @@
         up.url("dir/a.bin")                      # http://127.0.0.1:PORT/dir/a.bin
         up.fault("dir/a.bin", gate=True)         # merge fault options (None removes one)
         up.wait_for(lambda s: s["gated"] == 1, path="dir/a.bin")
-        up.release("dir/a.bin")
+        up.release("dir/a.bin")                  # opens the gate (and a hold_at)
         up.stats("dir/a.bin")["gets"]
         up.clear()                               # all faults; up.clear(path) for one
         up.reset()                               # counters
@@ -15,9 +15,11 @@
 
 Fault options (per path): gate (+ gate_skip N: the first N requests pass), rate (B/s),
 drop_after (N body bytes per response), drop_at ([abs offsets], each fires once), stall_at (abs offset, once; until clear or
-client close), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
+client close), hold_at (abs offset: the body pauses there until release/clear, then the same
+response goes on; stats "held" counts the waiting ones), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
 (+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096),
-ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag).
+ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag),
+basic_auth ("user:password": 401 to a request without that Authorization).
 """
 
 import http.client

@@ -286,6 +286,22 @@ def test_stall_at_and_clear(up):
     up.wait_for(lambda x: x["stalled"] == 0 and x["active"] == 0, path="dir/a.bin")
 
 
+def test_hold_at_pauses_the_body_until_release(up):
+    """hold_at pauses the one response mid-body and lets it go on, unlike stall_at."""
+    a = data_a()
+    up.fault("dir/a.bin", hold_at=200000)
+    res = []
+    t = threading.Thread(target=lambda: res.append(up.request("dir/a.bin")))
+    t.start()
+    st = up.wait_for(lambda x: x["held"] == 1, path="dir/a.bin")
+    assert st["bytes"] == 200000 and st["active"] == 1 and not res
+    up.release("dir/a.bin")
+    t.join(10)
+    assert res and res[0][0] == 200 and res[0][2] == a
+    st = up.wait_for(lambda x: x["active"] == 0, path="dir/a.bin")
+    assert st["gets"] == 1 and st["held"] == 0 and st["bytes"] == len(a)
+
+
 def test_stall_client_close(up):
     up.fault("s.bin", stall_at=10)
     s = socket.create_connection(("127.0.0.1", up.port), timeout=5)

@@ -12,7 +12,7 @@ never blocks the accept loop.
 Object requests: GET/HEAD /<path>   (single Range, If-Match, If-Range)
 Control (never files):
   POST /_ctl/fault    {"path": P, <option>: value, ...}  merge options (value null -> remove)
-  POST /_ctl/release  {"path": P}     open the gate, wake gated requests
+  POST /_ctl/release  {"path": P}     open the gate and any hold_at, wake gated/held requests
   POST /_ctl/clear    {"path": P} | {} clear faults of P | all (wakes gated/stalled)
   POST /_ctl/reset    {}              clear all counters (live gauges kept)
   GET  /_ctl/stats[?path=P]           counters (see stats_for / all_stats)
@@ -20,12 +20,16 @@ Control (never files):
 With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
 that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
 Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per
-response), total_rate (B/s shared by all responses for the path), drop_after, drop_at, stall_at, corrupt_at,
+response), total_rate (B/s shared by all responses for the path), drop_after, drop_at, stall_at,
+  hold_at (abs offset: the body pauses there until release or clear, then goes on in the
+  same response; counted in "held" while it waits), corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
-  content_range_lie, ignore_if_match.  See tests/upstream/client.py for a summary.
+  content_range_lie, ignore_if_match, basic_auth ("user:password": 401 without it).
+  See tests/upstream/client.py for a summary.
 """
 
 import argparse
+import base64
 import email.utils
 import hashlib
 import json
@@ -45,10 +49,10 @@ CHUNK = 64 * 1024
 CTL = "/_ctl/"
 
 BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match")
-INT_OPTS = ("drop_after", "stall_at", "fail_status", "fail_count", "size_lie", "gate_skip")
+INT_OPTS = ("drop_after", "stall_at", "hold_at", "fail_status", "fail_count", "size_lie", "gate_skip")
 NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
-OTHER_OPTS = ("etag", "retry_after")
+OTHER_OPTS = ("etag", "retry_after", "basic_auth")
 ALL_OPTS = BOOL_OPTS + INT_OPTS + NUM_OPTS + INT_LIST_OPTS + OTHER_OPTS
 
 
@@ -68,7 +72,7 @@ class State:
     def stat(self, path):
         s = self.stats.get(path)
         if s is None:
-            s = {"gets": 0, "heads": 0, "bytes": 0, "gated": 0, "active": 0,
+            s = {"gets": 0, "heads": 0, "bytes": 0, "gated": 0, "active": 0, "held": 0,
                  "stalled": 0, "drops": 0, "ranges": [], "statuses": []}
             self.stats[path] = s
         return s
@@ -79,7 +83,7 @@ class State:
     def snapshot(self, path):
         s = self.stats.get(path)
         if s is None:
-            s = {"gets": 0, "heads": 0, "bytes": 0, "gated": 0, "active": 0,
+            s = {"gets": 0, "heads": 0, "bytes": 0, "gated": 0, "active": 0, "held": 0,
                  "stalled": 0, "drops": 0, "ranges": [], "statuses": []}
         out = dict(s)
         out["ranges"] = list(s["ranges"])
@@ -135,6 +139,10 @@ def validate_opts(body):
             opts[k] = v
         elif k == "retry_after":
             opts[k] = str(v)
+        elif k == "basic_auth":
+            if not isinstance(v, str) or ":" not in v:
+                raise ValueError("basic_auth must be \"user:password\"")
+            opts[k] = v
     return opts
 
 
@@ -357,6 +365,7 @@ class Handler(BaseHTTPRequestHandler):
                 cfg = st.faults.get(p)
                 if cfg is not None:
                     cfg.pop("gate", None)
+                    cfg.pop("hold_at", None)
                 st.cond.notify_all()
             log("release %s" % p)
             return self._json(200, {})
@@ -417,6 +426,15 @@ class Handler(BaseHTTPRequestHandler):
                 s["gets"] += 1
                 s["ranges"].append(rng)
 
+    def _authorized(self, rel):
+        """False when rel requires basic_auth and the request's Authorization is not it."""
+        with STATE.lock:
+            want = STATE.faults.get(rel, {}).get("basic_auth")
+        if want is None:
+            return True
+        expect = "Basic " + base64.b64encode(want.encode()).decode()
+        return self.headers.get("Authorization") == expect
+
     def _admit(self, rel):
         """Waits at rel's gate; then counts the response active (the caller decrements
         "active" when done) and returns True, or aborts the connection and returns False."""
@@ -437,6 +455,10 @@ class Handler(BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         st = STATE
         self._count_request(rel, head, rng)
+        if not self._authorized(rel):
+            self._status(rel, 401)
+            return self._simple(401, "authorization required\n", head=head,
+                                extra=[("WWW-Authenticate", 'Basic realm="upstream"')])
         if not self._admit(rel):
             return
         try:
@@ -590,6 +612,9 @@ class Handler(BaseHTTPRequestHandler):
                 sa = cfg.get("stall_at")
                 if sa is not None and pos <= sa < lim:
                     lim, event, hit_drop = sa, "stall", None
+                ha = cfg.get("hold_at")
+                if ha is not None and pos <= ha < lim:
+                    lim, event, hit_drop = ha, "hold", None
                 # claim once-only events under the lock
                 if event == "drop_at":
                     dat.remove(hit_drop)
@@ -645,6 +670,27 @@ class Handler(BaseHTTPRequestHandler):
                 log("stall %s at %d" % (rel, pos))
                 self._stall(rel)
                 return
+            if event == "hold":
+                log("hold %s at %d" % (rel, pos))
+                if not self._hold(rel, pos):
+                    self.close_connection = True
+                    return
+
+    def _hold(self, rel, at):
+        """Waits while rel's hold_at is still `at` (release or clear ends it). False when
+        the client went away or the server stops."""
+        st = STATE
+        with st.cond:
+            s = st.stat(rel)
+            s["held"] += 1
+            try:
+                while st.faults.get(rel, {}).get("hold_at") == at and not st.stopping:
+                    st.cond.wait(0.05)
+                    if self._peer_closed():
+                        return False
+                return not st.stopping
+            finally:
+                s["held"] -= 1
 
     def _stall(self, rel):
         st = STATE

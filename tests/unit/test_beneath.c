@@ -1,0 +1,226 @@
+/*
+ * A file: mirror's objects stay beneath its directory (fetch/beneath.c): the path check of
+ * a mirror-relative URL, and the open with openat2 and with the walk that replaces it on
+ * kernels without openat2 (forced with SPOOLFS_TEST_NO_OPENAT2=1).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fetch/beneath.h"
+
+static void accepts(const char *rel, const char *want)
+{
+	char *got = NULL;
+
+	assert_int_equal(fetch_mirror_path(rel, strlen(rel), &got), 0);
+	assert_string_equal(got, want);
+	free(got);
+}
+
+static void refuses(const char *rel)
+{
+	char *got = (char *)"unset";
+
+	if (fetch_mirror_path(rel, strlen(rel), &got) != -EINVAL)
+		fail_msg("\"%s\" was not refused", rel);
+	assert_null(got);
+}
+
+static void test_mirror_path(void **state)
+{
+	(void)state;
+	accepts("a.bin", "a.bin");
+	accepts("dir/sub/a.bin", "dir/sub/a.bin");
+	accepts("sp%20ace", "sp ace");
+	accepts("..x/x..", "..x/x..");
+	accepts("...", "...");
+	accepts(".hidden", ".hidden");
+	/* only len bytes count: the query after them is not part of the path */
+	char *got = NULL;
+	assert_int_equal(fetch_mirror_path("a.bin?x=/../..", 5, &got), 0);
+	assert_string_equal(got, "a.bin");
+	free(got);
+
+	const char *bad[] = {"..",
+	                     "../x",
+	                     "a/../x",
+	                     ".",
+	                     "./x",
+	                     "a/./x",
+	                     "",
+	                     "/x",
+	                     "a//x",
+	                     "a/",
+	                     "%2e%2e/x",
+	                     "%2E%2e/x",
+	                     "%2e%2E/x",
+	                     "%2E%2E/x",
+	                     ".%2e/x",
+	                     "%2e./x",
+	                     "%2e/x",
+	                     "..%2fx",
+	                     "..%2Fx",
+	                     "a%2f..%2f..%2fx",
+	                     "%2fetc%2fpasswd",
+	                     "..%5cx",
+	                     "..%5Cx",
+	                     "a\\b",
+	                     "%252e%252e/x",
+	                     "..%252fx",
+	                     "%25252e%25252e/x",
+	                     "a%00b",
+	                     "100%",
+	                     "a%zz",
+	                     "%2"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		refuses(bad[i]);
+}
+
+struct fixture {
+	char root[64];
+	int dir_fd;
+};
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+	char path[128];
+
+	snprintf(fx->root, sizeof(fx->root), "/tmp/spoolfs-beneath-XXXXXX");
+	if (!fx || !mkdtemp(fx->root))
+		return -1;
+	/* root/secret, root/outside/secret; the mirror is root/m with good files and links */
+	const char *dirs[] = {"outside", "m", "m/d", "m/fifo-dir"};
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", fx->root, dirs[i]);
+		if (mkdir(path, 0755) != 0)
+			return -1;
+	}
+	const char *files[] = {"secret", "outside/secret", "m/good", "m/d/good"};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", fx->root, files[i]);
+		FILE *f = fopen(path, "w");
+		if (!f)
+			return -1;
+		fputs(files[i], f);
+		fclose(f);
+	}
+	struct {
+		const char *target, *name;
+	} links[] = {{"../secret", "m/link"},
+	             {"/etc/hostname", "m/abslink"},
+	             {"../outside", "m/dlink"},
+	             {"../../outside", "m/d/uplink"},
+	             {"good", "m/innerlink"}};
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", fx->root, links[i].name);
+		if (symlink(links[i].target, path) != 0)
+			return -1;
+	}
+	snprintf(path, sizeof(path), "%s/m/fifo-dir/fifo", fx->root);
+	if (mkfifo(path, 0644) != 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/m", fx->root);
+	fx->dir_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	*state = fx;
+	return fx->dir_fd >= 0 ? 0 : -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	close(fx->dir_fd);
+	nftw(fx->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	free(fx);
+	unsetenv("SPOOLFS_TEST_NO_OPENAT2");
+	return 0;
+}
+
+static void opens(int dir_fd, const char *path, const char *content)
+{
+	char buf[64] = "";
+	int fd = fetch_open_beneath(dir_fd, path);
+
+	if (fd < 0)
+		fail_msg("%s: %s", path, strerror(-fd));
+	assert_true(read(fd, buf, sizeof(buf) - 1) > 0);
+	assert_string_equal(buf, content);
+	close(fd);
+}
+
+static void refused_open(int dir_fd, const char *path, int err)
+{
+	int fd = fetch_open_beneath(dir_fd, path);
+
+	if (fd >= 0) {
+		close(fd);
+		fail_msg("%s was opened", path);
+	}
+	if (fd != err)
+		fail_msg("%s: %s, not %s", path, strerror(-fd), strerror(-err));
+}
+
+static void check_opens(const struct fixture *fx)
+{
+	opens(fx->dir_fd, "good", "m/good");
+	opens(fx->dir_fd, "d/good", "m/d/good");
+	refused_open(fx->dir_fd, "link", -ELOOP);
+	refused_open(fx->dir_fd, "abslink", -ELOOP);
+	refused_open(fx->dir_fd, "dlink/secret", -ELOOP);
+	refused_open(fx->dir_fd, "d/uplink/secret", -ELOOP);
+	/* even a symlink that stays inside: none is followed */
+	refused_open(fx->dir_fd, "innerlink", -ELOOP);
+	refused_open(fx->dir_fd, "missing", -ENOENT);
+	refused_open(fx->dir_fd, "d", -EINVAL);
+	refused_open(fx->dir_fd, "fifo-dir/fifo", -EINVAL);
+	refused_open(fx->dir_fd, "good/x", -ENOTDIR);
+}
+
+static void test_open_with_openat2(void **state)
+{
+	unsetenv("SPOOLFS_TEST_NO_OPENAT2");
+	check_opens(*state);
+	/* openat2 itself keeps ".." beneath, should a path get past fetch_mirror_path */
+	int fd = fetch_open_beneath(((struct fixture *)*state)->dir_fd, "../secret");
+	if (fd >= 0)
+		close(fd);
+	assert_true(fd == -EXDEV || fd == -EINVAL || fd == -ENOSYS || fd == -EPERM);
+}
+
+static void test_open_walking(void **state)
+{
+	setenv("SPOOLFS_TEST_NO_OPENAT2", "1", 1);
+	check_opens(*state);
+	refused_open(((struct fixture *)*state)->dir_fd, "../secret", -EINVAL);
+	refused_open(((struct fixture *)*state)->dir_fd, "d/../../secret", -EINVAL);
+	unsetenv("SPOOLFS_TEST_NO_OPENAT2");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_mirror_path),
+	    cmocka_unit_test_setup_teardown(test_open_with_openat2, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_open_walking, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,82 @@
+/*
+ * The command line's secrets are overwritten in place (fs/options.c, fs_argv_scrub): other
+ * users read /proc/PID/cmdline. Each case checks what is hidden and that the rest, which
+ * says which mount the process is, stays as it was.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fs/fs_i.h"
+
+/* arg (after the program name, and after `before` when not NULL) once scrubbed. */
+static char *scrubbed(const char *before, const char *arg, bool *hidden)
+{
+	static char buf[512];
+	char prog[] = "spoolfs", first[512];
+	char *argv[4] = {prog, NULL, NULL, NULL};
+	int argc = 1;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	if (before) {
+		snprintf(first, sizeof(first), "%s", before);
+		argv[argc++] = first;
+	}
+	argv[argc++] = buf;
+	*hidden = fs_argv_scrub(argc, argv);
+	return buf;
+}
+
+static void expect(const char *before, const char *arg, const char *want, bool want_hidden)
+{
+	bool hidden;
+
+	assert_string_equal(scrubbed(before, arg, &hidden), want);
+	assert_int_equal(hidden, want_hidden);
+}
+
+static void test_a_source_loses_its_userinfo_and_query(void **state)
+{
+	(void)state;
+	expect(NULL, "https://user:pw@h:1/m.json?X-Amz-Signature=ab&e=1",
+	       "https://*******@h:1/m.json?**********************", true);
+	/* An '@' unescaped in a password: the last one ends the userinfo. */
+	expect(NULL, "http://u:p@x@h/m.json", "http://*****@h/m.json", true);
+	expect(NULL, "http://TOKEN@h/m", "http://*****@h/m", true);
+}
+
+static void test_proxies_lose_their_password(void **state)
+{
+	(void)state;
+	expect(NULL, "-oro,proxy=u:pw@h:3128,allow_other", "-oro,proxy=****@h:3128,allow_other",
+	       true);
+	expect("-o", "proxy=http://u:pw@h:3128", "proxy=http://****@h:3128", true);
+	expect("--proxy", "u:pw@h:3128", "****@h:3128", true);
+	expect(NULL, "--proxy=u:pw@h:3128", "--proxy=****@h:3128", true);
+}
+
+static void test_what_holds_no_secret_is_left_alone(void **state)
+{
+	(void)state;
+	expect(NULL, "http://h:1/m.json", "http://h:1/m.json", false);
+	expect(NULL, "/srv/a@b/manifest.json", "/srv/a@b/manifest.json", false);
+	expect(NULL, "-ono_proxy=a@b,ro", "-ono_proxy=a@b,ro", false);
+	expect("--cache-dir", "/var/cache/u:p@x", "/var/cache/u:p@x", false);
+	expect(NULL, "http://h/m.json?", "http://h/m.json?", false);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_a_source_loses_its_userinfo_and_query),
+	    cmocka_unit_test(test_proxies_lose_their_password),
+	    cmocka_unit_test(test_what_holds_no_secret_is_left_alone),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
