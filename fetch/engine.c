@@ -210,7 +210,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 {
 	struct flight *f = s->f;
 	uint64_t progress = s->pos - s->attempt_start;
-	char why[200];
+	char why[sizeof(s->why)];
 	int fatal;
 
 	if (!s->checked && result == CURLE_OK)
@@ -239,9 +239,15 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		 * any other: resumed from where it stopped. */
 		stream_why(s, "upstream body ended at byte %" PRIu64 ", expected %" PRIu64, s->pos,
 		           s->end);
+	} else if (fatal == 0 && !s->retryable && s->guard.refused) {
+		fatal = -EIO;
+		stream_why(s, "%s", s->guard.why);
+	} else if (fatal == 0 && !s->retryable &&
+	           fetch_net_redirect_refused(s->easy, result, f->urls[s->url_idx], s->why,
+	                                      sizeof(s->why))) {
+		fatal = -EIO;
 	} else if (fatal == 0 && !s->retryable) {
-		if (!http_curl_error_is_transient(result) ||
-		    http_redirected_off_scheme(s->easy, result, f->urls[s->url_idx]))
+		if (!http_curl_error_is_transient(result))
 			fatal = -EIO;
 		stream_why(s, "%s", s->errbuf[0] ? s->errbuf : curl_easy_strerror(result));
 	}
@@ -276,7 +282,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	f->written_at_failure = now_written;
 	f->failures++;
 	if (f->failures >= e->cfg.max_tries) {
-		char msg[260];
+		char msg[sizeof(why) + 40];
 		snprintf(msg, sizeof(msg), "giving up after %u tries, last: %s", f->failures, why);
 		engine_fail_flight(e, f, -EIO, msg);
 		return;

@@ -49,12 +49,13 @@ struct stream {
 	uint64_t received;      /* body bytes curl handed over, skipped ones included */
 	uint64_t window_ms;     /* when the current low-speed window started */
 	uint64_t window_bytes;  /* received when it did */
-	bool too_slow;          /* aborted: slower than LOW_SPEED_BYTES_PER_S over a window */
-	int fatal;              /* -errno decided in a callback; the flight fails with it */
-	bool spool_fault;       /* fatal is ours (the spool), not the server's answer */
-	unsigned url_idx;       /* which of the flight's urls it asked */
-	int obj_fd;             /* a file: mirror's object, read by curl through /proc; or -1 */
-	char why[160];          /* what went wrong, for the log line */
+	bool too_slow;    /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
+	int fatal;        /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx; /* which of the flight's urls it asked */
+	int obj_fd;       /* a file: mirror's object, read by curl through /proc; or -1 */
+	char why[320];    /* what went wrong, for the log line */
+	struct fetch_net_guard guard; /* a link-local address refused (fetch_net_apply) */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
 	struct stream *next; /* in f->streams */

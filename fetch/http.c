@@ -249,6 +249,11 @@ bool http_curl_error_is_transient(int res)
 	}
 }
 
+const char *http_redirect_protocols(const char *url)
+{
+	return strncasecmp(url, "https://", 8) == 0 ? "https" : "http,https";
+}
+
 bool http_redirected_off_scheme(void *easy, int res, const char *url)
 {
 	char *effective = NULL;
@@ -258,7 +263,11 @@ bool http_redirected_off_scheme(void *easy, int res, const char *url)
 	    curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &effective) != CURLE_OK || !effective ||
 	    strncasecmp(effective, url, scheme_len + 1) == 0)
 		return false;
-	/* http to https (a CDN) is followed: a garbled answer from there is one like any. */
-	return strncasecmp(effective, "http://", 7) != 0 &&
-	       strncasecmp(effective, "https://", 8) != 0;
+	/* A scheme the redirect could follow (http to https, a CDN) failed as a garbled answer
+	 * from there does, which is one like any. */
+	if (strncasecmp(effective, "https://", 8) == 0)
+		return false;
+	if (strncasecmp(effective, "http://", 7) == 0)
+		return strcmp(http_redirect_protocols(url), "https") == 0;
+	return true;
 }

@@ -75,9 +75,16 @@ bool http_status_is_transient(long code);
 bool http_curl_error_is_transient(int res);
 
 /*
- * Whether easy, asked for url, failed with `res` because a redirect led off http(s) to a
- * scheme it may not follow (ftp:, file:...). curl gives that the code of a garbled HTTP answer,
- * which is transient; this one is not.
+ * The schemes a redirect of a request for url may lead to, for CURLOPT_REDIR_PROTOCOLS_STR:
+ * from https only https (a redirect may not drop TLS, nor make the downgraded URL the base
+ * of a manifest's relative entries), from http either.
+ */
+const char *http_redirect_protocols(const char *url);
+
+/*
+ * Whether easy, asked for url, failed with `res` because a redirect led to a scheme
+ * http_redirect_protocols(url) refuses (https to http, or off http(s): ftp:, file:...).
+ * curl gives that the code of a garbled HTTP answer, which is transient; this one is not.
  */
 bool http_redirected_off_scheme(void *easy, int res, const char *url);
 

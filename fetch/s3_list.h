@@ -26,8 +26,10 @@
 #define S3_KEY_MAX 1024   /* bytes of a decoded key or prefix, as S3 allows */
 #define S3_ETAG_MAX 256   /* bytes of an ETag with its quotes, plus NUL (= HTTP_ETAG_MAX) */
 #define S3_TOKEN_MAX 4096 /* bytes of a NextContinuationToken */
-#define S3_LIST_DEFAULT_MAX_ENTRIES 10000     /* Contents + CommonPrefixes per page */
-#define S3_LIST_DEFAULT_MAX_BYTES (32u << 20) /* body size */
+#define S3_LIST_DEFAULT_MAX_ENTRIES 10000 /* Contents + CommonPrefixes per page */
+/* Body size: a page of S3's 1000 entries (MinIO, GCS and R2 send no more) with keys of
+ * S3_KEY_MAX bytes, every byte %-escaped, is about 3.5 MB; twice that and some. */
+#define S3_LIST_DEFAULT_MAX_BYTES (8u << 20)
 
 struct s3_object {
 	char *key;              /* decoded, NUL-terminated, 1..S3_KEY_MAX bytes, no NUL inside */

@@ -11,11 +11,18 @@
 
 #include "fetch/net.h"
 
-/* The largest manifest accepted: a manifest is metadata, and this bounds start-up memory. */
-#define SOURCE_MANIFEST_MAX (512u << 20)
+/*
+ * The largest manifest accepted by default (--max-manifest-size): a manifest is metadata,
+ * held whole in memory while it is read, and this bounds what a server that never stops
+ * sending can make the mount hold. 256 MiB is about four million entries (a million-entry
+ * manifest is 66 MB), four times the largest we have measured, and still small beside a CI
+ * machine's memory.
+ */
+#define SOURCE_MANIFEST_DEFAULT_MAX ((size_t)256 << 20)
 
 struct source_options {
 	struct fetch_net net; /* with stall_timeout_s and max_tries: the fetch blocks */
+	size_t max_bytes;     /* the manifest's bound; 0: SOURCE_MANIFEST_DEFAULT_MAX */
 };
 
 /*

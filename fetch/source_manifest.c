@@ -22,6 +22,7 @@ struct buffer {
 	char *data;
 	size_t len;
 	size_t cap;
+	size_t max; /* bytes of text allowed */
 	bool too_big;
 };
 
@@ -30,7 +31,8 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *userdata)
 	struct buffer *b = userdata;
 	size_t n = size * nmemb;
 
-	if (b->len + n + 1 > SOURCE_MANIFEST_MAX) {
+	/* Refused at the first byte past the bound: a short count ends the transfer. */
+	if (n > b->max - b->len) {
 		b->too_big = true;
 		return CURL_WRITEFUNC_ERROR;
 	}
@@ -38,6 +40,8 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *userdata)
 		size_t cap = b->cap ? b->cap : 64 * 1024;
 		while (cap < b->len + n + 1)
 			cap *= 2;
+		if (cap > b->max + 1)
+			cap = b->max + 1;
 		char *p = realloc(b->data, cap);
 		if (!p)
 			return CURL_WRITEFUNC_ERROR;
@@ -88,7 +92,8 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
  * *retry_after_s is -1 when trying again cannot help, else the server's wish (0: none).
  */
 static int fetch_once(CURL *easy, const char *url, const char *shown, struct buffer *buf,
-                      long *code, int *retry_after_s, char *err, size_t err_len)
+                      const struct fetch_net_guard *guard, long *code, int *retry_after_s,
+                      char *err, size_t err_len)
 {
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE] = "";
@@ -104,16 +109,26 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 	*code = 0;
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, code);
 	if (buf->too_big) {
-		snprintf(err, err_len, "manifest %s is larger than %u bytes", shown,
-		         SOURCE_MANIFEST_MAX);
+		snprintf(
+		    err, err_len,
+		    "manifest %s is larger than %zu bytes (--max-manifest-size raises the bound)",
+		    shown, buf->max);
 		return -EFBIG;
 	}
 	bool local = strncmp(url, "file:", 5) == 0;
+	char why[512];
+	if (res != CURLE_OK && guard->refused) {
+		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown, guard->why);
+		return -EACCES;
+	}
+	if (res != CURLE_OK && fetch_net_redirect_refused(easy, res, url, why, sizeof(why))) {
+		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown, why);
+		return -EACCES;
+	}
 	if (res != CURLE_OK) {
 		snprintf(err, err_len, "cannot fetch manifest %s: %s", shown,
 		         errbuf[0] ? errbuf : curl_easy_strerror(res));
-		if (!local && http_curl_error_is_transient(res) &&
-		    !http_redirected_off_scheme(easy, res, url))
+		if (!local && http_curl_error_is_transient(res))
 			*retry_after_s = 0;
 		return -EIO;
 	}
@@ -129,7 +144,9 @@ static int fetch_once(CURL *easy, const char *url, const char *shown, struct buf
 int source_manifest_read(const char *source, const struct source_options *opts, char **text,
                          size_t *len, char **base_url, int64_t *mtime, char *err, size_t err_len)
 {
-	struct buffer buf = {0};
+	struct buffer buf = {.max =
+	                         opts->max_bytes ? opts->max_bytes : SOURCE_MANIFEST_DEFAULT_MAX};
+	struct fetch_net_guard guard;
 	char *url = NULL, shown[512];
 	CURL *easy = NULL;
 	long code = 0;
@@ -166,14 +183,15 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		goto out;
 	}
 	curl_easy_setopt(easy, CURLOPT_URL, url);
-	fetch_net_apply(easy, &opts->net);
+	fetch_net_apply(easy, &opts->net, &guard);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
-	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, http_redirect_protocols(url));
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
 	curl_easy_setopt(easy, CURLOPT_MAXREDIRS, 5L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data);
-	/* No bound on the whole transfer: a large manifest on a slow link takes what it
-	 * takes; one that stops is dropped after net.stall_timeout_s (fetch_net_apply). */
+	/* No bound on the whole transfer's time: a large manifest on a slow link takes what it
+	 * takes; one that stops or trickles is dropped after net.stall_timeout_s
+	 * (fetch_net_apply), and one past buf.max at its first byte too many. */
 	curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "");
 	/* Last-Modified over HTTP, the file's mtime for file://: what entries without an mtime
 	 * show (a manifest's files are no newer than the manifest). */
@@ -186,7 +204,9 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		if (buf.data)
 			buf.data[0] = '\0';
 		buf.too_big = false;
-		rc = fetch_once(easy, url, shown, &buf, &code, &retry_after_s, err, err_len);
+		guard.refused = false;
+		rc =
+		    fetch_once(easy, url, shown, &buf, &guard, &code, &retry_after_s, err, err_len);
 		if (rc == 0 || !fetch_net_retry_wait(&opts->net, attempt, retry_after_s,
 		                                     MANIFEST_RETRY_AFTER_CAP_MS, err))
 			break;

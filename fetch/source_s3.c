@@ -183,6 +183,17 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 		if (rc)
 			goto fail;
 		fetch_log(FETCH_LOG_INFO, "S3 credentials from %s", src->creds.origin);
+		/* Signing keeps the secret key off the wire, not the session token, and not
+		 * what an observer may do with a request it saw (replay it for 15 minutes). */
+		char shown[512];
+		if (strncasecmp(src->base, "http://", 7) == 0)
+			fetch_log(FETCH_LOG_WARN,
+			          "S3 endpoint %s is plain http: signed requests%s and every object"
+			          " travel unencrypted; use https",
+			          fetch_redact_url(src->base, shown, sizeof(shown)),
+			          src->creds.session_token && src->creds.session_token[0]
+			              ? ", the session token in them,"
+			              : "");
 	}
 	*out = src;
 	return 0;
@@ -350,7 +361,9 @@ static size_t on_list_body(char *data, size_t size, size_t nmemb, void *userdata
 
 	if (b->feed_rc == 0)
 		b->feed_rc = s3_list_parser_feed(b->parser, data, size * nmemb);
-	return size * nmemb;
+	/* A page that cannot be parsed, or is past its bound, ends here: a server that goes
+	 * on sending after garbage is not read to its end (a short count stops curl). */
+	return b->feed_rc ? CURL_WRITEFUNC_ERROR : size * nmemb;
 }
 
 static size_t on_list_header(char *line, size_t size, size_t nitems, void *userdata)
@@ -413,6 +426,7 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 	size_t n_params = 4;
 	struct curl_slist *headers = NULL;
 	struct body b = {0};
+	struct fetch_net_guard guard;
 	char *path = NULL, *url = NULL, errbuf[CURL_ERROR_SIZE] = "";
 	CURL *easy = NULL;
 	long code = 0;
@@ -438,7 +452,7 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 		goto out;
 	}
 	curl_easy_setopt(easy, CURLOPT_URL, url);
-	fetch_net_apply(easy, &src->net);
+	fetch_net_apply(easy, &src->net, &guard);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
@@ -454,6 +468,14 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 
 	res = curl_easy_perform(easy);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+	if (res != CURLE_OK && guard.refused) {
+		snprintf(err, err_len, "cannot reach S3 endpoint %s: %s", src->base, guard.why);
+		rc = -EACCES;
+		goto out;
+	}
+	/* Cut by on_list_body: the body, not the connection, is at fault; said below. */
+	if (res == CURLE_WRITE_ERROR && b.feed_rc)
+		res = CURLE_OK;
 	if (res != CURLE_OK) {
 		snprintf(err, err_len, "cannot reach S3 endpoint %s: %s", src->base,
 		         errbuf[0] ? errbuf : curl_easy_strerror(res));

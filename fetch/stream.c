@@ -14,10 +14,6 @@
 #include "fetch/engine_i.h"
 #include "fetch/log.h"
 
-/* Slower than this on average over a stall timeout counts as stalled: a byte now and then
- * keeps no reader's promise, and would hold a connection and its readers for days. */
-#define LOW_SPEED_BYTES_PER_S 1024u
-
 void stream_why(struct stream *s, const char *fmt, ...)
 {
 	va_list ap;
@@ -217,7 +213,7 @@ static bool first_of_flight(const struct stream *s)
  * byte, not as an average rate: curl's LOW_SPEED check averages over seconds and lets a
  * fast transfer that stopped dead run on for several seconds past the timeout. A server
  * that trickles a byte now and then never stalls that way, so each stall timeout's worth
- * of time must also bring LOW_SPEED_BYTES_PER_S on average.
+ * of time must also bring FETCH_NET_LOW_SPEED_BYTES_PER_S on average.
  */
 static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
@@ -235,7 +231,7 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	 * the one a sequential reader waits on, must keep it alone. */
 	unsigned shares = first_of_flight(s) || !s->f->n_streams ? 1 : s->f->n_streams;
 	if (s->received - s->window_bytes <
-	    (uint64_t)LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
+	    (uint64_t)FETCH_NET_LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
 		s->too_slow = true;
 		return 1;
 	}
@@ -429,7 +425,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
-	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR,
+	                 http_redirect_protocols(f->urls[f->url_idx]));
 	/* Not for signed requests: curl drops Authorization on a redirect to another host, but
 	 * not the signer's other headers, a session token among them. */
 	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, e->cfg.sign ? 0L : 1L);
@@ -449,7 +446,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 
 	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
 	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
-	fetch_net_apply(s->easy, &e->cfg.net);
+	fetch_net_apply(s->easy, &e->cfg.net, &s->guard);
 	s->ranged = start > 0 || end < f->size;
 	if (s->ranged) {
 		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);

@@ -28,9 +28,10 @@ struct fs_options {
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
 	char *ca_file;
 	char *proxy;
-	char *netrc_file;     /* userinfo for http(s) hosts, kept out of argv */
-	char *cache_max_size; /* "10G": parsed by main */
-	char **mirrors;       /* --mirror bases, in order */
+	char *netrc_file;        /* userinfo for http(s) hosts, kept out of argv */
+	char *cache_max_size;    /* "10G": parsed by main */
+	char *max_manifest_size; /* "1G": parsed by main */
+	char **mirrors;          /* --mirror bases, in order */
 	unsigned n_mirrors;
 	char *log_level;
 	char *endpoint; /* S3 */
@@ -49,6 +50,7 @@ struct fs_options {
 	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
 	int keep_cache;
 	int no_passthrough;
+	int allow_link_local;
 	int foreground;
 	int debug;
 	int show_help;
@@ -149,11 +151,12 @@ struct fs_session {
 	int cache_fd;    /* the directory in use, checked ours (main.c): all access goes by it */
 	int spool_fd;    /* its "spool" directory, also checked ours */
 
-	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
-	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
-	bool was_mounted;        /* main thread only: the mount came up (cleanup may run) */
-	bool cache_alone;        /* main thread only: holds DIR/lock exclusive (no other mount) */
-	uint64_t cache_max_size; /* bytes; 0 = unbounded */
+	bool made_cache_dir;      /* --cache-dir did not exist before: removed when emptied */
+	int cache_lock_fd;        /* flock on cache_dir/lock for the process's life, or -1 */
+	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
+	bool cache_alone;         /* main thread only: holds DIR/lock exclusive (no other mount) */
+	uint64_t cache_max_size;  /* bytes; 0 = unbounded */
+	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
 	uid_t uid;
 	gid_t gid;
 	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */

@@ -264,6 +264,9 @@ static void warn_unused_options(const struct fs_options *o)
 	if (bucket && o->n_mirrors)
 		fprintf(stderr,
 		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+	if (bucket && o->max_manifest_size)
+		fprintf(stderr,
+		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
 	if (bucket && o->netrc_file)
 		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
 		                " are signed); ignored\n");
@@ -435,12 +438,13 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 	                          .netrc_file = s->opts.netrc_file,
 	                          .connect_timeout_s = 10,
 	                          .stall_timeout_s = s->opts.stall_timeout_s,
-	                          .max_tries = s->opts.retries};
+	                          .max_tries = s->opts.retries,
+	                          .allow_link_local = s->opts.allow_link_local};
 }
 
 static int load_manifest(struct fs_session *s)
 {
-	struct source_options src = {.net = blocking_net(s)};
+	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int64_t mtime = 0;
@@ -595,6 +599,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
 	cfg.net.netrc_file = s->opts.netrc_file;
+	cfg.net.allow_link_local = s->opts.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
@@ -784,6 +789,15 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	uint64_t manifest_max = 0;
+	if (s.opts.max_manifest_size && (parse_size(s.opts.max_manifest_size, &manifest_max) != 0 ||
+	                                 manifest_max == 0 || manifest_max >= SIZE_MAX)) {
+		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
+		        s.opts.max_manifest_size);
+		status = 2;
+		goto out_args;
+	}
+	s.max_manifest_size = (size_t)manifest_max;
 	if (strncmp(s.opts.source, "s3://", 5) == 0) {
 		free(s.opts.netrc_file); /* said by warn_unused_options */
 		s.opts.netrc_file = NULL;

@@ -43,6 +43,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("ca_file=%s", ca_file),
     OPT("--proxy %s", proxy),
     OPT("proxy=%s", proxy),
+    OPT("--max-manifest-size %s", max_manifest_size),
+    OPT("max_manifest_size=%s", max_manifest_size),
+    OPT_FLAG("--allow-link-local", allow_link_local),
+    OPT_FLAG("allow_link_local", allow_link_local),
     OPT("--netrc-file %s", netrc_file),
     OPT("netrc_file=%s", netrc_file),
     OPT("--stall-timeout %s", stall_timeout_text),
@@ -129,11 +133,16 @@ void fs_options_usage(const char *prog)
 	       "                         password belongs there, not on the command line)\n"
 	       "  --netrc-file FILE      user names and passwords for http(s) hosts, in netrc\n"
 	       "                         format, so that none is on the command line\n"
+	       "  --allow-link-local     allow connections to link-local addresses\n"
+	       "                         (169.254.0.0/16, fe80::/10: cloud instance metadata),\n"
+	       "                         refused by default whatever URL or redirect leads there\n"
 	       "  --stall-timeout SEC    no byte, or under 1 KiB/s, for this long restarts a\n"
-	       "                         transfer (default 30)\n"
+	       "                         transfer, the manifest's and listings' too (default 30)\n"
 	       "  --retries N            tries in a row without 64 KiB of progress before a read\n"
 	       "                         fails (default 6)\n"
 	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	       "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
+	       "                         suffixes; default 256M, about 4 million entries)\n"
 	       "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	       "                         tried in order when a fetch fails (repeatable)\n"
 	       "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
@@ -358,6 +367,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->proxy);
 	free(opts->netrc_file);
 	free(opts->cache_max_size);
+	free(opts->max_manifest_size);
 	free(opts->stall_timeout_text);
 	free(opts->retries_text);
 	free(opts->max_transfers_text);

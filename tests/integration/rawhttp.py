@@ -16,6 +16,7 @@ ex.head(status, headers) and ex.body(data) (body bytes, counted in srv.sent) for
 response in parts, ex.send_raw(data) for anything else, ex.sleep(s) and ex.wait(event)
 (both give up once the server stops: never hold up a teardown).
 The server listens on 127.0.0.1, port 0; each connection is served by its own thread.
+RawServer(routes, tls=ssl_context) speaks HTTPS instead (srv.url gives https://).
 """
 
 import hashlib
@@ -171,9 +172,11 @@ def _read_head(conn, buf):
 
 
 class RawServer:
-    def __init__(self, routes):
-        """routes: {path: handler}; an unknown path gets 404."""
+    def __init__(self, routes, tls=None):
+        """routes: {path: handler}; an unknown path gets 404. tls: a server-side
+        ssl.SSLContext for HTTPS."""
         self.routes = dict(routes)
+        self.tls = tls
         self.cond = threading.Condition()
         self.log = []  # every Request, in arrival order
         self.sent = {}  # path -> body bytes sent
@@ -188,7 +191,8 @@ class RawServer:
         self.thread.start()
 
     def url(self, path=""):
-        return "http://127.0.0.1:%d/%s" % (self.port, path.lstrip("/"))
+        return "%s://127.0.0.1:%d/%s" % ("https" if self.tls else "http", self.port,
+                                         path.lstrip("/"))
 
     def requests(self, path=None):
         with self.cond:
@@ -217,6 +221,12 @@ class RawServer:
     def _serve(self, conn):
         buf = b""
         try:
+            if self.tls is not None:
+                with self.cond:
+                    self.conns.discard(conn)
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                with self.cond:
+                    self.conns.add(conn)
             while not self.stopping.is_set():
                 req, buf = _read_head(conn, buf)
                 if req is None:

@@ -1,6 +1,7 @@
 /*
  * Unit tests for fetch/http.h: Content-Range parsing, header-line parsing, weak ETags and
- * retry backoff. Pure functions: no fixtures, no threads.
+ * retry backoff, the redirect schemes; and fetch/net.h's link-local address check. Pure
+ * functions: no fixtures, no threads.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,13 +9,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "fetch/http.h"
 #include "fetch/log.h"
+#include "fetch/net.h"
 
 /* Parses a NUL-terminated value; the out-parameters are poisoned first. */
 static int parse_cr(const char *value, uint64_t *start, uint64_t *end, bool *known, uint64_t *total)
@@ -553,6 +557,58 @@ static void test_backoff_retry_after(void **state)
 	assert_int_equal(http_backoff_ms(2, 100, 30000, 1.0, -1, 60000), 200);
 }
 
+static bool link_local4(const char *text)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+
+	assert_int_equal(inet_pton(AF_INET, text, &a.sin_addr), 1);
+	return fetch_net_link_local((const struct sockaddr *)&a, sizeof(a));
+}
+
+static bool link_local6(const char *text)
+{
+	struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+
+	assert_int_equal(inet_pton(AF_INET6, text, &a.sin6_addr), 1);
+	return fetch_net_link_local((const struct sockaddr *)&a, sizeof(a));
+}
+
+/* The addresses a manifest or a redirect may not send the daemon to, however spelled. */
+static void test_link_local_addresses(void **state)
+{
+	(void)state;
+	assert_true(link_local4("169.254.169.254"));
+	assert_true(link_local4("169.254.0.0"));
+	assert_true(link_local4("169.254.255.255"));
+	assert_false(link_local4("169.253.255.255"));
+	assert_false(link_local4("169.255.0.1"));
+	assert_false(link_local4("127.0.0.1"));
+	assert_false(link_local4("10.0.0.1"));
+	assert_true(link_local6("fe80::1"));
+	assert_true(link_local6("febf:ffff::1"));
+	assert_false(link_local6("fec0::1"));
+	assert_false(link_local6("fe7f::1"));
+	assert_true(link_local6("::ffff:169.254.169.254"));
+	assert_false(link_local6("::ffff:127.0.0.1"));
+	assert_true(link_local6("fd00:ec2::254"));
+	assert_false(link_local6("fd00:ec2::253"));
+	assert_false(link_local6("::1"));
+	assert_false(link_local6("2001:db8::1"));
+	/* A length too short for its family is not read past. */
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, "169.254.1.1", &a.sin_addr);
+	assert_false(fetch_net_link_local((const struct sockaddr *)&a, 4));
+}
+
+static void test_redirect_protocols(void **state)
+{
+	(void)state;
+	assert_string_equal(http_redirect_protocols("https://h/m.json"), "https");
+	assert_string_equal(http_redirect_protocols("HTTPS://h/m.json"), "https");
+	assert_string_equal(http_redirect_protocols("http://h/m.json"), "http,https");
+	assert_string_equal(http_redirect_protocols("file:///m.json"), "http,https");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -577,6 +633,8 @@ int main(void)
 	    cmocka_unit_test(test_backoff_growth_and_cap),
 	    cmocka_unit_test(test_backoff_jitter_bounds),
 	    cmocka_unit_test(test_backoff_retry_after),
+	    cmocka_unit_test(test_link_local_addresses),
+	    cmocka_unit_test(test_redirect_protocols),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
