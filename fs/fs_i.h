@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fetch/cache_dir.h"
 #include "fetch/engine.h"
 #include "fetch/source_s3.h"
 #include "fetch/flight.h"
@@ -125,14 +126,8 @@ struct fs_session {
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;
-	char *cache_dir; /* the directory in use, canonical (sqlite opens by name) */
-	int cache_fd;    /* the directory in use, checked ours (main.c): all access goes by it */
-	int spool_fd;    /* its "spool" directory, also checked ours */
-
-	bool made_cache_dir;     /* --cache-dir did not exist before: removed when emptied */
-	int cache_lock_fd;       /* flock on cache_dir/lock for the process's life, or -1 */
+	struct cache_dir *cache; /* the cache directory in use (fetch/cache_dir.h) */
 	bool was_mounted;        /* main thread only: the mount came up (cleanup may run) */
-	bool cache_alone;        /* main thread only: holds DIR/lock exclusive (no other mount) */
 	uint64_t cache_max_size; /* bytes; 0 = unbounded */
 	uid_t uid;
 	gid_t gid;
