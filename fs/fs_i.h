@@ -19,6 +19,7 @@
 #include "fetch/engine.h"
 #include "fetch/source_s3.h"
 #include "fetch/flight.h"
+#include "fetch/listing_flight.h"
 #include "fetch/worker.h"
 #include "index/index.h"
 
@@ -116,12 +117,8 @@ struct fs_session {
 	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
 	 * are opened beneath it (fetch/beneath.h), else -1. NULL with no mirrors. */
 	int *mirror_dir_fds;
-	/* Lazy listing: which directories are being listed now (see listing.c). */
-	pthread_mutex_t list_lock;
-	pthread_cond_t list_done;
-	uint64_t *listing;  /* guarded by list_lock */
-	size_t n_listing;   /* guarded by list_lock */
-	size_t cap_listing; /* guarded by list_lock */
+	/* Lazy listing: the directories being listed now (listing.c); its own lock. */
+	struct listing_flights *listings;
 	struct index *idx;
 	struct flight_table *flights;
 	struct engine *engine;

@@ -271,6 +271,11 @@ static int open_bucket(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
+	rc = listing_flights_create(&s->listings);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+		return rc;
+	}
 	/* A listing dates its objects (LastModified), not its directories: those show the mount. */
 	rc = index_set_default_mtime(s->idx, (int64_t)time(NULL));
 	if (rc == 0)
@@ -512,10 +517,8 @@ int main(int argc, char *argv[])
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
-	pthread_cond_init(&s.list_done, NULL);
 
 	s.uid = getuid();
 	s.gid = getgid();
@@ -616,9 +619,7 @@ out_cache:
 	close_mirror_dirs(&s);
 	index_close(s.idx);
 	s3_source_free(s.s3);
-	free(s.listing);
-	pthread_cond_destroy(&s.list_done);
-	pthread_mutex_destroy(&s.list_lock);
+	listing_flights_destroy(s.listings);
 	pthread_mutex_destroy(&s.passthrough_lock);
 	pthread_mutex_destroy(&s.handles_lock);
 
