@@ -16,9 +16,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fetch/cache_dir.h"
 #include "fetch/engine.h"
 #include "fetch/source_s3.h"
 #include "fetch/flight.h"
+#include "fetch/listing_flight.h"
 #include "fetch/worker.h"
 #include "index/index.h"
 
@@ -137,24 +139,14 @@ struct fs_session {
 	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
 	 * are opened beneath it (fetch/beneath.h), else -1. NULL with no mirrors. */
 	int *mirror_dir_fds;
-	/* Lazy listing: which directories are being listed now (see listing.c). */
-	pthread_mutex_t list_lock;
-	pthread_cond_t list_done;
-	uint64_t *listing;  /* guarded by list_lock */
-	size_t n_listing;   /* guarded by list_lock */
-	size_t cap_listing; /* guarded by list_lock */
+	/* Lazy listing: the directories being listed now (listing.c); its own lock. */
+	struct listing_flights *listings;
 	struct index *idx;
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;
-	char *cache_dir; /* the directory in use, canonical (sqlite opens by name) */
-	int cache_fd;    /* the directory in use, checked ours (main.c): all access goes by it */
-	int spool_fd;    /* its "spool" directory, also checked ours */
-
-	bool made_cache_dir;      /* --cache-dir did not exist before: removed when emptied */
-	int cache_lock_fd;        /* flock on cache_dir/lock for the process's life, or -1 */
+	struct cache_dir *cache;  /* the cache directory in use (fetch/cache_dir.h) */
 	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
-	bool cache_alone;         /* main thread only: holds DIR/lock exclusive (no other mount) */
 	uint64_t cache_max_size;  /* bytes; 0 = unbounded */
 	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
 	uid_t uid;

@@ -10,7 +10,6 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
-#include <dirent.h>
 #include <signal.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,12 +17,12 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fetch/cache_dir.h"
 #include "fetch/log.h"
 #include "fetch/source.h"
 #include "fs/fs_i.h"
@@ -40,216 +39,6 @@ static void raise_fd_limit(void)
 		lim.rlim_cur = lim.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &lim);
 	}
-}
-
-/*
- * Deletes what the spool directory holds, by name through its fd: a symbolic link found
- * there goes itself, never what it points to; a directory (never ours) stays.
- */
-static void empty_spool_dir(int dirfd)
-{
-	int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-
-	if (!dir) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((e = readdir(dir)))
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-			unlinkat(dirfd, e->d_name, 0);
-	closedir(dir);
-}
-
-/*
- * What unmount leaves behind: nothing, unless --keep-cache. Only our own files go from a
- * directory the user named, by name through the directory's fd; the directory itself goes
- * if we created it. A directory that other mounts still use is left to the last of them.
- */
-static void remove_cache_files(struct fs_session *s)
-{
-	static const char *const cache_files[] = {"index.db", "index.db-wal", "index.db-shm",
-	                                          "index.db-journal", "leases"};
-
-	/* Without the lock the files are another mount's. */
-	bool temporary = !s->opts.cache_dir; /* a fresh directory of ours: goes whole */
-
-	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing
-	 * of a named directory: what an earlier session kept stays. */
-	if (s->cache_fd < 0 || s->cache_lock_fd < 0 ||
-	    (!temporary && (s->opts.keep_cache || (!s->was_mounted && !s->made_cache_dir))))
-		return;
-	/* Exclusive only when no other mount holds its shared lock: we are the last one. */
-	if (!temporary && flock(s->cache_lock_fd, LOCK_EX | LOCK_NB) != 0)
-		return;
-	for (size_t i = 0; i < sizeof(cache_files) / sizeof(cache_files[0]); i++)
-		unlinkat(s->cache_fd, cache_files[i], 0);
-	if (s->spool_fd >= 0) {
-		empty_spool_dir(s->spool_fd);
-		unlinkat(s->cache_fd, "spool", AT_REMOVEDIR);
-	}
-	unlinkat(s->cache_fd, "lock", 0);
-	/* Only an empty directory goes: anything we do not know stays with it. */
-	if (temporary || s->made_cache_dir)
-		rmdir(s->cache_dir);
-}
-
-/*
- * One line for a cache directory, or an entry in it, we will not use: why, and for one that
- * is not ours to use (rc -EPERM, -ELOOP, -ENOTDIR) what to do about it. rc passes through.
- */
-static int refuse_cache(const struct fs_session *s, const char *entry, const char *why, int rc)
-{
-	bool unsafe = rc == -EPERM || rc == -ELOOP || rc == -ENOTDIR;
-	const char *advice = !unsafe        ? ""
-	                     : entry        ? ": refused (remove it)"
-	                     : rc == -EPERM ? ": refused: only the mount's user may write in its "
-	                                      "cache directory"
-	                                    : ": refused";
-
-	fprintf(stderr, "spoolfs: %s %s%s%s%s%s%s\n",
-	        s->opts.cache_dir ? "--cache-dir" : "cache directory",
-	        s->cache_dir ? s->cache_dir : s->opts.cache_dir, entry ? "/" : "",
-	        entry ? entry : "", unsafe ? " " : ": ", why, advice);
-	return rc;
-}
-
-/*
- * Opens the cache directory once, never through a symbolic link, and checks that only we
- * can write in it: the daemon often runs as root, and anyone who could plant a name there
- * (a symbolic link as "lock", another user's "index.db") would choose which files root
- * creates or opens. Everything inside is then reached from this fd. A --cache-dir that does
- * not exist is made 0700; the path above it is its user's own business.
- */
-static int open_cache_dir(struct fs_session *s)
-{
-	const char *why = NULL;
-	struct stat st;
-	int rc = 0;
-
-	if (s->opts.cache_dir) {
-		free(s->cache_dir);
-		s->cache_dir = NULL;
-		/* A trailing '/' would make open follow a link as the last component. */
-		size_t len = strlen(s->opts.cache_dir);
-		while (len > 1 && s->opts.cache_dir[len - 1] == '/')
-			len--;
-		s->cache_dir = strndup(s->opts.cache_dir, len);
-		if (!s->cache_dir)
-			return refuse_cache(s, NULL, "cannot be opened: out of memory", -ENOMEM);
-		for (int tries = 0; tries < 4; tries++) {
-			s->cache_fd =
-			    open(s->cache_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (s->cache_fd >= 0 || errno != ENOENT)
-				break;
-			if (mkdir(s->cache_dir, 0700) == 0)
-				s->made_cache_dir = true;
-			else if (errno != EEXIST)
-				break;
-		}
-	} else {
-		const char *tmp = getenv("TMPDIR");
-		if (asprintf(&s->cache_dir, "%s/spoolfs-XXXXXX", tmp && *tmp ? tmp : "/var/tmp") <
-		    0) {
-			s->cache_dir = NULL;
-			return -ENOMEM;
-		}
-		if (mkdtemp(s->cache_dir))
-			s->cache_fd =
-			    open(s->cache_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	}
-	if (s->cache_fd < 0) {
-		rc = -errno;
-		if (rc == -ENOTDIR || rc == -ELOOP)
-			why = lstat(s->cache_dir, &st) == 0 && S_ISLNK(st.st_mode)
-			          ? "is a symbolic link"
-			          : "is not a directory";
-		return refuse_cache(s, NULL, why ? why : strerror(-rc), rc);
-	}
-	if (fstat(s->cache_fd, &st) != 0)
-		return refuse_cache(s, NULL, strerror(errno), -errno);
-	why = index_entry_unsafe(&st, S_IFDIR);
-	if (why) {
-		char said[128];
-		snprintf(said, sizeof(said), "%s (uid %u, mode %04o)", why, (unsigned)st.st_uid,
-		         (unsigned)(st.st_mode & 07777));
-		return refuse_cache(s, NULL, said, -EPERM);
-	}
-	/* Canonical for sqlite and the status tool, and checked by index_open_at to still
-	 * name this directory. */
-	char *canonical = realpath(s->cache_dir, NULL);
-	if (!canonical)
-		return refuse_cache(s, NULL, strerror(errno), -errno);
-	free(s->cache_dir);
-	s->cache_dir = canonical;
-	return 0;
-}
-
-/*
- * Every mount of a cache directory holds a shared lock on DIR/lock while it runs (flock, so
- * the daemonised child keeps it); the last one out takes it exclusive to clean up. A mount
- * that starts during that clean-up waits for it, and retries if the file it locked was the
- * one the clean-up deleted.
- */
-/* Whether DIR/lock still names the file fd holds locked: a last mount out deletes it. */
-static bool lock_still_named(const struct fs_session *s, int fd)
-{
-	struct stat locked, named;
-
-	return fstat(fd, &locked) == 0 &&
-	       fstatat(s->cache_fd, "lock", &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-	       named.st_ino == locked.st_ino && named.st_dev == locked.st_dev;
-}
-
-static int lock_cache_dir(struct fs_session *s)
-{
-	const char *why;
-	struct stat st;
-	int fd = -1, rc = 0;
-
-	for (;;) {
-		fd = openat(s->cache_fd, "lock",
-		            O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-		/* The last mount out removed the directory it had made while we waited: ours is
-		 * gone from the tree, the name may hold a new one. */
-		if (fd < 0 && errno == ENOENT && s->opts.cache_dir) {
-			close(s->cache_fd);
-			s->cache_fd = -1;
-			rc = open_cache_dir(s);
-			if (rc)
-				break;
-			continue;
-		}
-		if (fd < 0) {
-			rc = refuse_cache(s, "lock",
-			                  errno == ELOOP ? "is a symbolic link" : strerror(errno),
-			                  -errno);
-			break;
-		}
-		why = fstat(fd, &st) == 0 ? index_entry_unsafe(&st, S_IFREG) : strerror(errno);
-		if (why) {
-			rc = refuse_cache(s, "lock", why, -EPERM);
-			break;
-		}
-		/* Exclusive while it opens the index when no other mount runs: see
-		 * forget_unversioned_spools. */
-		s->cache_alone = flock(fd, LOCK_EX | LOCK_NB) == 0;
-		if (!s->cache_alone && flock(fd, LOCK_SH) != 0) {
-			rc = refuse_cache(s, "lock", strerror(errno), -errno);
-			break;
-		}
-		if (lock_still_named(s, fd)) {
-			s->cache_lock_fd = fd;
-			fd = -1;
-			break;
-		}
-		close(fd);
-	}
-	if (fd >= 0)
-		close(fd);
-	return rc;
 }
 
 /* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
@@ -361,7 +150,8 @@ static void forget_unversioned_spools(struct fs_session *s)
 		 * keys hid them: no object of ours has it now, and the secret should go. */
 		if ((!flight_key_names_version(keys[i]) || fetch_url_has_secret(keys[i])) &&
 		    flight_spool_name(keys[i], &name) == 0) {
-			if ((unlinkat(s->spool_fd, name, 0) == 0 || errno == ENOENT) &&
+			if ((unlinkat(cache_dir_spool_fd(s->cache), name, 0) == 0 ||
+			     errno == ENOENT) &&
 			    index_record_forget(s->idx, keys[i]) == 0)
 				forgotten++;
 			free(name);
@@ -376,57 +166,42 @@ static void forget_unversioned_spools(struct fs_session *s)
 		          forgotten);
 }
 
-static int open_index(struct fs_session *s)
+/*
+ * The cache directory (fetch/cache_dir.h), then the index in it. While this is the only
+ * mount of the directory it holds the directory's lock exclusive: no other mount can start
+ * until forget_unversioned_spools is done.
+ */
+static int open_cache(struct fs_session *s)
 {
+	const char *tmp = getenv("TMPDIR");
 	char err[4200] = "";
 	int rc;
 
-	rc = index_open_at(s->cache_fd, s->cache_dir, &s->idx, err, sizeof(err));
+	if (s->opts.cache_dir)
+		rc = cache_dir_open(s->opts.cache_dir, true, &s->cache, err, sizeof(err));
+	else
+		rc = cache_dir_open(tmp && *tmp ? tmp : "/var/tmp", false, &s->cache, err,
+		                    sizeof(err));
 	if (rc)
+		goto refused;
+	rc = index_open_at(cache_dir_fd(s->cache), cache_dir_path(s->cache), &s->idx, err,
+	                   sizeof(err));
+	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
-	if (rc == 0 && s->cache_alone && s->opts.cache_dir)
-		forget_unversioned_spools(s);
-	if (rc == 0 && s->cache_alone) {
-		/* Other mounts may start now: they take the lock shared too. Linux lets go of
-		 * an exclusive flock before it grants the shared one: a last mount out may have
-		 * cleaned the directory up in between (lock_cache_dir's check, again). */
-		if (flock(s->cache_lock_fd, LOCK_SH) != 0)
-			rc = -errno;
-		else if (!lock_still_named(s, s->cache_lock_fd))
-			rc = -ESTALE;
-		s->cache_alone = false;
-	}
-	return rc;
-}
-
-static int make_cache_dir(struct fs_session *s)
-{
-	const char *why;
-	struct stat st;
-	int rc;
-
-	rc = open_cache_dir(s);
-	if (rc == 0)
-		rc = lock_cache_dir(s);
-	if (rc)
 		return rc;
-	if (mkdirat(s->cache_fd, "spool", 0700) != 0 && errno != EEXIST)
-		return refuse_cache(s, "spool", strerror(errno), -errno);
-	s->spool_fd = openat(s->cache_fd, "spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (s->spool_fd < 0) {
-		rc = -errno;
-		why = index_entry_at_unsafe(s->cache_fd, "spool", S_IFDIR);
-		return refuse_cache(s, "spool", why ? why : strerror(-rc), rc);
 	}
-	why = fstat(s->spool_fd, &st) == 0 ? index_entry_unsafe(&st, S_IFDIR) : strerror(errno);
-	if (why)
-		return refuse_cache(s, "spool", why, -EPERM);
-	/* Only a named directory is shared with other mounts, through its lease file (opened
-	 * by each flight): one planted there is refused now, not at every download. */
-	why = s->opts.cache_dir ? index_entry_at_unsafe(s->cache_fd, "leases", S_IFREG) : NULL;
-	if (why)
-		return refuse_cache(s, "leases", why, -EPERM);
-	return open_index(s);
+	if (!cache_dir_alone(s->cache))
+		return 0;
+	if (s->opts.cache_dir)
+		forget_unversioned_spools(s);
+	/* Other mounts may start now: they take the lock shared too. */
+	rc = cache_dir_share(s->cache, err, sizeof(err));
+	if (rc == 0)
+		return 0;
+refused:
+	fprintf(stderr, "spoolfs: %s %s\n", s->opts.cache_dir ? "--cache-dir" : "cache directory",
+	        err);
+	return rc;
 }
 
 /* The network settings of the requests a mount or a lookup waits for: the manifest and S3
@@ -498,6 +273,11 @@ static int open_bucket(struct fs_session *s)
 	rc = s3_source_open(&opts, &s->s3, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
+		return rc;
+	}
+	rc = listing_flights_create(&s->listings);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		return rc;
 	}
 	/* A listing dates its objects (LastModified), not its directories: those show the mount. */
@@ -585,7 +365,7 @@ static int start_fetching(struct fs_session *s)
 	struct engine_config cfg;
 	int rc;
 
-	rc = flight_table_create(s->spool_fd, &s->flights);
+	rc = flight_table_create(cache_dir_spool_fd(s->cache), &s->flights);
 	if (rc)
 		return rc;
 	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
@@ -603,7 +383,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.idx = s->idx;
-	cfg.lease_dirfd = s->opts.cache_dir ? s->cache_fd : -1;
+	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
@@ -742,13 +522,8 @@ int main(int argc, char *argv[])
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.cache_lock_fd = -1;
-	s.cache_fd = -1;
-	s.spool_fd = -1;
-	pthread_mutex_init(&s.list_lock, NULL);
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
-	pthread_cond_init(&s.list_done, NULL);
 
 	s.uid = getuid();
 	s.gid = getgid();
@@ -831,7 +606,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	/* Says why itself, naming the directory or the entry in it. */
-	if (make_cache_dir(&s) != 0)
+	if (open_cache(&s) != 0)
 		goto out_cache;
 	if (load_namespace(&s) != 0)
 		goto out_cache;
@@ -858,21 +633,15 @@ out_cache:
 	close_mirror_dirs(&s);
 	index_close(s.idx);
 	s3_source_free(s.s3);
-	free(s.listing);
-	pthread_cond_destroy(&s.list_done);
-	pthread_mutex_destroy(&s.list_lock);
+	listing_flights_destroy(s.listings);
 	pthread_mutex_destroy(&s.passthrough_lock);
 	pthread_mutex_destroy(&s.handles_lock);
 
-	remove_cache_files(&s);
-	if (s.cache_lock_fd >= 0)
-		close(s.cache_lock_fd);
-	if (s.spool_fd >= 0)
-		close(s.spool_fd);
-	if (s.cache_fd >= 0)
-		close(s.cache_fd);
+	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
+	 * a named directory that was there: what an earlier session kept stays. */
+	cache_dir_close(s.cache, s.opts.keep_cache ||
+	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
 	free(s.mount_path);
-	free(s.cache_dir);
 	free(s.manifest_dir);
 	curl_global_cleanup();
 out_args:
