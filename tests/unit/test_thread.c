@@ -59,28 +59,32 @@ static void assert_blocks_termination(const struct seen *seen)
 		assert_int_equal(sigismember(&seen->mask, termination[i]), 1);
 }
 
-static void test_named_and_blocked_from_the_start(void **state)
+/* What a thread started as `name` saw of itself. */
+static struct seen seen_by(const char *name)
 {
 	struct seen seen = {0};
 	pthread_t t;
 
-	(void)state;
-	assert_int_equal(fetch_thread_start(&t, "spoolfs-test", look_main, &seen), 0);
+	assert_int_equal(fetch_thread_start(&t, name, look_main, &seen), 0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_true(seen.read_comm);
+	return seen;
+}
+
+static void test_named_and_blocked_from_the_start(void **state)
+{
+	struct seen seen = seen_by("spoolfs-test");
+
+	(void)state;
 	assert_string_equal(seen.comm, "spoolfs-test");
 	assert_blocks_termination(&seen);
 }
 
 static void test_a_long_name_is_cut(void **state)
 {
-	struct seen seen = {0};
-	pthread_t t;
+	struct seen seen = seen_by("spoolfs-a-name-too-long");
 
 	(void)state;
-	assert_int_equal(fetch_thread_start(&t, "spoolfs-a-name-too-long", look_main, &seen), 0);
-	assert_int_equal(pthread_join(t, NULL), 0);
-	assert_true(seen.read_comm);
 	assert_int_equal(strlen(seen.comm), FETCH_THREAD_NAME_MAX);
 	assert_string_equal(seen.comm, "spoolfs-a-name-");
 }
