@@ -199,8 +199,7 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 	if (atomic_fetch_add(&s->inval_jobs, 1) >= FS_INVAL_PENDING_MAX) {
 		atomic_fetch_sub(&s->inval_jobs, 1);
 		fetch_log(FETCH_LOG_DEBUG,
-		          "%s: too many cache invalidations waiting: its pages go"
-		          " at the next open",
+		          "%s: too many invalidations waiting: dropped at next open",
 		          flight_name(f));
 		return;
 	}
