@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/recorder.h"
+#include "fetch/thread.h"
 #include "index/index.h"
 
 /* What a failed attempt must have brought to count as progress, not as a failure. */
@@ -425,11 +425,8 @@ static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout
 static void *engine_main(void *arg)
 {
 	struct engine *e = arg;
-	sigset_t all;
 	bool stopping = false;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	while (!stopping) {
 		int running = 0, pending;
 		CURLMsg *msg;
@@ -490,13 +487,12 @@ int engine_start(struct engine *e)
 		rc = recorder_start(e->cfg.idx, &e->recorder);
 	if (rc)
 		return rc;
-	rc = pthread_create(&e->thread, NULL, engine_main, e);
+	rc = fetch_thread_start(&e->thread, "spoolfs-xfer", engine_main, e);
 	if (rc) {
 		recorder_stop(e->recorder);
 		e->recorder = NULL;
-		return -rc;
+		return rc;
 	}
-	pthread_setname_np(e->thread, "spoolfs-xfer");
 	e->thread_started = true;
 	return 0;
 }

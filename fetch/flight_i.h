@@ -17,6 +17,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "fetch/worker.h"
 #include "index/hash.h"
 
 struct stream;
@@ -85,10 +86,10 @@ struct flight {
 	uint64_t seq_run;  /* bytes read in a row up to seq_next */
 
 	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
-	EVP_MD_CTX *hash;         /* running sha256 of the contiguous prefix */
-	uint64_t hashed;          /* bytes of the prefix fed to hash */
-	bool hash_queued;         /* guarded by the hasher's lock */
-	struct flight *hash_next; /* guarded by the hasher's lock */
+	EVP_MD_CTX *hash;            /* running sha256 of the contiguous prefix */
+	uint64_t hashed;             /* bytes of the prefix fed to hash */
+	atomic_bool hash_queued;     /* in the hasher's queue, from its kick until its turn */
+	struct worker_job hash_link; /* the hasher's queue entry (worker.h) */
 
 	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
 	struct stream *streams;

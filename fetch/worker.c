@@ -3,9 +3,10 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+
+#include "fetch/thread.h"
 
 struct worker {
 	pthread_t thread;
@@ -47,7 +48,6 @@ int worker_start(const char *name, void (*run)(void *ctx, struct worker_job *job
                  struct worker **out)
 {
 	struct worker *w = calloc(1, sizeof(*w));
-	sigset_t all, old;
 	int rc;
 
 	*out = NULL;
@@ -57,19 +57,13 @@ int worker_start(const char *name, void (*run)(void *ctx, struct worker_job *job
 	w->ctx = ctx;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->ready, NULL);
-	/* Signals are for libfuse's handlers in the FUSE threads; the new thread inherits
-	 * this mask. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = -pthread_create(&w->thread, NULL, worker_main, w);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = fetch_thread_start(&w->thread, name, worker_main, w);
 	if (rc) {
 		pthread_cond_destroy(&w->ready);
 		pthread_mutex_destroy(&w->lock);
 		free(w);
 		return rc;
 	}
-	pthread_setname_np(w->thread, name);
 	*out = w;
 	return 0;
 }

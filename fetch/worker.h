@@ -17,7 +17,7 @@ struct worker_job {
 
 struct worker;
 
-/* Starts the thread (named `name`, every signal blocked). 0 or -errno. */
+/* Starts the thread (fetch_thread_start: named `name`, every signal blocked). 0 or -errno. */
 int worker_start(const char *name, void (*run)(void *ctx, struct worker_job *job), void *ctx,
                  struct worker **out);
 

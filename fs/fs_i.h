@@ -151,8 +151,11 @@ struct fs_session {
 	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
 	uid_t uid;
 	gid_t gid;
-	double timeout_s;      /* kernel entry/attr cache: the session is a snapshot */
-	atomic_int inval_jobs; /* cache invalidations still running; waited for at unmount */
+	double timeout_s; /* kernel entry/attr cache: the session is a snapshot */
+	/* Invalidations after failed flights (reply.c): set before the FUSE loop starts and
+	 * cleared after the engine and the hasher stopped, like the replier. */
+	struct worker *invalidator;
+	atomic_int inval_jobs; /* its jobs queued or running, at most FS_INVAL_PENDING_MAX */
 	/* Replies to parked reads whose bytes arrived, so the thread that published them (the
 	 * transfer thread) goes back to receiving at once. Set before the FUSE loop starts and
 	 * cleared after the engine stopped: no thread can be queueing to it then. */
@@ -274,8 +277,12 @@ void fs_replier_stop(struct fs_session *s);
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
                   uint64_t len);
 
-/* Invalidates the kernel's cached pages of a failed object; the engine's on_failed hook. */
+/* Invalidates the kernel's cached pages of a failed object; the engine's on_failed hook.
+ * Only queues the invalidation, for fs_inval_start's worker. */
 void fs_on_flight_failed(void *ctx, struct flight *f);
+int fs_inval_start(struct fs_session *s);
+/* Joins the worker once the FUSE loop ended and nothing can fail a flight any more. */
+void fs_inval_stop(struct fs_session *s);
 
 /*
  * Raises the kernel's readahead for the FUSE mount at mountpoint (an absolute, canonical

@@ -454,6 +454,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		fetch_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
+		rc = fs_inval_start(s);
+	if (rc == 0)
 		rc = fs_page_drop_start(s);
 	if (rc == 0)
 		rc = flight_table_start_hasher(s->flights);
@@ -494,8 +496,7 @@ out_engine:
 	flight_table_stop_hasher(s->flights);
 	fs_replier_stop(s);
 	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
-	while (atomic_load(&s->inval_jobs) > 0)
-		nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */
 	fs_handles_free_all(s);
 out_unmount:
 	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a

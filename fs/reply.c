@@ -14,10 +14,10 @@
  * cat: with the transfer thread replying itself, receiving stalled behind every splice.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "fetch/log.h"
 #include "fs/fs_i.h"
 
 struct read_wait {
@@ -141,43 +141,71 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	read_wait_free(rw);
 }
 
+/*
+ * Invalidations after a failed flight. Not on the thread that failed it (the transfer
+ * thread or the hasher): the kernel may wait on a page whose read waits for that thread.
+ * Not on a FUSE worker either: notify_inval_* from a request handler of the same inode
+ * can deadlock. So they are jobs on a worker of their own, run in the order the flights
+ * failed, each job's inodes in turn. It waits on pages only, whose reads the transfer
+ * thread, the hasher and the replier answer; none of them waits for it.
+ *
+ * Bounded: at most FS_INVAL_PENDING_MAX jobs wait at once. Past that (the kernel is slow
+ * to give the pages up), or without memory, a failure's inodes drop their pages at their
+ * next open instead (flight_table_take_taint): the flight's failure tainted them already.
+ */
+#define FS_INVAL_PENDING_MAX 256
+
 struct inval_job {
-	struct fs_session *session;
-	uint64_t *inos; /* malloc'd; n of them */
+	struct worker_job link; /* first: the worker hands this pointer back */
+	uint64_t *inos;         /* malloc'd; n of them */
 	size_t n;
 };
 
-static void *inval_main(void *arg)
+static void inval_run(void *ctx, struct worker_job *link)
 {
-	struct inval_job *job = arg;
+	struct inval_job *job = (struct inval_job *)link;
+	struct fs_session *s = ctx;
 
 	/* Once the loop has ended the pages can go with the mount; an invalidation now could
 	 * wait forever on a page whose read will never be answered (abort.c). */
-	for (size_t i = 0; i < job->n && !atomic_load(&job->session->loop_ended); i++)
-		fuse_lowlevel_notify_inval_inode(job->session->se, job->inos[i], 0, 0);
-	atomic_fetch_sub(&job->session->inval_jobs, 1);
+	for (size_t i = 0; i < job->n && !atomic_load(&s->loop_ended); i++)
+		fuse_lowlevel_notify_inval_inode(s->se, job->inos[i], 0, 0);
+	atomic_fetch_sub(&s->inval_jobs, 1);
 	free(job->inos);
 	free(job);
-	return NULL;
+}
+
+int fs_inval_start(struct fs_session *s)
+{
+	return worker_start("spoolfs-inval", inval_run, s, &s->invalidator);
+}
+
+void fs_inval_stop(struct fs_session *s)
+{
+	worker_stop(s->invalidator); /* the jobs left skip the kernel: the loop has ended */
+	s->invalidator = NULL;
 }
 
 void fs_on_flight_failed(void *ctx, struct flight *f)
 {
 	struct fs_session *s = ctx;
-	struct inval_job *job = calloc(1, sizeof(*job));
-	pthread_attr_t attr;
-	pthread_t thread;
+	struct inval_job *job;
 	bool all;
 
-	/*
-	 * Pages read before a hash check failed must not outlive the flight, on any path to
-	 * the object. Not from the transfer thread: the kernel may wait on a page whose read
-	 * waits for that thread. Inodes not noted (out of memory) drop theirs at their next
-	 * open (flight_table_take_taint); so does an inode whose job cannot start here.
-	 */
-	if (!job)
+	/* Pages read before a hash check failed must not outlive the flight, on any path to
+	 * the object. Before the worker starts, no inode has opened and nothing is cached. */
+	if (!s->invalidator)
 		return;
-	job->session = s;
+	if (atomic_fetch_add(&s->inval_jobs, 1) >= FS_INVAL_PENDING_MAX) {
+		atomic_fetch_sub(&s->inval_jobs, 1);
+		fetch_log(FETCH_LOG_DEBUG,
+		          "%s: too many invalidations waiting: dropped at next open",
+		          flight_name(f));
+		return;
+	}
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		goto fail;
 	if (flight_copy_inos(f, &job->inos, &job->n, &all) != 0 || job->n == 0) {
 		free(job->inos);
 		job->inos = malloc(sizeof(*job->inos));
@@ -185,13 +213,10 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 		if (job->inos)
 			job->inos[0] = flight_ino(f);
 	}
-	atomic_fetch_add(&s->inval_jobs, 1);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&thread, &attr, inval_main, job) != 0) {
-		atomic_fetch_sub(&s->inval_jobs, 1);
-		free(job->inos);
-		free(job);
-	}
-	pthread_attr_destroy(&attr);
+	if (worker_queue(s->invalidator, &job->link))
+		return;
+	free(job->inos);
+	free(job);
+fail:
+	atomic_fetch_sub(&s->inval_jobs, 1);
 }

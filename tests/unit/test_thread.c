@@ -1,0 +1,146 @@
+/*
+ * Starting threads (fetch/thread.c) and the worker built on it (fetch/worker.c): the new
+ * thread carries its name and has the termination signals blocked from its first
+ * instruction, and its starter's own mask is left as it was. Each thread records what it
+ * sees; the main thread asserts after joining it.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fetch/thread.h"
+#include "fetch/worker.h"
+
+static const int termination[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
+
+struct seen {
+	char comm[32]; /* /proc/self/task/TID/comm, newline cut */
+	sigset_t mask;
+	bool read_comm;
+	bool read_mask;
+};
+
+/* What the calling thread is, as the kernel and pthreads see it. */
+static void look(struct seen *seen)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%ld/comm", (long)syscall(SYS_gettid));
+	f = fopen(path, "r");
+	if (f) {
+		seen->read_comm = fgets(seen->comm, sizeof(seen->comm), f) != NULL;
+		seen->comm[strcspn(seen->comm, "\n")] = '\0';
+		fclose(f);
+	}
+	seen->read_mask = pthread_sigmask(SIG_BLOCK, NULL, &seen->mask) == 0;
+}
+
+static void *look_main(void *arg)
+{
+	look(arg);
+	return NULL;
+}
+
+static void assert_blocks_termination(const struct seen *seen)
+{
+	assert_true(seen->read_mask);
+	for (size_t i = 0; i < sizeof(termination) / sizeof(termination[0]); i++)
+		assert_int_equal(sigismember(&seen->mask, termination[i]), 1);
+}
+
+/* What a thread started as `name` saw of itself. */
+static struct seen seen_by(const char *name)
+{
+	struct seen seen = {0};
+	pthread_t t;
+
+	assert_int_equal(fetch_thread_start(&t, name, look_main, &seen), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_true(seen.read_comm);
+	return seen;
+}
+
+static void test_named_and_blocked_from_the_start(void **state)
+{
+	struct seen seen = seen_by("spoolfs-test");
+
+	(void)state;
+	assert_string_equal(seen.comm, "spoolfs-test");
+	assert_blocks_termination(&seen);
+}
+
+static void test_a_long_name_is_cut(void **state)
+{
+	struct seen seen = seen_by("spoolfs-a-name-too-long");
+
+	(void)state;
+	assert_int_equal(strlen(seen.comm), FETCH_THREAD_NAME_MAX);
+	assert_string_equal(seen.comm, "spoolfs-a-name-");
+}
+
+static void test_the_callers_mask_is_kept(void **state)
+{
+	struct seen seen = {0};
+	sigset_t mine, before, after;
+	pthread_t t;
+
+	(void)state;
+	sigemptyset(&mine);
+	sigaddset(&mine, SIGUSR2);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &mine, &before), 0);
+	assert_int_equal(fetch_thread_start(&t, "spoolfs-test", look_main, &seen), 0);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &before, &after), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(sigismember(&after, SIGUSR2), 1);
+	assert_int_equal(sigismember(&after, SIGTERM), 0);
+	assert_int_equal(sigismember(&after, SIGPIPE), 0);
+	assert_blocks_termination(&seen);
+}
+
+struct look_job {
+	struct worker_job link; /* first: the worker hands this pointer back */
+	struct seen seen;
+};
+
+static void look_run(void *ctx, struct worker_job *job)
+{
+	(void)ctx;
+	look(&((struct look_job *)job)->seen);
+}
+
+static void test_a_worker_runs_jobs_on_its_named_blocked_thread(void **state)
+{
+	struct look_job job = {0};
+	struct worker *w;
+
+	(void)state;
+	assert_int_equal(worker_start("spoolfs-wtest", look_run, NULL, &w), 0);
+	assert_true(worker_queue(w, &job.link));
+	worker_stop(w); /* runs the job before it joins */
+	assert_true(job.seen.read_comm);
+	assert_string_equal(job.seen.comm, "spoolfs-wtest");
+	assert_blocks_termination(&job.seen);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_named_and_blocked_from_the_start),
+	    cmocka_unit_test(test_a_long_name_is_cut),
+	    cmocka_unit_test(test_the_callers_mask_is_kept),
+	    cmocka_unit_test(test_a_worker_runs_jobs_on_its_named_blocked_thread),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
