@@ -40,6 +40,7 @@
 #include "fetch/s3_list.h"
 #include "fetch/sigv4.h"
 #include "index/index.h"
+#include "index/records.h"
 #include "index/ranges.h"
 #include "helpers.h"
 
@@ -170,6 +171,18 @@ static void probe_index_fn(void *arg)
 static void assert_index_unlocked(struct index *idx)
 {
 	probe_unlocked("index", probe_index_fn, idx);
+}
+
+static void probe_records_fn(void *arg)
+{
+	char seal[64];
+
+	index_spool_seal(arg, "probe", seal, sizeof(seal));
+}
+
+static void assert_records_unlocked(struct index_records *rec)
+{
+	probe_unlocked("spool records", probe_records_fn, rec);
 }
 
 /* ---- temporary directories ---------------------------------------------------------- */
@@ -696,7 +709,7 @@ static void test_flight_reopen(void **state)
 	assert_true(torture("flight_reopen_spool", reopen_run, *state) >= 2);
 }
 
-/* ---- index/ (index.c, manifest.c, spool_records.c) ---------------------------------- */
+/* ---- index/ (index.c, manifest.c, listing.c, spool_records.c, db.c) ------------------- */
 
 #define BASE "https://example.com/m/manifest.json"
 #define SHA_A "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
@@ -740,24 +753,16 @@ static int collect_name(void *ctx, const struct index_node *child, uint64_t next
 
 static void index_run(void *ctx, unsigned long n)
 {
-	struct tmpdir *d = ctx;
-	char db[128], err[512], *url = NULL;
+	char err[512], *url = NULL;
 	struct index *idx = NULL;
 	struct index_node root, data, sub, a, node;
-	struct index_ranges rec, back;
 	uint64_t files, dirs, bytes;
-	bool complete = false;
 	struct names names = {.n = 0};
 	int rc;
 
-	snprintf(db, sizeof(db), "%s/index.db", d->path);
-	index_ranges_init(&rec);
-	index_ranges_init(&back);
-	for (unsigned k = 0; k < 12; k++)
-		assert_int_equal(index_ranges_add(&rec, k * 100, k * 100 + 50), 0);
-
+	(void)ctx;
 	alloc_fail_arm(n);
-	rc = index_open(db, &idx);
+	rc = index_open(&idx);
 	if (rc) {
 		assert_enomem(rc);
 		assert_null(idx);
@@ -798,28 +803,110 @@ static void index_run(void *ctx, unsigned long n)
 	assert_int_equal(files, 5);
 	assert_int_equal(dirs, 4);
 	assert_int_equal(bytes, 12 + 4096 + 1 + 0 + 7);
-	RETRY(index_record_ranges(idx, "sha256:" SHA_A, &rec));
-	RETRY(index_spool_lookup(idx, "sha256:" SHA_A, &complete, &back));
-	assert_false(complete);
-	assert_int_equal(back.n, rec.n);
-	assert_int_equal(back.total, rec.total);
-	assert_memory_equal(back.v, rec.v, rec.n * sizeof(*rec.v));
-	RETRY(index_record_sealed(idx, "sha256:" SHA_A, "seal"));
-	RETRY(index_spool_lookup(idx, "sha256:" SHA_A, &complete, &back));
-	assert_true(complete);
 	alloc_fail_disarm();
 	assert_index_unlocked(idx);
 out:
 	alloc_fail_disarm();
 	index_close(idx);
-	index_ranges_free(&rec);
-	index_ranges_free(&back);
-	empty_dir(d->path);
 }
 
 static void test_index(void **state)
 {
 	assert_true(torture("index_open + index_load_manifest + lookups", index_run, *state) >= 10);
+}
+
+/* RETRY for the spool records. */
+#define RETRY_REC(call)                                                                            \
+	do {                                                                                       \
+		int rc_ = (call);                                                                  \
+		if (rc_ != 0) {                                                                    \
+			assert_enomem(rc_);                                                        \
+			assert_records_unlocked(rec);                                              \
+			assert_int_equal((call), 0);                                               \
+		}                                                                                  \
+	} while (0)
+
+static void free_lru(struct index_spool_entry *lru, size_t *n)
+{
+	while (*n)
+		free(lru[--*n].key);
+}
+
+/* Every spool-record operation, each statement of index_records run at least once. */
+static void records_run(void *ctx, unsigned long n)
+{
+	struct tmpdir *d = ctx;
+	char db[128], seal[64], **keys = NULL;
+	struct index_records *rec = NULL;
+	struct index_ranges want, back;
+	struct index_spool_entry lru[4];
+	uint64_t bytes = 0;
+	size_t nlru = 0, nkeys = 0;
+	bool complete = false;
+	int rc;
+
+	snprintf(db, sizeof(db), "%s/index.db", d->path);
+	index_ranges_init(&want);
+	index_ranges_init(&back);
+	for (unsigned k = 0; k < 12; k++)
+		assert_int_equal(index_ranges_add(&want, k * 100, k * 100 + 50), 0);
+
+	alloc_fail_arm(n);
+	rc = index_records_open(db, &rec);
+	if (rc) {
+		assert_enomem(rc);
+		assert_null(rec);
+		goto out;
+	}
+	RETRY_REC(index_record_ranges(rec, "sha256:" SHA_A, &want));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_false(complete);
+	assert_int_equal(back.n, want.n);
+	assert_int_equal(back.total, want.total);
+	assert_memory_equal(back.v, want.v, want.n * sizeof(*want.v));
+	RETRY_REC(index_record_sealed(rec, "sha256:" SHA_A, "seal"));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_true(complete);
+	RETRY_REC(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
+	assert_string_equal(seal, "seal");
+	RETRY_REC(index_spool_touch(rec, "sha256:" SHA_A, 4096, 2));
+	RETRY_REC(index_spool_touch(rec, "url:https://example.com/x", 10, 1));
+	RETRY_REC(index_spool_usage(rec, &bytes, lru, 4, &nlru));
+	assert_int_equal(bytes, 4096 + 10);
+	assert_int_equal(nlru, 2);
+	assert_string_equal(lru[0].key, "url:https://example.com/x"); /* used first */
+	assert_int_equal(lru[1].size, 4096);
+	free_lru(lru, &nlru);
+	RETRY_REC(index_spool_keys(rec, &keys, &nkeys));
+	assert_int_equal(nkeys, 2);
+	while (nkeys)
+		free(keys[--nkeys]);
+	free(keys);
+	keys = NULL;
+	RETRY_REC(index_record_incomplete(rec, "sha256:" SHA_A));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_false(complete);
+	assert_int_equal(back.n, want.n); /* kept */
+	assert_int_equal(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)), -ENOENT);
+	RETRY_REC(index_spool_reset(rec, "sha256:" SHA_A));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_int_equal(back.n, 0);
+	RETRY_REC(index_record_forget(rec, "sha256:" SHA_A));
+	assert_int_equal(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back), -ENOENT);
+	alloc_fail_disarm();
+	assert_records_unlocked(rec);
+out:
+	alloc_fail_disarm();
+	index_records_close(rec);
+	index_ranges_free(&want);
+	index_ranges_free(&back);
+	empty_dir(d->path);
+}
+
+static void test_records(void **state)
+{
+	assert_true(
+	    torture("index_records_open + every spool record operation", records_run, *state) >= 5);
 }
 
 /* ---- fetch/http.c ------------------------------------------------------------------- */
@@ -1204,6 +1291,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_flight_fail_taint, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_flight_reopen, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_index, setup_dir, teardown_dir),
+	    cmocka_unit_test_setup_teardown(test_records, setup_dir, teardown_dir),
 	    cmocka_unit_test(test_http_no_allocations),
 	    cmocka_unit_test(test_s3_list),
 	    cmocka_unit_test(test_sigv4),
