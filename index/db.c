@@ -14,6 +14,10 @@
 
 int index_db_errno(int sqlite_rc)
 {
+	/* An I/O path that ran out of memory (the unix VFS's shared-memory map) is a shortage,
+	 * not a failing disk. */
+	if (sqlite_rc == SQLITE_IOERR_NOMEM)
+		return -ENOMEM;
 	switch (sqlite_rc & 0xff) {
 	case SQLITE_OK:
 	case SQLITE_ROW:

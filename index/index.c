@@ -17,15 +17,10 @@
  * The spool records of the cache directory are another database: spool_records.c.
  */
 #include "index/index_i.h"
-#include "index/ranges.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
 
