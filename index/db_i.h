@@ -22,8 +22,9 @@
 
 /*
  * An sqlite result code as 0 (SQLITE_OK, ROW, DONE) or a negative errno: BUSY and LOCKED
- * -EBUSY, NOMEM and IOERR_NOMEM -ENOMEM, FULL -ENOSPC, PERM and AUTH -EACCES, READONLY -EROFS, CANTOPEN
- * -ENOENT, TOOBIG -E2BIG, CONSTRAINT -EEXIST, MISUSE and RANGE -EINVAL, anything else -EIO.
+ * -EBUSY, NOMEM and IOERR_NOMEM -ENOMEM, FULL -ENOSPC, PERM and AUTH -EACCES, READONLY
+ * -EROFS, CANTOPEN -ENOENT, TOOBIG -E2BIG, CONSTRAINT -EEXIST, MISUSE and RANGE -EINVAL,
+ * anything else -EIO.
  */
 int index_db_errno(int sqlite_rc);
 
