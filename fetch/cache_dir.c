@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "index/index.h"
+#include "index/records.h"
 
 struct cache_dir {
 	const char *arg; /* cache_dir_open's path; only during cache_dir_open */
@@ -107,7 +107,7 @@ static int open_dir(struct cache_dir *cd, char *err, size_t err_len)
 		         (unsigned)(st.st_mode & 07777));
 		return refuse(cd, NULL, said, -EPERM, err, err_len);
 	}
-	/* Canonical for sqlite and the status tool, and checked by index_open_at to still
+	/* Canonical for sqlite and the status tool, and checked by index_records_open_at to still
 	 * name this directory. */
 	char *canonical = realpath(cd->path, NULL);
 	if (!canonical)

@@ -20,7 +20,7 @@
 #include "fetch/log.h"
 #include "fetch/recorder.h"
 #include "fetch/thread.h"
-#include "index/index.h"
+#include "index/records.h"
 
 /* What a failed attempt must have brought to count as progress, not as a failure. */
 #define RESUME_PROGRESS_BYTES (64u << 10)
@@ -116,8 +116,8 @@ static int activate(struct engine *e, struct flight *f)
 	f->engine_started = true;
 	flight_ref(f);
 	e->active[e->n_active++] = f;
-	if (e->cfg.durable && e->cfg.idx)
-		index_spool_touch(e->cfg.idx, f->key, f->size, cache_use_stamp(e));
+	if (e->cfg.durable && e->cfg.records)
+		index_spool_touch(e->cfg.records, f->key, f->size, cache_use_stamp(e));
 	if (e->leases) {
 		rc = lease_set_try(e->leases, f->key);
 		if (rc < 0) {
@@ -483,8 +483,8 @@ int engine_start(struct engine *e)
 	int rc = 0;
 
 	/* Records matter only in a cache directory that a later session may reuse. */
-	if (e->cfg.durable && e->cfg.idx)
-		rc = recorder_start(e->cfg.idx, &e->recorder);
+	if (e->cfg.durable && e->cfg.records)
+		rc = recorder_start(e->cfg.records, &e->recorder);
 	if (rc)
 		return rc;
 	rc = fetch_thread_start(&e->thread, "spoolfs-xfer", engine_main, e);

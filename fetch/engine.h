@@ -30,7 +30,7 @@
 #include "fetch/flight.h"
 #include "fetch/net.h"
 
-struct index;
+struct index_records;
 
 struct engine_config {
 	unsigned stall_timeout_s; /* no byte for this long: the attempt is dropped and resumed */
@@ -44,7 +44,7 @@ struct engine_config {
 	struct fetch_net net;
 	bool durable;            /* fdatasync the spool before recording its ranges */
 	uint64_t cache_max_size; /* with durable: evict least recently used beyond it; 0 = no */
-	struct index *idx;       /* records ranges and completions; may be NULL */
+	struct index_records *records; /* records ranges and completions; may be NULL */
 	/* With durable: the cache directory (held open by the caller for the engine's life)
 	 * whose lease file decides which of the mounts sharing it downloads an object (lease.h);
 	 * the others read its records. -1 (engine_config_defaults): no other mount shares it. */

@@ -17,7 +17,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/recorder.h"
-#include "index/index.h"
+#include "index/records.h"
 
 /*
  * Record progress in the index at least this often per flight (each record costs an
@@ -103,13 +103,13 @@ static void make_room(struct engine *e, struct flight *f)
 	uint64_t bytes = 0;
 	size_t n = 0;
 
-	if (index_spool_usage(e->cfg.idx, &bytes, lru, 64, &n) != 0)
+	if (index_spool_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
 		return;
 	for (size_t i = 0; i < n && bytes > e->cfg.cache_max_size; i++) {
 		if (strcmp(lru[i].key, f->key) == 0 ||
 		    flight_table_evict(f->table, lru[i].key) != 0)
 			continue;
-		if (index_record_forget(e->cfg.idx, lru[i].key) == 0)
+		if (index_record_forget(e->cfg.records, lru[i].key) == 0)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
 		/* Keys name objects by hash or URL (not by path: that is each mount's own). */
 		char shown[512];
@@ -143,7 +143,7 @@ static void say_unmatched(struct flight *f)
 static int check_seal(struct engine *e, struct flight *f, bool holder, bool *complete)
 {
 	char recorded[FLIGHT_SEAL_MAX] = "", found[FLIGHT_SEAL_MAX] = "";
-	int rc = index_spool_seal(e->cfg.idx, f->key, recorded, sizeof(recorded));
+	int rc = index_spool_seal(e->cfg.records, f->key, recorded, sizeof(recorded));
 
 	/* A record from a spoolfs before seals has none: checked like a changed one. */
 	if (rc && rc != -ENOENT)
@@ -163,7 +163,7 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 	}
 	fetch_log(FETCH_LOG_WARN, "%s: %s; checking its sha256 again", f->name, why);
 	*complete = false;
-	return holder ? index_record_incomplete(e->cfg.idx, f->key) : 0;
+	return holder ? index_record_incomplete(e->cfg.records, f->key) : 0;
 }
 
 /* f is complete in the cache directory's records: durable, and its opens were hits. */
@@ -185,10 +185,11 @@ static int reuse_spool(struct engine *e, struct flight *f)
 	int rc;
 
 	/* After a failed flight, what its predecessor left is suspect: start afresh. */
-	if (!e->cfg.idx || !e->cfg.durable || !flight_key_names_version(f->key) || f->after_failure)
+	if (!e->cfg.records || !e->cfg.durable || !flight_key_names_version(f->key) ||
+	    f->after_failure)
 		return -ENOENT;
 	index_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == 0 && complete)
 		rc = check_seal(e, f, true, &complete);
 	if (rc == 0) {
@@ -214,7 +215,7 @@ void cache_start_owned(struct engine *e, struct flight *f)
 {
 	int rc;
 
-	if (e->cfg.durable && e->cfg.idx && e->cfg.cache_max_size)
+	if (e->cfg.durable && e->cfg.records && e->cfg.cache_max_size)
 		make_room(e, f);
 	rc = reuse_spool(e, f);
 	if (rc == 0)
@@ -224,8 +225,8 @@ void cache_start_owned(struct engine *e, struct flight *f)
 		return;
 	}
 	/* Stale records must go before the file is truncated, or a crash could restore them. */
-	if (e->cfg.durable && e->cfg.idx) {
-		rc = index_spool_reset(e->cfg.idx, f->key);
+	if (e->cfg.durable && e->cfg.records) {
+		rc = index_spool_reset(e->cfg.records, f->key);
 		if (rc) {
 			engine_fail_flight(e, f, rc, "cannot update the cache index");
 			return;
@@ -302,7 +303,7 @@ static void take_over(struct engine *e, struct flight *f)
 	}
 	flight_claim_spool(f);
 	index_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == 0 && complete && (rc = check_seal(e, f, true, &complete)) == -ESTALE)
 		why = "the cached copy changed since it was complete";
 	if (rc == 0) {
@@ -350,7 +351,7 @@ void cache_watch(struct engine *e, struct flight *f)
 			rc = 1;
 	}
 	if (rc == 0)
-		rc = index_spool_lookup(e->cfg.idx, f->key, &complete, &recorded);
+		rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == -ENOENT || rc == -EBUSY)
 		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
 	if (rc == 0 && !flight_spool_still_named(f)) {

@@ -22,7 +22,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/version_pins.h"
-#include "index/index.h"
+#include "index/records.h"
 
 struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id)
 {

@@ -16,7 +16,7 @@
 
 #include <openssl/evp.h>
 
-#include "index/index.h"
+#include "index/records.h"
 
 int lease_open(int dirfd)
 {

@@ -24,7 +24,7 @@
 #include "fetch/lease.h"
 #include "fetch/log.h"
 #include "fetch/worker.h"
-#include "index/index.h"
+#include "index/records.h"
 
 enum job_kind { JOB_RANGES, JOB_FAILED, JOB_RELEASE };
 
@@ -39,7 +39,7 @@ struct job {
 };
 
 struct recorder {
-	struct index *idx;
+	struct index_records *records; /* set at start, then read only */
 	struct worker *worker;
 	struct worker_job drain; /* queued on the worker while drain_queued */
 	pthread_mutex_t lock;
@@ -61,9 +61,9 @@ static void record_ranges(struct recorder *r, struct job *j)
 		          j->f->name);
 		return;
 	}
-	if (index_record_ranges(r->idx, j->f->key, &j->written) == 0 && j->complete &&
+	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && j->complete &&
 	    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
-	    index_record_sealed(r->idx, j->f->key, seal) == 0)
+	    index_record_sealed(r->records, j->f->key, seal) == 0)
 		atomic_store(&j->f->durable, true);
 }
 
@@ -84,7 +84,7 @@ static void run_one(struct recorder *r, struct job *j)
 		}
 		break;
 	case JOB_FAILED:
-		index_record_forget(r->idx, j->f->key);
+		index_record_forget(r->records, j->f->key);
 		break;
 	case JOB_RELEASE:
 		lease_set_release(j->leases, j->key);
@@ -131,7 +131,7 @@ static void drain(void *ctx, struct worker_job *link)
 	}
 }
 
-int recorder_start(struct index *idx, struct recorder **out)
+int recorder_start(struct index_records *records, struct recorder **out)
 {
 	struct recorder *r = calloc(1, sizeof(*r));
 	int rc;
@@ -139,7 +139,7 @@ int recorder_start(struct index *idx, struct recorder **out)
 	*out = NULL;
 	if (!r)
 		return -ENOMEM;
-	r->idx = idx;
+	r->records = records;
 	pthread_mutex_init(&r->lock, NULL);
 	rc = worker_start("spoolfs-record", drain, r, &r->worker);
 	if (rc) {

@@ -18,12 +18,12 @@
 #include "fetch/flight.h"
 #include "index/ranges.h"
 
-struct index;
+struct index_records;
 struct lease_set;
 struct recorder;
 
 /* Starts the recorder thread. 0 or -errno. */
-int recorder_start(struct index *idx, struct recorder **out);
+int recorder_start(struct index_records *records, struct recorder **out);
 
 /* Runs every queued job, then stops the thread. */
 void recorder_stop(struct recorder *r);

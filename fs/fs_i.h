@@ -23,6 +23,7 @@
 #include "fetch/listing_flight.h"
 #include "fetch/worker.h"
 #include "index/index.h"
+#include "index/records.h"
 
 struct fs_options {
 	char *source;
@@ -141,7 +142,8 @@ struct fs_session {
 	int *mirror_dir_fds;
 	/* Lazy listing: the directories being listed now (listing.c); its own lock. */
 	struct listing_flights *listings;
-	struct index *idx;
+	struct index *idx;             /* the namespace: its own lock (index.h) */
+	struct index_records *records; /* the cache directory's: its own lock (records.h) */
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;

@@ -143,7 +143,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 	char **keys = NULL, *name = NULL;
 	size_t n = 0, forgotten = 0;
 
-	if (index_spool_keys(s->idx, &keys, &n) != 0)
+	if (index_spool_keys(s->records, &keys, &n) != 0)
 		return; /* kept, and started afresh by reuse_spool's rules as before */
 	for (size_t i = 0; i < n; i++) {
 		/* A key that holds a password or a signature was written by a spoolfs before
@@ -152,7 +152,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 		    flight_spool_name(keys[i], &name) == 0) {
 			if ((unlinkat(cache_dir_spool_fd(s->cache), name, 0) == 0 ||
 			     errno == ENOENT) &&
-			    index_record_forget(s->idx, keys[i]) == 0)
+			    index_record_forget(s->records, keys[i]) == 0)
 				forgotten++;
 			free(name);
 		}
@@ -184,10 +184,15 @@ static int open_cache(struct fs_session *s)
 		                    sizeof(err));
 	if (rc)
 		goto refused;
-	rc = index_open_at(cache_dir_fd(s->cache), cache_dir_path(s->cache), &s->idx, err,
-	                   sizeof(err));
+	rc = index_records_open_at(cache_dir_fd(s->cache), cache_dir_path(s->cache), &s->records,
+	                           err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
+		return rc;
+	}
+	rc = index_open(&s->idx);
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot open the namespace: %s\n", strerror(-rc));
 		return rc;
 	}
 	if (!cache_dir_alone(s->cache))
@@ -382,7 +387,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.net.allow_link_local = s->opts.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
-	cfg.idx = s->idx;
+	cfg.records = s->records;
 	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
@@ -633,6 +638,7 @@ out_fetch:
 out_cache:
 	close_mirror_dirs(&s);
 	index_close(s.idx);
+	index_records_close(s.records);
 	s3_source_free(s.s3);
 	listing_flights_destroy(s.listings);
 	pthread_mutex_destroy(&s.passthrough_lock);

@@ -1,64 +1,28 @@
 /*
- * index.c owns the sqlite connections: the schemas, the session's namespace table and the
- * spool records, and every statement that reads them at run time.
+ * index.c owns struct index (index.h, index_i.h): the session's namespace connection, its
+ * schema, and every statement that reads it at run time.
  *
- * Lock: idx->lock serialises every statement on the namespace connection, idx->spool_lock
- * every statement on the spool connection; both are opened SQLITE_OPEN_NOMUTEX because
- * those locks already do sqlite's job. They are the innermost locks of the program: nothing
- * here calls out while holding one, except index_readdir's callback, which must not call
- * back in.
+ * Lock: idx->lock serialises every statement on the connection, which is opened
+ * SQLITE_OPEN_NOMUTEX because that lock already does sqlite's job. It is an innermost lock
+ * of the program: nothing here calls out while holding it, except index_readdir's callback,
+ * which must not call back in.
  *
- * Namespace (a private temporary database: "" to sqlite, deleted when closed, so two
+ * The namespace is a private temporary database ("" to sqlite, deleted when closed, so two
  * mounts never see each other's and a crash leaves none behind):
  *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, size, mtime, executable, sha256, url)
  *     Built at every open: a session is a snapshot. Its indexes are built by the loader
  *     once the rows are in (index_namespace_indexes), which is cheaper than updating them
  *     per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent), which
  *     carries the rowid, serves readdir in inode order.
- * Spool records (the cache directory's index.db, PRAGMA user_version =
- * INDEX_SCHEMA_VERSION, shared by every mount of that directory):
- *   spool_object(key PRIMARY KEY, complete, size, last_used), spool_range(key, off_start,
- *   off_end), spool_seal(key PRIMARY KEY, seal): kept across sessions so a persistent
- *   cache can resume.
+ * The spool records of the cache directory are another database: spool_records.c.
  */
 #include "index/index_i.h"
-#include "index/ranges.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
-
-static const char spool_schema_sql[] = "CREATE TABLE IF NOT EXISTS spool_object("
-
-                                       " key TEXT PRIMARY KEY NOT NULL,"
-                                       " complete INTEGER NOT NULL DEFAULT 0,"
-                                       " size INTEGER NOT NULL DEFAULT 0,"
-                                       " last_used INTEGER NOT NULL DEFAULT 0);"
-                                       "CREATE TABLE IF NOT EXISTS spool_range("
-                                       " key TEXT NOT NULL,"
-                                       " off_start INTEGER NOT NULL,"
-                                       " off_end INTEGER NOT NULL,"
-                                       " PRIMARY KEY(key, off_start)) WITHOUT ROWID;"
-                                       /* Who the spool file was when recorded complete:
-                                        * a separate table, so a cache stays readable by
-                                        * the spoolfs before it (which ignores it). A
-                                        * forgotten or reset object loses its seal. */
-                                       "CREATE TABLE IF NOT EXISTS spool_seal("
-                                       " key TEXT PRIMARY KEY NOT NULL,"
-                                       " seal TEXT NOT NULL) WITHOUT ROWID;"
-                                       "CREATE TRIGGER IF NOT EXISTS spool_seal_forget"
-                                       " AFTER DELETE ON spool_object BEGIN"
-                                       " DELETE FROM spool_seal WHERE key = old.key; END;"
-                                       "CREATE TRIGGER IF NOT EXISTS spool_seal_reset"
-                                       " AFTER UPDATE OF complete ON spool_object"
-                                       " WHEN new.complete = 0 BEGIN"
-                                       " DELETE FROM spool_seal WHERE key = old.key; END;";
 
 static const char namespace_schema_sql[] =
     "CREATE TABLE node("
@@ -77,104 +41,14 @@ static const char namespace_schema_sql[] =
 
 int index_namespace_indexes(struct index *idx)
 {
-	return index_sqlite_errno(
-	    sqlite3_exec(idx->db,
-	                 "CREATE UNIQUE INDEX IF NOT EXISTS node_name ON node(parent, name);"
-	                 "CREATE INDEX IF NOT EXISTS node_parent ON node(parent);",
-	                 NULL, NULL, NULL));
-}
-
-int index_sqlite_errno(int rc)
-{
-	switch (rc & 0xff) {
-	case SQLITE_OK:
-	case SQLITE_ROW:
-	case SQLITE_DONE:
-		return 0;
-	case SQLITE_NOMEM:
-		return -ENOMEM;
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED:
-		return -EBUSY;
-	case SQLITE_FULL:
-		return -ENOSPC;
-	case SQLITE_PERM:
-	case SQLITE_AUTH:
-		return -EACCES;
-	case SQLITE_READONLY:
-		return -EROFS;
-	case SQLITE_CANTOPEN:
-		return -ENOENT;
-	case SQLITE_TOOBIG:
-		return -E2BIG;
-	case SQLITE_CONSTRAINT:
-		return -EEXIST;
-	case SQLITE_MISUSE:
-	case SQLITE_RANGE:
-		return -EINVAL;
-	default:
-		return -EIO;
-	}
-}
-
-int index_step_errno(int rc)
-{
-	int e = index_sqlite_errno(rc);
-
-	/* A step that neither gave a row nor finished, or a reset that reported an error, failed
-	 * whatever the code says. */
-	return e < 0 ? e : -EIO;
-}
-
-static int param_index(sqlite3_stmt *st, const char *name)
-{
-	int i = sqlite3_bind_parameter_index(st, name);
-
-	return i > 0 ? i : -EINVAL;
-}
-
-int index_bind_int64(sqlite3_stmt *st, const char *name, int64_t v)
-{
-	int i = param_index(st, name);
-
-	if (i < 0)
-		return i;
-	return index_sqlite_errno(sqlite3_bind_int64(st, i, v));
-}
-
-int index_bind_text(sqlite3_stmt *st, const char *name, const char *s, int len)
-{
-	int i = param_index(st, name);
-
-	if (i < 0)
-		return i;
-	/* Callers keep s alive until the statement is reset, so sqlite need not copy it. */
-	return index_sqlite_errno(sqlite3_bind_text(st, i, s, len, SQLITE_STATIC));
-}
-
-int index_bind_null(sqlite3_stmt *st, const char *name)
-{
-	int i = param_index(st, name);
-
-	if (i < 0)
-		return i;
-	return index_sqlite_errno(sqlite3_bind_null(st, i));
-}
-
-int index_step_done(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-	int ret = rc == SQLITE_DONE ? 0 : rc == SQLITE_ROW ? -EIO : index_step_errno(rc);
-	int rrc = sqlite3_reset(st);
-
-	if (ret == 0 && rrc != SQLITE_OK)
-		ret = index_step_errno(rrc);
-	return ret;
+	return index_db_exec_sql(
+	    idx->db, "CREATE UNIQUE INDEX IF NOT EXISTS node_name ON node(parent, name);"
+	             "CREATE INDEX IF NOT EXISTS node_parent ON node(parent);");
 }
 
 int index_begin(struct index *idx)
 {
-	return index_step_done(idx->st_begin);
+	return index_db_exec(idx->st_begin);
 }
 
 int index_set_default_mtime(struct index *idx, int64_t mtime)
@@ -186,12 +60,12 @@ int index_set_default_mtime(struct index *idx, int64_t mtime)
 	idx->default_mtime = mtime;
 	/* The root is made with the namespace, before anyone knew the time to give it. Once, at
 	 * start-up: not worth a statement kept for the session. */
-	rc = index_sqlite_errno(sqlite3_prepare_v2(
+	rc = index_db_errno(sqlite3_prepare_v2(
 	    idx->db, "UPDATE node SET mtime = :mtime WHERE ino = 1", -1, &st, NULL));
 	if (rc == 0)
-		rc = index_bind_int64(st, ":mtime", mtime);
+		rc = index_db_bind_int64(st, ":mtime", mtime);
 	if (rc == 0)
-		rc = index_step_done(st);
+		rc = index_db_exec(st);
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
@@ -199,39 +73,21 @@ int index_set_default_mtime(struct index *idx, int64_t mtime)
 
 int index_commit(struct index *idx)
 {
-	return index_step_done(idx->st_commit);
+	return index_db_exec(idx->st_commit);
 }
 
 void index_rollback(struct index *idx)
 {
 	/* A failed statement may already have rolled the transaction back; that is fine. */
 	if (!sqlite3_get_autocommit(idx->db))
-		(void)index_step_done(idx->st_rollback);
+		(void)index_db_exec(idx->st_rollback);
 }
 
-static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st)
+/* The connection's statements, prepared at open and finalized at close. */
+#define NAMESPACE_STMTS 12
+static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
-	return index_sqlite_errno(
-	    sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL));
-}
-
-struct stmt_def {
-	sqlite3_stmt **st;
-	const char *sql;
-};
-
-static int prepare_defs(sqlite3 *db, const struct stmt_def *defs, size_t n)
-{
-	int rc = 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = prepare(db, defs[i].sql, defs[i].st);
-	return rc;
-}
-
-static int prepare_namespace(struct index *idx)
-{
-	const struct stmt_def defs[] = {
+	const struct index_db_stmt all[NAMESPACE_STMTS] = {
 	    {&idx->st_lookup, "SELECT " NODE_COLUMNS " FROM node"
 	                      " WHERE parent = :parent AND name = :name AND ino <> 1"},
 	    {&idx->st_get, "SELECT " NODE_COLUMNS " FROM node WHERE ino = :ino"},
@@ -243,6 +99,9 @@ static int prepare_namespace(struct index *idx)
 	    {&idx->st_rollback, "ROLLBACK"},
 	    {&idx->st_listed, "SELECT is_dir, listed FROM node WHERE ino = :ino"},
 	    {&idx->st_get_etag, "SELECT is_dir, etag FROM node WHERE ino = :ino"},
+	    {&idx->st_totals,
+	     "SELECT count(*) - coalesce(sum(is_dir), 0), coalesce(sum(is_dir), 0),"
+	     " coalesce(sum(size), 0) FROM node"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
@@ -251,132 +110,7 @@ static int prepare_namespace(struct index *idx)
 	     " :listed)"},
 	};
 
-	return prepare_defs(idx->db, defs, sizeof(defs) / sizeof(defs[0]));
-}
-
-static int prepare_spool(struct index *idx)
-{
-	const struct stmt_def defs[] = {
-	    {&idx->st_spool_begin, "BEGIN IMMEDIATE"},
-	    {&idx->st_spool_commit, "COMMIT"},
-	    {&idx->st_spool_rollback, "ROLLBACK"},
-	    {&idx->st_obj_touch, "INSERT INTO spool_object(key, complete) VALUES(:key, 0)"
-	                         " ON CONFLICT(key) DO NOTHING"},
-	    {&idx->st_obj_complete, "INSERT INTO spool_object(key, complete) VALUES(:key, 1)"
-	                            " ON CONFLICT(key) DO UPDATE SET complete = 1"},
-	    {&idx->st_obj_forget, "DELETE FROM spool_object WHERE key = :key"},
-	    {&idx->st_obj_reset, "UPDATE spool_object SET complete = 0 WHERE key = :key"},
-	    {&idx->st_seal_set, "INSERT INTO spool_seal(key, seal) VALUES(:key, :seal)"
-	                        " ON CONFLICT(key) DO UPDATE SET seal = excluded.seal"},
-	    {&idx->st_range_clear, "DELETE FROM spool_range WHERE key = :key"},
-	    {&idx->st_range_insert, "INSERT INTO spool_range(key, off_start, off_end)"
-	                            " VALUES(:key, :start, :end)"},
-	};
-
-	return prepare_defs(idx->spool_db, defs, sizeof(defs) / sizeof(defs[0]));
-}
-
-static void finalize_all(struct index *idx)
-{
-	sqlite3_stmt **all[] = {
-	    &idx->st_lookup,       &idx->st_get,
-	    &idx->st_get_url,      &idx->st_readdir,
-	    &idx->st_begin,        &idx->st_commit,
-	    &idx->st_rollback,     &idx->st_listed,
-	    &idx->st_get_etag,     &idx->st_mark_listed,
-	    &idx->st_insert_entry, &idx->st_spool_begin,
-	    &idx->st_spool_commit, &idx->st_spool_rollback,
-	    &idx->st_obj_touch,    &idx->st_obj_complete,
-	    &idx->st_obj_forget,   &idx->st_obj_reset,
-	    &idx->st_range_clear,  &idx->st_range_insert,
-	    &idx->st_seal_set,
-	};
-
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-		sqlite3_finalize(*all[i]);
-		*all[i] = NULL;
-	}
-}
-
-/* Runs a one-row pragma and stores its integer result (when out is not NULL). */
-static int pragma_int(sqlite3 *db, const char *sql, int64_t *out)
-{
-	sqlite3_stmt *st = NULL;
-	int rc = prepare(db, sql, &st);
-
-	if (rc < 0)
-		goto out;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		if (out)
-			*out = sqlite3_column_int64(st, 0);
-		rc = 0;
-	} else {
-		rc = rc == SQLITE_DONE ? 0 : index_step_errno(rc);
-	}
-out:
-	sqlite3_finalize(st);
-	return rc;
-}
-
-static int run_pragmas(sqlite3 *db, const char *const *pragmas, size_t n)
-{
-	int rc = 0;
-
-	for (size_t i = 0; i < n && rc == 0; i++)
-		rc = pragma_int(db, pragmas[i], NULL);
-	return rc;
-}
-
-#define BUSY_TIMEOUT_MS 5000
-
-/*
- * run_pragmas for pragmas that may be repeated, retried while another connection holds
- * the lock. Switching journal_mode answers SQLITE_BUSY at once, without calling the busy
- * handler, while another process switches the same fresh file to WAL: two mounts started
- * together on a new cache directory failed about one start in ten.
- */
-static int run_pragmas_patiently(sqlite3 *db, const char *const *pragmas, size_t n)
-{
-	int rc = -EBUSY;
-
-	for (int waited_ms = 0; rc == -EBUSY && waited_ms <= BUSY_TIMEOUT_MS; waited_ms += 2) {
-		rc = run_pragmas(db, pragmas, n);
-		if (rc == -EBUSY)
-			sqlite3_sleep(2);
-	}
-	return rc;
-}
-
-/* Creates missing spool tables, upgrading an older cache's. */
-static int setup_spool_schema(sqlite3 *db)
-{
-	int64_t version = 0;
-	int rc = index_sqlite_errno(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL));
-
-	if (rc < 0)
-		return rc;
-	/* Read inside the transaction: another mount may be upgrading the same file. */
-	rc = pragma_int(db, "PRAGMA user_version", &version);
-	/* A newer spoolfs wrote this cache; its spool records may mean something else. */
-	if (rc == 0 && version > INDEX_SCHEMA_VERSION)
-		rc = -EPROTO;
-	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_exec(db, spool_schema_sql, NULL, NULL, NULL));
-	/* Version 2 added the sizes and use times that --cache-max-size evicts by. */
-	if (rc == 0 && version == 1)
-		rc = index_sqlite_errno(sqlite3_exec(
-		    db,
-		    "ALTER TABLE spool_object ADD COLUMN size INTEGER NOT NULL DEFAULT 0;"
-		    "ALTER TABLE spool_object ADD COLUMN last_used INTEGER NOT NULL DEFAULT 0;",
-		    NULL, NULL, NULL));
-	if (rc == 0)
-		rc = pragma_int(db, "PRAGMA user_version = 2", NULL);
-	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL));
-	if (rc < 0 && !sqlite3_get_autocommit(db))
-		sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-	return rc;
+	memcpy(defs, all, sizeof(all));
 }
 
 /*
@@ -394,69 +128,10 @@ static const char *const namespace_pragmas[] = {
     "PRAGMA cache_size = -65536",
 };
 
-/*
- * The spool connection, shared with other mounts of the same cache directory through
- * sqlite's own file locking.
- * - journal_mode WAL: readers of one mount never wait for another's writer. It answers with
- *   the mode it got; a filesystem without WAL support keeps the rollback journal, slower
- *   but still correct.
- * - synchronous NORMAL: in WAL mode it loses at most the last transactions on power loss,
- *   never consistency; spool ranges are recorded only after their data is durable.
- */
-static const char *const spool_pragmas[] = {
-    "PRAGMA journal_mode = WAL",
-    "PRAGMA synchronous = NORMAL",
-};
-
-/*
- * The spool records hold object keys, which hold URLs, which may hold credentials (a
- * presigned query, user:password@): the database is the owner's alone, as the spool files
- * are. sqlite gives its -wal and -shm files the database's mode. 0 or -errno.
- */
-static int make_private(const char *path)
-{
-	static const char *const sidecars[] = {"-wal", "-shm", "-journal"};
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	char sidecar[4096];
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fchmod(fd, 0600) != 0)
-		rc = -errno;
-	close(fd);
-	/* Left by an older build or a crash with the old mode; sqlite reuses them as they are. */
-	for (size_t i = 0; rc == 0 && i < sizeof(sidecars) / sizeof(sidecars[0]); i++) {
-		snprintf(sidecar, sizeof(sidecar), "%s%s", path, sidecars[i]);
-		fd = open(sidecar, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd >= 0 && fchmod(fd, 0600) != 0)
-			rc = -errno;
-		if (fd >= 0)
-			close(fd);
-	}
-	return rc;
-}
-
-static int open_connection(const char *path, int flags, sqlite3 **db)
-{
-	/* "" and ":memory:" are sqlite's own, with no file (a file named ":memory:" was made). */
-	int rc = path[0] && strcmp(path, ":memory:") != 0 ? make_private(path) : 0;
-
-	if (rc)
-		return rc;
-	rc = sqlite3_open_v2(
-	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | flags,
-	    NULL);
-
-	if (rc != SQLITE_OK)
-		return *db ? index_sqlite_errno(rc) : -ENOMEM;
-	/* Another mount's writer holds the spool records only for one short transaction. */
-	return index_sqlite_errno(sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS));
-}
-
-static int open_index(const char *db_path, int db_flags, struct index **out)
+int index_open(struct index **out)
 {
 	struct index *idx = calloc(1, sizeof(*idx));
+	struct index_db_stmt defs[NAMESPACE_STMTS];
 	int rc;
 
 	*out = NULL;
@@ -465,120 +140,38 @@ static int open_index(const char *db_path, int db_flags, struct index **out)
 	rc = -pthread_mutex_init(&idx->lock, NULL);
 	if (rc < 0)
 		goto err_free;
-	rc = -pthread_mutex_init(&idx->spool_lock, NULL);
-	if (rc < 0)
-		goto err_lock;
-	rc = open_connection("", 0, &idx->db);
+	namespace_stmts(idx, defs);
+	rc = index_db_open("", 0, &idx->db);
 	if (rc == 0)
-		rc = run_pragmas(idx->db, namespace_pragmas,
-		                 sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
+		rc = index_db_pragmas(idx->db, namespace_pragmas,
+		                      sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
 	if (rc == 0)
-		rc = index_sqlite_errno(
-		    sqlite3_exec(idx->db, namespace_schema_sql, NULL, NULL, NULL));
+		rc = index_db_exec_sql(idx->db, namespace_schema_sql);
 	if (rc == 0)
-		rc = open_connection(db_path, db_flags, &idx->spool_db);
-	if (rc == 0)
-		rc = run_pragmas_patiently(idx->spool_db, spool_pragmas,
-		                           sizeof(spool_pragmas) / sizeof(spool_pragmas[0]));
-	if (rc == 0)
-		rc = setup_spool_schema(idx->spool_db);
-	if (rc == 0)
-		rc = prepare_namespace(idx);
-	if (rc == 0)
-		rc = prepare_spool(idx);
+		rc = index_db_prepare_all(idx->db, defs, NAMESPACE_STMTS);
 	if (rc < 0)
 		goto err_close;
 	*out = idx;
 	return 0;
 
 err_close:
-	finalize_all(idx);
-	sqlite3_close(idx->spool_db);
+	index_db_finalize_all(defs, NAMESPACE_STMTS);
 	sqlite3_close(idx->db);
-	pthread_mutex_destroy(&idx->spool_lock);
-err_lock:
 	pthread_mutex_destroy(&idx->lock);
 err_free:
 	free(idx);
 	return rc;
 }
 
-int index_open(const char *db_path, struct index **out)
-{
-	return open_index(db_path, 0, out);
-}
-
-const char *index_entry_unsafe(const struct stat *st, mode_t type)
-{
-	if (S_ISLNK(st->st_mode))
-		return "is a symbolic link";
-	if ((st->st_mode & S_IFMT) != type)
-		return type == S_IFDIR ? "is not a directory" : "is not a regular file";
-	if (st->st_uid != geteuid())
-		return "is owned by another user";
-	if (st->st_mode & (S_IWGRP | S_IWOTH))
-		return "is writable by group or others";
-	/* Another name for the same file may be anywhere on the filesystem (/etc/...). */
-	if (type == S_IFREG && st->st_nlink > 1)
-		return "has another name (a hard link)";
-	return NULL;
-}
-
-const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type)
-{
-	struct stat st;
-
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-		return errno == ENOENT ? NULL : "cannot be examined";
-	return index_entry_unsafe(&st, type);
-}
-
-/*
- * The records live in a directory only we can write in (fs/ checked it), so what is found
- * there now stays what it is. A planted entry (from when the directory was open to others,
- * or a restored archive) is refused, not removed: index.db may hold what an earlier session
- * kept, and the operator decides what to delete.
- */
-int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err, size_t err_len)
-{
-	static const char *const names[] = {"index.db", "index.db-wal", "index.db-shm",
-	                                    "index.db-journal"};
-	struct stat held, named;
-	char *path = NULL;
-	int rc;
-
-	*out = NULL;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		const char *why = index_entry_at_unsafe(dirfd, names[i], S_IFREG);
-		if (why) {
-			snprintf(err, err_len, "%s/%s %s: refused (remove it)", dir_path, names[i],
-			         why);
-			return -EPERM;
-		}
-	}
-	/* sqlite takes a name: it must still lead to the directory checked above. */
-	if (fstat(dirfd, &held) != 0 || stat(dir_path, &named) != 0 ||
-	    held.st_dev != named.st_dev || held.st_ino != named.st_ino) {
-		snprintf(err, err_len, "%s was moved or replaced while mounting", dir_path);
-		return -ESTALE;
-	}
-	if (asprintf(&path, "%s/index.db", dir_path) < 0)
-		return -ENOMEM;
-	rc = open_index(path, SQLITE_OPEN_NOFOLLOW, out);
-	if (rc)
-		snprintf(err, err_len, "cannot open the index %s: %s", path, strerror(-rc));
-	free(path);
-	return rc;
-}
-
 void index_close(struct index *idx)
 {
+	struct index_db_stmt defs[NAMESPACE_STMTS];
+
 	if (!idx)
 		return;
-	finalize_all(idx);
-	sqlite3_close(idx->spool_db);
+	namespace_stmts(idx, defs);
+	index_db_finalize_all(defs, NAMESPACE_STMTS);
 	sqlite3_close(idx->db);
-	pthread_mutex_destroy(&idx->spool_lock);
 	pthread_mutex_destroy(&idx->lock);
 	free(idx);
 }
@@ -610,26 +203,20 @@ static int row_to_node(sqlite3_stmt *st, struct index_node *out)
 /* Steps a NODE_COLUMNS statement expected to give at most one row, then resets it. */
 static int step_one_node(sqlite3_stmt *st, struct index_node *out)
 {
-	int rc = sqlite3_step(st);
-	int ret;
+	int rc = index_db_step(st);
 
-	if (rc == SQLITE_ROW)
-		ret = row_to_node(st, out);
-	else if (rc == SQLITE_DONE)
-		ret = -ENOENT;
-	else
-		ret = index_step_errno(rc);
-	rc = sqlite3_reset(st);
-	if ((ret == 0 || ret == -ENOENT) && rc != SQLITE_OK)
-		ret = index_step_errno(rc);
-	return ret;
+	if (rc == 1)
+		rc = row_to_node(st, out);
+	else if (rc == 0)
+		rc = -ENOENT;
+	return index_db_reset_keep(st, rc);
 }
 
 static int get_locked(struct index *idx, uint64_t ino, struct index_node *out)
 {
 	if (ino > INT64_MAX)
 		return -ENOENT;
-	int rc = index_bind_int64(idx->st_get, ":ino", (int64_t)ino);
+	int rc = index_db_bind_int64(idx->st_get, ":ino", (int64_t)ino);
 
 	if (rc < 0)
 		return rc;
@@ -656,10 +243,10 @@ int index_lookup(struct index *idx, uint64_t parent, const char *name, struct in
 		rc = -ENOENT;
 		goto out;
 	}
-	rc = index_bind_int64(idx->st_lookup, ":parent", (int64_t)parent);
+	rc = index_db_bind_int64(idx->st_lookup, ":parent", (int64_t)parent);
 	if (rc < 0)
 		goto out;
-	rc = index_bind_text(idx->st_lookup, ":name", name, -1);
+	rc = index_db_bind_text(idx->st_lookup, ":name", name, -1);
 	if (rc < 0)
 		goto out;
 	rc = step_one_node(idx->st_lookup, out);
@@ -687,7 +274,7 @@ int index_get(struct index *idx, uint64_t ino, struct index_node *out)
 int index_get_url(struct index *idx, uint64_t ino, char **url)
 {
 	sqlite3_stmt *st = idx->st_get_url;
-	int rc, rrc;
+	int rc;
 
 	*url = NULL;
 	pthread_mutex_lock(&idx->lock);
@@ -695,11 +282,11 @@ int index_get_url(struct index *idx, uint64_t ino, char **url)
 		rc = -ENOENT;
 		goto out;
 	}
-	rc = index_bind_int64(st, ":ino", (int64_t)ino);
+	rc = index_db_bind_int64(st, ":ino", (int64_t)ino);
 	if (rc < 0)
 		goto out;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
+	rc = index_db_step(st);
+	if (rc == 1) {
 		const unsigned char *u = sqlite3_column_text(st, 1);
 		if (sqlite3_column_int(st, 0))
 			rc = -EISDIR;
@@ -709,12 +296,11 @@ int index_get_url(struct index *idx, uint64_t ino, char **url)
 			rc = -ENOMEM;
 		else
 			rc = 0;
-	} else {
-		rc = rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	} else if (rc == 0) {
+		rc = -ENOENT;
 	}
-	rrc = sqlite3_reset(st);
-	if (rc == 0 && rrc != SQLITE_OK) {
-		rc = index_step_errno(rrc);
+	rc = index_db_reset_keep(st, rc);
+	if (rc < 0) {
 		free(*url);
 		*url = NULL;
 	}
@@ -727,7 +313,7 @@ int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn
 {
 	sqlite3_stmt *st = idx->st_readdir;
 	struct index_node child;
-	int rc, rrc;
+	int rc;
 
 	pthread_mutex_lock(&idx->lock);
 	rc = check_dir_locked(idx, dir);
@@ -738,19 +324,12 @@ int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn
 		cookie = INDEX_ROOT_INO;
 	if (cookie > INT64_MAX)
 		goto out;
-	rc = index_bind_int64(st, ":dir", (int64_t)dir);
+	rc = index_db_bind_int64(st, ":dir", (int64_t)dir);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":cookie", (int64_t)cookie);
+		rc = index_db_bind_int64(st, ":cookie", (int64_t)cookie);
 	if (rc < 0)
 		goto out;
-	for (;;) {
-		int step = sqlite3_step(st);
-		if (step == SQLITE_DONE)
-			break;
-		if (step != SQLITE_ROW) {
-			rc = index_step_errno(step);
-			break;
-		}
+	while ((rc = index_db_step(st)) == 1) {
 		rc = row_to_node(st, &child);
 		if (rc < 0)
 			break;
@@ -761,9 +340,7 @@ int index_readdir(struct index *idx, uint64_t dir, uint64_t cookie, index_dir_fn
 			break;
 		}
 	}
-	rrc = sqlite3_reset(st);
-	if (rc == 0 && rrc != SQLITE_OK)
-		rc = index_step_errno(rrc);
+	rc = index_db_reset_keep(st, rc);
 out:
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
@@ -771,26 +348,19 @@ out:
 
 static int compute_totals_locked(struct index *idx)
 {
-	sqlite3_stmt *st = NULL;
-	int rc = prepare(idx->db,
-	                 "SELECT count(*) - coalesce(sum(is_dir), 0), coalesce(sum(is_dir), 0),"
-	                 " coalesce(sum(size), 0) FROM node",
-	                 &st);
+	sqlite3_stmt *st = idx->st_totals;
+	int rc = index_db_step(st);
 
-	if (rc < 0)
-		goto out;
-	rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW) {
-		rc = rc == SQLITE_DONE ? -EIO : index_step_errno(rc);
-		goto out;
+	if (rc == 1) {
+		idx->total_files = (uint64_t)sqlite3_column_int64(st, 0);
+		idx->total_dirs = (uint64_t)sqlite3_column_int64(st, 1);
+		idx->total_bytes = (uint64_t)sqlite3_column_int64(st, 2);
+		rc = 0;
+	} else if (rc == 0) {
+		rc = -EIO; /* an aggregate always gives its row */
 	}
-	idx->total_files = (uint64_t)sqlite3_column_int64(st, 0);
-	idx->total_dirs = (uint64_t)sqlite3_column_int64(st, 1);
-	idx->total_bytes = (uint64_t)sqlite3_column_int64(st, 2);
-	idx->totals_valid = true;
-	rc = 0;
-out:
-	sqlite3_finalize(st);
+	rc = index_db_reset_keep(st, rc);
+	idx->totals_valid = rc == 0;
 	return rc;
 }
 
@@ -808,111 +378,6 @@ int index_totals(struct index *idx, uint64_t *files, uint64_t *dirs, uint64_t *b
 	}
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
-}
-
-/* Transactions on the spool connection; the caller holds idx->spool_lock. */
-static int spool_begin(struct index *idx)
-{
-	return index_step_done(idx->st_spool_begin);
-}
-
-static int spool_commit(struct index *idx)
-{
-	return index_step_done(idx->st_spool_commit);
-}
-
-static void spool_rollback(struct index *idx)
-{
-	if (!sqlite3_get_autocommit(idx->spool_db))
-		(void)index_step_done(idx->st_spool_rollback);
-}
-
-int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges)
-{
-	bool began = false;
-	int rc;
-
-	pthread_mutex_lock(&idx->spool_lock);
-	rc = spool_begin(idx);
-	if (rc < 0)
-		goto out;
-	began = true;
-	rc = index_bind_text(idx->st_obj_touch, ":key", key, -1);
-	if (rc == 0)
-		rc = index_step_done(idx->st_obj_touch);
-	if (rc == 0)
-		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
-	if (rc == 0)
-		rc = index_step_done(idx->st_range_clear);
-	if (rc == 0)
-		rc = index_bind_text(idx->st_range_insert, ":key", key, -1);
-	for (size_t i = 0; rc == 0 && i < ranges->n; i++) {
-		const struct index_range *r = &ranges->v[i];
-		if (r->end > INT64_MAX) {
-			rc = -EFBIG;
-			break;
-		}
-		rc = index_bind_int64(idx->st_range_insert, ":start", (int64_t)r->start);
-		if (rc == 0)
-			rc = index_bind_int64(idx->st_range_insert, ":end", (int64_t)r->end);
-		if (rc == 0)
-			rc = index_step_done(idx->st_range_insert);
-	}
-	if (rc == 0)
-		rc = spool_commit(idx);
-out:
-	if (rc < 0 && began)
-		spool_rollback(idx);
-	pthread_mutex_unlock(&idx->spool_lock);
-	return rc;
-}
-
-int index_spool_change(struct index *idx, sqlite3_stmt *obj, const char *key, bool clear_ranges)
-{
-	return index_spool_change_sealed(idx, obj, key, clear_ranges, NULL);
-}
-
-int index_spool_change_sealed(struct index *idx, sqlite3_stmt *obj, const char *key,
-                              bool clear_ranges, const char *seal)
-{
-	bool began = false;
-	int rc;
-
-	pthread_mutex_lock(&idx->spool_lock);
-	rc = spool_begin(idx);
-	if (rc < 0)
-		goto out;
-	began = true;
-	rc = index_bind_text(obj, ":key", key, -1);
-	if (rc == 0)
-		rc = index_step_done(obj);
-	if (rc == 0 && clear_ranges)
-		rc = index_bind_text(idx->st_range_clear, ":key", key, -1);
-	if (rc == 0 && clear_ranges)
-		rc = index_step_done(idx->st_range_clear);
-	if (rc == 0 && seal)
-		rc = index_bind_text(idx->st_seal_set, ":key", key, -1);
-	if (rc == 0 && seal)
-		rc = index_bind_text(idx->st_seal_set, ":seal", seal, -1);
-	if (rc == 0 && seal)
-		rc = index_step_done(idx->st_seal_set);
-	if (rc == 0)
-		rc = spool_commit(idx);
-out:
-	if (rc < 0 && began)
-		spool_rollback(idx);
-	pthread_mutex_unlock(&idx->spool_lock);
-	return rc;
-}
-
-int index_record_forget(struct index *idx, const char *key)
-{
-	return index_spool_change(idx, idx->st_obj_forget, key, true);
-}
-
-int index_record_sealed(struct index *idx, const char *key, const char *seal)
-{
-	return index_spool_change_sealed(idx, idx->st_obj_complete, key, false, seal);
 }
 
 const char *index_check_segment(const char *name, size_t len)

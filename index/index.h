@@ -1,12 +1,12 @@
 /*
  * index: the session's namespace (inodes, names, sizes, hashes, URLs), in a private
- * temporary sqlite database, and the record of spooled objects, in the cache directory's
- * index.db, which every mount sharing that directory uses.
+ * temporary sqlite database. The spool records of a cache directory are another type,
+ * struct index_records (index/records.h), opened and closed on their own.
  *
- * Lock: struct index has one mutex per connection, each serialising its statements.
- * Callers hold no lock of theirs while calling in (the index is the innermost lock: never
- * call out of it). Inode numbers are sqlite rowids; the root directory is inode 1, which is
- * FUSE's root id. The namespace never changes after loading: the session is a snapshot.
+ * Lock: struct index has one mutex serialising its connection and statements. Callers hold
+ * no lock of theirs while calling in (the index is the innermost lock: never call out of
+ * it). Inode numbers are sqlite rowids; the root directory is inode 1, which is FUSE's root
+ * id. The namespace never changes after loading: the session is a snapshot.
  *
  * All functions that can fail return 0 (or a count) on success and -errno on failure.
  */
@@ -16,9 +16,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
-
-struct stat;
 
 #define INDEX_ROOT_INO 1
 #define INDEX_NAME_MAX 255
@@ -38,29 +35,9 @@ struct index_node {
 	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
 };
 
-/*
- * Opens (creating when missing) the spool records at db_path, shared with any other mount of
- * the same cache directory, and a fresh private namespace. *out is owned by the caller.
- */
-int index_open(const char *db_path, struct index **out);
-
-/*
- * index_open for the spool records "index.db" in the directory held open as dirfd, whose
- * path is dir_path (sqlite opens by name). The database and its sidecars (-wal, -shm,
- * -journal) must be absent or regular files of ours: a symbolic link or another user's file
- * there is refused with -EPERM and a line naming it in err, and nothing is opened; sqlite is
- * told not to follow links either. -ESTALE when dir_path no longer names dirfd's directory.
- */
-int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err, size_t err_len);
-
-/*
- * Why an entry of a cache directory is not one we may use, or NULL when it is: it must be
- * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others,
- * and a file must have no other name.
- */
-const char *index_entry_unsafe(const struct stat *st, mode_t type);
-/* The same for name in dirfd, not following a link; NULL also when it does not exist. */
-const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type);
+/* Opens a fresh, empty namespace of this session's alone. *out is owned by the caller
+ * (index_close). */
+int index_open(struct index **out);
 void index_close(struct index *idx);
 
 /*
@@ -129,54 +106,6 @@ int index_dir_listed(struct index *idx, uint64_t dir, bool *listed);
 int index_add_listing(struct index *idx, uint64_t dir, const struct index_entry *entries, size_t n);
 /* The ETag a file's version is pinned to ("" when none). 0, -ENOENT, -EISDIR. */
 int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len);
-
-/*
- * Spool records, so a persistent cache can resume: `key` is a flight's identity.
- * index_record_ranges replaces the recorded published ranges of key (called after the data
- * is durably written). index_record_forget forgets key, its ranges and its seal.
- */
-struct index_ranges;
-int index_record_ranges(struct index *idx, const char *key, const struct index_ranges *ranges);
-int index_record_forget(struct index *idx, const char *key);
-/*
- * Marks key complete, with the seal of its spool file (fetch/flight.h's flight_spool_seal):
- * a file that no longer shows that seal has been touched since. 0 or -errno.
- */
-int index_record_sealed(struct index *idx, const char *key, const char *seal);
-/* Marks key not complete, keeping its ranges (and dropping its seal). 0 or -errno. */
-int index_record_incomplete(struct index *idx, const char *key);
-/* The seal recorded with key's completion: 0, -ENOENT when there is none, or -errno. */
-int index_spool_seal(struct index *idx, const char *key, char *seal, size_t len);
-
-/*
- * What a previous session recorded for key: *complete, and the ranges durably written.
- * 0, -ENOENT when there is no record, or -errno.
- */
-int index_spool_lookup(struct index *idx, const char *key, bool *complete,
-                       struct index_ranges *ranges);
-
-/* Forgets key's recorded ranges and completeness, keeping its size and use time. */
-int index_spool_reset(struct index *idx, const char *key);
-
-/* Every key with a spool record, in a malloc'd array of malloc'd strings (*n of them; the
- * caller frees all). 0 or -errno. */
-int index_spool_keys(struct index *idx, char ***keys, size_t *n);
-
-/* Records that key's spool (size bytes) is in use now (`now` orders uses; larger = later). */
-int index_spool_touch(struct index *idx, const char *key, uint64_t size, int64_t now);
-
-struct index_spool_entry {
-	char *key; /* malloc'd: the caller frees */
-	uint64_t size;
-};
-
-/*
- * The bytes all recorded spools take, and up to max of them, least recently used first
- * (eviction candidates, complete or not: a partial spool takes the object's whole size)
- * in lru[0..*n). 0 or -errno.
- */
-int index_spool_usage(struct index *idx, uint64_t *bytes, struct index_spool_entry *lru, size_t max,
-                      size_t *n);
 
 /*
  * Checks one path segment (a file or directory name) for a namespace: non-empty, not "." or

@@ -4,7 +4,7 @@
  * listing adds a directory's children and marks it listed in one transaction, so readers
  * see all of a directory or none of it. What is listed stays for the session: a snapshot.
  *
- * Lock: idx->lock, as for every statement (see index_i.h).
+ * Lock: idx->lock, as for every namespace statement (see index_i.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,8 +19,7 @@ int index_begin_lazy(struct index *idx)
 	pthread_mutex_lock(&idx->lock);
 	rc = index_namespace_indexes(idx);
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_exec(
-		    idx->db, "UPDATE node SET listed = 0 WHERE ino = 1", NULL, NULL, NULL));
+		rc = index_db_exec_sql(idx->db, "UPDATE node SET listed = 0 WHERE ino = 1");
 	idx->totals_valid = false;
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
@@ -30,14 +29,12 @@ int index_begin_lazy(struct index *idx)
  * caller holds the index lock and resets st. */
 static int step_ino(sqlite3_stmt *st, uint64_t ino)
 {
-	int rc = index_bind_int64(st, ":ino", (int64_t)ino);
+	int rc = index_db_bind_int64(st, ":ino", (int64_t)ino);
 
 	if (rc)
 		return rc;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		return 1;
-	return rc == SQLITE_DONE ? -ENOENT : index_step_errno(rc);
+	rc = index_db_step(st);
+	return rc == 0 ? -ENOENT : rc;
 }
 
 int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
@@ -51,29 +48,30 @@ int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
 		rc = sqlite3_column_int(st, 0) ? 0 : -ENOTDIR;
 		*listed = sqlite3_column_int(st, 1) != 0;
 	}
-	sqlite3_reset(st);
+	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }
 
 static int bind_text_or_null(sqlite3_stmt *st, const char *name, const char *value)
 {
-	return value && *value ? index_bind_text(st, name, value, -1) : index_bind_null(st, name);
+	return value && *value ? index_db_bind_text(st, name, value, -1)
+	                       : index_db_bind_null(st, name);
 }
 
 static int insert_entry(struct index *idx, uint64_t dir, const struct index_entry *e)
 {
 	sqlite3_stmt *st = idx->st_insert_entry;
-	int rc = index_bind_int64(st, ":parent", (int64_t)dir);
+	int rc = index_db_bind_int64(st, ":parent", (int64_t)dir);
 
 	if (rc == 0)
-		rc = index_bind_text(st, ":name", e->name, -1);
+		rc = index_db_bind_text(st, ":name", e->name, -1);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":is_dir", e->is_dir);
+		rc = index_db_bind_int64(st, ":is_dir", e->is_dir);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":size", e->is_dir ? 0 : (int64_t)e->size);
+		rc = index_db_bind_int64(st, ":size", e->is_dir ? 0 : (int64_t)e->size);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":mtime", e->mtime ? e->mtime : idx->default_mtime);
+		rc = index_db_bind_int64(st, ":mtime", e->mtime ? e->mtime : idx->default_mtime);
 	if (rc == 0)
 		rc = bind_text_or_null(st, ":sha256", e->sha256);
 	if (rc == 0)
@@ -81,9 +79,9 @@ static int insert_entry(struct index *idx, uint64_t dir, const struct index_entr
 	if (rc == 0)
 		rc = bind_text_or_null(st, ":etag", e->is_dir ? NULL : e->etag);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":listed", e->is_dir ? 0 : 1);
+		rc = index_db_bind_int64(st, ":listed", e->is_dir ? 0 : 1);
 	if (rc == 0)
-		rc = index_step_done(st);
+		rc = index_db_exec(st);
 	return rc;
 }
 
@@ -102,9 +100,9 @@ int index_add_listing(struct index *idx, uint64_t dir, const struct index_entry 
 	for (size_t i = 0; i < n && rc == 0; i++)
 		rc = insert_entry(idx, dir, &entries[i]);
 	if (rc == 0)
-		rc = index_bind_int64(mark, ":ino", (int64_t)dir);
+		rc = index_db_bind_int64(mark, ":ino", (int64_t)dir);
 	if (rc == 0)
-		rc = index_step_done(mark);
+		rc = index_db_exec(mark);
 	if (rc == 0)
 		rc = index_commit(idx);
 	if (rc)
@@ -127,7 +125,7 @@ int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len)
 		rc = sqlite3_column_int(st, 0) ? -EISDIR : 0;
 		snprintf(etag, len, "%s", value ? (const char *)value : "");
 	}
-	sqlite3_reset(st);
+	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }

@@ -351,28 +351,29 @@ static int64_t insert_node(struct load *ld, int64_t parent, const char *name, si
 	static const struct file_attrs dir = {0};
 	const struct file_attrs *a = attrs ? attrs : &dir;
 	sqlite3_stmt *st = ld->st_ins;
-	int rc = index_bind_int64(st, ":parent", parent);
+	int rc = index_db_bind_int64(st, ":parent", parent);
 
 	if (rc == 0)
-		rc = index_bind_text(st, ":name", name, (int)name_len);
+		rc = index_db_bind_text(st, ":name", name, (int)name_len);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":is_dir", attrs == NULL);
+		rc = index_db_bind_int64(st, ":is_dir", attrs == NULL);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":size", a->size);
+		rc = index_db_bind_int64(st, ":size", a->size);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":mtime", a->mtime);
+		rc = index_db_bind_int64(st, ":mtime", a->mtime);
 	if (rc == 0)
-		rc = index_bind_int64(st, ":executable", a->executable);
+		rc = index_db_bind_int64(st, ":executable", a->executable);
 	if (rc == 0)
-		rc = a->sha256 ? index_bind_text(st, ":sha256", a->sha256, INDEX_SHA256_HEX)
-		               : index_bind_null(st, ":sha256");
+		rc = a->sha256 ? index_db_bind_text(st, ":sha256", a->sha256, INDEX_SHA256_HEX)
+		               : index_db_bind_null(st, ":sha256");
 	if (rc == 0)
-		rc = a->url ? index_bind_text(st, ":url", a->url, -1) : index_bind_null(st, ":url");
+		rc = a->url ? index_db_bind_text(st, ":url", a->url, -1)
+		            : index_db_bind_null(st, ":url");
 	if (rc == 0)
-		rc = a->etag ? index_bind_text(st, ":etag", a->etag, -1)
-		             : index_bind_null(st, ":etag");
+		rc = a->etag ? index_db_bind_text(st, ":etag", a->etag, -1)
+		             : index_db_bind_null(st, ":etag");
 	if (rc == 0)
-		rc = index_step_done(st);
+		rc = index_db_exec(st);
 	if (rc < 0)
 		return rc;
 	return sqlite3_last_insert_rowid(ld->idx->db);
@@ -524,17 +525,17 @@ static int check_other_size(struct load *ld, int64_t i, const char *path, size_t
 	/* Made at the first confirmation: a manifest crafted to collide in 64 bits again and
 	 * again would otherwise cost a scan of the table for each entry. */
 	if (!ld->sha256_indexed)
-		rc = index_sqlite_errno(sqlite3_exec(
+		rc = index_db_errno(sqlite3_exec(
 		    ld->idx->db, "CREATE INDEX IF NOT EXISTS node_sha256 ON node(sha256)", NULL,
 		    NULL, NULL));
 	ld->sha256_indexed = rc == 0;
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_prepare_v2(ld->idx->db, sql, -1, &st, NULL));
+		rc = index_db_errno(sqlite3_prepare_v2(ld->idx->db, sql, -1, &st, NULL));
 
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC));
+		rc = index_db_errno(sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC));
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_bind_int64(st, 2, size));
+		rc = index_db_errno(sqlite3_bind_int64(st, 2, size));
 	if (rc == 0) {
 		int step = sqlite3_step(st);
 		if (step == SQLITE_ROW)
@@ -542,7 +543,7 @@ static int check_other_size(struct load *ld, int64_t i, const char *path, size_t
 			                 "another entry has the same sha256 and size %lld",
 			                 (long long)sqlite3_column_int64(st, 0));
 		else if (step != SQLITE_DONE)
-			rc = index_sqlite_errno(step);
+			rc = index_db_errno(step);
 	}
 	sqlite3_finalize(st);
 	return rc;
@@ -672,7 +673,7 @@ static int load_entries(struct load *ld)
 			goto out;
 	}
 	if (step != SQLITE_DONE) {
-		rc = index_step_errno(step);
+		rc = index_db_step_errno(step);
 		goto out;
 	}
 	if (e.active)
@@ -691,7 +692,7 @@ static int check_top(struct load *ld)
 	int rc = sqlite3_step(st);
 
 	if (rc != SQLITE_ROW) {
-		rc = rc == SQLITE_DONE ? -EIO : index_step_errno(rc);
+		rc = rc == SQLITE_DONE ? -EIO : index_db_step_errno(rc);
 		goto out;
 	}
 	const char *top = (const char *)sqlite3_column_text(st, 1);
@@ -724,14 +725,14 @@ out:
 static int check_empty_namespace(struct load *ld)
 {
 	sqlite3_stmt *st = NULL;
-	int rc = index_sqlite_errno(sqlite3_prepare_v2(
+	int rc = index_db_errno(sqlite3_prepare_v2(
 	    ld->idx->db, "SELECT EXISTS(SELECT 1 FROM node WHERE ino <> 1)", -1, &st, NULL));
 
 	if (rc < 0)
 		goto out;
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_ROW) {
-		rc = rc == SQLITE_DONE ? -EIO : index_step_errno(rc);
+		rc = rc == SQLITE_DONE ? -EIO : index_db_step_errno(rc);
 		goto out;
 	}
 	rc = sqlite3_column_int(st, 0) ? -EBUSY : 0;
@@ -750,11 +751,11 @@ static int update_dir_mtimes(struct load *ld)
 		const struct path_node *p = &ld->pt.v[k];
 		if (!p->is_dir || p->mtime == 0)
 			continue;
-		rc = index_bind_int64(ld->st_mtime, ":mtime", p->mtime);
+		rc = index_db_bind_int64(ld->st_mtime, ":mtime", p->mtime);
 		if (rc == 0)
-			rc = index_bind_int64(ld->st_mtime, ":ino", p->ino);
+			rc = index_db_bind_int64(ld->st_mtime, ":ino", p->ino);
 		if (rc == 0)
-			rc = index_step_done(ld->st_mtime);
+			rc = index_db_exec(ld->st_mtime);
 	}
 	return rc;
 }
@@ -762,25 +763,25 @@ static int update_dir_mtimes(struct load *ld)
 static int prepare_load(struct load *ld)
 {
 	sqlite3 *db = ld->idx->db;
-	int rc = index_sqlite_errno(sqlite3_prepare_v2(db, top_sql, -1, &ld->st_top, NULL));
+	int rc = index_db_errno(sqlite3_prepare_v2(db, top_sql, -1, &ld->st_top, NULL));
 
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_prepare_v2(db, each_sql, -1, &ld->st_each, NULL));
+		rc = index_db_errno(sqlite3_prepare_v2(db, each_sql, -1, &ld->st_each, NULL));
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_prepare_v2(db, ins_sql, -1, &ld->st_ins, NULL));
+		rc = index_db_errno(sqlite3_prepare_v2(db, ins_sql, -1, &ld->st_ins, NULL));
 	if (rc == 0)
-		rc = index_sqlite_errno(sqlite3_prepare_v2(db, mtime_sql, -1, &ld->st_mtime, NULL));
+		rc = index_db_errno(sqlite3_prepare_v2(db, mtime_sql, -1, &ld->st_mtime, NULL));
 	if (rc < 0)
 		return rc;
 	/* sqlite copies a text value that it does not know to be NUL-terminated each time a
 	 * JSON function reads it (15 MB per call for 100,000 entries); a bound C string is read
 	 * in place. ld->json outlives both statements. */
-	rc = index_bind_text(ld->st_top, ":json", ld->json, -1);
+	rc = index_db_bind_text(ld->st_top, ":json", ld->json, -1);
 	if (rc == 0)
-		rc = index_bind_text(ld->st_each, ":json", ld->json, -1);
+		rc = index_db_bind_text(ld->st_each, ":json", ld->json, -1);
 	if (rc == 0)
-		rc = index_bind_int64(ld->st_each, ":has_nul",
-		                      raw_has_nul((const unsigned char *)ld->json));
+		rc = index_db_bind_int64(ld->st_each, ":has_nul",
+		                         raw_has_nul((const unsigned char *)ld->json));
 	return rc;
 }
 

@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	base = bases[data[0] % (sizeof(bases) / sizeof(bases[0]))];
-	if (index_open(":memory:", &idx) != 0)
+	if (index_open(&idx) != 0)
 		return 0;
 	memset(err, 'x', sizeof(err));
 	rc = index_load_manifest(idx, (const char *)data + 1, size - 1, base, err, sizeof(err));

@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@
 #include "fetch/s3_list.h"
 #include "fetch/sigv4.h"
 #include "index/index.h"
+#include "index/records.h"
 #include "index/ranges.h"
 #include "helpers.h"
 
@@ -172,6 +174,18 @@ static void assert_index_unlocked(struct index *idx)
 	probe_unlocked("index", probe_index_fn, idx);
 }
 
+static void probe_records_fn(void *arg)
+{
+	char seal[64];
+
+	index_spool_seal(arg, "probe", seal, sizeof(seal));
+}
+
+static void assert_records_unlocked(struct index_records *rec)
+{
+	probe_unlocked("spool records", probe_records_fn, rec);
+}
+
 /* ---- temporary directories ---------------------------------------------------------- */
 
 static void empty_dir(const char *dir)
@@ -196,19 +210,31 @@ struct tmpdir {
 	int fd;
 };
 
-static int setup_dir(void **state)
+static int setup_dir_in(void **state, const char *parent)
 {
 	struct tmpdir *t = calloc(1, sizeof(*t));
 
 	if (!t)
 		return -1;
-	snprintf(t->path, sizeof(t->path), "/tmp/spoolfs-test-alloc-XXXXXX");
+	snprintf(t->path, sizeof(t->path), "%s/spoolfs-test-alloc-XXXXXX", parent);
 	if (!mkdtemp(t->path) || (t->fd = open(t->path, O_RDONLY | O_DIRECTORY)) < 0) {
 		free(t);
 		return -1;
 	}
 	*state = t;
 	return 0;
+}
+
+static int setup_dir(void **state)
+{
+	return setup_dir_in(state, "/tmp");
+}
+
+/* For a database opened a thousand times over: in memory when the machine has /dev/shm,
+ * as each open syncs it to disk. */
+static int setup_memory_dir(void **state)
+{
+	return setup_dir_in(state, "/dev/shm") == 0 ? 0 : setup_dir(state);
 }
 
 static int teardown_dir(void **state)
@@ -696,7 +722,7 @@ static void test_flight_reopen(void **state)
 	assert_true(torture("flight_reopen_spool", reopen_run, *state) >= 2);
 }
 
-/* ---- index/ (index.c, manifest.c, spool_records.c) ---------------------------------- */
+/* ---- index/ (index.c, manifest.c, listing.c, spool_records.c, db.c) ------------------- */
 
 #define BASE "https://example.com/m/manifest.json"
 #define SHA_A "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
@@ -727,37 +753,35 @@ static int collect_name(void *ctx, const struct index_node *child, uint64_t next
 	return 0;
 }
 
-/* Each call either succeeds or fails with -ENOMEM (then the next call must succeed). */
-#define RETRY(call)                                                                                \
+/*
+ * Each call either answers `want` or fails with -ENOMEM, leaving no lock held (`unlocked`
+ * checks); then the next call must answer `want`.
+ */
+#define RETRY_AS(want, unlocked, call)                                                             \
 	do {                                                                                       \
 		int rc_ = (call);                                                                  \
-		if (rc_ != 0) {                                                                    \
+		if (rc_ != (want)) {                                                               \
 			assert_enomem(rc_);                                                        \
-			assert_index_unlocked(idx);                                                \
-			assert_int_equal((call), 0);                                               \
+			unlocked;                                                                  \
+			assert_int_equal((call), (want));                                          \
 		}                                                                                  \
 	} while (0)
+#define RETRY(call) RETRY_AS(0, assert_index_unlocked(idx), call)
+#define RETRY_REC(call) RETRY_AS(0, assert_records_unlocked(rec), call)
+#define RETRY_REC_ENOENT(call) RETRY_AS(-ENOENT, assert_records_unlocked(rec), call)
 
 static void index_run(void *ctx, unsigned long n)
 {
-	struct tmpdir *d = ctx;
-	char db[128], err[512], *url = NULL;
+	char err[512], *url = NULL;
 	struct index *idx = NULL;
 	struct index_node root, data, sub, a, node;
-	struct index_ranges rec, back;
 	uint64_t files, dirs, bytes;
-	bool complete = false;
 	struct names names = {.n = 0};
 	int rc;
 
-	snprintf(db, sizeof(db), "%s/index.db", d->path);
-	index_ranges_init(&rec);
-	index_ranges_init(&back);
-	for (unsigned k = 0; k < 12; k++)
-		assert_int_equal(index_ranges_add(&rec, k * 100, k * 100 + 50), 0);
-
+	(void)ctx;
 	alloc_fail_arm(n);
-	rc = index_open(db, &idx);
+	rc = index_open(&idx);
 	if (rc) {
 		assert_enomem(rc);
 		assert_null(idx);
@@ -798,28 +822,176 @@ static void index_run(void *ctx, unsigned long n)
 	assert_int_equal(files, 5);
 	assert_int_equal(dirs, 4);
 	assert_int_equal(bytes, 12 + 4096 + 1 + 0 + 7);
-	RETRY(index_record_ranges(idx, "sha256:" SHA_A, &rec));
-	RETRY(index_spool_lookup(idx, "sha256:" SHA_A, &complete, &back));
-	assert_false(complete);
-	assert_int_equal(back.n, rec.n);
-	assert_int_equal(back.total, rec.total);
-	assert_memory_equal(back.v, rec.v, rec.n * sizeof(*rec.v));
-	RETRY(index_record_sealed(idx, "sha256:" SHA_A, "seal"));
-	RETRY(index_spool_lookup(idx, "sha256:" SHA_A, &complete, &back));
-	assert_true(complete);
 	alloc_fail_disarm();
 	assert_index_unlocked(idx);
 out:
 	alloc_fail_disarm();
 	index_close(idx);
-	index_ranges_free(&rec);
-	index_ranges_free(&back);
-	empty_dir(d->path);
 }
 
 static void test_index(void **state)
 {
 	assert_true(torture("index_open + index_load_manifest + lookups", index_run, *state) >= 10);
+}
+
+/*
+ * sqlite's own allocations, counted and failed like ours while sqlite_counted is set (only
+ * around records_run, whose connection lives and dies inside the run), so a failure inside
+ * sqlite reaches index/db.c's step, reset and error map and must come out as -ENOMEM.
+ * Installed before sqlite initialises; each block carries its size, which sqlite asks for.
+ * The wrapped allocators count; __real_malloc is the C library's (or a sanitizer's).
+ */
+void *__real_malloc(size_t size);
+static bool sqlite_counted; /* set and cleared by the test's only thread */
+
+#define SQLITE_HDR 16 /* keeps sqlite's 8-byte alignment */
+
+static void *sqlite_malloc(int n)
+{
+	size_t size = (size_t)n + SQLITE_HDR;
+	char *p = sqlite_counted ? malloc(size) : __real_malloc(size);
+
+	if (!p)
+		return NULL;
+	memcpy(p, &n, sizeof(n));
+	return p + SQLITE_HDR;
+}
+
+static void sqlite_free(void *p)
+{
+	if (p)
+		free((char *)p - SQLITE_HDR); /* the wrapped free forgets a tracked block */
+}
+
+static int sqlite_size(void *p)
+{
+	int n;
+
+	memcpy(&n, (char *)p - SQLITE_HDR, sizeof(n));
+	return n;
+}
+
+static void *sqlite_realloc(void *p, int n)
+{
+	void *np = sqlite_malloc(n);
+
+	/* Not realloc: a block made while uncounted must not turn into a tracked one. */
+	if (np && p) {
+		int old = sqlite_size(p);
+		memcpy(np, p, (size_t)(old < n ? old : n));
+		sqlite_free(p);
+	}
+	return np;
+}
+
+static int sqlite_roundup(int n)
+{
+	return (n + 7) & ~7;
+}
+
+static int sqlite_init(void *ctx)
+{
+	(void)ctx;
+	return SQLITE_OK;
+}
+
+static void sqlite_shutdown(void *ctx)
+{
+	(void)ctx;
+}
+
+static const sqlite3_mem_methods sqlite_counting = {
+    sqlite_malloc,  sqlite_free, sqlite_realloc,  sqlite_size,
+    sqlite_roundup, sqlite_init, sqlite_shutdown, NULL,
+};
+
+static void free_lru(struct index_spool_entry *lru, size_t *n)
+{
+	while (*n)
+		free(lru[--*n].key);
+}
+
+/* Every spool-record operation, each statement of index_records run at least once. */
+static void records_run(void *ctx, unsigned long n)
+{
+	struct tmpdir *d = ctx;
+	char db[128], seal[64], **keys = NULL;
+	struct index_records *rec = NULL;
+	struct index_ranges want, back;
+	struct index_spool_entry lru[4];
+	uint64_t bytes = 0;
+	size_t nlru = 0, nkeys = 0;
+	bool complete = false;
+	int rc;
+
+	snprintf(db, sizeof(db), "%s/index.db", d->path);
+	index_ranges_init(&want);
+	index_ranges_init(&back);
+	for (unsigned k = 0; k < 12; k++)
+		assert_int_equal(index_ranges_add(&want, k * 100, k * 100 + 50), 0);
+
+	alloc_fail_arm(n);
+	rc = index_records_open(db, &rec);
+	if (rc) {
+		assert_enomem(rc);
+		assert_null(rec);
+		goto out;
+	}
+	RETRY_REC(index_record_ranges(rec, "sha256:" SHA_A, &want));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_false(complete);
+	assert_int_equal(back.n, want.n);
+	assert_int_equal(back.total, want.total);
+	assert_memory_equal(back.v, want.v, want.n * sizeof(*want.v));
+	RETRY_REC(index_record_sealed(rec, "sha256:" SHA_A, "seal"));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_true(complete);
+	RETRY_REC(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
+	assert_string_equal(seal, "seal");
+	RETRY_REC(index_spool_touch(rec, "sha256:" SHA_A, 4096, 2));
+	RETRY_REC(index_spool_touch(rec, "url:https://example.com/x", 10, 1));
+	RETRY_REC(index_spool_usage(rec, &bytes, lru, 4, &nlru));
+	assert_int_equal(bytes, 4096 + 10);
+	assert_int_equal(nlru, 2);
+	assert_string_equal(lru[0].key, "url:https://example.com/x"); /* used first */
+	assert_int_equal(lru[1].size, 4096);
+	free_lru(lru, &nlru);
+	RETRY_REC(index_spool_keys(rec, &keys, &nkeys));
+	assert_int_equal(nkeys, 2);
+	while (nkeys)
+		free(keys[--nkeys]);
+	free(keys);
+	keys = NULL;
+	RETRY_REC(index_record_incomplete(rec, "sha256:" SHA_A));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_false(complete);
+	assert_int_equal(back.n, want.n); /* kept */
+	RETRY_REC_ENOENT(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
+	RETRY_REC(index_spool_reset(rec, "sha256:" SHA_A));
+	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	assert_int_equal(back.n, 0);
+	RETRY_REC(index_record_forget(rec, "sha256:" SHA_A));
+	RETRY_REC_ENOENT(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	alloc_fail_disarm();
+	assert_records_unlocked(rec);
+out:
+	alloc_fail_disarm();
+	index_records_close(rec);
+	index_ranges_free(&want);
+	index_ranges_free(&back);
+	empty_dir(d->path);
+}
+
+static void test_records(void **state)
+{
+	unsigned long points;
+
+	sqlite_counted = true;
+	points = torture("index_records_open + every spool record operation (sqlite's too)",
+	                 records_run, *state);
+	sqlite_counted = false;
+	/* Ours alone are 8: the rest are sqlite's, through index/db.c. */
+	assert_true(points >= 100);
 }
 
 /* ---- fetch/http.c ------------------------------------------------------------------- */
@@ -1191,6 +1363,8 @@ static void test_wrapper_active(void **state)
 
 int main(void)
 {
+	if (sqlite3_config(SQLITE_CONFIG_MALLOC, &sqlite_counting) != SQLITE_OK)
+		return 1;
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_wrapper_active),
 	    cmocka_unit_test(test_ranges_add),
@@ -1204,6 +1378,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_flight_fail_taint, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_flight_reopen, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_index, setup_dir, teardown_dir),
+	    cmocka_unit_test_setup_teardown(test_records, setup_memory_dir, teardown_dir),
 	    cmocka_unit_test(test_http_no_allocations),
 	    cmocka_unit_test(test_s3_list),
 	    cmocka_unit_test(test_sigv4),

@@ -37,7 +37,7 @@
 #include "fetch/engine.h"
 #include "fetch/flight.h"
 #include "fetch/flight_i.h" /* white-box: a flight's durable mark */
-#include "index/index.h"
+#include "index/records.h"
 #include "helpers.h"
 
 #define KIB (1024u)
@@ -333,7 +333,7 @@ struct fixture {
 	struct flight_table *table;
 	struct engine *engine;
 	struct engine_config cfg;
-	struct index *idx;
+	struct index_records *records;
 	struct srv srv;
 	uint8_t *body;
 	uint64_t size;
@@ -535,8 +535,8 @@ static int teardown(void **state)
 		engine_destroy(fx->engine);
 	if (fx->table)
 		flight_table_destroy(fx->table);
-	if (fx->idx)
-		index_close(fx->idx);
+	if (fx->records)
+		index_records_close(fx->records);
 	if (fx->body)
 		srv_stop(&fx->srv);
 	free(fx->body);
@@ -776,15 +776,16 @@ static void test_recorder_completion_record(void **state)
 	struct index_ranges ranges;
 	bool complete = false;
 
-	assert_int_equal(index_open_at(fx->dirfd, fx->dir, &fx->idx, err, sizeof(err)), 0);
+	assert_int_equal(index_records_open_at(fx->dirfd, fx->dir, &fx->records, err, sizeof(err)),
+	                 0);
 	fx->cfg.durable = true;
-	fx->cfg.idx = fx->idx;
+	fx->cfg.records = fx->records;
 	serve(fx, 2 * MIB + 3);
 	struct flight *f;
 	assert_int_equal(read_once(fx, fx->sha256, 0, fx->size, &f), 0);
 	assert_true(atomic_load(&f->durable));
 	index_ranges_init(&ranges);
-	assert_int_equal(index_spool_lookup(fx->idx, fx->key, &complete, &ranges), 0);
+	assert_int_equal(index_spool_lookup(fx->records, fx->key, &complete, &ranges), 0);
 	assert_true(complete);
 	assert_int_equal(ranges.total, fx->size);
 	index_ranges_free(&ranges);

@@ -25,7 +25,6 @@
 
 struct fixture {
 	char dir[64];
-	char db[96];
 	struct index *idx;
 	struct listing_flights *lf;
 	uint64_t dir_a; /* the root's child directories, unlisted: a's listings are gated */
@@ -51,8 +50,7 @@ static int setup(void **state)
 	snprintf(fx->dir, sizeof(fx->dir), "/tmp/spoolfs-listing-XXXXXX");
 	if (!mkdtemp(fx->dir))
 		return -1;
-	snprintf(fx->db, sizeof(fx->db), "%s/index.db", fx->dir);
-	if (index_open(fx->db, &fx->idx) != 0 || index_begin_lazy(fx->idx) != 0 ||
+	if (index_open(&fx->idx) != 0 || index_begin_lazy(fx->idx) != 0 ||
 	    listing_flights_create(&fx->lf) != 0)
 		return -1;
 	/* The root, listed by hand: its child directories start unlisted. */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "index/index.h"
+#include "index/records.h"
 #include "index/ranges.h"
 #include "helpers.h"
 
@@ -34,6 +35,7 @@ struct fixture {
 	char dir[64];
 	char db[96];
 	struct index *idx;
+	struct index_records *rec; /* the spool records in db */
 	char err[512];
 };
 
@@ -47,7 +49,7 @@ static int setup(void **state)
 	if (!mkdtemp(f->dir))
 		return -1;
 	snprintf(f->db, sizeof(f->db), "%s/index.db", f->dir);
-	if (index_open(f->db, &f->idx) != 0)
+	if (index_open(&f->idx) != 0 || index_records_open(f->db, &f->rec) != 0)
 		return -1;
 	*state = f;
 	return 0;
@@ -69,6 +71,7 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 
 	index_close(f->idx);
+	index_records_close(f->rec);
 	remove_db_files(f);
 	rmdir(f->dir);
 	free(f);
@@ -346,13 +349,16 @@ static void test_second_open_starts_fresh(void **state)
 	index_ranges_init(&r);
 	assert_int_equal(index_ranges_add(&r, 0, 4096), 0);
 	assert_int_equal(index_ranges_add(&r, 8192, 9000), 0);
-	assert_int_equal(index_record_ranges(f->idx, "sha256:" SHA_LOWER, &r), 0);
-	assert_int_equal(index_record_sealed(f->idx, "url:https://x/y", "seal"), 0);
+	assert_int_equal(index_record_ranges(f->rec, "sha256:" SHA_LOWER, &r), 0);
+	assert_int_equal(index_record_sealed(f->rec, "url:https://x/y", "seal"), 0);
 	index_ranges_free(&r);
 	index_close(f->idx);
 	f->idx = NULL;
+	index_records_close(f->rec);
+	f->rec = NULL;
 
-	assert_int_equal(index_open(f->db, &f->idx), 0);
+	assert_int_equal(index_open(&f->idx), 0);
+	assert_int_equal(index_records_open(f->db, &f->rec), 0);
 	struct index_node n;
 	uint64_t files, dirs, bytes;
 	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "top.txt", &n), -ENOENT);
@@ -366,6 +372,8 @@ static void test_second_open_starts_fresh(void **state)
 	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "new", &n), 0);
 	index_close(f->idx);
 	f->idx = NULL;
+	index_records_close(f->rec);
+	f->rec = NULL;
 
 	/* The spool records survived both opens. */
 	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
@@ -384,7 +392,8 @@ static void test_second_open_starts_fresh(void **state)
 	assert_int_equal(sqlite3_column_int(st, 3), 0);
 	sqlite3_finalize(st);
 	sqlite3_close(db);
-	assert_int_equal(index_open(f->db, &f->idx), 0); /* for teardown */
+	assert_int_equal(index_open(&f->idx), 0); /* for teardown */
+	assert_int_equal(index_records_open(f->db, &f->rec), 0);
 }
 
 static void test_record_ranges_and_complete(void **state)
@@ -394,18 +403,18 @@ static void test_record_ranges_and_complete(void **state)
 
 	index_ranges_init(&r);
 	assert_int_equal(index_ranges_add(&r, 0, 10), 0);
-	assert_int_equal(index_record_ranges(f->idx, "k", &r), 0);
+	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0);
 	assert_int_equal(index_ranges_add(&r, 20, 30), 0);
-	assert_int_equal(index_record_ranges(f->idx, "k", &r), 0); /* replaces */
-	assert_int_equal(index_record_sealed(f->idx, "k", "seal"), 0);
-	assert_int_equal(index_record_sealed(f->idx, "k", "seal"), 0); /* idempotent */
-	assert_int_equal(index_record_forget(f->idx, "k"), 0);
-	assert_int_equal(index_record_forget(f->idx, "never-seen"), 0);
+	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0); /* replaces */
+	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0);
+	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0); /* idempotent */
+	assert_int_equal(index_record_forget(f->rec, "k"), 0);
+	assert_int_equal(index_record_forget(f->rec, "never-seen"), 0);
 	index_ranges_clear(&r);
-	assert_int_equal(index_record_ranges(f->idx, "empty", &r), 0);
+	assert_int_equal(index_record_ranges(f->rec, "empty", &r), 0);
 	index_ranges_free(&r);
-	index_close(f->idx);
-	f->idx = NULL;
+	index_records_close(f->rec);
+	f->rec = NULL;
 
 	sqlite3 *db;
 	sqlite3_stmt *st;
@@ -420,7 +429,7 @@ static void test_record_ranges_and_complete(void **state)
 	assert_string_equal((const char *)sqlite3_column_text(st, 1), "empty");
 	sqlite3_finalize(st);
 	sqlite3_close(db);
-	assert_int_equal(index_open(f->db, &f->idx), 0);
+	assert_int_equal(index_records_open(f->db, &f->rec), 0);
 }
 
 /*
@@ -445,13 +454,13 @@ static void test_fresh_index_opened_by_two_processes_at_once(void **state)
 			kids[k] = fork();
 			assert_true(kids[k] >= 0);
 			if (kids[k] == 0) {
-				struct index *idx = NULL;
+				struct index_records *rec = NULL;
 				char c;
 
 				close(gate[1]);
 				(void)!read(gate[0], &c, 1); /* EOF: the parent let go */
-				int rc = index_open(db, &idx);
-				index_close(idx);
+				int rc = index_records_open(db, &rec);
+				index_records_close(rec);
 				_exit(rc == 0 ? 0 : 1);
 			}
 		}
@@ -1027,7 +1036,7 @@ static void test_urls_resolve_as_curl_would(void **state)
 		/* A second open of the same database starts with an empty namespace. */
 		if (b > 0) {
 			index_close(f->idx);
-			assert_int_equal(index_open(f->db, &f->idx), 0);
+			assert_int_equal(index_open(&f->idx), 0);
 		}
 		int rc = index_load_manifest(f->idx, json, strlen(json), bases[b], f->err,
 		                             sizeof(f->err));
