@@ -48,7 +48,8 @@ def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_pat
     m2 = mount(url, "--cache-dir", str(cache), "--keep-cache", name="mnt2")
     assert read_file(m2.p(a)) == expected(store, a)
     assert store.up.stats(a)["gets"] == gets, "a kept, verified object was fetched again"
-    assert "served from the cache" in m2.stderr()
+    # The reader may be answered before the line is written: wait for it.
+    wait_until(lambda: "served from the cache" in m2.stderr(), m2.stderr)
     # ...and counted as a hit: its open started a flight, which the cache served whole.
     with open(m2.p(".spoolfs/stats")) as f:
         counts = dict(l.split() for l in f if l.startswith("spoolfs_cache_"))
@@ -527,7 +528,9 @@ def test_a_cache_copied_with_its_times_is_served_as_it_is(store, mount, tmp_path
 
     m2 = mount(url, "--cache-dir", str(cache), name="mnt2")
     assert read_file(m2.p(a)) == expected(store, a)
-    assert "changed" not in m2.stderr() and "served from the cache" in m2.stderr()
+    # The reader may be answered before the line is written: wait for it.
+    wait_until(lambda: "served from the cache" in m2.stderr(), m2.stderr)
+    assert "changed" not in m2.stderr()
     assert store.up.stats(a)["gets"] == gets
 
 
@@ -550,7 +553,8 @@ def test_a_cache_copied_without_its_times_is_checked_once(store, mount, tmp_path
     m2.check_clean_exit()
     m3 = mount(url, "--cache-dir", str(cache), name="mnt3")
     assert read_file(m3.p(a)) == expected(store, a)
-    assert "checking" not in m3.stderr() and "served from the cache" in m3.stderr()
+    wait_until(lambda: "served from the cache" in m3.stderr(), m3.stderr)
+    assert "checking" not in m3.stderr()
     assert store.up.stats(a)["gets"] == gets
 
 
