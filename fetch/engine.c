@@ -126,7 +126,6 @@ static int activate(struct engine *e, struct flight *f)
 			return 0;
 		}
 		f->lease_held = rc == 1;
-		atomic_store(&f->record_owed, f->lease_held);
 		/* Said before the first look at the records: the holder then goes whole. */
 		if (!f->lease_held && (rc = lease_set_watch(e->leases, f->key)) < 0) {
 			engine_fail_flight(e, f, rc,

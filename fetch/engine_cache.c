@@ -170,7 +170,6 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 static void found_complete(struct engine *e, struct flight *f)
 {
 	atomic_store(&f->durable, true);
-	atomic_store(&f->record_owed, false); /* nothing to write: its fd may close when idle */
 	if (f->restored)
 		return;
 	f->restored = true;
@@ -291,7 +290,6 @@ static void take_over(struct engine *e, struct flight *f)
 	int rc;
 
 	f->lease_held = true;
-	atomic_store(&f->record_owed, true);
 	if (f->spool_fd < 0) {
 		cache_start_owned(e, f); /* it never got far enough to show us a spool */
 		return;

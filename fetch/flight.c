@@ -162,7 +162,8 @@ void flight_unref(struct flight *f)
 
 /*
  * One user of f's spool is gone (user_left), or the transfer thread is (engine_left):
- * closes the fd if the spool is now idle (complete, retired, unused).
+ * closes the fd if the spool is now idle (complete, retired, unused). The recorder holds it
+ * like any user while it syncs and seals it: its queue never keeps an idle fd open.
  */
 static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 {
@@ -172,13 +173,13 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 	f->spool_users -= user_left;
 	f->engine_done |= engine_left;
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
-	    f->spool_users == 0 &&
-	    (!f->table->idle_close_after_record || !atomic_load(&f->record_owed))) {
+	    f->spool_users == 0 && f->spool_fd >= 0) {
 		struct stat st;
 		fd = f->spool_fd;
 		f->spool_fd = -1;
 		/* Its inode number may name another file by the reopen (another mount's new
-		 * download of the object): the change time a new file cannot share tells. */
+		 * download of the object): the change time a new file cannot share tells. A seal
+		 * changes it too, but only while held: it is taken here after. */
 		if (fstat(fd, &st) == 0)
 			f->spool_ctime = st.st_ctim;
 	}
@@ -187,9 +188,23 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 		close(fd);
 }
 
-int flight_hold_spool(struct flight *f)
+/* Caller holds f->lock: whether fd is the file f closed while idle. */
+static int same_spool_locked(const struct flight *f, int fd)
 {
 	struct stat st;
+
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino ||
+	    st.st_ctim.tv_sec != f->spool_ctime.tv_sec ||
+	    st.st_ctim.tv_nsec != f->spool_ctime.tv_nsec)
+		return -ESTALE; /* another file has its name now: not these bytes */
+	return 0;
+}
+
+/* Counts a user of f's spool, reopening an idle one by name. 0 or -errno (not counted). */
+static int use_spool(struct flight *f)
+{
 	bool reopen;
 	int fd = -1, rc = 0;
 
@@ -203,23 +218,21 @@ int flight_hold_spool(struct flight *f)
 	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_name;
 	pthread_mutex_unlock(&f->lock);
 	if (!reopen)
-		goto out;
+		return rc;
 	/* Not under the lock: an open may wait for the disk. */
 	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		rc = -errno;
-	else if (fstat(fd, &st) != 0)
-		rc = -errno;
-	else if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino ||
-	         st.st_ctim.tv_sec != f->spool_ctime.tv_sec ||
-	         st.st_ctim.tv_nsec != f->spool_ctime.tv_nsec)
-		rc = -ESTALE; /* another file has its name now: not these bytes */
 	/* Before it is installed: a reader may use it, and another mount's eviction must see
 	 * it in use by then. Advisory, as in install_spool. */
-	if (rc == 0 && f->table->idle_close_after_record)
+	if (rc == 0 && f->table->spools_shared)
 		(void)lease_mark_in_use(fd);
 	pthread_mutex_lock(&f->lock);
-	if (rc == 0 && f->spool_fd < 0) {
+	/* Checked under the lock against what f remembers now: another user may have reopened
+	 * it meanwhile, and the recorder's seal changed its time before that one closed it. */
+	if (f->spool_fd >= 0) {
+		rc = 0; /* another user reopened it first: that fd passed this check */
+	} else if (rc == 0 && (rc = same_spool_locked(f, fd)) == 0) {
 		f->spool_fd = fd;
 		fd = -1;
 	}
@@ -228,7 +241,13 @@ int flight_hold_spool(struct flight *f)
 	pthread_mutex_unlock(&f->lock);
 	if (fd >= 0)
 		close(fd); /* another user opened it first, or it is not ours */
-out:
+	return rc;
+}
+
+int flight_hold_spool(struct flight *f)
+{
+	int rc = use_spool(f);
+
 	if (rc == 0)
 		atomic_fetch_add(&f->handles, 1);
 	return rc;
@@ -240,14 +259,26 @@ void flight_release_spool(struct flight *f)
 	leave_spool(f, true, false);
 }
 
+int flight_hold_spool_to_record(struct flight *f)
+{
+	int rc = use_spool(f);
+
+	if (rc)
+		return rc;
+	rc = flight_spool_fd(f); /* stays open while held */
+	if (rc < 0)
+		leave_spool(f, true, false); /* no spool created: nothing to sync */
+	return rc < 0 ? -ENOENT : rc;
+}
+
+void flight_release_spool_recorded(struct flight *f)
+{
+	leave_spool(f, true, false);
+}
+
 void flight_engine_done(struct flight *f)
 {
 	leave_spool(f, false, true);
-}
-
-void flight_recorded(struct flight *f)
-{
-	leave_spool(f, false, false);
 }
 
 int flight_spool_fd(struct flight *f)

@@ -112,16 +112,13 @@ void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, 
 /*
  * Closes a complete object's spool fd while nothing uses it, and opens it again for the
  * next user: a session that reads more objects than RLIMIT_NOFILE allows would otherwise
- * run out of fds. With `after_record` (a cache directory), only once the index records it
- * complete (flight_recorded), since the recorder syncs and seals it through that fd; a
- * reopened one is marked in use again (lease.h). While closed, another mount of the
- * directory may evict it: the next open then fetches it again (flight_hold_spool says
- * -ENOENT). Call before the first flight.
+ * run out of fds. That holds whatever is still queued for the index: the recorder reopens
+ * what it syncs (flight_hold_spool_to_record). With `shared` (a cache directory) a reopened
+ * one is marked in use again (lease.h). While closed, another mount of the directory may
+ * evict it: the next open then fetches it again (flight_hold_spool says -ENOENT). Call
+ * before the first flight.
  */
-void flight_table_close_idle_spools(struct flight_table *table, bool after_record);
-
-/* The recorder is done with f's completion record: its spool may be closed once idle. */
-void flight_recorded(struct flight *f);
+void flight_table_close_idle_spools(struct flight_table *table, bool shared);
 
 /*
  * Takes a complete flight whose spool file is no longer its own (flight_hold_spool said
@@ -141,6 +138,16 @@ void flight_table_forget(struct flight *f);
  */
 int flight_hold_spool(struct flight *f);
 void flight_release_spool(struct flight *f);
+
+/*
+ * The recorder's hold on f's spool while it syncs and seals it: as flight_hold_spool (an
+ * idle one is reopened by name and must still be the file f closed: same device, inode and
+ * change time), but no handle. Returns the fd, valid until flight_release_spool_recorded,
+ * or -errno (nothing held): -ESTALE when f failed or the name is another file's now,
+ * -ENOENT when it was deleted or no spool exists.
+ */
+int flight_hold_spool_to_record(struct flight *f);
+void flight_release_spool_recorded(struct flight *f);
 
 /* The transfer thread is done with f (it writes to the spool no more). */
 void flight_engine_done(struct flight *f);
@@ -240,8 +247,7 @@ void flight_unref(struct flight *f);
 /*
  * The spool fd. Valid for a holder of the spool (flight_hold_spool: an open handle, which
  * a readable range implies), and for the transfer thread until flight_engine_done. The
- * recorder uses it with a reference only: with a named --cache-dir an idle spool stays open
- * until it is recorded complete (flight_table_close_idle_spools).
+ * recorder holds it (flight_hold_spool_to_record).
  */
 int flight_spool_fd(struct flight *f);
 

@@ -49,10 +49,6 @@ struct flight {
 	atomic_int refs;
 	atomic_int handles;  /* holders of the spool for an open handle (flight_hold_spool) */
 	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
-	/* This mount holds its lease, so the recorder writes its completion record through
-	 * the spool fd, which stays open until then. Cleared once written or failed, or when
-	 * the records held it complete already. */
-	atomic_bool record_owed;
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */
 	atomic_bool whole;
@@ -65,7 +61,7 @@ struct flight {
 	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
 	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
 	ino_t spool_ino;
-	struct timespec spool_ctime; /* its change time when the idle spool was closed */
+	struct timespec spool_ctime; /* its change time when the idle spool was last closed */
 	bool engine_done;            /* the transfer thread retired it: it writes no more */
 	char *spool_name;            /* in the table's spool directory */
 	/* The spool is another mount's download (shared cache directory): read it, never
@@ -160,7 +156,7 @@ struct flight_table {
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
 	bool close_idle_spools;       /* see flight_table_close_idle_spools */
-	bool idle_close_after_record; /* only once recorded complete: the recorder uses the fd */
+	bool spools_shared;           /* a cache directory: reopened spools are marked in use */
 	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;

@@ -76,10 +76,10 @@ void flight_table_on_failed(struct flight_table *table, void (*fn)(void *ctx, st
 	table->on_failed_ctx = ctx;
 }
 
-void flight_table_close_idle_spools(struct flight_table *table, bool after_record)
+void flight_table_close_idle_spools(struct flight_table *table, bool shared)
 {
 	table->close_idle_spools = true;
-	table->idle_close_after_record = after_record;
+	table->spools_shared = shared;
 }
 
 void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),

@@ -3,11 +3,13 @@
  * --cache-dir took 2.5-2.7 s with the transfer thread fdatasyncing every 64 MiB itself,
  * against 1.35 s without a persistent cache: the sync stalled receiving every time.
  *
- * Jobs are taken in batches: everything queued since the last pass. Each completion record
- * holds its spool fd and its lease fd until it is written, and one fdatasync (a journal
- * commit) per record let a session reading many small objects queue records faster than
- * they were written, until it ran out of descriptors. A batch starts the writeback of all
- * its spools first, so their fdatasyncs share one journal commit instead of one each.
+ * Jobs are taken in batches: everything queued since the last pass. One fdatasync (a
+ * journal commit) per record let a session reading many small objects queue records
+ * faster than they were written; each queued record kept its spool fd open, until the
+ * daemon ran out of descriptors whenever the disk was slow. Now a queued record holds no
+ * fd: the recorder holds each spool only while it syncs it, reopening an idle one by name
+ * (flight_hold_spool_to_record), a chunk at a time, starting the writeback of the whole
+ * chunk first so that their fdatasyncs share one journal commit instead of one each.
  *
  * Lock: r->lock guards the pending list and drain_queued; never held while a job runs.
  */
@@ -36,6 +38,7 @@ struct job {
 	bool complete;
 	struct lease_set *leases; /* JOB_RELEASE: the lease of `key` in it */
 	char *key;
+	int fd; /* JOB_RANGES: its spool, held from start_writeback until run (or -errno) */
 };
 
 struct recorder {
@@ -49,20 +52,29 @@ struct recorder {
 	bool drain_queued;
 };
 
+/*
+ * At most this many spools are held open at once, however long the queue: a burst of small
+ * objects shares a journal commit per chunk (see start_writeback), and the daemon's fds do
+ * not grow with the backlog. 32 syncs per commit already take nearly all of the saving.
+ */
+#define RECORD_CHUNK 32
+
 /* Syncs j's spool, then records its ranges and, once complete, its seal. */
 static void record_ranges(struct recorder *r, struct job *j)
 {
 	char seal[FLIGHT_SEAL_MAX];
-	/* The data must be on disk before the index says it is there. */
-	int fd = flight_spool_fd(j->f);
+	int fd = j->fd;
 
+	/* The data must be on disk before the index says it is there. */
 	if (fd < 0 || fdatasync(fd) != 0) {
-		fetch_log(FETCH_LOG_WARN, "%s: cannot sync the spool: progress not recorded",
-		          j->f->name);
+		fetch_log(FETCH_LOG_WARN, "%s: cannot sync the spool (%s): progress not recorded",
+		          j->f->name, strerror(fd < 0 ? -fd : errno));
 		return;
 	}
+	/* The hold checked the file an idle spool's name opened; one still open may have been
+	 * deleted or replaced under it since, and a deleted file is never recorded complete. */
 	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && j->complete &&
-	    flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
+	    flight_spool_still_named(j->f) && flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
 	    index_record_sealed(r->records, j->f->key, seal) == 0)
 		atomic_store(&j->f->durable, true);
 }
@@ -72,16 +84,12 @@ static void run_one(struct recorder *r, struct job *j)
 	switch (j->kind) {
 	case JOB_RANGES:
 		record_ranges(r, j);
-		/* Done with the fd, recorded or not: it may close once idle (a record that
-		 * failed leaves the next session to hash or fetch again). */
-		if (j->complete) {
-			if (!atomic_load(&j->f->durable))
-				fetch_log(FETCH_LOG_WARN,
-				          "%s: cannot record it complete in the cache index",
-				          j->f->name);
-			atomic_store(&j->f->record_owed, false);
-			flight_recorded(j->f);
-		}
+		/* A record that failed leaves the next session to hash or fetch again. */
+		if (j->complete && !atomic_load(&j->f->durable))
+			fetch_log(FETCH_LOG_WARN,
+			          "%s: cannot record it complete in the cache index", j->f->name);
+		if (j->fd >= 0)
+			flight_release_spool_recorded(j->f);
 		break;
 	case JOB_FAILED:
 		index_record_forget(r->records, j->f->key);
@@ -98,25 +106,41 @@ static void run_one(struct recorder *r, struct job *j)
 }
 
 /*
- * Starts the writeback of every spool in the batch before the first fdatasync: that one's
- * journal commit then covers the blocks of all of them, and the others mostly find their
- * data written. (syncfs would sync once, but also every other writer's dirty data on the
- * filesystem, and a record would wait for that.)
+ * Holds the spool of each record in the chunk and starts its writeback before the first
+ * fdatasync: that one's journal commit then covers the blocks of all of them, and the
+ * others mostly find their data written. (syncfs would sync once, but also every other
+ * writer's dirty data on the filesystem, and a record would wait for that.)
  */
-static void start_writeback(struct job *batch)
+static void start_writeback(struct job *chunk)
 {
-	for (struct job *j = batch; j; j = (struct job *)j->link.next) {
-		int fd = j->kind == JOB_RANGES ? flight_spool_fd(j->f) : -1;
-		if (fd >= 0)
-			(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	for (struct job *j = chunk; j; j = (struct job *)j->link.next) {
+		if (j->kind != JOB_RANGES)
+			continue;
+		j->fd = flight_hold_spool_to_record(j->f);
+		if (j->fd >= 0)
+			(void)sync_file_range(j->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	}
+}
+
+/* Cuts batch after its RECORD_CHUNK-th record; returns the rest. */
+static struct job *cut_chunk(struct job *batch)
+{
+	unsigned records = 0;
+	struct job *j = batch, *rest;
+
+	for (; j->link.next; j = (struct job *)j->link.next)
+		if (j->kind == JOB_RANGES && ++records == RECORD_CHUNK)
+			break;
+	rest = (struct job *)j->link.next;
+	j->link.next = NULL;
+	return rest;
 }
 
 /* Runs every job queued so far, in order (the worker's only job kind). */
 static void drain(void *ctx, struct worker_job *link)
 {
 	struct recorder *r = ctx;
-	struct job *batch, *next;
+	struct job *batch, *rest, *next;
 
 	(void)link;
 	pthread_mutex_lock(&r->lock);
@@ -124,10 +148,13 @@ static void drain(void *ctx, struct worker_job *link)
 	r->head = r->tail = NULL;
 	r->drain_queued = false;
 	pthread_mutex_unlock(&r->lock);
-	start_writeback(batch);
-	for (struct job *j = batch; j; j = next) {
-		next = (struct job *)j->link.next;
-		run_one(r, j);
+	for (; batch; batch = rest) {
+		rest = cut_chunk(batch);
+		start_writeback(batch);
+		for (struct job *j = batch; j; j = next) {
+			next = (struct job *)j->link.next;
+			run_one(r, j);
+		}
 	}
 }
 
@@ -170,6 +197,7 @@ static struct job *job_new(enum job_kind kind, struct flight *f)
 		return NULL;
 	j->kind = kind;
 	j->f = f;
+	j->fd = -1;
 	index_ranges_init(&j->written);
 	if (f)
 		flight_ref(f);

@@ -950,6 +950,63 @@ static void test_copy_written(void **state)
 	free(data);
 }
 
+/*
+ * A complete, idle spool closes at once: the recorder reopens it by name to sync and seal
+ * it, and takes only the file the flight closed. Its seal changes the change time, which the
+ * next reopen accepts; a file replaced or deleted under the name is refused.
+ */
+static void test_record_hold_reopens_idle_spool(void **state)
+{
+	struct fixture *fx = *state;
+	const uint64_t size = 3000;
+	uint8_t *data = make_object(size);
+	char seal[FLIGHT_SEAL_MAX];
+	struct flight *f;
+	int fd, other;
+
+	flight_table_close_idle_spools(fx->table, true);
+	f = start(fx, "url:idle", "", size);
+	deliver_range(f, data, 0, size, 1000);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	flight_engine_done(f);
+	assert_int_equal(flight_spool_fd(f), -1);
+
+	fd = flight_hold_spool_to_record(f);
+	assert_true(fd >= 0);
+	assert_int_equal(flight_spool_fd(f), fd);
+	check_spool(f, data, 0, size);
+	/* A reader's hold meanwhile shares the recorder's fd. */
+	assert_int_equal(flight_hold_spool(f), 0);
+	assert_int_equal(flight_spool_fd(f), fd);
+	assert_int_equal(flight_spool_seal(fd, seal, sizeof(seal)), 0);
+	flight_release_spool_recorded(f);
+	assert_int_equal(flight_spool_fd(f), fd);
+	flight_release_spool(f);
+	assert_int_equal(flight_spool_fd(f), -1);
+
+	/* Sealed while held: the change time remembered at the close is the sealed one. */
+	assert_int_equal(flight_hold_spool(f), 0);
+	check_spool(f, data, 0, size);
+	flight_release_spool(f);
+	assert_int_equal(flight_spool_fd(f), -1);
+
+	/* Another file under the name (as another mount's new download) is not recorded. */
+	assert_int_equal(unlinkat(fx->dirfd, f->spool_name, 0), 0);
+	other = openat(fx->dirfd, f->spool_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(other >= 0);
+	assert_int_equal(pwrite(other, data, size, 0), (ssize_t)size);
+	close(other);
+	assert_int_equal(flight_hold_spool_to_record(f), -ESTALE);
+	assert_int_equal(flight_spool_fd(f), -1);
+	/* Nor a deleted one. */
+	assert_int_equal(unlinkat(fx->dirfd, f->spool_name, 0), 0);
+	assert_int_equal(flight_hold_spool_to_record(f), -ENOENT);
+	assert_int_equal(flight_spool_fd(f), -1);
+
+	finish(fx, &f, 1);
+	free(data);
+}
+
 /* ---- reference counts ------------------------------------------------------------- */
 
 static void test_refcounts(void **state)
@@ -1281,6 +1338,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_complete_empty, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_deliver_past_size, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_copy_written, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_record_hold_reopens_idle_spool, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_refcounts, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_threaded_readers, setup, teardown),
 	};
