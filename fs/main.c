@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "fetch/log.h"
+#include "fetch/path_trust.h"
 #include "fetch/source.h"
 #include "fs/fs_i.h"
 
@@ -106,7 +107,9 @@ static int refuse_cache(const struct fs_session *s, const char *entry, const cha
 	const char *advice = !unsafe        ? ""
 	                     : entry        ? ": refused (remove it)"
 	                     : rc == -EPERM ? ": refused: only the mount's user may write in its "
-	                                      "cache directory"
+	                                      "cache directory (chown it to that user and chmod "
+	                                      "it 0700, or choose a local one: an NFS export "
+	                                      "with root_squash gives root's files to nobody)"
 	                                    : ": refused";
 
 	fprintf(stderr, "spoolfs: %s %s%s%s%s%s%s\n",
@@ -114,6 +117,21 @@ static int refuse_cache(const struct fs_session *s, const char *entry, const cha
 	        s->cache_dir ? s->cache_dir : s->opts.cache_dir, entry ? "/" : "",
 	        entry ? entry : "", unsafe ? " " : ": ", why, advice);
 	return rc;
+}
+
+/* The line for a cache directory whose path others could redirect; one we made goes. */
+static int refuse_untrusted_path(struct fs_session *s, const char *why, int rc)
+{
+	char said[PATH_MAX + 400];
+
+	if (!s->opts.cache_dir || s->made_cache_dir)
+		rmdir(s->cache_dir);
+	snprintf(said, sizeof(said),
+	         "refused: %s: every directory above the cache directory must be owned by root or "
+	         "the mount's user (uid %u) and writable by no one else unless sticky (chown or "
+	         "chmod it, or choose another directory%s)",
+	         why, (unsigned)geteuid(), s->opts.cache_dir ? "" : " with TMPDIR");
+	return refuse_cache(s, NULL, said, rc);
 }
 
 /*
@@ -184,6 +202,11 @@ static int open_cache_dir(struct fs_session *s)
 		return refuse_cache(s, NULL, strerror(errno), -errno);
 	free(s->cache_dir);
 	s->cache_dir = canonical;
+	/* sqlite opens index.db by this name: no one but root or us may rename a directory on it.
+	 */
+	char why_path[PATH_MAX + 128];
+	if ((rc = fetch_path_trusted(s->cache_dir, why_path, sizeof(why_path))) != 0)
+		return refuse_untrusted_path(s, why_path, rc);
 	return 0;
 }
 

@@ -450,6 +450,13 @@ static int open_connection(const char *path, int flags, sqlite3 **db)
 
 	if (rc != SQLITE_OK)
 		return *db ? index_sqlite_errno(rc) : -ENOMEM;
+	/* index.db outlives the session: what a schema found there says is not trusted to run
+	 * functions with side effects, nor may SQL corrupt the file's structure. */
+	rc = sqlite3_db_config(*db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_db_config(*db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+	if (rc != SQLITE_OK)
+		return index_sqlite_errno(rc);
 	/* Another mount's writer holds the spool records only for one short transaction. */
 	return index_sqlite_errno(sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS));
 }
@@ -520,7 +527,7 @@ const char *index_entry_unsafe(const struct stat *st, mode_t type)
 		return "is writable by group or others";
 	/* Another name for the same file may be anywhere on the filesystem (/etc/...). */
 	if (type == S_IFREG && st->st_nlink > 1)
-		return "has another name (a hard link)";
+		return "has another name (a hard link, as cp -al makes: copy with cp -a)";
 	return NULL;
 }
 
