@@ -573,7 +573,9 @@ int index_open_at(int dirfd, const char *dir_path, struct index **out, char *err
 		return -ENOMEM;
 	rc = open_index(path, SQLITE_OPEN_NOFOLLOW, out);
 	if (rc)
-		snprintf(err, err_len, "cannot open the index %s: %s", path, strerror(-rc));
+		snprintf(err, err_len, "cannot open the index %s: %s%s", path, strerror(-rc),
+		         rc == -EIO ? " (damaged, or a schema spoolfs did not make: move it away)"
+		                    : "");
 	free(path);
 	return rc;
 }

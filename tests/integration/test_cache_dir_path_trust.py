@@ -115,3 +115,29 @@ def test_a_session_dir_under_a_sticky_tmpdir_is_used(store, mount, tmp_path, mon
     assert read_file(m.p(a)) == expected(store, a)
     m.check_clean_exit()
     assert os.listdir(tmp) == []
+
+
+def test_a_schema_found_in_index_db_is_not_trusted(store, mount, tmp_path):
+    """Defence in depth should a database reach index.db after all: sqlite runs with
+    trusted_schema off (and SQLITE_DBCONFIG_DEFENSIVE), so a trigger found there may not
+    use a virtual table (here fts5; it could be any extension's). The statement that
+    records an object no longer prepares, and the mount is refused, index.db kept. Before,
+    the mount came up and the trigger copied every new key into the planted table."""
+    import sqlite3
+    a = store.add("a.bin", MiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
+    assert read_file(m.p(a)) == expected(store, a)
+    m.check_clean_exit()
+    db = sqlite3.connect(str(cache / "index.db"))
+    db.executescript("CREATE VIRTUAL TABLE planted USING fts5(k);"
+                     "CREATE TRIGGER planted_copy AFTER INSERT ON spool_object"
+                     " BEGIN INSERT INTO planted VALUES(new.key); END;")
+    db.close()
+    line = one_line(refused_mount(url, tmp_path / "mnt2", "--cache-dir", str(cache),
+                                  "--keep-cache"))
+    assert "cannot open the index %s/index.db" % cache in line and "move it away" in line, line
+    db = sqlite3.connect(str(cache / "index.db"))
+    assert db.execute("SELECT count(*) FROM spool_object").fetchone()[0] == 1
+    db.close()
