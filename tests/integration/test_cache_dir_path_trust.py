@@ -137,7 +137,8 @@ def test_a_schema_found_in_index_db_is_not_trusted(store, mount, tmp_path):
     db.close()
     line = one_line(refused_mount(url, tmp_path / "mnt2", "--cache-dir", str(cache),
                                   "--keep-cache"))
-    assert "cannot open the index %s/index.db" % cache in line and "move it away" in line, line
+    assert "cannot open the index %s/index.db" % cache in line, line
+    assert "move it away" in line, line
     db = sqlite3.connect(str(cache / "index.db"))
     assert db.execute("SELECT count(*) FROM spool_object").fetchone()[0] == 1
     db.close()
