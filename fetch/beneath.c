@@ -27,8 +27,11 @@
 #define HAVE_OPENAT2 1
 #endif
 
-/* O_NONBLOCK: a FIFO would block the open; it is refused once fstat says what it is. */
-#define OBJECT_FLAGS (O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+/* O_PATH: opening a device or a FIFO has effects of its own (a tape rewinds, a writer
+ * waiting on the FIFO goes on), so nothing is opened for reading before fstat says it is a
+ * regular file; curl reopens the fd through /proc/self/fd (stream.c). O_NOFOLLOW makes a
+ * final symlink the fd's own object, which fstat then refuses. */
+#define OBJECT_FLAGS (O_PATH | O_CLOEXEC | O_NOFOLLOW)
 
 static bool segment_refused(const char *seg, size_t len)
 {
@@ -163,9 +166,13 @@ int fetch_open_beneath(int dir_fd, const char *path)
 	}
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+	int rc = fstat(fd, &st) != 0   ? -errno
+	         : S_ISREG(st.st_mode) ? 0
+	         : S_ISLNK(st.st_mode) ? -ELOOP
+	                               : -EINVAL;
+	if (rc) {
 		close(fd);
-		return -EINVAL;
+		return rc;
 	}
 	return fd;
 }

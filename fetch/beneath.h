@@ -28,8 +28,10 @@ int fetch_mirror_path(const char *rel, size_t len, char **out);
  * symlink anywhere on the way and never leaving the directory: openat2 with
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or, where the kernel has no openat2 (before
  * 5.6), a walk that opens each directory with O_NOFOLLOW | O_DIRECTORY and the file with
- * O_NOFOLLOW. Only a regular file is opened (a FIFO would hang the transfer). Returns the
- * fd (O_CLOEXEC, the caller closes it) or -errno: -ELOOP or -EXDEV for a symlink or an
+ * O_NOFOLLOW. Everything is opened O_PATH, so a FIFO or a device node is refused by fstat
+ * without ever being opened for reading (no side effect of its open happens). Returns an
+ * O_PATH fd of a regular file (O_CLOEXEC, the caller closes it; read it by reopening
+ * /proc/self/fd/N) or -errno: -ELOOP or -EXDEV for a symlink or an
  * escape, -ENOENT when the mirror lacks it, -EINVAL for a path fetch_mirror_path refuses
  * or a file that is not regular.
  *

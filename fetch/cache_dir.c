@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fetch/path_trust.h"
 #include "index/records.h"
 
 struct cache_dir {
@@ -43,7 +44,9 @@ static int refuse(const struct cache_dir *cd, const char *entry, const char *why
 	const char *advice = !unsafe        ? ""
 	                     : entry        ? ": refused (remove it)"
 	                     : rc == -EPERM ? ": refused: only the mount's user may write in its "
-	                                      "cache directory"
+	                                      "cache directory (chown it to that user and chmod "
+	                                      "it 0700, or choose a local one: an NFS export "
+	                                      "with root_squash gives root's files to nobody)"
 	                                    : ": refused";
 
 	snprintf(err, err_len, "%s%s%s%s%s%s", cd->path ? cd->path : cd->arg, entry ? "/" : "",
@@ -114,7 +117,20 @@ static int open_dir(struct cache_dir *cd, char *err, size_t err_len)
 		return refuse(cd, NULL, strerror(errno), -errno, err, err_len);
 	free(cd->path);
 	cd->path = canonical;
-	return 0;
+	/* sqlite opens index.db by this name: no one but root or us may rename a directory on
+	 * it. A directory this open made goes again (it is empty: nothing was made in it). */
+	char why_path[PATH_MAX + 128], said[PATH_MAX + 400];
+	rc = fetch_path_trusted(cd->path, why_path, sizeof(why_path));
+	if (rc == 0)
+		return 0;
+	if (!cd->named || cd->made)
+		rmdir(cd->path);
+	snprintf(said, sizeof(said),
+	         "refused: %s: every directory above the cache directory must be owned by root or "
+	         "the mount's user (uid %u) and writable by no one else unless sticky (chown or "
+	         "chmod it, or choose another directory%s)",
+	         why_path, (unsigned)geteuid(), cd->named ? "" : " with TMPDIR");
+	return refuse(cd, NULL, said, rc, err, err_len);
 }
 
 /* Whether DIR/lock still names the file fd holds locked: a last mount out deletes it. */

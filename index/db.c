@@ -100,6 +100,13 @@ int index_db_open(const char *path, int flags, sqlite3 **db)
 	    NULL);
 	if (rc != SQLITE_OK)
 		return *db ? index_db_errno(rc) : -ENOMEM;
+	/* index.db outlives the session: what a schema found there says is not trusted to run
+	 * functions with side effects, nor may SQL corrupt the file's structure. */
+	rc = sqlite3_db_config(*db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_db_config(*db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+	if (rc != SQLITE_OK)
+		return index_db_errno(rc);
 	/* Another mount's writer holds the spool records only for one short transaction. */
 	return index_db_errno(sqlite3_busy_timeout(*db, INDEX_DB_BUSY_TIMEOUT_MS));
 }

@@ -232,7 +232,7 @@ const char *index_entry_unsafe(const struct stat *st, mode_t type)
 		return "is writable by group or others";
 	/* Another name for the same file may be anywhere on the filesystem (/etc/...). */
 	if (type == S_IFREG && st->st_nlink > 1)
-		return "has another name (a hard link)";
+		return "has another name (a hard link, as cp -al makes: copy with cp -a)";
 	return NULL;
 }
 
@@ -279,7 +279,9 @@ int index_records_open_at(int dirfd, const char *dir_path, struct index_records 
 		return -ENOMEM;
 	rc = open_records(path, SQLITE_OPEN_NOFOLLOW, out);
 	if (rc)
-		snprintf(err, err_len, "cannot open the index %s: %s", path, strerror(-rc));
+		snprintf(err, err_len, "cannot open the index %s: %s%s", path, strerror(-rc),
+		         rc == -EIO ? " (damaged, or a schema spoolfs did not make: move it away)"
+		                    : "");
 	free(path);
 	return rc;
 }

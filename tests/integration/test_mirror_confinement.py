@@ -180,3 +180,80 @@ def test_a_file_mirror_that_cannot_be_opened_is_refused_at_start(store, tmp_path
         target.as_uri(), "No such file or directory" if what == "missing" else
         "Not a directory") in err, err
     assert not is_mounted(str(tmp_path / "mnt"))
+
+
+IN_OPEN, IN_NONBLOCK = 0x20, 0o4000
+
+
+def opened_names(fd):
+    """The names in the IN_OPEN events waiting on inotify fd."""
+    import struct
+    names = set()
+    while True:
+        try:
+            buf = os.read(fd, 65536)
+        except BlockingIOError:
+            return names
+        at = 0
+        while at < len(buf):
+            _, _, _, length = struct.unpack_from("iIII", buf, at)
+            names.add(buf[at + 16:at + 16 + length].rstrip(b"\0").decode())
+            at += 16 + length
+
+
+@pytest.mark.parametrize("walk", [False, True], ids=["openat2", "fallback-walk"])
+def test_a_fifo_or_device_in_a_mirror_is_refused_unopened(store, mount, tmp_path, monkeypatch,
+                                                           walk):
+    """Opening a device node or a FIFO has effects of its own (a tape rewinds, a writer
+    waiting on the FIFO goes on): they are refused from an O_PATH descriptor's fstat. inotify
+    reports every open but an O_PATH one (Linux 6.5 on; older kernels report those too, and
+    there only the refusal is checked). A blocking open of the FIFO would hang the read."""
+    import ctypes
+    if walk:
+        monkeypatch.setenv("SPOOLFS_TEST_NO_OPENAT2", "1")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    names = ["fifo.bin"]
+    os.mkfifo(mirror / "fifo.bin")
+    try:
+        os.mknod(mirror / "null.bin", 0o644 | 0o020000, os.stat("/dev/null").st_rdev)
+        names.append("null.bin")
+    except PermissionError:
+        pass  # no CAP_MKNOD here: the FIFO alone
+    for name in names:
+        store.add(name, 100, hashed=False)
+        store.up.fault(name, fail_status=404)
+    m = mount(store.write(), "--mirror", mirror.as_uri())
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(IN_NONBLOCK)
+    assert fd >= 0
+    try:
+        assert libc.inotify_add_watch(fd, str(mirror).encode(), IN_OPEN) >= 0
+        os.close(os.open(mirror, os.O_PATH))
+        os.close(os.open(mirror / "fifo.bin", os.O_PATH))
+        o_path_reported = "fifo.bin" in opened_names(fd)
+        for name in names:
+            got, err = read_until_error(m.p(name))
+            assert got == b"" and err is not None and err.errno == errno.EIO, (name, got, err)
+            assert "%s: mirror %s/%s: refused: not a regular file" % (
+                name, mirror.as_uri(), name) in m.stderr(), m.stderr()
+        opened = opened_names(fd)
+        if not o_path_reported:
+            assert not opened & set(names), opened
+    finally:
+        os.close(fd)
+
+
+def test_a_hard_link_in_a_mirror_is_served(store, mount, tmp_path):
+    """A mirror may dedupe its objects by hard links: one whose other name is outside the
+    mirror is still the mirror's file (only who may write in the mirror decides that)."""
+    content = b"deduplicated object\n"
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "obj").write_bytes(content)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    os.link(tmp_path / "pool" / "obj", mirror / "hl.bin")
+    name = store.add("hl.bin", len(content), hashed=False)
+    store.up.fault(name, fail_status=404)
+    m = mount(store.write(), "--mirror", mirror.as_uri())
+    assert read_file_ok(m.p(name)) == content

@@ -13,7 +13,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -91,6 +95,7 @@ static void test_mirror_path(void **state)
 struct fixture {
 	char root[64];
 	int dir_fd;
+	bool has_device; /* mknod may be refused (a container without CAP_MKNOD) */
 };
 
 static int setup(void **state)
@@ -132,6 +137,11 @@ static int setup(void **state)
 	snprintf(path, sizeof(path), "%s/m/fifo-dir/fifo", fx->root);
 	if (mkfifo(path, 0644) != 0)
 		return -1;
+	/* a copy of /dev/null: opening a device node has effects (a tape rewinds) */
+	struct stat null_st;
+	snprintf(path, sizeof(path), "%s/m/null", fx->root);
+	fx->has_device = stat("/dev/null", &null_st) == 0 && S_ISCHR(null_st.st_mode) &&
+	                 mknod(path, S_IFCHR | 0644, null_st.st_rdev) == 0;
 	snprintf(path, sizeof(path), "%s/m", fx->root);
 	fx->dir_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	*state = fx;
@@ -157,13 +167,18 @@ static int teardown(void **state)
 
 static void opens(int dir_fd, const char *path, const char *content)
 {
-	char buf[64] = "";
+	char buf[64] = "", proc[64];
 	int fd = fetch_open_beneath(dir_fd, path);
 
 	if (fd < 0)
 		fail_msg("%s: %s", path, strerror(-fd));
-	assert_true(read(fd, buf, sizeof(buf) - 1) > 0);
+	/* an O_PATH fd: read as curl does, through /proc/self/fd */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	int rd = open(proc, O_RDONLY | O_CLOEXEC);
+	assert_true(rd >= 0);
+	assert_true(read(rd, buf, sizeof(buf) - 1) > 0);
 	assert_string_equal(buf, content);
+	close(rd);
 	close(fd);
 }
 
@@ -192,6 +207,8 @@ static void check_opens(const struct fixture *fx)
 	refused_open(fx->dir_fd, "missing", -ENOENT);
 	refused_open(fx->dir_fd, "d", -EINVAL);
 	refused_open(fx->dir_fd, "fifo-dir/fifo", -EINVAL);
+	if (fx->has_device)
+		refused_open(fx->dir_fd, "null", -EINVAL);
 	refused_open(fx->dir_fd, "good/x", -ENOTDIR);
 }
 
@@ -215,12 +232,73 @@ static void test_open_walking(void **state)
 	unsetenv("SPOOLFS_TEST_NO_OPENAT2");
 }
 
+/* Names in the inotify events waiting on in_fd that an open (not an O_PATH one) made. */
+static bool opened_since(int in_fd, const char *name)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	bool seen = false;
+	ssize_t len;
+
+	while ((len = read(in_fd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + len;) {
+			struct inotify_event *ev = (struct inotify_event *)p;
+			if (ev->len && strcmp(ev->name, name) == 0)
+				seen = true;
+			p += sizeof(*ev) + ev->len;
+		}
+	return seen;
+}
+
+/*
+ * A FIFO or a device node is refused without being opened for reading: its open has
+ * effects (a writer waiting on the FIFO goes on, a tape rewinds). inotify reports every
+ * open but an O_PATH one (since Linux 6.5; on older kernels it reports those too, and
+ * only the refusal is checked). Opening the FIFO blocking would hang: finishing shows it
+ * was not.
+ */
+static void test_special_files_are_not_opened(void **state)
+{
+	const struct fixture *fx = *state;
+	char path[PATH_MAX];
+	int in_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+
+	assert_true(in_fd >= 0);
+	snprintf(path, sizeof(path), "%s/m", fx->root);
+	assert_true(inotify_add_watch(in_fd, path, IN_OPEN) >= 0);
+	snprintf(path, sizeof(path), "%s/m/fifo-dir", fx->root);
+	assert_true(inotify_add_watch(in_fd, path, IN_OPEN) >= 0);
+	int probe = openat(fx->dir_fd, "good", O_PATH | O_CLOEXEC);
+	assert_true(probe >= 0);
+	close(probe);
+	bool o_path_reported = opened_since(in_fd, "good");
+	for (int walk = 0; walk < 2; walk++) {
+		if (walk)
+			setenv("SPOOLFS_TEST_NO_OPENAT2", "1", 1);
+		refused_open(fx->dir_fd, "fifo-dir/fifo", -EINVAL);
+		if (fx->has_device)
+			refused_open(fx->dir_fd, "null", -EINVAL);
+		if (o_path_reported) {
+			opened_since(in_fd, "");
+			continue;
+		}
+		if (opened_since(in_fd, "fifo"))
+			fail_msg("the FIFO was opened (walk %d)", walk);
+		if (fx->has_device && opened_since(in_fd, "null"))
+			fail_msg("the device node was opened (walk %d)", walk);
+	}
+	unsetenv("SPOOLFS_TEST_NO_OPENAT2");
+	close(in_fd);
+	if (!fx->has_device)
+		skip();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_mirror_path),
 	    cmocka_unit_test_setup_teardown(test_open_with_openat2, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_open_walking, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_special_files_are_not_opened, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
