@@ -301,6 +301,16 @@ def test_mount_t_spoolfs_helper_fake_mounts_nothing(store, mnt, helper_dir):
     assert store.up.stats()["total_gets"] == 0
 
 
+def test_mount_t_spoolfs_helper_verbose_hides_passwords_with_commas(mnt, helper_dir):
+    """A ',' is legal in a password: -v output (CI logs) must not stop masking at it."""
+    r = run_mount([str(helper_dir / "mount.spoolfs"), "http://alice:pa,SECRET1@127.0.0.1:1/m",
+                   str(mnt), "-fv", "-o", "proxy=bob:s\\,SECRET2@127.0.0.1:1,allow_other"],
+                  env=mount_env())
+    assert r.returncode == 0, r.stderr
+    assert "SECRET" not in r.stderr, r.stderr
+    assert "://***@127.0.0.1:1/m" in r.stderr and "allow_other" in r.stderr, r.stderr
+
+
 def test_mount_t_spoolfs_helper_reports_failure(upstream, mnt, helper_dir):
     r = run_mount([str(helper_dir / "mount.spoolfs"), upstream.url("nope.json"), str(mnt),
                    "-o", "rw"], env=mount_env())

@@ -320,6 +320,20 @@ def test_secrets_leave_the_daemons_command_line(store, mount, tmp_path):
     assert store.up.stats("a.bin").get("gets", 0) == 0
 
 
+def test_passwords_with_commas_leave_the_command_line(store, mount):
+    """A ',' is legal unescaped in a password: masking must not stop at it."""
+    store.add("a.bin", 2000)
+    port = store.up.port
+    source = store.write().replace("http://", "http://alice:pa,PASSWORD1@", 1)
+    m = mount(source, "--proxy", "http://bob:se,PROXYPASS1@127.0.0.1:%d" % port)
+    shown = cmdline(m.proc.pid)
+    assert_no_secret(shown, "/proc/PID/cmdline")
+    assert "127.0.0.1:%d/manifest.json" % port in shown, shown
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    m.check_clean_exit()
+    assert "held a password or a signed URL query" in m.stderr(), m.stderr()
+
+
 def test_secrets_leave_the_daemonised_command_line(store, tmp_path):
     """Without -f the daemon forks: the child that serves the mount hides them too."""
     source, args = secret_store(store)
