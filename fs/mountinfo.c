@@ -309,12 +309,10 @@ static int clear_dead_mount(int fd, const char *path)
 	 * unreadable table to the mount itself. */
 	if (fd_mount < 0 || mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
 		return 0;
-	if ((unsigned long)fd_mount != top.id) {
-		fprintf(stderr,
-		        "spoolfs: the mounts at %s changed while spoolfs checked them: try again\n",
-		        path);
-		return -EBUSY;
-	}
+	/* Not the mount fd is on (one hidden by a mount over a directory above it, or the
+	 * table changed since the open): nothing this fd could check or detach. */
+	if ((unsigned long)fd_mount != top.id)
+		return 0;
 	/* statfs always asks the daemon (attributes may be answered from the kernel's
 	 * cache, a dead mount's too); a live spoolfs answers it without the network. */
 	rc = probe_statfs(fd);

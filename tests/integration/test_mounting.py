@@ -641,6 +641,25 @@ def test_a_hung_fuse_mount_is_refused_not_waited_for(tmp_path):
         hung.close()
 
 
+def test_a_fuse_mount_hidden_under_another_is_not_the_mountpoints(tmp_path):
+    """The table names a path a hidden mount is at too (a tmpfs mounted over a directory
+    above it): the directory spoolfs would mount on is not that mount."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    hidden = RawFuse(tmp_path / "a" / "b")
+    try:
+        hidden.kill()
+        subprocess.run(["mount", "-t", "tmpfs", "over", str(tmp_path / "a")], check=True)
+        (tmp_path / "a" / "b").mkdir()
+        _, err = start_on(tmp_path / "a" / "b")
+        assert "cannot fetch manifest" in err, err  # past the mountpoint's checks
+        assert "fuse.rawfuse" not in err, err
+        with open("/proc/self/mountinfo") as f:
+            assert " - fuse.rawfuse " in f.read()  # still there, under the tmpfs
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "a")], capture_output=True)
+        hidden.close()
+
+
 def test_the_mount_checked_dead_is_the_one_unmounted(tmp_path):
     """A FUSE daemon holds its statfs answer while a directory above the mountpoint is
     swapped for a symlink elsewhere, then says ENOTCONN: the lazy unmount must hit the
