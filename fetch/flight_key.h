@@ -55,8 +55,9 @@ bool flight_key_names_version(const char *key);
 
 /*
  * url as a key holds it (*out, the caller frees it): as is, unless it carries a secret
- * (fetch_url_has_secret); then redacted, with the sha256 of the whole URL after a '#', so
- * the key still names one URL and index.db never holds a password or a signature.
+ * (fetch_url_has_secret); then redacted, with the sha256 of the URL without its userinfo
+ * (its query kept) after a '#', so the key still names one object and index.db never holds
+ * a password, a signature, or a hash a weak password could be guessed back from.
  * 0, -ENOMEM, or -EIO when the URL cannot be hashed.
  */
 int flight_key_url(const char *url, char **out);

@@ -54,7 +54,7 @@ int flight_table_create(int spool_dirfd, struct flight_table **out)
 		goto fail_dir;
 	table->pins = version_pins_new();
 	if (!table->pins) {
-		rc = errno ? -errno : -ENOMEM;
+		rc = -ENOMEM; /* its only failure; errno may be a stale one */
 		goto fail_dir;
 	}
 	pthread_mutex_init(&table->lock, NULL);

@@ -172,7 +172,11 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 		rc = path_to_url(source, &url);
 	}
 	if (rc) {
-		snprintf(err, err_len, "cannot read manifest %s: %s", source, strerror(-rc));
+		/* A local path holds no secret, and redacting would cut it at a '?' or '#'. */
+		snprintf(err, err_len, "cannot read manifest %s: %s",
+		         strstr(source, "://") ? fetch_redact_url(source, shown, sizeof(shown))
+		                               : source,
+		         strerror(-rc));
 		goto out;
 	}
 	fetch_redact_url(url, shown, sizeof(shown));

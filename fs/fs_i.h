@@ -311,10 +311,26 @@ int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, si
 int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
                     size_t fstype_len);
 
+/* The topmost mount at a path, as the mount table says. */
+struct fs_mount_top {
+	unsigned long id; /* the mount ID, as /proc/PID/fdinfo's mnt_id: names */
+	long user_id;     /* a FUSE mount's user_id= (its daemon's uid); -1 without one */
+	char dev[32];
+	char fstype[64];
+};
+
+/* fs_mount_top_in giving the whole fs_mount_top. */
+int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top);
+
+/* The mount ID of the mount fd is on (/proc/self/fdinfo's mnt_id:, kernel 3.15), or -errno. */
+long fs_fd_mount_id(int fd);
+
 /*
  * Before mounting on mountpoint (as given): refuses (-EBUSY, with a message) when a live
  * FUSE mount is on top there already, and lazily unmounts a dead one (its daemon gone, so
- * every access fails with ENOTCONN), saying so. 0 when the mount may go ahead.
+ * every access fails with ENOTCONN) made by this euid, saying so; another user's dead one
+ * is refused (-EPERM), and one whose daemon does not answer within seconds (-ETIMEDOUT).
+ * 0 when the mount may go ahead. Starts and joins a thread (but not after -ETIMEDOUT).
  */
 int fs_mountpoint_prepare(const char *mountpoint);
 

@@ -9,14 +9,21 @@
  * its own place.
  *
  * Before a mount, the same table says whether a FUSE mount is already at the mountpoint:
- * spoolfs does not stack on a live one, and clears a dead one away (fs_mountpoint_prepare).
+ * spoolfs does not stack on a live one, and clears a dead one of its own user away
+ * (fs_mountpoint_prepare), through one fd opened on it, so that the mount it asked is the
+ * one it detaches.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fetch/log.h"
 #include "fs/fs_i.h"
@@ -26,6 +33,7 @@ struct mount_entry {
 	unsigned long parent;
 	char devno[32];
 	char fstype[64];
+	long user_id; /* a FUSE mount's user_id= super option; -1 without one */
 };
 
 /* Undoes mountinfo's octal escapes (\040 for a space) in place. */
@@ -45,6 +53,20 @@ static void unescape(char *s)
 	*out = '\0';
 }
 
+/* The user_id= of a super options list ("rw,user_id=1000,group_id=1000"); -1 without one. */
+static long super_user_id(const char *super)
+{
+	for (const char *p = super; p; p = strchr(p, ',')) {
+		p += *p == ',';
+		if (strncmp(p, "user_id=", 8) == 0) {
+			char *end;
+			long id = strtol(p + 8, &end, 10);
+			return (*end == ',' || *end == '\0') && end != p + 8 && id >= 0 ? id : -1;
+		}
+	}
+	return -1;
+}
+
 /* Appends one mount to *at; fails with -ENOMEM. */
 static int add_entry(struct mount_entry **at, size_t *n, const struct mount_entry *e)
 {
@@ -60,6 +82,19 @@ static int add_entry(struct mount_entry **at, size_t *n, const struct mount_entr
 int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
                     size_t fstype_len)
 {
+	struct fs_mount_top top;
+	int rc = fs_mount_top_info_in(table, mountpoint, &top);
+
+	if (rc == 0) {
+		snprintf(dev, len, "%s", top.dev);
+		if (fstype)
+			snprintf(fstype, fstype_len, "%s", top.fstype);
+	}
+	return rc;
+}
+
+int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top)
+{
 	struct mount_entry *at = NULL, e;
 	char *line = NULL, where[4096];
 	size_t cap = 0, n = 0;
@@ -72,8 +107,10 @@ int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, 
 		/* The optional fields end at " - "; a space in a path is escaped, so the first
 		 * one is the separator. */
 		const char *sep = strstr(line, " - ");
-		if (!sep || sscanf(sep + 3, "%63s", e.fstype) != 1)
+		char super[1024] = "";
+		if (!sep || sscanf(sep + 3, "%63s %*s %1023s", e.fstype, super) < 1)
 			e.fstype[0] = '\0';
+		e.user_id = super_user_id(super);
 		unescape(where);
 		if (strcmp(where, mountpoint) == 0)
 			rc = add_entry(&at, &n, &e);
@@ -88,9 +125,10 @@ int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, 
 		for (size_t j = 0; j < n && !covered; j++)
 			covered = at[j].parent == at[i].id;
 		if (!covered) {
-			snprintf(dev, len, "%s", at[i].devno);
-			if (fstype)
-				snprintf(fstype, fstype_len, "%s", at[i].fstype);
+			top->id = at[i].id;
+			top->user_id = at[i].user_id;
+			snprintf(top->dev, sizeof(top->dev), "%s", at[i].devno);
+			snprintf(top->fstype, sizeof(top->fstype), "%s", at[i].fstype);
 			rc = 0;
 		}
 	}
@@ -116,44 +154,41 @@ int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, si
 	return rc;
 }
 
+/* fs_mount_top_info_in on this process's table. */
+static int mount_top_info(const char *mountpoint, struct fs_mount_top *top)
+{
+	FILE *table = fopen("/proc/self/mountinfo", "re");
+	int rc;
+
+	if (!table)
+		return -errno;
+	rc = fs_mount_top_info_in(table, mountpoint, top);
+	fclose(table);
+	return rc;
+}
+
 int fs_mount_device(const char *mountpoint, char *dev, size_t len)
 {
 	return fs_mount_top(mountpoint, dev, len, NULL, 0);
 }
 
-/*
- * mountpoint's canonical path. A dead FUSE mount there may answer a lookup of the path
- * itself with ENOTCONN: then its parent's canonical path and its last name, the name the
- * mount table holds (a symlink to a dead mount is not followed, and its name is in no
- * table: the caller's check of the directory then says ENOTCONN, as before). NULL when
- * neither resolves.
- */
-static char *canonical_mountpoint(const char *mountpoint)
+long fs_fd_mount_id(int fd)
 {
-	char *path = realpath(mountpoint, NULL), *copy = NULL, *parent = NULL, *name;
-	size_t len;
+	char name[64], *line = NULL;
+	size_t cap = 0;
+	long id = -ENOENT;
+	FILE *info;
 
-	if (path || errno != ENOTCONN)
-		return path;
-	copy = strdup(mountpoint);
-	if (!copy)
-		return NULL;
-	for (len = strlen(copy); len > 1 && copy[len - 1] == '/'; len--)
-		copy[len - 1] = '\0';
-	name = strrchr(copy, '/');
-	if (name && name != copy) {
-		*name++ = '\0';
-		parent = realpath(copy, NULL);
-	} else {
-		parent = realpath(name ? "/" : ".", NULL);
-		name = name ? name + 1 : copy;
-	}
-	if (parent && *name && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
-	    asprintf(&path, "%s/%s", strcmp(parent, "/") == 0 ? "" : parent, name) < 0)
-		path = NULL;
-	free(parent);
-	free(copy);
-	return path;
+	snprintf(name, sizeof(name), "/proc/self/fdinfo/%d", fd);
+	info = fopen(name, "re");
+	if (!info)
+		return -errno;
+	while (id == -ENOENT && getline(&line, &cap, info) > 0)
+		if (sscanf(line, "mnt_id: %ld", &id) != 1 || id < 0)
+			id = -ENOENT;
+	free(line);
+	fclose(info);
+	return id;
 }
 
 static bool is_fuse_type(const char *fstype)
@@ -162,45 +197,187 @@ static bool is_fuse_type(const char *fstype)
 	       strncmp(fstype, "fuse.", 5) == 0;
 }
 
+/* Long enough for a daemon that is merely slow; a hung one never answers. */
+#define PROBE_TIMEOUT_S 5
+
+/* One fstatfs, shared by the thread that makes it and the one that waits for it: whoever
+ * leaves last frees it. */
+struct probe {
+	pthread_mutex_t lock;
+	pthread_cond_t done_cond;
+	int fd;    /* the thread's own: closed by the thread */
+	int users; /* lock: */
+	bool done; /* lock: */
+	int err;   /* lock: 0, or fstatfs's errno */
+};
+
+static void probe_leave(struct probe *p)
+{
+	pthread_mutex_lock(&p->lock);
+	bool last = --p->users == 0;
+	pthread_mutex_unlock(&p->lock);
+	if (last) {
+		pthread_cond_destroy(&p->done_cond);
+		pthread_mutex_destroy(&p->lock);
+		free(p);
+	}
+}
+
+static void *probe_run(void *arg)
+{
+	struct probe *p = arg;
+	struct statfs st;
+	int err = fstatfs(p->fd, &st) == 0 ? 0 : errno;
+
+	close(p->fd);
+	pthread_mutex_lock(&p->lock);
+	p->err = err;
+	p->done = true;
+	pthread_cond_signal(&p->done_cond);
+	pthread_mutex_unlock(&p->lock);
+	probe_leave(p);
+	return NULL;
+}
+
+/*
+ * fstatfs on fd, bounded: a FUSE daemon that is alive but hung would hold it forever, and
+ * start-up must not hang. 0, -errno of fstatfs, or -ETIMEDOUT: then the thread stays blocked
+ * (detached) until the process exits, which kills it (a FUSE request's wait is killable),
+ * and the caller refuses, so none is left at the daemon's fork.
+ */
+static int probe_statfs(int fd)
+{
+	struct probe *p = calloc(1, sizeof(*p));
+	pthread_condattr_t attr;
+	struct timespec until;
+	pthread_t thread;
+	int rc = -ENOMEM;
+
+	if (!p)
+		return rc;
+	p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (p->fd < 0) {
+		rc = -errno;
+		free(p);
+		return rc;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->done_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	p->users = 2;
+	rc = -pthread_create(&thread, NULL, probe_run, p);
+	if (rc) {
+		close(p->fd);
+		p->users = 1;
+		goto out;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += PROBE_TIMEOUT_S;
+	pthread_mutex_lock(&p->lock);
+	while (!p->done && pthread_cond_timedwait(&p->done_cond, &p->lock, &until) != ETIMEDOUT)
+		;
+	rc = p->done ? -p->err : -ETIMEDOUT;
+	pthread_mutex_unlock(&p->lock);
+	if (rc == -ETIMEDOUT)
+		pthread_detach(thread);
+	else
+		pthread_join(thread, NULL);
+out:
+	probe_leave(p);
+	return rc;
+}
+
+/*
+ * One step of fs_mountpoint_prepare on the mount fd is on, path being where fd is (as the
+ * kernel names it). 1 when a dead mount was cleared (another may be under it), 0 when there
+ * is nothing to clear, or -errno after a message.
+ *
+ * The path is looked up once, at the open: every check and the unmount go through fd, so
+ * what was checked is what is detached, whatever is renamed or swapped in meanwhile (a
+ * FUSE daemon can hold its statfs answer as long as it likes).
+ */
+static int clear_dead_mount(int fd, const char *path)
+{
+	struct fs_mount_top top;
+	char self[64];
+	long fd_mount = fs_fd_mount_id(fd);
+	int rc;
+
+	/* What cannot be read is left to the caller's check of the directory, and an
+	 * unreadable table to the mount itself. */
+	if (fd_mount < 0 || mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
+		return 0;
+	/* Not the mount fd is on (one hidden by a mount over a directory above it, or the
+	 * table changed since the open): nothing this fd could check or detach. */
+	if ((unsigned long)fd_mount != top.id)
+		return 0;
+	/* statfs always asks the daemon (attributes may be answered from the kernel's
+	 * cache, a dead mount's too); a live spoolfs answers it without the network. */
+	rc = probe_statfs(fd);
+	if (rc == 0) {
+		fprintf(stderr,
+		        "spoolfs: %s is already a live %s mount: unmount it first "
+		        "(fusermount3 -u %s); spoolfs does not mount over a FUSE mount\n",
+		        path, top.fstype, path);
+		return -EBUSY;
+	}
+	if (rc == -ETIMEDOUT) {
+		fprintf(stderr,
+		        "spoolfs: %s is a %s mount that does not answer: its daemon hangs; "
+		        "unmount it first (fusermount3 -u -z %s)\n",
+		        path, top.fstype, path);
+		return rc;
+	}
+	if (rc != -ENOTCONN)
+		return 0;
+	/* Its daemon is gone (a cancelled CI job): nothing can be read there any more. Only
+	 * our own: root must not detach a mount another user's daemon made. */
+	if (top.user_id != (long)geteuid()) {
+		fprintf(stderr,
+		        "spoolfs: %s holds a dead %s mount (its daemon is gone) of another user: "
+		        "unmount it first (fusermount3 -u -z %s)\n",
+		        path, top.fstype, path);
+		return -EPERM;
+	}
+	/* The magic link is fd's mount itself (UMOUNT_NOFOLLOW would refuse it). */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	if (umount2(self, MNT_DETACH) != 0) {
+		rc = -errno;
+		fprintf(stderr,
+		        "spoolfs: %s holds a dead %s mount (its daemon is gone) that cannot "
+		        "be unmounted: %s; try fusermount3 -u -z %s\n",
+		        path, top.fstype, strerror(-rc), path);
+		return rc;
+	}
+	fetch_log(FETCH_LOG_WARN,
+	          "%s held a dead %s mount (its daemon is gone): lazily unmounted it", path,
+	          top.fstype);
+	return 1;
+}
+
 int fs_mountpoint_prepare(const char *mountpoint)
 {
-	char dev[32], fstype[64], *path = canonical_mountpoint(mountpoint);
-	struct statfs st;
-	int rc = 0;
+	char self[64], path[PATH_MAX];
+	int rc = 1;
 
-	/* What cannot be resolved is left to the caller's check of the directory, and an
-	 * unreadable table to the mount itself. Each dead mount cleared may uncover another:
-	 * bounded, as the stack is. */
-	for (unsigned cleared = 0; path && cleared < 64; cleared++) {
-		if (fs_mount_top(path, dev, sizeof(dev), fstype, sizeof(fstype)) != 0 ||
-		    !is_fuse_type(fstype))
-			break;
-		/* statfs always asks the daemon (attributes may be answered from the kernel's
-		 * cache, a dead mount's too); a live spoolfs answers it without the network. */
-		if (statfs(path, &st) == 0) {
-			fprintf(stderr,
-			        "spoolfs: %s is already a live %s mount: unmount it first "
-			        "(fusermount3 -u %s); spoolfs does not mount over a FUSE mount\n",
-			        path, fstype, path);
-			rc = -EBUSY;
-			break;
+	/* Each dead mount cleared may uncover another: bounded, as the stack is. */
+	for (unsigned cleared = 0; rc == 1 && cleared < 64; cleared++) {
+		/* O_PATH asks no filesystem: a dead or hung FUSE mount's root opens. */
+		int fd = open(mountpoint, O_PATH | O_CLOEXEC);
+		ssize_t len;
+
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		if (fd < 0 || (len = readlink(self, path, sizeof(path) - 1)) <= 0 ||
+		    path[0] != '/') {
+			rc = 0; /* left to the caller's check of the directory */
+		} else {
+			path[len] = '\0';
+			rc = clear_dead_mount(fd, path);
 		}
-		if (errno != ENOTCONN)
-			break;
-		/* Its daemon is gone (a cancelled CI job): nothing can be read there any more. */
-		if (umount2(path, MNT_DETACH) != 0) {
-			rc = -errno;
-			fprintf(
-			    stderr,
-			    "spoolfs: %s holds a dead %s mount (its daemon is gone) that cannot "
-			    "be unmounted: %s; try fusermount3 -u -z %s\n",
-			    path, fstype, strerror(-rc), path);
-			break;
-		}
-		fetch_log(FETCH_LOG_WARN,
-		          "%s held a dead %s mount (its daemon is gone): lazily unmounted it", path,
-		          fstype);
+		if (fd >= 0)
+			close(fd);
 	}
-	free(path);
-	return rc;
+	return rc < 0 ? rc : 0;
 }

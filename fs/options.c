@@ -382,16 +382,24 @@ void fs_options_free(struct fs_options *opts)
 }
 
 /*
- * Masks the userinfo of the authority starting at a (up to its first '/', '?', '#', or ','
- * that ends an option in a -o list): the last '@' ends it, as fetch_redact_url reads it.
+ * Masks the userinfo of the authority starting at a: the last '@' before its first '/', '?'
+ * or '#' ends it, as fetch_redact_url reads it. A ',' is legal in a password; only in a -o
+ * list (in_list) does one end the option, and not when escaped ("\\,", as libfuse reads it).
  */
-static bool mask_userinfo(char *a)
+static bool mask_userinfo(char *a, bool in_list)
 {
-	char *end = a + strcspn(a, "/?#,"), *at = NULL;
+	char *end = a + strcspn(a, "/?#"), *at = NULL;
 
-	for (char *c = a; c < end; c++)
+	for (char *c = a; c < end; c++) {
+		if (in_list && *c == '\\' && c[1]) {
+			c++;
+			continue;
+		}
+		if (in_list && *c == ',')
+			break;
 		if (*c == '@')
 			at = c;
+	}
 	if (!at || at == a)
 		return false;
 	memset(a, '*', (size_t)(at - a));
@@ -411,9 +419,11 @@ bool fs_argv_scrub(int argc, char *argv[])
 
 	for (int i = 1; i < argc; i++) {
 		char *arg = argv[i];
+		/* "-o LIST" or "-oLIST": its options are separated by ','. */
+		bool in_list = (arg[0] == '-' && arg[1] == 'o') || strcmp(argv[i - 1], "-o") == 0;
 
 		for (char *p = strstr(arg, "://"); p; p = strstr(p + 3, "://")) {
-			hidden |= mask_userinfo(p + 3);
+			hidden |= mask_userinfo(p + 3, in_list);
 			/* A presigned URL's signature is in its query: everything after its '?'
 			 * goes (more than the query, in a -o list: harmless). */
 			char *query = strchr(p + 3, '?');
@@ -426,9 +436,9 @@ bool fs_argv_scrub(int argc, char *argv[])
 		/* libcurl takes a proxy without a scheme too: "user:pass@host:port". */
 		for (char *p = strstr(arg, "proxy="); p; p = strstr(p + 6, "proxy="))
 			if (is_proxy_option(arg, p))
-				hidden |= mask_userinfo(p + 6);
+				hidden |= mask_userinfo(p + 6, in_list);
 		if (i > 1 && strcmp(argv[i - 1], "--proxy") == 0)
-			hidden |= mask_userinfo(arg);
+			hidden |= mask_userinfo(arg, false);
 	}
 	return hidden;
 }

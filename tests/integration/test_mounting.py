@@ -32,6 +32,7 @@ import pytest
 
 from conftest import ROOT, SLOW, SPOOLFS, Mount, daemon_env, is_mounted, read_file
 from helpers import refused_mount
+from rawfuse import RawFuse
 
 MiB = 1 << 20
 HELPER = os.path.join(ROOT, "mount-helpers", "mount.spoolfs")
@@ -301,6 +302,16 @@ def test_mount_t_spoolfs_helper_fake_mounts_nothing(store, mnt, helper_dir):
     assert store.up.stats()["total_gets"] == 0
 
 
+def test_mount_t_spoolfs_helper_verbose_hides_passwords_with_commas(mnt, helper_dir):
+    """A ',' is legal in a password: -v output (CI logs) must not stop masking at it."""
+    r = run_mount([str(helper_dir / "mount.spoolfs"), "http://alice:pa,SECRET1@127.0.0.1:1/m",
+                   str(mnt), "-fv", "-o", "proxy=bob:s\\,SECRET2@127.0.0.1:1,allow_other"],
+                  env=mount_env())
+    assert r.returncode == 0, r.stderr
+    assert "SECRET" not in r.stderr, r.stderr
+    assert "://***@127.0.0.1:1/m" in r.stderr and "allow_other" in r.stderr, r.stderr
+
+
 def test_mount_t_spoolfs_helper_reports_failure(upstream, mnt, helper_dir):
     r = run_mount([str(helper_dir / "mount.spoolfs"), upstream.url("nope.json"), str(mnt),
                    "-o", "rw"], env=mount_env())
@@ -491,7 +502,8 @@ def test_a_manifest_url_of_another_scheme_is_refused_at_once(tmp_path):
 # ------------------------------------------------------------- mount flags and stacking
 
 def mounts_at(path):
-    path = os.path.realpath(str(path))
+    # Not the path itself: a stat of a hung FUSE mount there never returns.
+    path = os.path.join(os.path.realpath(os.path.dirname(str(path))), os.path.basename(str(path)))
     with open("/proc/self/mountinfo") as f:
         return sum(1 for line in f if line.split()[4] == path)
 
@@ -580,6 +592,104 @@ def test_a_dead_mount_is_cleared_and_mounted_over(store, tmp_path):
             proc.kill()
             proc.wait()
         dead.kill()  # a lazy unmount of what is left, if anything
+
+
+def start_on(mountpoint, *args, timeout=30, env=None):
+    """spoolfs -f on mountpoint with an unreachable manifest: it exits once past its
+    mountpoint checks (the fetch fails). Its (returncode, stderr)."""
+    r = subprocess.run([SPOOLFS, "-f", "--retries", "1", "http://127.0.0.1:1/m.json",
+                        str(mountpoint)] + list(args), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=timeout * SLOW,
+                       env=env or daemon_env())
+    return r.returncode, r.stderr
+
+
+def test_a_dead_mount_of_another_user_is_left_alone(tmp_path):
+    """root must not detach what another user's FUSE daemon mounted: it says how to."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    other = RawFuse(mnt, user_id=65534, allow_other=True)
+    try:
+        other.kill()
+        with pytest.raises(OSError) as e:
+            os.listdir(mnt)
+        assert e.value.errno == errno.ENOTCONN  # dead, as a cancelled job leaves it
+        rc, err = start_on(mnt)
+        assert rc != 0
+        assert "dead fuse.rawfuse mount (its daemon is gone) of another user" in err, err
+        assert "fusermount3 -u -z %s" % mnt in err, err
+        assert mounts_at(mnt) == 1  # still there
+    finally:
+        other.close()
+
+
+def test_a_hung_fuse_mount_is_refused_not_waited_for(tmp_path):
+    """A FUSE daemon that never answers must not hang spoolfs's start-up."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    hung = RawFuse(mnt)  # its INIT is never answered: every request waits
+    # LeakSanitizer's exit-time check ptrace-stops every thread, and waits forever for the
+    # one left in the FUSE wait (killable, not stoppable); exit itself kills it.
+    env = daemon_env()
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    try:
+        rc, err = start_on(mnt, env=env)
+        assert rc != 0
+        assert "%s is a fuse.rawfuse mount that does not answer" % mnt in err, err
+        assert mounts_at(mnt) == 1
+    finally:
+        hung.close()
+
+
+def test_a_fuse_mount_hidden_under_another_is_not_the_mountpoints(tmp_path):
+    """The table names a path a hidden mount is at too (a tmpfs mounted over a directory
+    above it): the directory spoolfs would mount on is not that mount."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    hidden = RawFuse(tmp_path / "a" / "b")
+    try:
+        hidden.kill()
+        subprocess.run(["mount", "-t", "tmpfs", "over", str(tmp_path / "a")], check=True)
+        (tmp_path / "a" / "b").mkdir()
+        _, err = start_on(tmp_path / "a" / "b")
+        assert "cannot fetch manifest" in err, err  # past the mountpoint's checks
+        assert "fuse.rawfuse" not in err, err
+        with open("/proc/self/mountinfo") as f:
+            assert " - fuse.rawfuse " in f.read()  # still there, under the tmpfs
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "a")], capture_output=True)
+        hidden.close()
+
+
+def test_the_mount_checked_dead_is_the_one_unmounted(tmp_path):
+    """A FUSE daemon holds its statfs answer while a directory above the mountpoint is
+    swapped for a symlink elsewhere, then says ENOTCONN: the lazy unmount must hit the
+    mount that answered, not what the path names by then (a tmpfs here)."""
+    ws, vroot = tmp_path / "ws", tmp_path / "vroot"
+    (ws / "mnt").mkdir(parents=True)
+    (vroot / "mnt").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "victim", str(vroot / "mnt")], check=True)
+    (vroot / "mnt" / "kept").write_text("x")
+    evil = RawFuse(ws / "mnt")
+    proc = None
+    try:
+        evil.serve()
+        proc = subprocess.Popen([SPOOLFS, "-f", "--retries", "1", "http://127.0.0.1:1/m.json",
+                                 str(ws / "mnt")], stdin=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=daemon_env())
+        assert evil.statfs_held.wait(20 * SLOW), "spoolfs never asked the mount's statfs"
+        os.rename(ws, tmp_path / "ws2")
+        os.symlink(vroot, ws)
+        evil.statfs_release.set()
+        _, err = proc.communicate(timeout=30 * SLOW)
+        assert (vroot / "mnt" / "kept").exists(), err  # the tmpfs is still mounted
+        assert mounts_at(vroot / "mnt") == 1, err
+        assert mounts_at(tmp_path / "ws2" / "mnt") == 0, err  # the one that said dead
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        evil.close(tmp_path / "ws2" / "mnt")
+        subprocess.run(["umount", "-l", str(vroot / "mnt")], capture_output=True)
 
 
 def test_a_tmpfs_mountpoint_is_mounted_on(store, mount, tmp_path):

@@ -305,7 +305,17 @@ def test_secrets_leave_the_daemons_command_line(store, mount, tmp_path):
     log = m.stderr()
     assert "held a password or a signed URL query" in log, log
     assert_no_secret(log + url, "the log or user.spoolfs.url")
-    # The kept cache: its index.db keys name the objects without their secrets.
+    # The kept cache: its index.db keys name the objects without their secrets, nor a hash
+    # of a URL with its password (a weak one could be guessed back from it offline).
+    full = [hashlib.sha256(("http://user:PASSWORD1@127.0.0.1:%d/%s?X-Amz-Signature=SIGNATURE1"
+                            "&X-Amz-Expires=60" % (store.up.port, p)).encode()).hexdigest()
+            for p in ("a.bin", "b.bin")]
+    db = sqlite3.connect(str(cache / "index.db"))
+    dump = "\n".join(db.iterdump())
+    db.close()
+    assert "127.0.0.1:%d/a.bin#" % store.up.port in dump, dump  # the keys checked are there
+    for h in full:
+        assert h not in dump, dump
     for d, _, files in os.walk(cache):
         for n in files:
             with open(os.path.join(d, n), "rb") as f:
@@ -318,6 +328,20 @@ def test_secrets_leave_the_daemons_command_line(store, mount, tmp_path):
     m2 = mount(source, "--cache-dir", str(cache), *args, name="again")
     assert read_file(m2.p("a.bin")) == expected(store, "a.bin")
     assert store.up.stats("a.bin").get("gets", 0) == 0
+
+
+def test_passwords_with_commas_leave_the_command_line(store, mount):
+    """A ',' is legal unescaped in a password: masking must not stop at it."""
+    store.add("a.bin", 2000)
+    port = store.up.port
+    source = store.write().replace("http://", "http://alice:pa,PASSWORD1@", 1)
+    m = mount(source, "--proxy", "http://bob:se,PROXYPASS1@127.0.0.1:%d" % port)
+    shown = cmdline(m.proc.pid)
+    assert_no_secret(shown, "/proc/PID/cmdline")
+    assert "127.0.0.1:%d/manifest.json" % port in shown, shown
+    assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+    m.check_clean_exit()
+    assert "held a password or a signed URL query" in m.stderr(), m.stderr()
 
 
 def test_secrets_leave_the_daemonised_command_line(store, tmp_path):

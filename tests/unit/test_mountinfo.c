@@ -4,12 +4,14 @@
  * the table's lines.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -104,6 +106,59 @@ static void test_the_topmost_type_is_given(void **state)
 	assert_string_equal(fstype, "fuse.spoolfs");
 }
 
+/* The whole fs_mount_top at mountpoint in table (which must have one). */
+static struct fs_mount_top top_info(const char *table, const char *mountpoint)
+{
+	struct fs_mount_top top;
+	FILE *f = fmemopen((void *)table, strlen(table), "r");
+
+	assert_non_null(f);
+	assert_int_equal(fs_mount_top_info_in(f, mountpoint, &top), 0);
+	fclose(f);
+	return top;
+}
+
+/* Whose daemon made a dead FUSE mount decides whether spoolfs may detach it. */
+static void test_the_topmost_id_and_user_id_are_given(void **state)
+{
+	(void)state;
+	struct fs_mount_top top = top_info(
+	    ROOT "31 1 0:51 / /m rw - fuse.x x rw,user_id=65534,group_id=65534,allow_other\n",
+	    "/m");
+	assert_int_equal(top.id, 31);
+	assert_int_equal(top.user_id, 65534);
+	assert_string_equal(top.fstype, "fuse.x");
+	top = top_info(ROOT "32 1 0:52 / /m rw - fuse f rw,group_id=0,user_id=0\n", "/m");
+	assert_int_equal(top.user_id, 0);
+	/* No user_id=, or one only looking like it: nobody's, not root's. */
+	assert_int_equal(top_info(ROOT OURS, "/mnt/store").user_id, -1);
+	assert_int_equal(top_info(ROOT "33 1 0:53 / /m rw - fuse f rw,xuser_id=0\n", "/m").user_id,
+	                 -1);
+	assert_int_equal(top_info(ROOT "34 1 0:54 / /m rw - fuse f rw,user_id=\n", "/m").user_id,
+	                 -1);
+	assert_int_equal(top_info(ROOT "35 1 0:55 / /m rw - fuse f rw,user_id=1x\n", "/m").user_id,
+	                 -1);
+	assert_int_equal(top_info(ROOT OURS OVER, "/mnt/store").id, 40);
+}
+
+/* An fd's mount ID is the table's ID of the mount it is on: what spoolfs compares before
+ * it detaches a mount through the fd. */
+static void test_an_fds_mount_id_is_the_tables(void **state)
+{
+	struct fs_mount_top top;
+	int fd = open("/proc", O_PATH | O_CLOEXEC);
+	FILE *table = fopen("/proc/self/mountinfo", "re");
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_non_null(table);
+	assert_int_equal(fs_mount_top_info_in(table, "/proc", &top), 0);
+	assert_int_equal(fs_fd_mount_id(fd), (long)top.id);
+	assert_string_equal(top.fstype, "proc");
+	fclose(table);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -114,6 +169,8 @@ int main(void)
 	    cmocka_unit_test(test_escaped_paths_match),
 	    cmocka_unit_test(test_malformed_lines_are_skipped),
 	    cmocka_unit_test(test_the_topmost_type_is_given),
+	    cmocka_unit_test(test_the_topmost_id_and_user_id_are_given),
+	    cmocka_unit_test(test_an_fds_mount_id_is_the_tables),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,9 @@ static void test_a_source_loses_its_userinfo_and_query(void **state)
 	/* An '@' unescaped in a password: the last one ends the userinfo. */
 	expect(NULL, "http://u:p@x@h/m.json", "http://*****@h/m.json", true);
 	expect(NULL, "http://TOKEN@h/m", "http://*****@h/m", true);
+	/* A ',' is legal in a password: outside a -o list it ends nothing. */
+	expect(NULL, "http://alice:pa,ss@h:1/m.json", "http://***********@h:1/m.json", true);
+	expect(NULL, "http://a:p,w@x@h/m", "http://*******@h/m", true);
 }
 
 static void test_proxies_lose_their_password(void **state)
@@ -59,6 +62,14 @@ static void test_proxies_lose_their_password(void **state)
 	expect("-o", "proxy=http://u:pw@h:3128", "proxy=http://****@h:3128", true);
 	expect("--proxy", "u:pw@h:3128", "****@h:3128", true);
 	expect(NULL, "--proxy=u:pw@h:3128", "--proxy=****@h:3128", true);
+	/* A ',' in the password: ends nothing outside a -o list, nor escaped in one. */
+	expect("--proxy", "http://bob:se,cr@h:3128", "http://*********@h:3128", true);
+	expect("--proxy", "bob:se,cr@h:3128", "*********@h:3128", true);
+	expect(NULL, "--proxy=bob:se,cr@h:3128", "--proxy=*********@h:3128", true);
+	expect("-o", "proxy=bob:s\\,cr@h:3128,ro", "proxy=*********@h:3128,ro", true);
+	expect(NULL, "-oro,proxy=b:s\\,c@d@h:1", "-oro,proxy=********@h:1", true);
+	/* An unescaped ',' in a -o list does end the option: the next one is not a password. */
+	expect("-o", "proxy=h:3128,no_proxy=a@b", "proxy=h:3128,no_proxy=a@b", false);
 }
 
 static void test_what_holds_no_secret_is_left_alone(void **state)
