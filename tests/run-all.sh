@@ -112,7 +112,7 @@ for v in $variants; do
 		fi
 		# Keeps the hash flooding benchmark working (a crafted manifest against a random
 		# one); small, and its ratio is printed, never asserted.
-		echo "=== $v: hash flooding benchmark smoke run"
+		step "$v: hash flooding benchmark smoke run"
 		if SPOOLFS_BIN="$PWD/$dir/spoolfs" N=20000 RUNS=1 bash tests/bench/hash_flood.sh; then
 			total_passed=$((total_passed + 1))
 		else
