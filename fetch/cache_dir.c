@@ -118,13 +118,11 @@ static int open_dir(struct cache_dir *cd, char *err, size_t err_len)
 	free(cd->path);
 	cd->path = canonical;
 	/* sqlite opens index.db by this name: no one but root or us may rename a directory on
-	 * it. A directory this open made goes again (it is empty: nothing was made in it). */
+	 * it. */
 	char why_path[PATH_MAX + 128], said[PATH_MAX + 400];
 	rc = fetch_path_trusted(cd->path, why_path, sizeof(why_path));
 	if (rc == 0)
 		return 0;
-	if (!cd->named || cd->made)
-		rmdir(cd->path);
 	snprintf(said, sizeof(said),
 	         "refused: %s: every directory above the cache directory must be owned by root or "
 	         "the mount's user (uid %u) and writable by no one else unless sticky (chown or "
@@ -319,8 +317,15 @@ static void empty_spool_dir(int dirfd)
  * it is ours. A directory that other mounts still use is left to the last of them. */
 static void remove_files(struct cache_dir *cd, bool keep)
 {
-	if (cd->fd < 0 || cd->lock_fd < 0 || (cd->named && keep))
+	if (cd->fd < 0 || (cd->named && keep))
 		return;
+	/* Refused before the lock was taken: nothing was made in it, and only a directory this
+	 * open made (still empty, so rmdir takes nothing else) goes. */
+	if (cd->lock_fd < 0) {
+		if (!cd->named || cd->made)
+			rmdir(cd->path);
+		return;
+	}
 	/* Exclusive only when no other mount holds its shared lock: we are the last one. */
 	if (cd->named && flock(cd->lock_fd, LOCK_EX | LOCK_NB) != 0)
 		return;

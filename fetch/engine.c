@@ -154,7 +154,7 @@ static bool may_switch_mirror(struct flight *f)
 	return f->n_urls > 1 && (flight_hash_names_version(f) || flight_written(f) == 0);
 }
 
-/* Whether url i answered this flight with a refusal (see url_refused in flight.h). */
+/* Whether url i answered this flight with a refusal (see urls_refused in flight_i.h). */
 static bool refused(const struct flight *f, unsigned i)
 {
 	return f->urls_refused >> i & 1u; /* i < n_urls <= FLIGHT_MAX_URLS */

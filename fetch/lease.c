@@ -1,7 +1,9 @@
 /*
  * Leases and in-use marks, on Linux open file description locks: unlike POSIX record locks
- * they belong to the open file, not the process, so two flights of one mount exclude each
- * other as two mounts do, and closing an unrelated fd on the same file drops nothing.
+ * they belong to the open file, not the process, so two mounts exclude each other, and
+ * closing an unrelated fd on the same file drops nothing. Two flights of one mount share
+ * the set's one open file description: they exclude each other through the set's `held`
+ * bytes, not the kernel. Lock: a set's s->lock is innermost (it calls nothing that locks).
  */
 #include "fetch/lease.h"
 

@@ -2,8 +2,8 @@
  * Cross-mount coordination for a cache directory that several spoolfs mounts share.
  *
  * Lease: which mount downloads an object. Every mount that wants the object opens the
- * directory's lease file (one open file description per flight) and tries an OFD write lock
- * on a byte picked by a hash of the object's key. The holder downloads and records its
+ * directory's lease file (one open file description per mount: the lease set) and tries an OFD
+ * write lock on a byte picked by a hash of the object's key. The holder downloads and records its
  * progress in the shared index; the others watch those records and read the spool file as
  * it grows. The kernel drops the lock when its holder closes the fd or dies, so a killed
  * mount hands the download over instead of stranding it. Two keys that share a byte only
@@ -29,7 +29,7 @@
 struct lease_set;
 
 /*
- * Opens the lease file "leases" in the cache directory dirfd (creating it) for one flight.
+ * Opens the lease file "leases" in the cache directory dirfd (creating it).
  * The fd, or -errno: -ELOOP for a symbolic link, -EPERM for a file not ours to use.
  */
 int lease_open(int dirfd);

@@ -1,7 +1,7 @@
 /*
  * Whether a directory's path name can be trusted to keep naming it (sshd's StrictModes
- * rule). sqlite opens index.db by its path text, after fs/ checked the directory through
- * an fd; anyone who may rename a directory on that path could swap in one of theirs in
+ * rule). sqlite opens index.db by its path text, after fetch/cache_dir.c checked the directory
+ * through an fd; anyone who may rename a directory on that path could swap in one of theirs in
  * between, and the daemon (often root) would then parse their database.
  */
 #ifndef SPOOLFS_FETCH_PATH_TRUST_H

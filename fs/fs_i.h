@@ -84,7 +84,7 @@ struct fs_counters {
  * own (fetch/ never sees it), and all of it in this one structure, so that a process taking
  * over the mount (DESIGN.md, promise 6) has one thing to rebuild.
  */
-struct fs_object {
+struct fs_object { /* every field guarded by fs_session.passthrough_lock */
 	uint64_t flight_id;
 	int pt_backing_id;   /* the spool registered as a passthrough backing file, 0 = none */
 	unsigned pt_handles; /* handles the kernel reads from the spool itself */

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fetch/thread.h"
 #include "fetch/log.h"
 #include "fs/fs_i.h"
 
@@ -267,7 +268,7 @@ static int probe_statfs(int fd)
 	pthread_cond_init(&p->done_cond, &attr);
 	pthread_condattr_destroy(&attr);
 	p->users = 2;
-	rc = -pthread_create(&thread, NULL, probe_run, p);
+	rc = fetch_thread_start(&thread, "spoolfs-probe", probe_run, p);
 	if (rc) {
 		close(p->fd);
 		p->users = 1;

@@ -22,7 +22,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-struct stat;
 struct index_ranges;
 struct index_records;
 

@@ -246,10 +246,10 @@ const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type)
 }
 
 /*
- * The records live in a directory only we can write in (fs/ checked it), so what is found
- * there now stays what it is. A planted entry (from when the directory was open to others,
- * or a restored archive) is refused, not removed: index.db may hold what an earlier session
- * kept, and the operator decides what to delete.
+ * The records live in a directory only we can write in (fetch/cache_dir.c checked it), so what is
+ * found there now stays what it is. A planted entry (from when the directory was open to others, or
+ * a restored archive) is refused, not removed: index.db may hold what an earlier session kept, and
+ * the operator decides what to delete.
  */
 int index_records_open_at(int dirfd, const char *dir_path, struct index_records **out, char *err,
                           size_t err_len)
@@ -296,7 +296,7 @@ void index_records_close(struct index_records *rec)
 	free(rec);
 }
 
-/* ---- writes: one BEGIN IMMEDIATE transaction each; the caller holds rec->lock ---------- */
+/* ---- writes: one BEGIN IMMEDIATE transaction each; each takes rec->lock ------------------ */
 
 static int begin(struct index_records *rec)
 {
@@ -420,7 +420,7 @@ int index_spool_touch(struct index_records *rec, const char *key, uint64_t size,
 	return rc;
 }
 
-/* ---- reads: the caller holds rec->lock ------------------------------------------------- */
+/* ---- reads: each takes rec->lock ------------------------------------------------------- */
 
 int index_spool_lookup(struct index_records *rec, const char *key, bool *complete,
                        struct index_ranges *ranges)
