@@ -589,15 +589,25 @@ def test_a_reader_of_a_new_object_stops_a_background_piece_rather_than_wait(stor
     for p in big:
         store.up.fault(p, rate=64 * 1024)
     readers, threads = [], []
+    far_fd, far = os.open(m.p(big[1]), os.O_RDONLY), {}
     try:
         for p in big:
             readers.append(subprocess.Popen(["cat", m.p(p)], stdout=subprocess.DEVNULL))
+        # A flight scheduled before its reader's first read parked starts with a background
+        # piece, one scheduled after with the reader's own stream: background pieces may
+        # take 3 of the 4 slots, so the slots are full either at once or only at 3. A far
+        # read of big1 takes the fourth slot either way (from a background piece when none
+        # is free), and at least one background piece is left for the new reader to stop.
+        _background_full(store, big, 3)
+        threads.append(threading.Thread(
+            target=lambda: far.update(data=os.pread(far_fd, 4096, 40 * MiB)), daemon=True))
+        threads[-1].start()
         _background_full(store, big, 4)
         out = {}
         threads.append(threading.Thread(
             target=lambda: out.update(data=read_file(m.p(small))), daemon=True))
-        threads[0].start()
-        threads[0].join(30 * SLOW)
+        threads[-1].start()
+        threads[-1].join(30 * SLOW)
         assert out.get("data") == expected(store, small), "the new object's reader waited"
         assert store.up.stats(small)["gets"] == 1
     finally:
@@ -607,6 +617,8 @@ def test_a_reader_of_a_new_object_stops_a_background_piece_rather_than_wait(stor
         store.up.clear()  # a read still waiting finishes, so the mount can go
         for t in threads:
             t.join(60 * SLOW)
+        os.close(far_fd)
+    assert far.get("data") == expected(store, big[1])[40 * MiB:40 * MiB + 4096]
 
 
 def test_a_second_far_reader_stops_a_background_piece_rather_than_wait(store, mount):
