@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from conftest import SPOOLFS, daemon_env, is_mounted
+from conftest import SLOW, SPOOLFS, daemon_env, is_mounted
 
 GOOD = {"path": "ok.bin", "size": 1, "url": "http://127.0.0.1:9/ok.bin"}
 SHA = "ab" * 32
@@ -222,7 +222,9 @@ def test_a_stalled_manifest_fetch_is_dropped_and_tried_again(store, mount):
     def clear_after_the_first_try():
         t.join()
         store.up.clear()
-    threading.Thread(target=clear_after_the_first_try, daemon=True).start()
+    clearer = threading.Thread(target=clear_after_the_first_try, daemon=True)
+    clearer.start()
     m = mount(url, "--stall-timeout", "1")
     assert os.listdir(m.path) == ["x.bin"]
     assert "try 2 of 6" in m.stderr()
+    clearer.join(30 * SLOW)  # its request reaches the upstream before the test stops it
