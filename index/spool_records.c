@@ -174,12 +174,19 @@ static int setup_schema(sqlite3 *db)
 	return rc;
 }
 
+/* rec's statements as index/db.c's tables take them. */
+static void records_stmts(struct index_records *rec, struct index_db_stmt defs[RS_COUNT])
+{
+	for (size_t i = 0; i < RS_COUNT; i++)
+		defs[i] = (struct index_db_stmt){.st = &rec->st[i], .sql = records_sql[i]};
+}
+
 static void finalize_all(struct index_records *rec)
 {
-	for (size_t i = 0; i < RS_COUNT; i++) {
-		sqlite3_finalize(rec->st[i]);
-		rec->st[i] = NULL;
-	}
+	struct index_db_stmt defs[RS_COUNT];
+
+	records_stmts(rec, defs);
+	index_db_finalize_all(defs, RS_COUNT);
 }
 
 static int open_records(const char *db_path, int db_flags, struct index_records **out)
@@ -199,8 +206,11 @@ static int open_records(const char *db_path, int db_flags, struct index_records 
 		                           sizeof(records_pragmas) / sizeof(records_pragmas[0]));
 	if (rc == 0)
 		rc = setup_schema(rec->db);
-	for (size_t i = 0; rc == 0 && i < RS_COUNT; i++)
-		rc = index_db_prepare(rec->db, records_sql[i], &rec->st[i]);
+	if (rc == 0) {
+		struct index_db_stmt defs[RS_COUNT];
+		records_stmts(rec, defs);
+		rc = index_db_prepare_all(rec->db, defs, RS_COUNT);
+	}
 	if (rc < 0)
 		goto err_close;
 	*out = rec;
