@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import SLOW, SPOOLFS, daemon_env, is_mounted
+from conftest import SLOW, SPOOLFS, daemon_env, is_mounted, read_file
 
 # A child process that reads a whole file (1 MiB reads) and prints its sha256:
 # subprocess.Popen([sys.executable, "-c", READER, path], stdout=subprocess.PIPE).
@@ -150,3 +150,18 @@ def refused_mount(url, mnt, *args):
         raise AssertionError("the mount came up: %s" % err.decode("utf-8", "replace")) from None
     assert proc.returncode != 0 and not is_mounted(str(mnt)), err
     return err.decode("utf-8", "replace")
+
+
+def wait_durable(m, name, timeout=20):
+    """Until the daemon says the object is recorded complete in its index."""
+    wait_until(lambda: flight_records(m).get(name, {}).get("durable"),
+               lambda: flight_records(m), timeout)
+
+
+def keep_in_cache(store, mount, url, cache, path):
+    """Reads path through a mount of url that keeps cache, and unmounts it cleanly."""
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
+    assert read_file(m.p(path)) == expected(store, path)
+    wait_durable(m, path)
+    m.check_clean_exit()
+    assert "warn" not in m.stderr(), m.stderr()  # a first fetch is not news

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from conftest import read_file
-from helpers import expected, refused_mount
+from helpers import expected, keep_in_cache, refused_mount
 
 MiB = 1 << 20
 NOBODY = 65534
@@ -127,9 +127,7 @@ def test_a_schema_found_in_index_db_is_not_trusted(store, mount, tmp_path):
     a = store.add("a.bin", MiB)
     url = store.write()
     cache = tmp_path / "cache"
-    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
-    assert read_file(m.p(a)) == expected(store, a)
-    m.check_clean_exit()
+    keep_in_cache(store, mount, url, cache, a)
     db = sqlite3.connect(str(cache / "index.db"))
     db.executescript("CREATE VIRTUAL TABLE planted USING fts5(k);"
                      "CREATE TRIGGER planted_copy AFTER INSERT ON spool_object"

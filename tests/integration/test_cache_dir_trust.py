@@ -12,7 +12,7 @@ import os
 import pytest
 
 from conftest import is_mounted, read_file
-from helpers import expected, refused_mount
+from helpers import expected, keep_in_cache, refused_mount
 
 MiB = 1 << 20
 NOBODY = 65534
@@ -167,9 +167,7 @@ def kept_spool(store, mount, tmp_path):
     a = store.add("a.bin", MiB)
     url = store.write()
     cache = tmp_path / "cache"
-    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
-    assert read_file(m.p(a)) == expected(store, a)
-    m.check_clean_exit()
+    keep_in_cache(store, mount, url, cache, a)
     spools = os.listdir(cache / "spool")
     assert len(spools) == 1, spools
     return url, cache, a, cache / "spool" / spools[0]

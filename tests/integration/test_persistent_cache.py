@@ -10,31 +10,17 @@ import threading
 import pytest
 
 from conftest import SLOW, is_mounted, read_file
-from helpers import expected, flight_records, read_until_error, refused_mount, wait_until
+from helpers import (expected, flight_records, keep_in_cache, read_until_error, refused_mount,
+                     wait_durable, wait_until)
 from rawhttp import RawServer, manifest, pattern, serve_object, static
 
 MiB = 1 << 20
-
-
-def wait_durable(m, name, timeout=20):
-    """Until the daemon says the object is recorded complete in its index."""
-    wait_until(lambda: flight_records(m).get(name, {}).get("durable"),
-               lambda: flight_records(m), timeout)
 
 
 def wait_closed(m, name, timeout=20):
     """Until the daemon has seen the release of every handle on the object."""
     wait_until(lambda: flight_records(m).get(name, {}).get("handles", 0) == 0,
                lambda: flight_records(m), timeout)
-
-
-def keep_in_cache(store, mount, url, cache, path):
-    """Reads path through a mount of url that keeps cache, and unmounts it cleanly."""
-    m = mount(url, "--cache-dir", str(cache), "--keep-cache")
-    assert read_file(m.p(path)) == expected(store, path)
-    wait_durable(m, path)
-    m.check_clean_exit()
-    assert "warn" not in m.stderr(), m.stderr()  # a first fetch is not news
 
 
 def test_keep_cache_serves_the_next_mount_without_requests(store, mount, tmp_path):
