@@ -24,7 +24,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-#include "fetch/log.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 bool fs_mount_still_ours(const struct fs_session *s)

@@ -16,12 +16,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "fetch/cache_dir.h"
-#include "fetch/engine.h"
-#include "fetch/source_s3.h"
-#include "fetch/flight.h"
-#include "fetch/listing_flight.h"
-#include "fetch/worker.h"
+#include "fetch/cache/cache_dir.h"
+#include "fetch/engine/engine.h"
+#include "fetch/s3/source_s3.h"
+#include "fetch/engine/flight.h"
+#include "fetch/source/listing_flight.h"
+#include "util/worker.h"
 #include "index/index.h"
 #include "index/records.h"
 
@@ -138,7 +138,7 @@ struct fs_session {
 	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
 	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
-	 * are opened beneath it (fetch/beneath.h), else -1. NULL with no mirrors. */
+	 * are opened beneath it (fetch/http/beneath.h), else -1. NULL with no mirrors. */
 	int *mirror_dir_fds;
 	/* Lazy listing: the directories being listed now (listing.c); its own lock. */
 	struct listing_flights *listings;
@@ -147,7 +147,7 @@ struct fs_session {
 	struct flight_table *flights;
 	struct engine *engine;
 	struct fuse_session *se;
-	struct cache_dir *cache;  /* the cache directory in use (fetch/cache_dir.h) */
+	struct cache_dir *cache;  /* the cache directory in use (fetch/cache/cache_dir.h) */
 	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
 	uint64_t cache_max_size;  /* bytes; 0 = unbounded */
 	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
@@ -156,12 +156,12 @@ struct fs_session {
 	double timeout_s; /* kernel entry/attr cache: the session is a snapshot */
 	/* Invalidations after failed flights (reply.c): set before the FUSE loop starts and
 	 * cleared after the engine and the hasher stopped, like the replier. */
-	struct worker *invalidator;
+	struct util_worker *invalidator;
 	atomic_int inval_jobs; /* its jobs queued or running, at most FS_INVAL_PENDING_MAX */
 	/* Replies to parked reads whose bytes arrived, so the thread that published them (the
 	 * transfer thread) goes back to receiving at once. Set before the FUSE loop starts and
 	 * cleared after the engine stopped: no thread can be queueing to it then. */
-	struct worker *replier;
+	struct util_worker *replier;
 	struct fs_counters counters;
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
@@ -170,7 +170,7 @@ struct fs_session {
 	pthread_mutex_t passthrough_lock;
 	struct fs_object
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
-	struct worker *dropper;          /* page_drop.c; NULL with --no-passthrough */
+	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */

@@ -2,11 +2,11 @@
  * Lazy directory listing for sources that list on demand (S3): the first lookup or opendir
  * of an unlisted directory lists it (a blocking request in that FUSE thread: metadata,
  * never file data). The single-flight that makes concurrent callers for one directory wait
- * for one listing is fetch/listing_flight.c; this is what a filesystem request needs of it.
+ * for one listing is fetch/source/listing_flight.c; this is what a filesystem request needs of it.
  */
 #include <errno.h>
 
-#include "fetch/log.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 /* listing_flight_list_fn: lists dir from the bucket into the index. */
@@ -22,7 +22,7 @@ static int list_dir(void *ctx, uint64_t dir)
 		fs_node_path(s, &n, path, sizeof(path));
 		rc = s3_source_list(s->s3, path, s->idx, dir, err, sizeof(err));
 		if (rc)
-			fetch_log(FETCH_LOG_ERROR, "listing /%s failed: %s", path, err);
+			util_log(UTIL_LOG_ERROR, "listing /%s failed: %s", path, err);
 	}
 	/* The caller is a filesystem request: a remote failure reads as an I/O error. */
 	return rc == -ENOMEM || rc == -EACCES ? rc : rc ? -EIO : 0;

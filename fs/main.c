@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fetch/cache_dir.h"
-#include "fetch/log.h"
-#include "fetch/source.h"
+#include "fetch/cache/cache_dir.h"
+#include "util/log.h"
+#include "fetch/source/source.h"
 #include "fs/fs_i.h"
 
 /*
@@ -148,7 +148,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 	for (size_t i = 0; i < n; i++) {
 		/* A key that holds a password or a signature was written by a spoolfs before
 		 * keys hid them: no object of ours has it now, and the secret should go. */
-		if ((!flight_key_names_version(keys[i]) || fetch_url_has_secret(keys[i])) &&
+		if ((!flight_key_names_version(keys[i]) || util_url_has_secret(keys[i])) &&
 		    flight_spool_name(keys[i], &name) == 0) {
 			if ((unlinkat(cache_dir_spool_fd(s->cache), name, 0) == 0 ||
 			     errno == ENOENT) &&
@@ -160,14 +160,14 @@ static void forget_unversioned_spools(struct fs_session *s)
 	}
 	free(keys);
 	if (forgotten)
-		fetch_log(FETCH_LOG_INFO,
-		          "forgot %zu cached objects that name no version (no sha256 or etag), or"
-		          " whose keys hold a secret (kept by an older spoolfs)",
-		          forgotten);
+		util_log(UTIL_LOG_INFO,
+		         "forgot %zu cached objects that name no version (no sha256 or etag), or"
+		         " whose keys hold a secret (kept by an older spoolfs)",
+		         forgotten);
 }
 
 /*
- * The cache directory (fetch/cache_dir.h), then the index in it. While this is the only
+ * The cache directory (fetch/cache/cache_dir.h), then the index in it. While this is the only
  * mount of the directory it holds the directory's lock exclusive: no other mount can start
  * until forget_unversioned_spools is done.
  */
@@ -337,7 +337,7 @@ static int open_mirror_dirs(struct fs_session *s)
 			why = strerror(errno);
 		if (why) {
 			fprintf(stderr, "spoolfs: --mirror %s: cannot open its directory: %s\n",
-			        fetch_redact_url(url, shown, sizeof(shown)), why);
+			        util_redact_url(url, shown, sizeof(shown)), why);
 			rc = -EINVAL;
 		}
 		curl_free(path);
@@ -399,13 +399,13 @@ static int start_fetching(struct fs_session *s)
 static void set_log_level(const char *name, bool debug)
 {
 	if (debug || (name && strcmp(name, "debug") == 0))
-		fetch_log_set_level(FETCH_LOG_DEBUG);
+		util_log_set_level(UTIL_LOG_DEBUG);
 	else if (name && strcmp(name, "warn") == 0)
-		fetch_log_set_level(FETCH_LOG_WARN);
+		util_log_set_level(UTIL_LOG_WARN);
 	else if (name && strcmp(name, "error") == 0)
-		fetch_log_set_level(FETCH_LOG_ERROR);
+		util_log_set_level(UTIL_LOG_ERROR);
 	else
-		fetch_log_set_level(FETCH_LOG_INFO);
+		util_log_set_level(UTIL_LOG_INFO);
 }
 
 static int add_mount_options(struct fuse_args *args, const char *source)
@@ -413,7 +413,7 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	char shown[512], opt[700];
 
 	/* fsname shows in /proc/mounts: no credentials there. Commas would split options. */
-	fetch_redact_url(source, shown, sizeof(shown));
+	util_redact_url(source, shown, sizeof(shown));
 	for (char *p = shown; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
@@ -442,21 +442,21 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	/* Now, while this mount is surely the one on top: see fs_abort_connection. */
 	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
 		s->mount_dev[0] = '\0';
-		fetch_log(FETCH_LOG_WARN,
-		          "%s is not in the mount table: a stop cannot abort "
-		          "requests still queued in the kernel",
-		          s->opts.mountpoint);
+		util_log(UTIL_LOG_WARN,
+		         "%s is not in the mount table: a stop cannot abort "
+		         "requests still queued in the kernel",
+		         s->opts.mountpoint);
 	}
 	rc = fs_passthrough_install(s);
 	if (rc) {
-		fetch_log(FETCH_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
+		util_log(UTIL_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
 		goto out_unmount;
 	}
 	if (fuse_daemonize(s->opts.foreground) != 0)
 		goto out_unmount;
 	/* Daemonised, stderr is /dev/null: operators look in the journal. */
 	if (!s->opts.foreground)
-		fetch_log_use_syslog();
+		util_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
 		rc = fs_inval_start(s);
@@ -467,10 +467,10 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	if (rc == 0)
 		rc = engine_start(s->engine);
 	if (rc) {
-		fetch_log(FETCH_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
+		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
 	}
-	fetch_log(FETCH_LOG_INFO, "mounted on %s", s->opts.mountpoint);
+	util_log(UTIL_LOG_INFO, "mounted on %s", s->opts.mountpoint);
 	loop = fuse_loop_cfg_create();
 	if (!loop) {
 		rc = -ENOMEM;
@@ -487,8 +487,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	/* Before anything below waits on a kernel invalidation (see abort.c). */
 	abort_rc = fs_abort_connection(s);
 	if (abort_rc)
-		fetch_log(FETCH_LOG_WARN, "cannot abort the FUSE connection of %s: %s",
-		          s->mount_path, strerror(-abort_rc));
+		util_log(UTIL_LOG_WARN, "cannot abort the FUSE connection of %s: %s", s->mount_path,
+		         strerror(-abort_rc));
 	/* libfuse reports the signal that ended the loop; SIGTERM/SIGINT/SIGHUP are a clean stop.
 	 */
 	if (rc == SIGTERM || rc == SIGINT || rc == SIGHUP)
@@ -540,11 +540,11 @@ int main(int argc, char *argv[])
 	}
 	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
 	if (fs_argv_scrub(argc, argv))
-		fetch_log(FETCH_LOG_WARN,
-		          "the command line held a password or a signed URL query: hidden from"
-		          " this process's command line now, but other users could read it while"
-		          " the mount started; use --netrc-file for passwords and the https_proxy"
-		          " or http_proxy variable for a proxy's");
+		util_log(UTIL_LOG_WARN,
+		         "the command line held a password or a signed URL query: hidden from"
+		         " this process's command line now, but other users could read it while"
+		         " the mount started; use --netrc-file for passwords and the https_proxy"
+		         " or http_proxy variable for a proxy's");
 	if (s.opts.show_help) {
 		fs_options_usage(argv[0]);
 		status = 0;
@@ -590,10 +590,10 @@ int main(int argc, char *argv[])
 	}
 	set_log_level(s.opts.log_level, s.opts.debug);
 	if (s.opts.asked_dev || s.opts.asked_suid)
-		fetch_log(FETCH_LOG_INFO, "ignored %s%s%s: a spoolfs mount is always nosuid,nodev",
-		          s.opts.asked_dev ? "dev" : "",
-		          s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
-		          s.opts.asked_suid ? "suid" : "");
+		util_log(UTIL_LOG_INFO, "ignored %s%s%s: a spoolfs mount is always nosuid,nodev",
+		         s.opts.asked_dev ? "dev" : "",
+		         s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
+		         s.opts.asked_suid ? "suid" : "");
 	/* Before the stat below: a dead mount there fails it with ENOTCONN. */
 	if (fs_mountpoint_prepare(s.opts.mountpoint) != 0)
 		goto out_args;

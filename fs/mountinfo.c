@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fetch/thread.h"
-#include "fetch/log.h"
+#include "util/thread.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 struct mount_entry {
@@ -268,7 +268,7 @@ static int probe_statfs(int fd)
 	pthread_cond_init(&p->done_cond, &attr);
 	pthread_condattr_destroy(&attr);
 	p->users = 2;
-	rc = fetch_thread_start(&thread, "spoolfs-probe", probe_run, p);
+	rc = util_thread_start(&thread, "spoolfs-probe", probe_run, p);
 	if (rc) {
 		close(p->fd);
 		p->users = 1;
@@ -352,9 +352,8 @@ static int clear_dead_mount(int fd, const char *path)
 		        path, top.fstype, strerror(-rc), path);
 		return rc;
 	}
-	fetch_log(FETCH_LOG_WARN,
-	          "%s held a dead %s mount (its daemon is gone): lazily unmounted it", path,
-	          top.fstype);
+	util_log(UTIL_LOG_WARN, "%s held a dead %s mount (its daemon is gone): lazily unmounted it",
+	         path, top.fstype);
 	return 1;
 }
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fetch/beneath.h"
-#include "fetch/log.h"
+#include "fetch/http/beneath.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 #include "fs/virtual.h"
 
@@ -447,12 +447,12 @@ static void log_mirrors_refused(const struct fs_session *s, const char *name,
 	char shown[512];
 
 	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
-		fetch_log(FETCH_LOG_ERROR,
-		          "%s: not fetched from --mirror %s: its URL's path \"%.*s\" after the "
-		          "manifest's directory could lead out of the mirror (a \"..\", \".\" or "
-		          "empty segment, or an encoded '/', '\\' or '%%')",
-		          name, fetch_redact_url(s->opts.mirrors[i], shown, sizeof(shown)),
-		          (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
+		util_log(UTIL_LOG_ERROR,
+		         "%s: not fetched from --mirror %s: its URL's path \"%.*s\" after the "
+		         "manifest's directory could lead out of the mirror (a \"..\", \".\" or "
+		         "empty segment, or an encoded '/', '\\' or '%%')",
+		         name, util_redact_url(s->opts.mirrors[i], shown, sizeof(shown)),
+		         (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
 }
 
 /* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
@@ -532,8 +532,8 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		enum flight_state state;
 		flight_progress(*f, NULL, NULL, &state);
 		if (state == FLIGHT_COMPLETE) {
-			fetch_log(FETCH_LOG_INFO, "%s: its spool file is %s: opening it afresh",
-			          flight_name(*f), rc == -ENOENT ? "gone" : "another mount's now");
+			util_log(UTIL_LOG_INFO, "%s: its spool file is %s: opening it afresh",
+			         flight_name(*f), rc == -ENOENT ? "gone" : "another mount's now");
 			flight_table_forget(*f);
 		}
 		flight_unref(*f);
@@ -543,8 +543,8 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 			rc = flight_hold_spool(*f);
 	}
 	if (rc && *f) {
-		fetch_log(FETCH_LOG_WARN, "%s: cannot open its spool file again: %s",
-		          flight_name(*f), strerror(-rc));
+		util_log(UTIL_LOG_WARN, "%s: cannot open its spool file again: %s", flight_name(*f),
+		         strerror(-rc));
 		flight_unref(*f);
 		*f = NULL;
 		/* The opener has fds to spare: ours ran out, which is the system's doing to it. */
@@ -777,7 +777,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			rc = -ENOMEM;
 			goto fail;
 		}
-		fetch_redact_url(url, shown, strlen(url) + 1);
+		util_redact_url(url, shown, strlen(url) + 1);
 		reply_xattr(req, shown, strlen(shown), size);
 		goto out;
 	}

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "fetch/log.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 enum {
@@ -287,7 +287,7 @@ static int check_mirror(const char *url)
 	fprintf(stderr,
 	        "spoolfs: --mirror must be an http://, https:// or file:// URL without a query or"
 	        " fragment, not '%s'\n",
-	        fetch_redact_url(url, shown, sizeof(shown)));
+	        util_redact_url(url, shown, sizeof(shown)));
 	return -EINVAL;
 }
 
@@ -383,7 +383,7 @@ void fs_options_free(struct fs_options *opts)
 
 /*
  * Masks the userinfo of the authority starting at a: the last '@' before its first '/', '?'
- * or '#' ends it, as fetch_redact_url reads it. A ',' is legal in a password; only in a -o
+ * or '#' ends it, as util_redact_url reads it. A ',' is legal in a password; only in a -o
  * list (in_list) does one end the option, and not when escaped ("\\,", as libfuse reads it).
  */
 static bool mask_userinfo(char *a, bool in_list)

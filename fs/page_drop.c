@@ -46,14 +46,14 @@
 #define RUN_SLACK_BYTES (8ull << 20)
 
 struct page_drop {
-	struct worker_job link; /* first: the worker hands this pointer back */
+	struct util_worker_job link; /* first: the worker hands this pointer back */
 	struct fuse_session *se;
 	fuse_ino_t ino;
 	uint64_t off;
 	uint64_t len;
 };
 
-static void drop_run(void *ctx, struct worker_job *job)
+static void drop_run(void *ctx, struct util_worker_job *job)
 {
 	struct page_drop *d = (struct page_drop *)job;
 	struct fs_session *s = ctx;
@@ -71,7 +71,7 @@ static void queue_drop(struct fs_session *s, struct page_drop *d)
 	if (!d)
 		return;
 	atomic_fetch_add(&s->counters.page_drops_pending, 1);
-	if (!worker_queue(s->dropper, &d->link)) {
+	if (!util_worker_queue(s->dropper, &d->link)) {
 		atomic_fetch_sub(&s->counters.page_drops_pending, 1);
 		free(d); /* stopping: nothing will read these pages again */
 	}
@@ -81,12 +81,12 @@ int fs_page_drop_start(struct fs_session *s)
 {
 	if (s->opts.no_passthrough)
 		return 0;
-	return worker_start("spoolfs-drop", drop_run, s, &s->dropper);
+	return util_worker_start("spoolfs-drop", drop_run, s, &s->dropper);
 }
 
 void fs_page_drop_stop(struct fs_session *s)
 {
-	worker_stop(s->dropper);
+	util_worker_stop(s->dropper);
 	s->dropper = NULL;
 }
 

@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fetch/log.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 /* From the kernel's FUSE protocol 7.40; Debian 12's headers stop at 7.38. */
@@ -202,7 +202,7 @@ static int backing_id_locked(struct fs_session *s, struct fs_object *o, struct f
 		 * a stacked filesystem such as overlayfs (ELOOP: a stack depth of 2 would keep
 		 * spoolfs from being an overlay's lower layer): plain opens from now on.
 		 */
-		fetch_log(FETCH_LOG_INFO, "passthrough reads are off: %s", strerror(errno));
+		util_log(UTIL_LOG_INFO, "passthrough reads are off: %s", strerror(errno));
 		atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
 	}
 	if (id <= 0)
@@ -284,19 +284,19 @@ out:
 
 void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 {
-	struct index_ranges recorded;
+	struct util_ranges recorded;
 	bool complete = false;
 
 	/* After a failure the object is never passthrough (fs_passthrough_open): no use waiting. */
 	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON || !s->opts.cache_dir ||
 	    flight_size(f) == 0 || flight_after_failure(f))
 		return;
-	index_ranges_init(&recorded);
+	util_ranges_init(&recorded);
 	/* All written but not yet recorded complete: the other mount is about to. */
 	if (index_spool_lookup(s->records, flight_key(f), &complete, &recorded) == 0 &&
 	    (complete || recorded.total == flight_size(f)))
 		wait_readable(f);
-	index_ranges_free(&recorded);
+	util_ranges_free(&recorded);
 }
 
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
@@ -359,8 +359,8 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 		o->pt_backing_id = 0;
 		uint32_t id = (uint32_t)close_id;
 		if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &id) != 0)
-			fetch_log(FETCH_LOG_WARN, "closing passthrough backing %d: %s", close_id,
-			          strerror(errno));
+			util_log(UTIL_LOG_WARN, "closing passthrough backing %d: %s", close_id,
+			         strerror(errno));
 	}
 	object_leave_locked(s, h);
 out:

@@ -16,7 +16,7 @@
  * it, once INIT is done. It needs root; without it the default stays, slower but correct.
  */
 #include "fs/fs_i.h"
-#include "fetch/log.h"
+#include "util/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -49,8 +49,8 @@ void fs_tune_readahead_once(struct fs_session *s)
 		return;
 	rc = s->mount_path ? fs_raise_readahead(s->mount_path) : -ENOENT;
 	if (rc)
-		fetch_log(FETCH_LOG_DEBUG, "readahead left at the kernel's default: %s",
-		          strerror(-rc));
+		util_log(UTIL_LOG_DEBUG, "readahead left at the kernel's default: %s",
+		         strerror(-rc));
 }
 
 int fs_raise_readahead(const char *mountpoint)
@@ -69,7 +69,7 @@ int fs_raise_readahead(const char *mountpoint)
 	fprintf(f, "%u\n", kb);
 	rc = fclose(f) == 0 ? 0 : -errno;
 	if (rc == 0)
-		fetch_log(FETCH_LOG_DEBUG, "readahead of %s (bdi %s) set to %u KiB", mountpoint,
-		          dev, kb);
+		util_log(UTIL_LOG_DEBUG, "readahead of %s (bdi %s) set to %u KiB", mountpoint, dev,
+		         kb);
 	return rc;
 }

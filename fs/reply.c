@@ -17,15 +17,15 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#include "fetch/log.h"
+#include "util/log.h"
 #include "fs/fs_i.h"
 
 struct read_wait {
 	struct flight_waiter waiter; /* first: done() gets this pointer */
 	fuse_req_t req;
-	struct flight *flight;  /* a reference of its own */
-	int err;                /* what done() said, for the replier */
-	struct worker_job link; /* in the replier's queue */
+	struct flight *flight;       /* a reference of its own */
+	int err;                     /* what done() said, for the replier */
+	struct util_worker_job link; /* in the replier's queue */
 };
 
 /*
@@ -68,11 +68,11 @@ static void on_published(struct flight_waiter *w, int err)
 	struct fs_session *s = fuse_req_userdata(rw->req);
 
 	rw->err = err;
-	if (!s->replier || !worker_queue(s->replier, &rw->link))
+	if (!s->replier || !util_worker_queue(s->replier, &rw->link))
 		send_reply(rw); /* no replier (shutting down): answer here */
 }
 
-static void replier_run(void *ctx, struct worker_job *link)
+static void replier_run(void *ctx, struct util_worker_job *link)
 {
 	(void)ctx;
 	send_reply((struct read_wait *)((char *)link - offsetof(struct read_wait, link)));
@@ -80,12 +80,12 @@ static void replier_run(void *ctx, struct worker_job *link)
 
 int fs_replier_start(struct fs_session *s)
 {
-	return worker_start("spoolfs-reply", replier_run, s, &s->replier);
+	return util_worker_start("spoolfs-reply", replier_run, s, &s->replier);
 }
 
 void fs_replier_stop(struct fs_session *s)
 {
-	worker_stop(s->replier); /* it answers what was queued before it ends */
+	util_worker_stop(s->replier); /* it answers what was queued before it ends */
 	s->replier = NULL;
 }
 
@@ -156,12 +156,12 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 #define FS_INVAL_PENDING_MAX 256
 
 struct inval_job {
-	struct worker_job link; /* first: the worker hands this pointer back */
-	uint64_t *inos;         /* malloc'd; n of them */
+	struct util_worker_job link; /* first: the worker hands this pointer back */
+	uint64_t *inos;              /* malloc'd; n of them */
 	size_t n;
 };
 
-static void inval_run(void *ctx, struct worker_job *link)
+static void inval_run(void *ctx, struct util_worker_job *link)
 {
 	struct inval_job *job = (struct inval_job *)link;
 	struct fs_session *s = ctx;
@@ -177,12 +177,12 @@ static void inval_run(void *ctx, struct worker_job *link)
 
 int fs_inval_start(struct fs_session *s)
 {
-	return worker_start("spoolfs-inval", inval_run, s, &s->invalidator);
+	return util_worker_start("spoolfs-inval", inval_run, s, &s->invalidator);
 }
 
 void fs_inval_stop(struct fs_session *s)
 {
-	worker_stop(s->invalidator); /* the jobs left skip the kernel: the loop has ended */
+	util_worker_stop(s->invalidator); /* the jobs left skip the kernel: the loop has ended */
 	s->invalidator = NULL;
 }
 
@@ -198,9 +198,8 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 		return;
 	if (atomic_fetch_add(&s->inval_jobs, 1) >= FS_INVAL_PENDING_MAX) {
 		atomic_fetch_sub(&s->inval_jobs, 1);
-		fetch_log(FETCH_LOG_DEBUG,
-		          "%s: too many invalidations waiting: dropped at next open",
-		          flight_name(f));
+		util_log(UTIL_LOG_DEBUG, "%s: too many invalidations waiting: dropped at next open",
+		         flight_name(f));
 		return;
 	}
 	job = calloc(1, sizeof(*job));
@@ -213,7 +212,7 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 		if (job->inos)
 			job->inos[0] = flight_ino(f);
 	}
-	if (worker_queue(s->invalidator, &job->link))
+	if (util_worker_queue(s->invalidator, &job->link))
 		return;
 	free(job->inos);
 	free(job);

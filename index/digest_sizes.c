@@ -29,12 +29,12 @@ static uint64_t prefix_of(const char *hex)
 int digest_sizes_init(struct digest_sizes *t)
 {
 	*t = (struct digest_sizes){0};
-	return index_hash_key_new(&t->key);
+	return util_hash_key_new(&t->key);
 }
 
 static size_t slot_of(const struct digest_sizes *t, uint64_t d)
 {
-	return index_hash_bytes(&t->key, &d, sizeof(d)) & (t->cap - 1);
+	return util_hash_bytes(&t->key, &d, sizeof(d)) & (t->cap - 1);
 }
 
 static int grow(struct digest_sizes *t)

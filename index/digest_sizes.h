@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index/hash.h"
+#include "util/hash.h"
 
 struct digest_sizes {
 	uint64_t *digests; /* the digest's first 64 bits, 0 = empty slot */
@@ -17,10 +17,10 @@ struct digest_sizes {
 	size_t n;
 	/* Slots are picked by a keyed hash of the 64 bits: a manifest's digests need not be
 	 * real ones, and digests chosen to share their low bits would make one probe chain. */
-	struct index_hash_key key;
+	struct util_hash_key key;
 };
 
-/* An empty table with a fresh key. 0, or -errno from index_hash_key_new. */
+/* An empty table with a fresh key. 0, or -errno from util_hash_key_new. */
 int digest_sizes_init(struct digest_sizes *t);
 
 /*

@@ -11,7 +11,7 @@
 int path_table_init(struct path_table *t)
 {
 	memset(t, 0, sizeof(*t));
-	return index_hash_key_new(&t->key);
+	return util_hash_key_new(&t->key);
 }
 
 long path_table_find(const struct path_table *t, const char *path, size_t len, uint64_t hash)

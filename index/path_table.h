@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index/hash.h"
+#include "util/hash.h"
 
 /* A path seen while loading: a file or an implied directory. */
 struct path_node {
@@ -28,17 +28,17 @@ struct path_table {
 	struct path_node *v;
 	size_t n, cap;
 	uint32_t *slots;
-	size_t nslots;             /* a power of two, kept at least twice n */
-	struct index_hash_key key; /* the table's own: a manifest cannot aim at its slots */
+	size_t nslots;            /* a power of two, kept at least twice n */
+	struct util_hash_key key; /* the table's own: a manifest cannot aim at its slots */
 };
 
-/* An empty table with a fresh key. 0, or -errno from index_hash_key_new. */
+/* An empty table with a fresh key. 0, or -errno from util_hash_key_new. */
 int path_table_init(struct path_table *t);
 
 /* The hash path_table_find and path_table_add take for path (len bytes) in t. */
 static inline uint64_t path_table_hash(const struct path_table *t, const char *path, size_t len)
 {
-	return index_hash_bytes(&t->key, path, len);
+	return util_hash_bytes(&t->key, path, len);
 }
 
 /* The index of path (len bytes, hashed to hash) in t->v, or -1. */

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-struct index_ranges;
+struct util_ranges;
 struct index_records;
 
 /*
@@ -59,10 +59,10 @@ const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type);
  * is durably written). index_record_forget forgets key, its ranges and its seal.
  */
 int index_record_ranges(struct index_records *rec, const char *key,
-                        const struct index_ranges *ranges);
+                        const struct util_ranges *ranges);
 int index_record_forget(struct index_records *rec, const char *key);
 /*
- * Marks key complete, with the seal of its spool file (fetch/flight.h's flight_spool_seal):
+ * Marks key complete, with the seal of its spool file (fetch/engine/flight.h's flight_spool_seal):
  * a file that no longer shows that seal has been touched since. 0 or -errno.
  */
 int index_record_sealed(struct index_records *rec, const char *key, const char *seal);
@@ -76,7 +76,7 @@ int index_spool_seal(struct index_records *rec, const char *key, char *seal, siz
  * 0, -ENOENT when there is no record, or -errno.
  */
 int index_spool_lookup(struct index_records *rec, const char *key, bool *complete,
-                       struct index_ranges *ranges);
+                       struct util_ranges *ranges);
 
 /* Forgets key's recorded ranges and completeness, keeping its size and use time. */
 int index_spool_reset(struct index_records *rec, const char *key);

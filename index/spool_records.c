@@ -17,7 +17,7 @@
  */
 #include "index/records.h"
 #include "index/db_i.h"
-#include "index/ranges.h"
+#include "util/ranges.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -256,10 +256,10 @@ const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type)
 }
 
 /*
- * The records live in a directory only we can write in (fetch/cache_dir.c checked it), so what is
- * found there now stays what it is. A planted entry (from when the directory was open to others, or
- * a restored archive) is refused, not removed: index.db may hold what an earlier session kept, and
- * the operator decides what to delete.
+ * The records live in a directory only we can write in (fetch/cache/cache_dir.c checked it), so
+ * what is found there now stays what it is. A planted entry (from when the directory was open to
+ * others, or a restored archive) is refused, not removed: index.db may hold what an earlier session
+ * kept, and the operator decides what to delete.
  */
 int index_records_open_at(int dirfd, const char *dir_path, struct index_records **out, char *err,
                           size_t err_len)
@@ -334,7 +334,7 @@ static int exec_key(struct index_records *rec, enum records_stmt which, const ch
 }
 
 int index_record_ranges(struct index_records *rec, const char *key,
-                        const struct index_ranges *ranges)
+                        const struct util_ranges *ranges)
 {
 	sqlite3_stmt *ins = rec->st[RS_RANGE_INSERT];
 	int rc;
@@ -349,7 +349,7 @@ int index_record_ranges(struct index_records *rec, const char *key,
 	if (rc == 0)
 		rc = index_db_bind_text(ins, ":key", key, -1);
 	for (size_t i = 0; rc == 0 && i < ranges->n; i++) {
-		const struct index_range *r = &ranges->v[i];
+		const struct util_range *r = &ranges->v[i];
 		if (r->end > INT64_MAX) {
 			rc = -EFBIG;
 			break;
@@ -433,12 +433,12 @@ int index_spool_touch(struct index_records *rec, const char *key, uint64_t size,
 /* ---- reads: each takes rec->lock ------------------------------------------------------- */
 
 int index_spool_lookup(struct index_records *rec, const char *key, bool *complete,
-                       struct index_ranges *ranges)
+                       struct util_ranges *ranges)
 {
 	sqlite3_stmt *obj = rec->st[RS_OBJ_GET], *rng = rec->st[RS_RANGE_GET];
 	int rc;
 
-	index_ranges_clear(ranges);
+	util_ranges_clear(ranges);
 	pthread_mutex_lock(&rec->lock);
 	rc = index_db_bind_text(obj, ":key", key, -1);
 	if (rc == 0)
@@ -455,7 +455,7 @@ int index_spool_lookup(struct index_records *rec, const char *key, bool *complet
 	while ((rc = index_db_step(rng)) == 1) {
 		int64_t start = sqlite3_column_int64(rng, 0), end = sqlite3_column_int64(rng, 1);
 		rc = start >= 0 && end >= start
-		         ? index_ranges_add(ranges, (uint64_t)start, (uint64_t)end)
+		         ? util_ranges_add(ranges, (uint64_t)start, (uint64_t)end)
 		         : -EINVAL;
 		if (rc < 0)
 			break;

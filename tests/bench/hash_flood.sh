@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hash flooding benchmark: does a manifest crafted against the path table mount as fast as
 # a random one? See hash_flood.py for how its paths are chosen (they collide under the old
-# unkeyed FNV-1a; with the keyed hash, index/hash.h, they are as good as random).
+# unkeyed FNV-1a; with the keyed hash, util/hash.h, they are as good as random).
 #
 #   bash tests/bench/hash_flood.sh                 # 131072 paths, 3 runs
 #   N=20000 RUNS=1 bash tests/bench/hash_flood.sh  # quick form

@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: HTTP response header parsing (fetch/http.h).
+ * libFuzzer target: HTTP response header parsing (fetch/http/http.h).
  *
  * The whole input goes to http_parse_content_range as a Content-Range value, then is split
  * at '\n' into header lines for http_response_header (as curl hands them over, CRLF and
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/http.h"
+#include "fetch/http/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

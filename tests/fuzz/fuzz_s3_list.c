@@ -1,6 +1,6 @@
 /*
  * libFuzzer target: the streaming parser of S3 ListObjectsV2 and error bodies
- * (fetch/s3_list.h), and s3_url_decode.
+ * (fetch/s3/s3_list.h), and s3_url_decode.
  *
  * Input: 5 header bytes, then the body. Bytes 0-1 and 2-3 (little-endian) pick two split
  * points, so the body is fed to the streaming parser as three chunks (any may be empty);
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/s3_list.h"
+#include "fetch/s3/s3_list.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libFuzzer targets for spoolfs' parsers of untrusted input:
 #   fuzz_manifest       manifest JSON -> index_load_manifest (validation, URL resolution)
-#   fuzz_content_range  Content-Range values and raw response headers (fetch/http.h)
+#   fuzz_content_range  Content-Range values and raw response headers (fetch/http/http.h)
 #   fuzz_segment        path segment sanitisation (index_check_segment)
 #
 # Builds them with clang, ASan+UBSan and libFuzzer into build-fuzz/ and runs each for

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fetch/flight.h"
+#include "fetch/engine/flight.h"
 
 /*
  * A parked read. Single-threaded tests read err and calls directly; a thread other than

@@ -35,14 +35,14 @@
 #include <unistd.h>
 
 #include "alloc_fail.h"
-#include "fetch/flight.h"
-#include "fetch/flight_i.h" /* white-box: refs, in_table, locks */
-#include "fetch/http.h"
-#include "fetch/s3_list.h"
-#include "fetch/sigv4.h"
+#include "fetch/engine/flight.h"
+#include "fetch/engine/flight_i.h" /* white-box: refs, in_table, locks */
+#include "fetch/http/http.h"
+#include "fetch/s3/s3_list.h"
+#include "fetch/s3/sigv4.h"
 #include "index/index.h"
 #include "index/records.h"
-#include "index/ranges.h"
+#include "util/ranges.h"
 #include "helpers.h"
 
 /* No operation here makes anywhere near this many allocations. */
@@ -248,10 +248,10 @@ static int teardown_dir(void **state)
 	return 0;
 }
 
-/* ---- index/ranges.c ----------------------------------------------------------------- */
+/* ---- util/ranges.c ----------------------------------------------------------------- */
 
 /* Adds that split, merge, bridge and grow the set past its first two capacities. */
-static const struct index_range range_adds[] = {
+static const struct util_range range_adds[] = {
     {100, 200},   {300, 400},   {500, 600},   {700, 800},   {900, 1000},  {1100, 1200},
     {1300, 1400}, {1500, 1600}, {0, 50},      {1700, 1800}, {150, 350},   {2000, 2100},
     {2200, 2300}, {2400, 2500}, {2600, 2700}, {2800, 2900}, {3000, 3100}, {3200, 3300},
@@ -260,22 +260,22 @@ static const struct index_range range_adds[] = {
 
 static void ranges_run(void *ctx, unsigned long n)
 {
-	struct index_ranges set, ref;
-	struct index_range snap[64];
+	struct util_ranges set, ref;
+	struct util_range snap[64];
 	size_t snap_n;
 	uint64_t snap_total;
 
-	index_ranges_init(&set);
-	index_ranges_init(&ref);
+	util_ranges_init(&set);
+	util_ranges_init(&ref);
 	alloc_fail_arm(n);
 	for (size_t k = 0; k < sizeof(range_adds) / sizeof(range_adds[0]); k++) {
-		const struct index_range *r = &range_adds[k];
+		const struct util_range *r = &range_adds[k];
 		assert_true(set.n <= 64);
 		if (set.n)
 			memcpy(snap, set.v, set.n * sizeof(*snap));
 		snap_n = set.n;
 		snap_total = set.total;
-		int rc = index_ranges_add(&set, r->start, r->end);
+		int rc = util_ranges_add(&set, r->start, r->end);
 		if (rc) {
 			assert_enomem(rc);
 			/* Documented: the set is then unchanged. */
@@ -284,29 +284,29 @@ static void ranges_run(void *ctx, unsigned long n)
 			if (snap_n)
 				assert_memory_equal(set.v, snap, snap_n * sizeof(*snap));
 			/* The failure has passed: the same add works now. */
-			assert_int_equal(index_ranges_add(&set, r->start, r->end), 0);
+			assert_int_equal(util_ranges_add(&set, r->start, r->end), 0);
 		}
-		assert_true(index_ranges_covers(&set, r->start, r->end));
+		assert_true(util_ranges_covers(&set, r->start, r->end));
 	}
 	alloc_fail_disarm();
 	/* Same result as without failures. */
 	for (size_t k = 0; k < sizeof(range_adds) / sizeof(range_adds[0]); k++)
-		assert_int_equal(index_ranges_add(&ref, range_adds[k].start, range_adds[k].end), 0);
+		assert_int_equal(util_ranges_add(&ref, range_adds[k].start, range_adds[k].end), 0);
 	assert_int_equal(set.n, ref.n);
 	assert_int_equal(set.total, ref.total);
 	assert_memory_equal(set.v, ref.v, ref.n * sizeof(*ref.v));
-	index_ranges_free(&set);
-	index_ranges_free(&ref);
+	util_ranges_free(&set);
+	util_ranges_free(&ref);
 	(void)ctx;
 }
 
 static void test_ranges_add(void **state)
 {
 	/* The first add and every doubling (8, 16) allocate. */
-	assert_true(torture("index_ranges_add", ranges_run, NULL) >= 3);
+	assert_true(torture("util_ranges_add", ranges_run, NULL) >= 3);
 }
 
-/* ---- fetch/flight.c ----------------------------------------------------------------- */
+/* ---- fetch/engine/flight.c ----------------------------------------------------------------- */
 
 #define PIECE (4096u)
 #define PIECES 24u /* > 2 * 8: the range sets grow twice while pieces arrive out of order */
@@ -495,13 +495,13 @@ static void lifecycle_run(void *ctx, unsigned long n)
 	struct flight_table *t = NULL;
 	struct flight *f = NULL, *g = NULL;
 	struct test_waiter whole, first, gone;
-	struct index_ranges copy;
+	struct util_ranges copy;
 	bool created;
 	int rc;
 
 	snprintf(key, sizeof(key), "sha256:%s", lc->verify ? object_sha256 : "none");
 	struct flight_spec spec = spec_for(key, sha);
-	index_ranges_init(&copy);
+	util_ranges_init(&copy);
 
 	alloc_fail_arm(n);
 	rc = flight_table_create(lc->dir->fd, &t);
@@ -597,7 +597,7 @@ done:
 	if (g)
 		flight_unref(g);
 	flight_unref(f);
-	index_ranges_free(&copy);
+	util_ranges_free(&copy);
 	empty_dir(dir);
 }
 
@@ -657,7 +657,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	char key[80];
 	struct flight_table *t;
 	struct flight *f;
-	struct index_ranges rec;
+	struct util_ranges rec;
 	struct test_waiter w;
 	bool created;
 	int rc;
@@ -669,11 +669,11 @@ static void reopen_run(void *ctx, unsigned long n)
 	assert_int_equal(flight_table_create(d->fd, &t), 0);
 	assert_int_equal(flight_table_join(t, &spec, &f, &created), 0);
 	assert_int_equal(flight_open_spool(f), 0);
-	index_ranges_init(&rec);
+	util_ranges_init(&rec);
 	for (unsigned k = 0; k < PIECES; k += 2) {
 		uint64_t off = (uint64_t)k * PIECE;
 		assert_int_equal(flight_deliver(f, off, object + off, PIECE), 0);
-		assert_int_equal(index_ranges_add(&rec, off, off + PIECE), 0);
+		assert_int_equal(util_ranges_add(&rec, off, off + PIECE), 0);
 	}
 	flight_table_destroy(t);
 	flight_unref(f);
@@ -713,7 +713,7 @@ static void reopen_run(void *ctx, unsigned long n)
 	assert_table_unlocked(t);
 	flight_table_destroy(t);
 	flight_unref(f);
-	index_ranges_free(&rec);
+	util_ranges_free(&rec);
 	empty_dir(d->path);
 }
 
@@ -917,7 +917,7 @@ static void records_run(void *ctx, unsigned long n)
 	struct tmpdir *d = ctx;
 	char db[128], seal[64], **keys = NULL;
 	struct index_records *rec = NULL;
-	struct index_ranges want, back;
+	struct util_ranges want, back;
 	struct index_spool_entry lru[4];
 	uint64_t bytes = 0;
 	size_t nlru = 0, nkeys = 0;
@@ -925,10 +925,10 @@ static void records_run(void *ctx, unsigned long n)
 	int rc;
 
 	snprintf(db, sizeof(db), "%s/index.db", d->path);
-	index_ranges_init(&want);
-	index_ranges_init(&back);
+	util_ranges_init(&want);
+	util_ranges_init(&back);
 	for (unsigned k = 0; k < 12; k++)
-		assert_int_equal(index_ranges_add(&want, k * 100, k * 100 + 50), 0);
+		assert_int_equal(util_ranges_add(&want, k * 100, k * 100 + 50), 0);
 
 	alloc_fail_arm(n);
 	rc = index_records_open(db, &rec);
@@ -977,8 +977,8 @@ static void records_run(void *ctx, unsigned long n)
 out:
 	alloc_fail_disarm();
 	index_records_close(rec);
-	index_ranges_free(&want);
-	index_ranges_free(&back);
+	util_ranges_free(&want);
+	util_ranges_free(&back);
 	empty_dir(d->path);
 }
 
@@ -994,7 +994,7 @@ static void test_records(void **state)
 	assert_true(points >= 100);
 }
 
-/* ---- fetch/http.c ------------------------------------------------------------------- */
+/* ---- fetch/http/http.c ------------------------------------------------------------------- */
 
 /* The header parser allocates nothing at all: no allocation can fail it. */
 static void test_http_no_allocations(void **state)
@@ -1032,7 +1032,7 @@ static void test_http_no_allocations(void **state)
 	(void)state;
 }
 
-/* ---- fetch/s3_list.c ---------------------------------------------------------------- */
+/* ---- fetch/s3/s3_list.c ---------------------------------------------------------------- */
 
 #define XML_DECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 #define LBR_OPEN "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
@@ -1228,7 +1228,7 @@ static void test_s3_list(void **state)
 	(void)state;
 }
 
-/* ---- fetch/sigv4.c ------------------------------------------------------------------ */
+/* ---- fetch/s3/sigv4.c ------------------------------------------------------------------ */
 
 static const struct sigv4_param sig_params[] = {
     {"list-type", "2"},

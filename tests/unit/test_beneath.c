@@ -1,5 +1,5 @@
 /*
- * A file: mirror's objects stay beneath its directory (fetch/beneath.c): the path check of
+ * A file: mirror's objects stay beneath its directory (fetch/http/beneath.c): the path check of
  * a mirror-relative URL, and the open with openat2 and with the walk that replaces it on
  * kernels without openat2 (forced with SPOOLFS_TEST_NO_OPENAT2=1).
  */
@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/beneath.h"
+#include "fetch/http/beneath.h"
 
 static void accepts(const char *rel, const char *want)
 {

@@ -1,5 +1,5 @@
 /*
- * The cache directory's life cycle (fetch/cache_dir.c): what it creates, what it refuses,
+ * The cache directory's life cycle (fetch/cache/cache_dir.c): what it creates, what it refuses,
  * and what its clean-up deletes. We run as root, so another user's directory is one
  * chowned to nobody (65534). Two opens of one directory stand for two mounts: flock
  * conflicts between open files, not processes.
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/cache_dir.h"
+#include "fetch/cache/cache_dir.h"
 
 #define NOBODY 65534
 

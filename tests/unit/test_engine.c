@@ -1,5 +1,5 @@
 /*
- * Unit tests for the transfer engine (fetch/engine.c, stream.c, schedule.c, engine_cache.c,
+ * Unit tests for the transfer engine (fetch/engine/engine.c, stream.c, schedule.c, engine_cache.c,
  * recorder.c), driven without FUSE: the test joins flights, parks waiters and kicks the
  * engine the way fs/ops.c and fs/reply.c do, against a real HTTP server on 127.0.0.1.
  *
@@ -34,9 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fetch/engine.h"
-#include "fetch/flight.h"
-#include "fetch/flight_i.h" /* white-box: a flight's durable mark */
+#include "fetch/engine/engine.h"
+#include "fetch/engine/flight.h"
+#include "fetch/engine/flight_i.h" /* white-box: a flight's durable mark */
 #include "index/records.h"
 #include "helpers.h"
 
@@ -773,7 +773,7 @@ static void test_recorder_completion_record(void **state)
 	struct test_waiter *again = &fx->w[1];
 	struct srv_request req[MAX_REQUESTS];
 	char err[256] = "";
-	struct index_ranges ranges;
+	struct util_ranges ranges;
 	bool complete = false;
 
 	assert_int_equal(index_records_open_at(fx->dirfd, fx->dir, &fx->records, err, sizeof(err)),
@@ -784,11 +784,11 @@ static void test_recorder_completion_record(void **state)
 	struct flight *f;
 	assert_int_equal(read_once(fx, fx->sha256, 0, fx->size, &f), 0);
 	assert_true(atomic_load(&f->durable));
-	index_ranges_init(&ranges);
+	util_ranges_init(&ranges);
 	assert_int_equal(index_spool_lookup(fx->records, fx->key, &complete, &ranges), 0);
 	assert_true(complete);
 	assert_int_equal(ranges.total, fx->size);
-	index_ranges_free(&ranges);
+	util_ranges_free(&ranges);
 	flight_unref(f);
 
 	/* A later session over the same cache directory serves it from the record. */

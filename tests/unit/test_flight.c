@@ -1,5 +1,5 @@
 /*
- * Unit tests for the flight state machine (fetch/flight.h), without curl or FUSE: each test
+ * Unit tests for the flight state machine (fetch/engine/flight.h), without curl or FUSE: each test
  * makes a flight table on a temporary spool directory, joins flights, and plays the
  * transfer thread itself with flight_open_spool and flight_deliver. Readers are parked
  * flight_waiters whose done callback records what it was told.
@@ -25,8 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fetch/flight.h"
-#include "fetch/flight_i.h" /* white-box: refs, in_table, locks */
+#include "fetch/engine/flight.h"
+#include "fetch/engine/flight_i.h" /* white-box: refs, in_table, locks */
 #include "helpers.h"
 
 #define KIB (1024ull)
@@ -932,9 +932,9 @@ static void test_copy_written(void **state)
 	const uint64_t size = 10000;
 	uint8_t *data = make_object(size);
 	struct flight *f = start(fx, "url:copy", "", size);
-	struct index_ranges out;
+	struct util_ranges out;
 
-	index_ranges_init(&out);
+	util_ranges_init(&out);
 	assert_int_equal(flight_deliver(f, 0, data, 100), 0);
 	assert_int_equal(flight_deliver(f, 5000, data + 5000, 100), 0);
 	assert_int_equal(flight_copy_written(f, &out), 0);
@@ -944,7 +944,7 @@ static void test_copy_written(void **state)
 	assert_int_equal(out.v[0].end, 100);
 	assert_int_equal(out.v[1].start, 5000);
 	assert_int_equal(out.v[1].end, 5100);
-	index_ranges_free(&out);
+	util_ranges_free(&out);
 
 	finish(fx, &f, 1);
 	free(data);
@@ -1347,7 +1347,7 @@ static void test_key_url_hashes_no_password(void **state)
 	free(ka);
 	free(kb);
 	free(kc);
-	/* An '@' in the password: all of it goes, as fetch_redact_url drops it. */
+	/* An '@' in the password: all of it goes, as util_redact_url drops it. */
 	assert_int_equal(flight_key_url("http://u:p@w@h/o", &ka), 0);
 	assert_int_equal(flight_key_url("http://v:q@h/o", &kb), 0);
 	assert_string_equal(ka, kb);

@@ -1,5 +1,5 @@
 /*
- * The keyed hash of the hash tables (index/hash.c) and the two manifest tables that use it
+ * The keyed hash of the hash tables (util/hash.c) and the two manifest tables that use it
  * (index/path_table.c, index/digest_sizes.c): the hash is SipHash-2-4 as OpenSSL computes
  * it, each table draws its own key, and the tables stay right when every key collides.
  * How fast a crafted manifest mounts is a benchmark (tests/bench/hash_flood.sh), not this.
@@ -18,11 +18,11 @@
 #include <openssl/params.h>
 
 #include "index/digest_sizes.h"
-#include "index/hash.h"
+#include "util/hash.h"
 #include "index/path_table.h"
 
 /* OpenSSL's SipHash of data under key, 8 bytes out, read little-endian. */
-static uint64_t openssl_siphash(const struct index_hash_key *key, const void *data, size_t len)
+static uint64_t openssl_siphash(const struct util_hash_key *key, const void *data, size_t len)
 {
 	unsigned char k[16], out[8];
 	size_t out_size = 8, out_len = 0;
@@ -56,11 +56,11 @@ static void test_the_hash_is_siphash(void **state)
 	for (size_t i = 0; i < sizeof(data); i++)
 		data[i] = (unsigned char)(i * 37 + 11);
 	for (int round = 0; round < 4; round++) {
-		struct index_hash_key key;
-		assert_int_equal(index_hash_key_new(&key), 0);
+		struct util_hash_key key;
+		assert_int_equal(util_hash_key_new(&key), 0);
 		/* Every tail length, and more than one 8-byte block. */
 		for (size_t len = 0; len <= sizeof(data); len++)
-			assert_true(index_hash_bytes(&key, data, len) ==
+			assert_true(util_hash_bytes(&key, data, len) ==
 			            openssl_siphash(&key, data, len));
 	}
 }

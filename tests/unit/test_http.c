@@ -1,6 +1,6 @@
 /*
- * Unit tests for fetch/http.h: Content-Range parsing, header-line parsing, weak ETags and
- * retry backoff, the redirect schemes; and fetch/net.h's link-local address check. Pure
+ * Unit tests for fetch/http/http.h: Content-Range parsing, header-line parsing, weak ETags and
+ * retry backoff, the redirect schemes; and fetch/http/net.h's link-local address check. Pure
  * functions: no fixtures, no threads.
  */
 #include <stdarg.h>
@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "fetch/http.h"
-#include "fetch/log.h"
-#include "fetch/net.h"
+#include "fetch/http/http.h"
+#include "util/log.h"
+#include "fetch/http/net.h"
 
 /* Parses a NUL-terminated value; the out-parameters are poisoned first. */
 static int parse_cr(const char *value, uint64_t *start, uint64_t *end, bool *known, uint64_t *total)
@@ -455,11 +455,11 @@ static void test_redact_url(void **state)
 	char buf[256];
 
 	assert_string_equal(
-	    fetch_redact_url("http://alice:S3cret@PW@host:80/p/a.bin?sig=x", buf, sizeof(buf)),
+	    util_redact_url("http://alice:S3cret@PW@host:80/p/a.bin?sig=x", buf, sizeof(buf)),
 	    "http://host:80/p/a.bin");
-	assert_string_equal(fetch_redact_url("https://u:p@h/a#frag", buf, sizeof(buf)),
+	assert_string_equal(util_redact_url("https://u:p@h/a#frag", buf, sizeof(buf)),
 	                    "https://h/a");
-	assert_string_equal(fetch_redact_url("http://h/a@b?x=1", buf, sizeof(buf)), "http://h/a@b");
+	assert_string_equal(util_redact_url("http://h/a@b?x=1", buf, sizeof(buf)), "http://h/a@b");
 }
 
 static void test_etag_sendable(void **state)

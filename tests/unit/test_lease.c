@@ -1,5 +1,5 @@
 /*
- * Leases between mounts (fetch/lease.c): two open file descriptions of one lease file stand
+ * Leases between mounts (fetch/cache/lease.c): two open file descriptions of one lease file stand
  * for two mounts, since OFD locks conflict between open files, not processes.
  */
 #include <errno.h>
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/lease.h"
+#include "fetch/cache/lease.h"
 
 struct fixture {
 	char dir[64];

@@ -1,5 +1,5 @@
 /*
- * The listing single-flight (fetch/listing_flight.c), on a real lazy index and a listing
+ * The listing single-flight (fetch/source/listing_flight.c), on a real lazy index and a listing
  * function that the test holds at a gate: no S3 server is needed, since the single-flight
  * only asks the index whether a directory is listed and calls the function once.
  * Workers collect their results; the main thread asserts after pthread_join.
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/listing_flight.h"
+#include "fetch/source/listing_flight.h"
 #include "index/index.h"
 
 #define JOINERS 2

@@ -22,7 +22,7 @@
 
 #include "index/index.h"
 #include "index/records.h"
-#include "index/ranges.h"
+#include "util/ranges.h"
 #include "helpers.h"
 
 #define BASE "https://example.com/m/manifest.json"
@@ -341,17 +341,17 @@ static void test_readdir_cookie_resumes(void **state)
 static void test_second_open_starts_fresh(void **state)
 {
 	struct fixture *f = *state;
-	struct index_ranges r;
+	struct util_ranges r;
 	sqlite3 *db;
 	sqlite3_stmt *st;
 
 	assert_int_equal(load(f, valid_manifest), 0);
-	index_ranges_init(&r);
-	assert_int_equal(index_ranges_add(&r, 0, 4096), 0);
-	assert_int_equal(index_ranges_add(&r, 8192, 9000), 0);
+	util_ranges_init(&r);
+	assert_int_equal(util_ranges_add(&r, 0, 4096), 0);
+	assert_int_equal(util_ranges_add(&r, 8192, 9000), 0);
 	assert_int_equal(index_record_ranges(f->rec, "sha256:" SHA_LOWER, &r), 0);
 	assert_int_equal(index_record_sealed(f->rec, "url:https://x/y", "seal"), 0);
-	index_ranges_free(&r);
+	util_ranges_free(&r);
 	index_close(f->idx);
 	f->idx = NULL;
 	index_records_close(f->rec);
@@ -399,20 +399,20 @@ static void test_second_open_starts_fresh(void **state)
 static void test_record_ranges_and_complete(void **state)
 {
 	struct fixture *f = *state;
-	struct index_ranges r;
+	struct util_ranges r;
 
-	index_ranges_init(&r);
-	assert_int_equal(index_ranges_add(&r, 0, 10), 0);
+	util_ranges_init(&r);
+	assert_int_equal(util_ranges_add(&r, 0, 10), 0);
 	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0);
-	assert_int_equal(index_ranges_add(&r, 20, 30), 0);
+	assert_int_equal(util_ranges_add(&r, 20, 30), 0);
 	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0); /* replaces */
 	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0);
 	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0); /* idempotent */
 	assert_int_equal(index_record_forget(f->rec, "k"), 0);
 	assert_int_equal(index_record_forget(f->rec, "never-seen"), 0);
-	index_ranges_clear(&r);
+	util_ranges_clear(&r);
 	assert_int_equal(index_record_ranges(f->rec, "empty", &r), 0);
-	index_ranges_free(&r);
+	util_ranges_free(&r);
 	index_records_close(f->rec);
 	f->rec = NULL;
 

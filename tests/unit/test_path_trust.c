@@ -1,5 +1,5 @@
 /*
- * fetch_path_trusted (fetch/path_trust.c): the StrictModes rule for the path sqlite opens
+ * fetch_path_trusted (fetch/cache/path_trust.c): the StrictModes rule for the path sqlite opens
  * index.db by. Directories are made under a fresh one in /tmp (sticky, so it passes).
  */
 #include <setjmp.h>
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/path_trust.h"
+#include "fetch/cache/path_trust.h"
 
 #define NOBODY 65534
 

@@ -1,5 +1,5 @@
 /*
- * Unit tests for fetch/s3_creds.h: the environment, the shared credentials file (profile
+ * Unit tests for fetch/s3/s3_creds.h: the environment, the shared credentials file (profile
  * choice, INI rules, malformed files), and that no message carries a secret.
  *
  * Each test runs with the AWS_* variables cleared and HOME pointing at a fresh temporary
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fetch/s3_creds.h"
+#include "fetch/s3/s3_creds.h"
 
 #define SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 #define SECRET2 "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"

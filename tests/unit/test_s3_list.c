@@ -1,5 +1,5 @@
 /*
- * Unit tests for fetch/s3_list.h: realistic ListObjectsV2 pages (truncated with a token, the
+ * Unit tests for fetch/s3/s3_list.h: realistic ListObjectsV2 pages (truncated with a token, the
  * last page, url-encoded and plain keys, hostile key shapes), S3 error bodies, malformed and
  * hostile XML, bounds, and streaming in arbitrary chunks.
  */
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fetch/s3_list.h"
+#include "fetch/s3/s3_list.h"
 #include "helpers.h"
 
 #define XML_DECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"

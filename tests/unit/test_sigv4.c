@@ -1,5 +1,5 @@
 /*
- * Unit tests for fetch/sigv4.h: AWS's published SigV4 test suite (tests/unit/sigv4-vectors/,
+ * Unit tests for fetch/s3/sigv4.h: AWS's published SigV4 test suite (tests/unit/sigv4-vectors/,
  * see the README there), the S3 GetObject example with a Range header from the S3 docs, S3 path
  * and query encoding, and rejection of bad input.
  *
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "fetch/sigv4.h"
+#include "fetch/s3/sigv4.h"
 #include "helpers.h"
 
 #ifndef SIGV4_VECTORS_DIR

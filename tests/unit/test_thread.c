@@ -1,5 +1,5 @@
 /*
- * Starting threads (fetch/thread.c) and the worker built on it (fetch/worker.c): the new
+ * Starting threads (util/thread.c) and the worker built on it (util/worker.c): the new
  * thread carries its name and has the termination signals blocked from its first
  * instruction, and its starter's own mask is left as it was. Each thread records what it
  * sees; the main thread asserts after joining it.
@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "fetch/thread.h"
-#include "fetch/worker.h"
+#include "util/thread.h"
+#include "util/worker.h"
 
 static const int termination[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE};
 
@@ -65,7 +65,7 @@ static struct seen seen_by(const char *name)
 	struct seen seen = {0};
 	pthread_t t;
 
-	assert_int_equal(fetch_thread_start(&t, name, look_main, &seen), 0);
+	assert_int_equal(util_thread_start(&t, name, look_main, &seen), 0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_true(seen.read_comm);
 	return seen;
@@ -99,7 +99,7 @@ static void test_the_callers_mask_is_kept(void **state)
 	sigemptyset(&mine);
 	sigaddset(&mine, SIGUSR2);
 	assert_int_equal(pthread_sigmask(SIG_SETMASK, &mine, &before), 0);
-	assert_int_equal(fetch_thread_start(&t, "spoolfs-test", look_main, &seen), 0);
+	assert_int_equal(util_thread_start(&t, "spoolfs-test", look_main, &seen), 0);
 	assert_int_equal(pthread_sigmask(SIG_SETMASK, &before, &after), 0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	assert_int_equal(sigismember(&after, SIGUSR2), 1);
@@ -109,11 +109,11 @@ static void test_the_callers_mask_is_kept(void **state)
 }
 
 struct look_job {
-	struct worker_job link; /* first: the worker hands this pointer back */
+	struct util_worker_job link; /* first: the worker hands this pointer back */
 	struct seen seen;
 };
 
-static void look_run(void *ctx, struct worker_job *job)
+static void look_run(void *ctx, struct util_worker_job *job)
 {
 	(void)ctx;
 	look(&((struct look_job *)job)->seen);
@@ -122,12 +122,12 @@ static void look_run(void *ctx, struct worker_job *job)
 static void test_a_worker_runs_jobs_on_its_named_blocked_thread(void **state)
 {
 	struct look_job job = {0};
-	struct worker *w;
+	struct util_worker *w;
 
 	(void)state;
-	assert_int_equal(worker_start("spoolfs-wtest", look_run, NULL, &w), 0);
-	assert_true(worker_queue(w, &job.link));
-	worker_stop(w); /* runs the job before it joins */
+	assert_int_equal(util_worker_start("spoolfs-wtest", look_run, NULL, &w), 0);
+	assert_true(util_worker_queue(w, &job.link));
+	util_worker_stop(w); /* runs the job before it joins */
 	assert_true(job.seen.read_comm);
 	assert_string_equal(job.seen.comm, "spoolfs-wtest");
 	assert_blocks_termination(&job.seen);

@@ -1,5 +1,5 @@
 /*
- * The set of versions failed flights had pinned (fetch/version_pins.c): a key keeps its
+ * The set of versions failed flights had pinned (fetch/engine/version_pins.c): a key keeps its
  * first version, per URL it was fetched from.
  */
 #include <errno.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "fetch/version_pins.h"
+#include "fetch/engine/version_pins.h"
 
 static void test_a_pinned_key_gives_its_version(void **state)
 {

@@ -1,0 +1,94 @@
+/*
+ * The transfer engine: one thread that owns a curl multi handle and runs every download.
+ *
+ * Other threads hand it flights with engine_kick (new flights, new waiters that may need a
+ * chunk fetched out of order) and wake it with curl_multi_wakeup. For each flight it runs
+ * one or more streams: ranged GETs that each fill one gap of the spool front to back. A
+ * reader parked far ahead of every stream splits off a stream at its chunk, so it does not
+ * wait for the prefix. A failed attempt resumes from the written frontier with Range,
+ * pinned to the first response's ETag with If-Match, after a backoff; attempts without
+ * progress are bounded, then the flight fails and its readers get -EIO.
+ *
+ * With a cache directory shared by several mounts, one mount downloads each object (it holds
+ * the object's lease) and records its progress in the shared index as it goes; the others
+ * watch those records, serve their readers from the same spool file, and take the download
+ * over from the recorded ranges if the holder lets go without finishing (killed, unmounted).
+ *
+ * Locks: queue_lock guards the hand-over queue and the stop flag. Everything else in the
+ * engine is owned by the transfer thread. The engine takes flight locks only through
+ * flight.h calls and never holds its queue lock while doing so.
+ */
+#ifndef SPOOLFS_FETCH_ENGINE_H
+#define SPOOLFS_FETCH_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "fetch/engine/flight.h"
+#include "fetch/http/net.h"
+
+struct index_records;
+
+struct engine_config {
+	unsigned stall_timeout_s; /* no byte for this long: the attempt is dropped and resumed */
+	unsigned connect_timeout_s;
+	unsigned max_tries;     /* consecutive attempts without progress before giving up */
+	unsigned max_transfers; /* concurrent transfers over all flights */
+	unsigned max_streams_per_flight;
+	unsigned parallel_parts; /* ranged requests a large object is fetched with at once */
+	uint64_t backoff_base_ms;
+	uint64_t backoff_cap_ms;
+	struct fetch_net net;
+	bool durable;            /* fdatasync the spool before recording its ranges */
+	uint64_t cache_max_size; /* with durable: evict least recently used beyond it; 0 = no */
+	struct index_records *records; /* records ranges and completions; may be NULL */
+	/* With durable: the cache directory (held open by the caller for the engine's life)
+	 * whose lease file decides which of the mounts sharing it downloads an object (lease.h);
+	 * the others read its records. -1 (engine_config_defaults): no other mount shares it. */
+	int lease_dirfd;
+	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
+	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
+	void *sign_ctx;
+};
+
+/* Upstream counters, updated by the transfer thread, readable from any thread. */
+struct engine_stats {
+	atomic_uint_fast64_t requests;
+	atomic_uint_fast64_t bytes;
+	atomic_uint_fast64_t retries;
+	atomic_uint_fast64_t failures;
+	atomic_uint_fast64_t completed;
+	/* New flights found complete in the cache directory (an earlier session's download, or
+	 * another mount's): their opens were counted as misses, and were hits. */
+	atomic_uint_fast64_t restored;
+};
+
+struct engine;
+
+void engine_config_defaults(struct engine_config *cfg);
+
+/* Creates the engine (no thread yet). The config's strings must outlive it. 0 or -errno. */
+int engine_create(const struct engine_config *cfg, struct engine **out);
+
+/* Starts the transfer thread. Call after any fork (daemonising). 0 or -errno. */
+int engine_start(struct engine *e);
+
+/*
+ * Stops the thread, aborts every transfer and fails the flights still running with -EIO,
+ * so every parked waiter is answered. Idempotent.
+ */
+void engine_stop(struct engine *e);
+void engine_destroy(struct engine *e);
+
+/*
+ * Asks the engine to look at f: start it if new, or schedule for its waiters. Takes its
+ * own reference; cheap to call repeatedly (a flight is queued once).
+ */
+void engine_kick(struct engine *e, struct flight *f);
+
+const struct engine_stats *engine_stats(struct engine *e);
+
+#endif

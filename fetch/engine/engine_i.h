@@ -1,0 +1,153 @@
+/*
+ * What the transfer thread's files share (engine.c: the loop and flight lifecycle;
+ * stream.c: one request and its curl callbacks; schedule.c: which requests to start;
+ * engine_cache.c: a cache directory's records and the leases shared with other mounts).
+ * Streams, the active list and everything marked "transfer thread only" belong to the
+ * transfer thread alone; nothing here is for code outside fetch/.
+ */
+#ifndef SPOOLFS_FETCH_ENGINE_I_H
+#define SPOOLFS_FETCH_ENGINE_I_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fetch/engine/engine.h"
+#include "fetch/engine/flight_i.h"
+#include "fetch/http/http.h"
+
+/*
+ * Body bytes are written to the spool in runs of up to this, and each transfer's curl
+ * receives into a buffer of CURL_BUFFER_BYTES. Measured on a cold 1 GiB read (4 runs
+ * each): 512/512 KiB peaked at 17.7 MiB RSS, 256/64 KiB at 13.5 MiB, in the same time.
+ */
+#define SPOOL_WRITE_BYTES (256u << 10)
+#define CURL_BUFFER_BYTES (64L << 10)
+
+struct stream {
+	struct engine *engine;
+	struct flight *f;
+	CURL *easy;
+	struct curl_slist *headers;
+	uint64_t pos;           /* next byte to write */
+	uint64_t end;           /* exclusive; lowered when a far reader splits the stream */
+	uint64_t attempt_start; /* pos when this request started */
+	uint64_t skip;          /* leading bytes to drop: a 200 answered a ranged request */
+	bool checked;           /* status and headers validated */
+	bool reached_end;
+	bool retryable;         /* the status asked for a retry (5xx, 429, 408) */
+	bool stalled;           /* aborted: no byte for the stall timeout */
+	bool background;        /* fills the object for nobody in particular */
+	bool ranged;            /* asked with Range: a 200 then means the server ignores it */
+	bool answered_short;    /* a 206 with less than asked: end lowered to what it sends */
+	unsigned round;         /* the flight's fail_round when it started */
+	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
+	uint64_t started_ms;    /* when this request started */
+	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
+	uint64_t received;      /* body bytes curl handed over, skipped ones included */
+	uint64_t window_ms;     /* when the current low-speed window started */
+	uint64_t window_bytes;  /* received when it did */
+	bool too_slow;    /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
+	int fatal;        /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx; /* which of the flight's urls it asked */
+	int obj_fd;       /* a file: mirror's object, read by curl through /proc; or -1 */
+	char why[320];    /* what went wrong, for the log line */
+	struct fetch_net_guard guard; /* a link-local address refused (fetch_net_apply) */
+	struct http_response resp;
+	char errbuf[CURL_ERROR_SIZE];
+	struct stream *next; /* in f->streams */
+};
+
+struct lease_set;
+
+struct engine {
+	struct engine_config cfg;
+	struct engine_stats stats;
+	CURLM *multi;
+	pthread_t thread;
+	bool thread_started;
+
+	pthread_mutex_t queue_lock;
+	/* Guarded by queue_lock. */
+	struct flight *queue;
+	bool stopping;
+
+	/* Transfer thread only. */
+	struct flight **active;
+	size_t n_active;
+	size_t cap_active;
+	unsigned n_transfers;
+	unsigned n_background; /* transfers of streams nobody is waiting on */
+	int64_t last_use_stamp;
+	struct recorder *recorder; /* with durable: writes progress records; else NULL */
+	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
+	/*
+	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
+	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
+	 * and a flight update per 16 KiB (65,536 per GiB). Always empty outside
+	 * curl_multi_perform, so everything else sees a stream's bytes as written up to pos.
+	 */
+	struct stream *pending_stream; /* NULL when empty */
+	/* Transfer thread only: a flush failed, so some stream curl still runs may carry a
+	 * fatal error no callback of its own will report; engine_main ends such streams. */
+	bool write_failed;
+	uint64_t recheck_ms; /* when a deferred split is looked at again, 0 = none */
+	/* Transfer thread only: a callback ended some streams by their end (pos == end);
+	 * engine_main frees them. */
+	bool streams_stopped;
+	uint64_t pending_off;
+	size_t pending_len;
+	char *pending_buf; /* SPOOL_WRITE_BYTES */
+};
+
+static inline uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A flight that another mount's download serves; the lease says who downloads. */
+static inline bool watching(const struct engine *e, const struct flight *f)
+{
+	return e->cfg.lease_dirfd >= 0 && !f->lease_held;
+}
+
+/* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */
+void engine_fail_flight(struct engine *e, struct flight *f, int err, const char *why);
+/* Notes that urls[from] refused f (why goes to the log) and moves f to its next url. False
+ * when none is left to try (or f may not switch): the caller fails f. */
+bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why);
+
+/* stream.c */
+/* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */
+int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t end);
+void stream_free(struct engine *e, struct stream *s);
+/* Writes the body bytes held back for the spool. Fails with -errno, which also marks the
+ * stream they belong to as failed. */
+int stream_flush_pending(struct engine *e);
+void stream_check_response(struct stream *s);
+void stream_why(struct stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* schedule.c: starts the requests f needs now (or none, within the limits). */
+void schedule_flight(struct engine *e, struct flight *f);
+
+/* engine_cache.c. Each fails f itself (engine_fail_flight) when it cannot go on. */
+/* Records f's progress when one is due (force: now), in a cache directory only. */
+void cache_record_progress(struct engine *e, struct flight *f, bool force);
+/* A least-recently-used stamp: wall-clock ms, strictly increasing within a session. */
+int64_t cache_use_stamp(struct engine *e);
+/* This mount downloads f: from what the cache holds, else from the start. */
+void cache_start_owned(struct engine *e, struct flight *f);
+/* Lets other mounts take f's download over. */
+void cache_release_lease(struct engine *e, struct flight *f);
+/* Once another mount watches f's download, it fetches everything and records often. */
+void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
+/* Follows another mount's download of f; takes it over when that mount lets go. */
+void cache_watch(struct engine *e, struct flight *f);
+
+#endif

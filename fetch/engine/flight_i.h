@@ -1,0 +1,201 @@
+/*
+ * Flight internals: struct flight itself, and what flight.c, flight_table.c and hasher.c
+ * share. Only fetch/ source files (and fetch's own white-box unit tests) include this;
+ * fs/ and the rest see an opaque struct flight and flight.h's functions.
+ */
+#ifndef SPOOLFS_FETCH_FLIGHT_I_H
+#define SPOOLFS_FETCH_FLIGHT_I_H
+
+#include "fetch/engine/flight.h"
+
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "util/worker.h"
+#include "util/hash.h"
+
+struct stream;
+
+/*
+ * One flight. Its fields fall in five zones by owner: immutable after creation; atomics
+ * any thread reads; guarded by lock; owned by whoever hashes; owned by the transfer thread.
+ * fs/ sees none of them: it goes through flight.h's functions.
+ */
+struct flight {
+	/* Immutable after creation. */
+	char *key;
+	char *url;
+	char *name;
+	char **urls; /* url, then its mirrors (n_urls in all) */
+	unsigned n_urls;
+	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
+	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
+	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
+	 * before any byte is delivered; read by whoever delivers and hashes. */
+	char sha256[65];
+	uint64_t size;
+	uint64_t ino;
+	uint64_t id;
+	struct flight_table *table;
+	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
+	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
+
+	atomic_int refs;
+	atomic_int handles;  /* holders of the spool for an open handle (flight_hold_spool) */
+	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
+	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
+	 * every read checks it without the lock; seq_* (below) decide when, under it. */
+	atomic_bool whole;
+
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	enum flight_state state;
+	int error;            /* -errno once FAILED */
+	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
+	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
+	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
+	ino_t spool_ino;
+	struct timespec spool_ctime; /* its change time when the idle spool was last closed */
+	bool engine_done;            /* the transfer thread retired it: it writes no more */
+	char *spool_name;            /* in the table's spool directory */
+	/* The spool is another mount's download (shared cache directory): read it, never
+	 * delete it. */
+	bool spool_borrowed;
+	struct util_ranges written;   /* on disk */
+	struct util_ranges published; /* readable: written, minus what verification withholds */
+	struct flight_waiter *waiters;
+	/* Every inode opened onto it (aliases share a flight): on failure each one's cached
+	 * pages go. inos_lost: one could not be noted (out of memory), so all of the key's do. */
+	uint64_t *inos;
+	unsigned n_inos, cap_inos;
+	bool inos_lost;
+	bool bad_hash;     /* its bytes failed their sha256: that version is not the session's */
+	bool in_table;     /* also guarded by the table lock (both held to change) */
+	bool seq_seen;     /* a read was noted: seq_next means something */
+	uint64_t seq_next; /* where a read continuing the last one starts */
+	uint64_t seq_run;  /* bytes read in a row up to seq_next */
+
+	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
+	EVP_MD_CTX *hash;                 /* running sha256 of the contiguous prefix */
+	uint64_t hashed;                  /* bytes of the prefix fed to hash */
+	atomic_bool hash_queued;          /* in the hasher's queue, from its kick until its turn */
+	struct util_worker_job hash_link; /* the hasher's queue entry (worker.h) */
+
+	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
+	struct stream *streams;
+	unsigned n_streams;
+	unsigned failures;           /* consecutive failed attempts without progress */
+	uint64_t written_at_failure; /* flight_written() when the last one was counted */
+	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
+	unsigned fail_round; /* failures counted so far: streams started since share one */
+	uint64_t retry_due_ms; /* 0 = no retry pending */
+	/* The version every request asks for ("" = none yet: the first response's), and which
+	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
+	 * changes them under lock (it alone changes them, so it reads them without). */
+	char etag[256];
+	unsigned url_idx;
+	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
+	/* With no ETag: the first response's Last-Modified, which every later one must show
+	 * (and asks for with If-Unmodified-Since). "" = none. */
+	char last_modified[64];
+	bool version_seen;     /* a response has been checked against (or pinned) the version */
+	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
+	bool engine_started;
+	bool engine_queued;               /* guarded by the engine's queue lock */
+	struct flight *engine_next;       /* guarded by the engine's queue lock */
+	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
+	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
+	uint64_t recorded_ms;             /* when they were */
+	int last_status;                  /* last HTTP status, for the failure log line */
+	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
+	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
+	bool lease_held;        /* this flight downloads; else another mount does and it watches */
+	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
+	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
+	                   holder next looks for watchers */
+	bool watched;           /* a holder that another mount watches: whole, recorded often */
+	bool final_recorded;    /* its completion or failure is queued for the index */
+	bool restored;          /* found complete in the cache directory (engine_stats) */
+};
+
+/*
+ * Whether f's sha256 names its version. Its bytes are then checked by the hash, whatever
+ * server sent them: dates and ETags that differ between servers or sessions do not make
+ * it another object, so neither is pinned nor compared, and mirrors may take over mid-way.
+ * Only a different ETag from the one server still fails it (see check_version).
+ */
+static inline bool flight_hash_names_version(const struct flight *f)
+{
+	return f->sha256[0] != '\0';
+}
+
+/* flight_table.c. Lock order: table->lock, then a flight's lock. */
+#define TABLE_BUCKETS 1024
+struct tainted_key;
+struct table_entry;
+struct version_pins;
+
+struct flight_table {
+	int spool_dirfd; /* the spool directory, set at creation */
+	pthread_mutex_t lock;
+	/* Set at creation, read-only afterwards: picks a key's bucket (keys come from manifests,
+	 * listings and upstreams, so the hash is keyed: see util/hash.h). */
+	struct util_hash_key key;
+	/* Guarded by lock. */
+	struct table_entry *buckets[TABLE_BUCKETS];
+	uint64_t next_id;
+	struct tainted_key *tainted; /* keys whose last flight failed */
+	/* Changed under lock; read without it by every open, to skip an empty list. */
+	atomic_uint n_tainted;
+	struct version_pins *pins; /* the versions failed flights had pinned */
+	/* Set before the first flight exists, read-only afterwards. */
+	bool close_idle_spools;       /* see flight_table_close_idle_spools */
+	bool spools_shared;           /* a cache directory: reopened spools are marked in use */
+	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
+	void (*on_failed)(void *ctx, struct flight *f);
+	void *on_failed_ctx;
+	void (*on_complete)(void *ctx, struct flight *f);
+	void *on_complete_ctx;
+};
+
+/*
+ * Takes a failed flight out of the table so the next open starts a new one, marks its key
+ * so that open drops the kernel's cached pages, and keeps etag (from url), its version, for
+ * the next flight of it. No locks held.
+ */
+void flight_table_remove(struct flight *f, const char *etag, const char *url);
+
+/*
+ * The version the next flight of f's key must keep to (version_pins.c): the ETag its first
+ * response from the manifest's URL showed, else that response's Last-Modified
+ * (VERSION_PIN_LAST_MODIFIED), in out; "" when there is none to keep: the source named the
+ * version, or its bytes failed their hash. Caller holds f->lock.
+ */
+void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap);
+
+/* flight.c. A new flight for spec, one reference, or NULL when out of memory. */
+struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id);
+
+/*
+ * Hashes what became contiguous since the last call and, once the whole object is hashed,
+ * verifies it and publishes the withheld bytes. Called by the flight's hashing owner only.
+ * Returns 0, or -EIO on a mismatch (the caller fails the flight), or -errno.
+ */
+int flight_hash_progress(struct flight *f);
+
+struct flight_hasher;
+
+/* Starts the thread; *out is NULL on failure. 0 or -errno. */
+int flight_hasher_start(struct flight_hasher **out);
+/* Stops and joins it, dropping what is still queued. NULL is fine. */
+void flight_hasher_stop(struct flight_hasher *h);
+/* Queues f (once) for flight_hash_progress, taking a reference. Any thread. */
+void flight_hasher_kick(struct flight_hasher *h, struct flight *f);
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * Which requests a flight needs now: far readers first, then the rest of the object in
+ * pieces, within the engine's connection limits. Transfer thread only.
+ */
+#include <inttypes.h>
+
+#include "fetch/engine/engine_i.h"
+#include "util/log.h"
+#include "util/ranges.h"
+
+/* A reader this far ahead of a stream's position gets a stream of its own. */
+#define FAR_AHEAD_BYTES FLIGHT_CHUNK_BYTES
+/*
+ * Splitting a stream for a far reader throws away what the old one has in flight past the
+ * split point: on a fast link, the rest of a small object (its tail was fetched twice when
+ * a head and a tail reader came together). So a far reader waits for the stream when it
+ * will get there within this long, at the rate it has been going; a stream with no rate
+ * yet gets this long to show one.
+ */
+#define SPLIT_WAIT_MS 100
+/* A rate measured over less than this is not trusted yet. */
+#define RATE_SAMPLE_MS 10
+#define RATE_SAMPLE_BYTES (256u << 10)
+#define MAX_WANTED 32
+/* What one request of a whole download asks for: big enough that a request's own cost
+ * does not show, small enough that the prefix readers wait on keeps up with the sum. */
+#define PIECE_BYTES (8u << 20)
+
+/* written plus what running streams will write: what nobody needs to ask for again. */
+static int claimed_ranges(struct flight *f, struct util_ranges *claimed)
+{
+	int rc = flight_copy_written(f, claimed);
+
+	for (struct stream *s = f->streams; s && rc == 0; s = s->next)
+		rc = util_ranges_add(claimed, s->pos, s->end);
+	return rc;
+}
+
+static struct stream *stream_covering(struct flight *f, uint64_t off)
+{
+	for (struct stream *s = f->streams; s; s = s->next)
+		if (s->pos <= off && off < s->end)
+			return s;
+	return NULL;
+}
+
+static bool can_start(struct engine *e, struct flight *f)
+{
+	return e->n_transfers < e->cfg.max_transfers &&
+	       f->n_streams < e->cfg.max_streams_per_flight;
+}
+
+/*
+ * Slots background streams may take: some are always left for readers, so a reader of a
+ * new object never waits for whole other objects nobody is reading.
+ */
+static unsigned background_room(struct engine *e)
+{
+	unsigned reserve = e->cfg.max_transfers / 4 ? e->cfg.max_transfers / 4 : 1;
+	unsigned cap = e->cfg.max_transfers > reserve ? e->cfg.max_transfers - reserve : 1;
+	unsigned free_slots;
+
+	if (e->n_background >= cap || e->n_transfers >= e->cfg.max_transfers)
+		return 0;
+	free_slots = e->cfg.max_transfers - e->n_transfers;
+	return cap - e->n_background < free_slots ? cap - e->n_background : free_slots;
+}
+
+/* Streams of f that fill the object for nobody in particular. */
+static unsigned background_streams(const struct flight *f)
+{
+	unsigned n = 0;
+
+	for (const struct stream *s = f->streams; s; s = s->next)
+		n += s->background;
+	return n;
+}
+
+/*
+ * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, at
+ * most PIECE_BYTES of it unless what would be left is a small tail. Adds it to claimed.
+ */
+static int start_piece(struct engine *e, struct flight *f, struct util_ranges *claimed,
+                       uint64_t gap_start, uint64_t gap_end, bool background)
+{
+	uint64_t to = gap_end;
+	int rc;
+
+	if (!f->no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
+		to = gap_start + PIECE_BYTES;
+	rc = stream_start(e, f, gap_start, to);
+	if (rc == 0 && background) {
+		f->streams->background = true; /* stream_start puts it first */
+		e->n_background++;
+	}
+	return rc ? rc : util_ranges_add(claimed, gap_start, to);
+}
+
+/* Whether f may start another piece now. One slot per flight stays free for far readers. */
+static bool room_for_piece(struct engine *e, const struct flight *f)
+{
+	unsigned room = e->cfg.max_streams_per_flight > 1 ? e->cfg.max_streams_per_flight - 1 : 1;
+
+	/* One request until a 206 shows that the server honours Range: one that answers
+	 * each with the whole object would send it again for every piece. */
+	return background_room(e) > 0 && f->n_streams < room &&
+	       (f->n_streams == 0 ||
+	        (f->ranges_seen && !f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
+}
+
+/*
+ * Keeps up to parallel_parts background pieces running on a whole download, each taking
+ * the first unclaimed bytes at or after `from` (then from the start). Pieces in order,
+ * not one long part per connection, so the contiguous prefix that sequential readers and
+ * the hash wait on grows at the speed of all connections together; several connections
+ * win where each is capped.
+ */
+static int fill_pieces(struct engine *e, struct flight *f, struct util_ranges *claimed,
+                       uint64_t from)
+{
+	uint64_t gap_start, gap_end;
+	int rc = 0;
+
+	while (rc == 0 && room_for_piece(e, f)) {
+		if (!util_ranges_next_gap(claimed, from, f->size, &gap_start, &gap_end) &&
+		    !util_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
+			break;
+		rc = start_piece(e, f, claimed, gap_start, gap_end, true);
+	}
+	return rc;
+}
+
+/*
+ * A sparse flight's stream for one missed read: its range rounded out to the demand unit,
+ * within the gap that holds its first missing byte.
+ */
+static int start_demand(struct engine *e, struct flight *f, const struct util_ranges *claimed,
+                        const struct flight_want *want)
+{
+	uint64_t from = want->off - want->off % FLIGHT_DEMAND_BYTES, gap_start, gap_end;
+	uint64_t to = want->end + (FLIGHT_DEMAND_BYTES - 1) - (want->end - 1) % FLIGHT_DEMAND_BYTES;
+
+	gap_end = from;
+	while (util_ranges_next_gap(claimed, gap_end, f->size, &gap_start, &gap_end) &&
+	       gap_end <= want->off)
+		;
+	if (!(gap_start <= want->off && want->off < gap_end))
+		return 0;
+	return stream_start(e, f, from > gap_start ? from : gap_start, to < gap_end ? to : gap_end);
+}
+
+/* The earlier of two times, 0 standing for none. */
+static uint64_t earliest(uint64_t a, uint64_t b)
+{
+	return !a || (b && b < a) ? b : a;
+}
+
+/*
+ * How long s will take to reach byte `to` at the rate it has been going, in ms:
+ * UINT64_MAX when it has shown no rate within SPLIT_WAIT_MS of its start (slow to start:
+ * no reason to believe it will be quick); 0 when it is too young to tell, with *recheck
+ * set to when it may be.
+ */
+static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64_t *recheck)
+{
+	uint64_t got = s->pos - s->attempt_start, elapsed;
+
+	if (to <= s->pos)
+		return 0;
+	if (!s->first_body_ms || got == 0 ||
+	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
+		if (now - s->started_ms >= SPLIT_WAIT_MS)
+			return UINT64_MAX;
+		*recheck = s->started_ms + SPLIT_WAIT_MS;
+		return 0;
+	}
+	elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
+	*recheck = now + RATE_SAMPLE_MS;
+	if (to - s->pos > UINT64_MAX / elapsed)
+		return UINT64_MAX;
+	return (to - s->pos) * elapsed / got;
+}
+
+/*
+ * Whether a reader waiting at `chunk`, ahead of stream s, should have a stream of its own
+ * now (see SPLIT_WAIT_MS). When not, asks the loop to look again by the time it would be.
+ */
+static bool split_worth(struct engine *e, const struct stream *s, uint64_t chunk, uint64_t now)
+{
+	uint64_t recheck = 0;
+
+	if (eta_ms(s, chunk, now, &recheck) > SPLIT_WAIT_MS)
+		return true;
+	e->recheck_ms = earliest(e->recheck_ms, recheck);
+	return false;
+}
+
+/* Whether s fetches one of the bytes readers wait for (n of them in wanted). */
+static bool awaited(const struct stream *s, const struct flight_want *wanted, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (s->pos <= wanted[i].off && wanted[i].off < s->end)
+			return true;
+	return false;
+}
+
+/*
+ * Makes room for a stream a reader of f waits on, when the limits leave none: stops a
+ * stream nobody waits on now that still has more than SPLIT_WAIT_MS to go: a background
+ * piece (one that fills an object for nobody in particular) before one started for readers
+ * who have their bytes by now and left, and of those the one with the most to go; of f
+ * itself when f is at its own limit, else of any object; never one of a server that
+ * ignores ranges, where a new request would start over. Its unfetched part is claimed
+ * again by a later piece; what it had in flight is lost, which a reader kept waiting for
+ * a whole piece (8 s at 1 MiB/s) would cost more. One about to end is waited for instead.
+ * True when there is room now; a stopped piece may have left f a gap to claim.
+ */
+static bool room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
+{
+	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
+	struct stream *victim = NULL;
+	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
+	bool victim_background = false;
+
+	if (can_start(e, f))
+		return true;
+	for (size_t i = 0; i < e->n_active; i++) {
+		struct flight *g = e->active[i];
+		struct flight_want wanted[MAX_WANTED];
+		unsigned n_wanted = 0;
+		bool wanted_known = false, whole;
+		/* Without ranges a new request starts over from byte 0. */
+		if ((own && g != f) || g->no_ranges)
+			continue;
+		for (struct stream *s = g->streams; s; s = s->next) {
+			uint64_t when = 0, eta;
+			if (s == spare || s->skip > 0)
+				continue;
+			/* A reader's stream whose reader is between two reads, or that another
+			 * mount's readers wait on, is still theirs: stopping it would have readers
+			 * take each other's streams in turn. */
+			if (!s->background &&
+			    (g->watched || flight_read_continues_into(g, s->pos, s->end)))
+				continue;
+			eta = eta_ms(s, s->end, now, &when);
+			if (eta <= SPLIT_WAIT_MS) {
+				recheck = earliest(recheck, when);
+				continue;
+			}
+			if (victim && (victim_background > s->background ||
+			               (victim_background == s->background && eta <= victim_eta)))
+				continue;
+			/* Whoever it was started for, someone may wait for it now. */
+			if (!wanted_known) {
+				n_wanted = flight_wanted(g, wanted, MAX_WANTED, &whole);
+				wanted_known = true;
+			}
+			if (!awaited(s, wanted, n_wanted)) {
+				victim = s;
+				victim_eta = eta;
+				victim_background = s->background;
+			}
+		}
+	}
+	if (!victim) {
+		e->recheck_ms = earliest(e->recheck_ms, recheck);
+		return false;
+	}
+	util_log(UTIL_LOG_DEBUG, "%s: %s piece at byte %" PRIu64 " stopped for a reader of %s",
+	         victim->f->name, victim->background ? "background" : "unawaited", victim->pos,
+	         f->name);
+	stream_free(e, victim);
+	return can_start(e, f);
+}
+
+/* Starts the streams f needs now: far readers first, then the rest of the object. */
+void schedule_flight(struct engine *e, struct flight *f)
+{
+	struct flight_want wanted[MAX_WANTED];
+	uint64_t gap_start, gap_end;
+	struct util_ranges claimed;
+	enum flight_state state;
+	uint64_t anchor = UINT64_MAX; /* the chunk of the first byte a reader waits for */
+	uint64_t written;
+	bool whole;
+	unsigned n;
+	bool no_room = false;
+	int rc = 0;
+
+	flight_progress(f, &written, NULL, &state);
+	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms() ||
+	    watching(e, f))
+		return;
+	f->retry_due_ms = 0;
+	uint64_t starved_since = f->starved_ms;
+	f->starved_ms = 0;
+	util_ranges_init(&claimed);
+	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
+	for (unsigned i = 0; i < n && rc == 0; i++) {
+		uint64_t off = wanted[i].off, chunk = off - off % FLIGHT_CHUNK_BYTES;
+		struct stream *s = stream_covering(f, off);
+		anchor = anchor < chunk ? anchor : chunk;
+		if (s) {
+			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
+			    f->no_ranges || !split_worth(e, s, chunk, now_ms()))
+				continue;
+			/* Once nothing could be stopped, this turn stops trying: each try scans
+			 * every stream, and the loop looks again soon (recheck_ms). */
+			if (no_room)
+				continue;
+			if (!room_for_reader(e, f, s)) {
+				no_room = true;
+				f->starved_ms = starved_since ? starved_since : now_ms();
+				continue;
+			}
+			/* Split: the new stream takes the far part, the old one stops there. */
+			uint64_t end = s->end;
+			rc = stream_start(e, f, chunk, end);
+			if (rc == 0)
+				s->end = chunk;
+			continue;
+		}
+		rc = claimed_ranges(f, &claimed);
+		if (rc)
+			break;
+		if (util_ranges_covers(&claimed, off, off + 1))
+			continue; /* written, withheld until verification */
+		bool had_room = can_start(e, f);
+		if (no_room || !room_for_reader(e, f, NULL)) {
+			f->starved_ms = starved_since ? starved_since : now_ms();
+			break;
+		}
+		if (!had_room && (rc = claimed_ranges(f, &claimed)) != 0)
+			break; /* (a stopped piece left a gap to claim) */
+		if (!whole && !f->no_ranges) {
+			rc = start_demand(e, f, &claimed, &wanted[i]);
+			continue;
+		}
+		/* The gap holding the reader's byte, from its chunk boundary at the earliest. */
+		gap_end = chunk;
+		while (util_ranges_next_gap(&claimed, gap_end, f->size, &gap_start, &gap_end) &&
+		       gap_end <= off)
+			;
+		if (gap_start <= off && off < gap_end)
+			rc = start_piece(e, f, &claimed, gap_start, gap_end, false);
+	}
+	/* Once it is read through, the download belongs to the object: with nobody waiting it
+	 * still runs to the end, nearest the first waiting reader first. */
+	/* Called on every turn of the transfer loop: the ranges are copied only while there is
+	 * something left to fetch. */
+	if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
+		rc = claimed_ranges(f, &claimed);
+		if (rc == 0)
+			rc = fill_pieces(e, f, &claimed, anchor == UINT64_MAX ? 0 : anchor);
+	}
+	util_ranges_free(&claimed);
+	/* Nothing else would ever start a request for it: its readers must not wait forever. */
+	if (rc)
+		engine_fail_flight(e, f, rc, "cannot start a request");
+}

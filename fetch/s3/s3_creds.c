@@ -1,0 +1,411 @@
+/*
+ * S3 credentials from the environment or the shared credentials file (see s3_creds.h).
+ * Every buffer that held file text or a secret is cleansed before it is freed.
+ */
+#include "fetch/s3/s3_creds.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#define CREDS_FILE_MAX (1u << 20)
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || err_len == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, err_len, fmt, ap);
+	va_end(ap);
+}
+
+/* strerror without its shared buffer (GNU strerror_r). */
+static const char *errstr(int e, char buf[128])
+{
+	return strerror_r(e, buf, 128);
+}
+
+static void free_secret(char **s)
+{
+	if (*s) {
+		OPENSSL_cleanse(*s, strlen(*s));
+		free(*s);
+		*s = NULL;
+	}
+}
+
+void s3_creds_free(struct s3_creds *c)
+{
+	if (!c)
+		return;
+	free_secret(&c->access_key_id);
+	free_secret(&c->secret_access_key);
+	free_secret(&c->session_token);
+	free(c->origin);
+	c->origin = NULL;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+	char *p = malloc(n + 1);
+
+	if (p) {
+		memcpy(p, s, n);
+		p[n] = '\0';
+	}
+	return p;
+}
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+static void trim(const char **s, const char **e)
+{
+	while (*s < *e && is_blank(**s))
+		(*s)++;
+	while (*e > *s && (is_blank((*e)[-1]) || (*e)[-1] == '\r'))
+		(*e)--;
+}
+
+static bool key_is(const char *k, size_t n, const char *want)
+{
+	return strlen(want) == n && strncasecmp(k, want, n) == 0;
+}
+
+/* Replaces *slot with a copy of [v, v+n), or NULL when n == 0 (an empty value is no value). */
+static int set_value(char **slot, const char *v, size_t n)
+{
+	free_secret(slot);
+	if (n == 0)
+		return 0;
+	*slot = dup_n(v, n);
+	return *slot ? 0 : -ENOMEM;
+}
+
+int s3_creds_parse(const char *text, size_t len, const char *name, const char *profile,
+                   struct s3_creds *out, char *err, size_t err_len)
+{
+	const char *p = text, *end = text + len;
+	bool in_section = false, in_target = false, seen_target = false;
+	long key_indent = -1;
+	size_t lineno = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!profile)
+		profile = "default";
+	if (!name)
+		name = "credentials file";
+	if (!*profile) {
+		set_err(err, err_len, "empty profile name");
+		return -EINVAL;
+	}
+	if (len > 0 && memchr(text, '\0', len)) {
+		set_err(err, err_len, "%s: NUL byte in file", name);
+		return -EINVAL;
+	}
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		const char *ls = p, *le = nl ? nl : end;
+		long indent = 0;
+
+		p = nl ? nl + 1 : end;
+		lineno++;
+		while (ls < le && is_blank(*ls)) {
+			ls++;
+			indent++;
+		}
+		trim(&ls, &le);
+		if (ls == le || *ls == '#' || *ls == ';')
+			continue;
+		if (key_indent >= 0 && indent > key_indent)
+			continue; /* continuation of the previous value */
+		if (*ls == '[') {
+			const char *ns = ls + 1, *ne = le - 1;
+			bool closed = le - ls >= 2 && *ne == ']';
+			if (closed)
+				trim(&ns, &ne);
+			if (!closed || ns == ne) {
+				set_err(err, err_len, "%s:%zu: malformed section header", name,
+				        lineno);
+				rc = -EINVAL;
+				goto fail;
+			}
+			in_section = true;
+			in_target = strlen(profile) == (size_t)(ne - ns) &&
+			            memcmp(ns, profile, (size_t)(ne - ns)) == 0;
+			seen_target = seen_target || in_target;
+			key_indent = -1;
+			continue;
+		}
+
+		const char *ks = ls, *ke = ls, *vs, *ve = le;
+		while (ke < le && *ke != '=' && *ke != ':')
+			ke++;
+		if (ke == le) {
+			set_err(err, err_len, "%s:%zu: expected \"key = value\"", name, lineno);
+			rc = -EINVAL;
+			goto fail;
+		}
+		vs = ke + 1;
+		trim(&ks, &ke);
+		trim(&vs, &ve);
+		if (ks == ke) {
+			set_err(err, err_len, "%s:%zu: empty key", name, lineno);
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (!in_section) {
+			set_err(err, err_len, "%s:%zu: key outside of a [profile] section", name,
+			        lineno);
+			rc = -EINVAL;
+			goto fail;
+		}
+		key_indent = indent;
+		if (!in_target)
+			continue;
+		size_t kn = (size_t)(ke - ks), vn = (size_t)(ve - vs);
+		rc = 0;
+		if (key_is(ks, kn, "aws_access_key_id"))
+			rc = set_value(&out->access_key_id, vs, vn);
+		else if (key_is(ks, kn, "aws_secret_access_key"))
+			rc = set_value(&out->secret_access_key, vs, vn);
+		else if (key_is(ks, kn, "aws_session_token"))
+			rc = set_value(&out->session_token, vs, vn);
+		if (rc < 0) {
+			set_err(err, err_len, "out of memory");
+			goto fail;
+		}
+	}
+
+	rc = -ENOENT;
+	if (!seen_target) {
+		set_err(err, err_len, "no credentials: no profile [%s] in %s", profile, name);
+		goto fail;
+	}
+	if (!out->access_key_id && !out->secret_access_key) {
+		set_err(err, err_len, "no credentials: profile [%s] in %s has no aws_access_key_id",
+		        profile, name);
+		goto fail;
+	}
+	rc = -EINVAL;
+	if (!out->secret_access_key) {
+		set_err(err, err_len,
+		        "profile [%s] in %s has aws_access_key_id but no aws_secret_access_key",
+		        profile, name);
+		goto fail;
+	}
+	if (!out->access_key_id) {
+		set_err(err, err_len,
+		        "profile [%s] in %s has aws_secret_access_key but no aws_access_key_id",
+		        profile, name);
+		goto fail;
+	}
+	rc = -ENOMEM;
+	if (asprintf(&out->origin, "%s [%s]", name, profile) < 0) {
+		out->origin = NULL;
+		set_err(err, err_len, "out of memory");
+		goto fail;
+	}
+	return 0;
+fail:
+	s3_creds_free(out);
+	return rc;
+}
+
+static const char *env_nonempty(const char *name)
+{
+	/* Start-up only (see s3_creds.h): nothing setenv()s concurrently. */
+	const char *v = getenv(name); /* NOLINT(concurrency-mt-unsafe) */
+	return v && *v ? v : NULL;
+}
+
+static int from_env(struct s3_creds *out, char *err, size_t err_len)
+{
+	const char *id = env_nonempty("AWS_ACCESS_KEY_ID");
+	const char *secret = env_nonempty("AWS_SECRET_ACCESS_KEY");
+	const char *token = env_nonempty("AWS_SESSION_TOKEN");
+
+	if (!id && !secret)
+		return -ENOENT;
+	if (!id || !secret) {
+		set_err(err, err_len, "%s is set but %s is not",
+		        id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+		        id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+		return -EINVAL;
+	}
+	out->access_key_id = strdup(id);
+	out->secret_access_key = strdup(secret);
+	out->session_token = token ? strdup(token) : NULL;
+	out->origin = strdup("environment");
+	if (!out->access_key_id || !out->secret_access_key || (token && !out->session_token) ||
+	    !out->origin) {
+		s3_creds_free(out);
+		set_err(err, err_len, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The credentials file's path (malloc'd), or NULL with *rc set. */
+static char *creds_path(int *rc, char *err, size_t err_len)
+{
+	const char *file = env_nonempty("AWS_SHARED_CREDENTIALS_FILE");
+	const char *home = env_nonempty("HOME");
+	char *path = NULL;
+
+	if (file && strncmp(file, "~/", 2) == 0) {
+		if (!home) {
+			set_err(err, err_len,
+			        "AWS_SHARED_CREDENTIALS_FILE starts with ~/ but HOME is not set");
+			*rc = -EINVAL;
+			return NULL;
+		}
+		if (asprintf(&path, "%s/%s", home, file + 2) < 0)
+			path = NULL;
+	} else if (file) {
+		path = strdup(file);
+	} else if (home) {
+		if (asprintf(&path, "%s/.aws/credentials", home) < 0)
+			path = NULL;
+	} else {
+		set_err(err, err_len,
+		        "no credentials: AWS_ACCESS_KEY_ID is not set and HOME is not set to find "
+		        "~/.aws/credentials");
+		*rc = -ENOENT;
+		return NULL;
+	}
+	if (!path) {
+		set_err(err, err_len, "out of memory");
+		*rc = -ENOMEM;
+	}
+	return path;
+}
+
+/* Reads the whole file (at most CREDS_FILE_MAX bytes) into *buf, *len. */
+static int read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
+{
+	struct stat st;
+	char *b = NULL, ebuf[128];
+	size_t n = 0, cap;
+	int fd, rc;
+
+	*buf = NULL;
+	*len = 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		if (rc == -ENOENT)
+			set_err(
+			    err, err_len,
+			    "no credentials: AWS_ACCESS_KEY_ID is not set and %s does not exist",
+			    path);
+		else
+			set_err(err, err_len, "cannot open %s: %s", path, errstr(-rc, ebuf));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		set_err(err, err_len, "cannot stat %s: %s", path, errstr(-rc, ebuf));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		set_err(err, err_len, "%s is not a regular file", path);
+		goto out;
+	}
+	if ((unsigned long long)st.st_size > CREDS_FILE_MAX) {
+		rc = -EFBIG;
+		set_err(err, err_len, "%s is larger than %u bytes", path, CREDS_FILE_MAX);
+		goto out;
+	}
+	cap = (size_t)st.st_size + 1;
+	b = malloc(cap);
+	if (!b) {
+		rc = -ENOMEM;
+		set_err(err, err_len, "out of memory");
+		goto out;
+	}
+	for (;;) {
+		ssize_t r = read(fd, b + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			set_err(err, err_len, "cannot read %s: %s", path, errstr(-rc, ebuf));
+			goto out;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n == cap) {
+			/* The file grew while we read it. */
+			rc = -EFBIG;
+			set_err(err, err_len, "%s changed while being read", path);
+			goto out;
+		}
+	}
+	*buf = b;
+	*len = n;
+	b = NULL;
+	rc = 0;
+out:
+	if (b) {
+		OPENSSL_cleanse(b, cap);
+		free(b);
+	}
+	close(fd);
+	return rc;
+}
+
+int s3_creds_resolve(const char *profile, struct s3_creds *out, char *err, size_t err_len)
+{
+	char *path = NULL, *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	set_err(err, err_len, "%s", "");
+	if (profile && !*profile) {
+		set_err(err, err_len, "empty profile name");
+		return -EINVAL;
+	}
+	if (!profile) {
+		rc = from_env(out, err, err_len);
+		if (rc != -ENOENT)
+			return rc;
+		profile = env_nonempty("AWS_PROFILE");
+	}
+	if (!profile)
+		profile = "default";
+
+	path = creds_path(&rc, err, err_len);
+	if (!path)
+		return rc;
+	rc = read_file(path, &text, &len, err, err_len);
+	if (rc == 0)
+		rc = s3_creds_parse(text, len, path, profile, out, err, err_len);
+	if (text) {
+		OPENSSL_cleanse(text, len);
+		free(text);
+	}
+	free(path);
+	return rc;
+}

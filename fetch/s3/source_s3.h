@@ -1,0 +1,63 @@
+/*
+ * The S3 source: a bucket (and prefix) of an S3-compatible store as a lazy namespace.
+ *
+ * Directories are listed on demand with ListObjectsV2 (delimiter "/", encoding-type url,
+ * following continuation tokens); objects are fetched by the transfer engine with GETs
+ * this module signs (SigV4) and pins with If-Match to the ETag the listing showed.
+ *
+ * Thread-safety: after s3_source_open the source is immutable; s3_source_list runs in any
+ * thread (each call has its own curl handle) and s3_source_sign in the transfer thread.
+ * Credentials live only here; no function writes them to a log or an error message.
+ */
+#ifndef SPOOLFS_FETCH_SOURCE_S3_H
+#define SPOOLFS_FETCH_SOURCE_S3_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "fetch/http/net.h"
+#include "index/index.h"
+
+struct s3_options {
+	const char *source;   /* s3://BUCKET[/PREFIX] */
+	const char *endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS */
+	const char *region;   /* NULL: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1 */
+	const char *profile;  /* --profile, or NULL */
+	struct fetch_net net;
+	bool path_style;            /* forced; a custom endpoint is always path-style */
+	bool no_sign;               /* public bucket: send no credentials */
+	unsigned request_timeout_s; /* whole listing request; 0: no limit, stalls only */
+};
+
+struct s3_source;
+
+/* Parses the options and finds credentials. 0, or -errno with a one-line message in err. */
+int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *err,
+                   size_t err_len);
+void s3_source_free(struct s3_source *src);
+
+/* "s3://bucket/prefix" without credentials, for fsname and logs. */
+const char *s3_source_display(const struct s3_source *src);
+
+/*
+ * Lists directory `rel_dir` of the mount ("" for the root, else "a/b" without slashes at
+ * the ends) into dir_ino of idx, in one index transaction. Keys that cannot be file names
+ * (empty, ".", ".." segments, names over 255 bytes, "dir/" markers) are skipped; a key that
+ * is both an object and a prefix shows as the directory. Returns 0, or -errno with a
+ * one-line message in err: -EACCES (access denied, bad credentials), -ENOENT (no such
+ * bucket), -EXDEV (wrong region; the message names the right one), -EHOSTUNREACH (the
+ * endpoint cannot be reached), -EIO (anything else).
+ */
+int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx, uint64_t dir_ino,
+                   char *err, size_t err_len);
+
+/*
+ * Appends the headers a GET of `url` (an object URL made by this source) needs: the SigV4
+ * Authorization, x-amz-date, x-amz-content-sha256, the session token, and
+ * x-amz-checksum-mode so the response carries the object's SHA-256 when S3 has one.
+ * 0 or -errno. The transfer engine calls it before every attempt (signatures expire).
+ */
+int s3_source_sign(void *src, const char *url, struct curl_slist **headers);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * Logging for the whole daemon: one line per event on stderr, with a level.
+ *
+ * Lines never carry credentials: URLs go through util_redact_url first, which drops the
+ * userinfo and the query string (presigned URLs keep their signatures there).
+ * The level is set once at start-up, before any thread starts.
+ */
+#ifndef SPOOLFS_UTIL_LOG_H
+#define SPOOLFS_UTIL_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum util_log_level {
+	UTIL_LOG_DEBUG,
+	UTIL_LOG_INFO,
+	UTIL_LOG_WARN,
+	UTIL_LOG_ERROR,
+};
+
+void util_log_set_level(enum util_log_level level);
+/* Sends lines to syslog (daemon facility) instead of stderr: for a daemonised mount. */
+void util_log_use_syslog(void);
+void util_log(enum util_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Copies url into buf (always NUL-terminated) without userinfo and query. Returns buf. */
+const char *util_redact_url(const char *url, char *buf, size_t len);
+
+/* Whether util_redact_url would hide something that matters: userinfo, or a query. */
+bool util_url_has_secret(const char *url);
+
+#endif
