@@ -195,6 +195,8 @@ static int row_to_node(sqlite3_stmt *st, struct index_node *out)
 	out->size = (uint64_t)sqlite3_column_int64(st, 4);
 	out->mtime = sqlite3_column_int64(st, 5);
 	out->executable = sqlite3_column_int(st, 6) != 0;
+	out->kind = out->is_dir ? INDEX_KIND_DIR : INDEX_KIND_FILE;
+	out->mode = out->is_dir || out->executable ? 0555 : 0444;
 	if (sha)
 		memcpy(out->sha256, sha, INDEX_SHA256_HEX);
 	return 0;
@@ -404,4 +406,27 @@ const char *index_check_root_segment(const char *name, size_t len)
 		return "the name of the mount's own status directory (" INDEX_RESERVED_ROOT_NAME
 		       ") at the root";
 	return index_check_segment(name, len);
+}
+
+int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len)
+{
+	struct index_node node;
+	int rc = index_get(idx, ino, &node);
+
+	(void)buf;
+	(void)len;
+	if (rc < 0)
+		return rc;
+	return -EINVAL; /* no source gives symlinks yet */
+}
+
+int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out)
+{
+	struct index_node node;
+	int rc = index_get(idx, ino, &node);
+
+	memset(out, 0, sizeof(*out));
+	if (rc < 0)
+		return rc;
+	return node.is_dir ? -EISDIR : -ENODATA; /* no source gives packs yet */
 }

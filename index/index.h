@@ -24,11 +24,21 @@
 
 struct index;
 
+/* What a node is. A v1 manifest and S3 listings give files and directories only. */
+enum index_kind { INDEX_KIND_FILE = 0, INDEX_KIND_DIR = 1, INDEX_KIND_SYMLINK = 2 };
+
+#define INDEX_SYMLINK_MAX 4095 /* longest symlink target a manifest may give (PATH_MAX - 1) */
+
 struct index_node {
 	uint64_t ino;
 	uint64_t parent;
-	bool is_dir;
-	bool executable;
+	enum index_kind kind;
+	bool is_dir;     /* kind == INDEX_KIND_DIR */
+	bool executable; /* mode has an execute bit (files) */
+	/* The permission bits shown (st_mode & 07777): read and execute bits only, never
+	 * write, setuid, setgid or sticky. Files default to 0444 (0555 executable),
+	 * directories to 0555, symlinks are 0777. */
+	uint32_t mode;
 	uint64_t size; /* 0 for directories */
 	int64_t mtime; /* seconds since the epoch (see index_set_default_mtime) */
 	char sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex, "" when unknown */
@@ -67,6 +77,27 @@ int index_lookup(struct index *idx, uint64_t parent, const char *name, struct in
 
 /* The node with inode `ino`, or -ENOENT. */
 int index_get(struct index *idx, uint64_t ino, struct index_node *out);
+
+/*
+ * The target of symlink `ino`, NUL-terminated in buf (at most INDEX_SYMLINK_MAX + 1 bytes
+ * are needed). Returns the target's length, -ENOENT, -EINVAL when ino is no symlink, or
+ * -ERANGE when len is too small.
+ */
+int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len);
+
+/*
+ * Where a packed file's bytes are: its pack (an object of its own, named by the pack's
+ * sha256, fetched whole by one flight) and the member's offset in it. The member's own
+ * size and sha256 are the node's. *url is malloc'd for the caller.
+ */
+struct index_pack_ref {
+	char pack_sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex */
+	uint64_t pack_size;
+	uint64_t offset; /* offset + node size <= pack_size, checked at load */
+	char *url;       /* the pack's URL, resolved like any object URL */
+};
+/* 0 and *out filled, -ENODATA when file `ino` is not packed, -ENOENT, -EISDIR, -ENOMEM. */
+int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out);
 
 /* The object URL of file `ino` in *url (malloc'd, caller frees). -ENOENT, -EISDIR, -ENOMEM. */
 int index_get_url(struct index *idx, uint64_t ino, char **url);
