@@ -26,6 +26,7 @@
 #include "util/log.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
+#include "fs/notify.h"
 
 /*
  * Every object read in the session keeps its spool file open (readers splice from it), so
@@ -299,6 +300,10 @@ static int open_bucket(struct fs_session *s)
 
 static int load_namespace(struct fs_session *s)
 {
+	char shown[512];
+
+	fs_notify_status("%s %s", strncmp(s->opts.source, "s3://", 5) == 0 ? "listing" : "fetching",
+	                 util_redact_url(s->opts.source, shown, sizeof(shown)));
 	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
 }
 
@@ -484,6 +489,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	fuse_loop_cfg_set_max_threads(loop, FS_MAX_WORKERS);
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
+	fs_notify_stopping();
 	/* Before anything below waits on a kernel invalidation (see abort.c). */
 	abort_rc = fs_abort_connection(s);
 	if (abort_rc)

@@ -16,6 +16,7 @@
 #include "fetch/http/beneath.h"
 #include "util/log.h"
 #include "fs/fs_i.h"
+#include "fs/notify.h"
 #include "fs/virtual.h"
 
 #define XATTR_SHA256 "user.spoolfs.sha256"
@@ -130,6 +131,13 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	conn->max_background = FS_MAX_BACKGROUND;
 	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
+
+	/* libfuse answers INIT when this returns, and every request after it is served: a unit
+	 * ordered after ours may read from the mount from here on. */
+	struct fs_session *s = userdata;
+	uint64_t files = 0, dirs = 0, bytes = 0;
+	index_totals(s->idx, &files, &dirs, &bytes);
+	fs_notify_ready(files, dirs, bytes);
 }
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
