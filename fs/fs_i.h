@@ -37,6 +37,7 @@ struct fs_options {
 	char **mirrors;          /* --mirror bases, in order */
 	unsigned n_mirrors;
 	char *log_level;
+	char *log_file; /* --log-file: instead of stderr or syslog */
 	char *endpoint; /* S3 */
 	char *region;
 	char *profile;

@@ -459,8 +459,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	}
 	if (fuse_daemonize(s->opts.foreground) != 0)
 		goto out_unmount;
-	/* Daemonised, stderr is /dev/null: operators look in the journal. */
-	if (!s->opts.foreground)
+	/* Daemonised, stderr is /dev/null: operators look in the journal (or the log file). */
+	if (!s->opts.foreground && !s->opts.log_file)
 		util_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
@@ -523,6 +523,12 @@ out_session:
 	s->se = NULL;
 out:
 	return rc;
+}
+
+static void on_sigusr1(int sig)
+{
+	(void)sig;
+	util_log_reopen();
 }
 
 int main(int argc, char *argv[])
@@ -595,6 +601,15 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	set_log_level(s.opts.log_level, s.opts.debug);
+	if (s.opts.log_file && (rc = util_log_use_file(s.opts.log_file)) != 0) {
+		fprintf(stderr, "spoolfs: --log-file %s: %s\n", s.opts.log_file, strerror(-rc));
+		status = 2;
+		goto out_args;
+	}
+	/* logrotate's signal; its default action would end the mount. */
+	struct sigaction reopen = {.sa_handler = on_sigusr1, .sa_flags = SA_RESTART};
+	sigemptyset(&reopen.sa_mask);
+	sigaction(SIGUSR1, &reopen, NULL);
 	if (s.opts.asked_dev || s.opts.asked_suid)
 		util_log(UTIL_LOG_INFO, "ignored %s%s%s: a spoolfs mount is always nosuid,nodev",
 		         s.opts.asked_dev ? "dev" : "",

@@ -69,6 +69,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("stats_mode=%s", stats_mode_text),
     OPT("--log-level %s", log_level),
     OPT("log_level=%s", log_level),
+    OPT("--log-file %s", log_file),
+    OPT("log_file=%s", log_file),
     OPT_FLAG("-h", show_help),
     OPT_FLAG("--help", show_help),
     OPT_FLAG("-V", show_version),
@@ -102,65 +104,68 @@ static const struct fuse_opt option_spec[] = {
 
 void fs_options_usage(const char *prog)
 {
-	printf("usage: %s [options] SOURCE MOUNTPOINT\n"
-	       "       %s status MOUNTPOINT [--watch] [--interval SEC]\n"
-	       "\n"
-	       "Mounts a read-only object store. SOURCE is a JSON manifest (an http(s) URL or a\n"
-	       "local path) or an S3 bucket (s3://BUCKET[/PREFIX]). Unmount with\n"
-	       "`fusermount3 -u MOUNTPOINT`.\n"
-	       "\n"
-	       "options (each also as -o name=value, with '_' for '-'):\n"
-	       "  -f                     stay in the foreground\n"
-	       "  -d                     debug: log every FUSE request and every upstream object\n"
-	       "                         request (implies -f; also -o debug)\n"
-	       "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
-	       "  --cache-dir DIR        where spool files and the index live\n"
-	       "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
-	       "                         removed at unmount); mounts may share one, and then\n"
-	       "                         fetch each object once between them\n"
-	       "  --keep-cache           keep --cache-dir's spool and index after unmount; the\n"
-	       "                         next mount serves verified objects without a request\n"
-	       "                         (a cache dir left by a crash is reused either way)\n"
-	       "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
-	       "                         used objects not in use are evicted (default, or 0: no\n"
-	       "                         bound)\n"
-	       "  --no-passthrough       read complete objects through FUSE's page cache, not\n"
-	       "                         kernel passthrough from the spool (passthrough needs\n"
-	       "                         root and Linux 6.9 or later; it is used when there)\n"
-	       "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
-	       "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
-	       "                         http_proxy, https_proxy and no_proxy variables; a proxy\n"
-	       "                         password belongs there, not on the command line)\n"
-	       "  --netrc-file FILE      user names and passwords for http(s) hosts, in netrc\n"
-	       "                         format, so that none is on the command line\n"
-	       "  --allow-link-local     allow connections to link-local addresses\n"
-	       "                         (169.254.0.0/16, fe80::/10: cloud instance metadata),\n"
-	       "                         refused by default whatever URL or redirect leads there\n"
-	       "  --stall-timeout SEC    no byte, or under 1 KiB/s, for this long restarts a\n"
-	       "                         transfer, the manifest's and listings' too (default 30)\n"
-	       "  --retries N            tries in a row without 64 KiB of progress before a read\n"
-	       "                         fails (default 6)\n"
-	       "  --max-transfers N      concurrent upstream transfers (default 16)\n"
-	       "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
-	       "                         suffixes; default 256M, about 4 million entries)\n"
-	       "  --mirror URL           another base for the manifest's relative object URLs,\n"
-	       "                         tried in order when a fetch fails (repeatable)\n"
-	       "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
-	       "                         the mount's owner alone (default 0444: with allow_other,\n"
-	       "                         every local user)\n"
-	       "  --log-level LEVEL      debug, info, warn or error (default info)\n"
-	       "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
-	       "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
-	       "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
-	       "                         $AWS_ENDPOINT_URL, else AWS); implies path-style\n"
-	       "  --region REGION        (default $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)\n"
-	       "  --profile NAME         profile in the shared credentials file\n"
-	       "                         (default $AWS_PROFILE, else default)\n"
-	       "  --path-style           path-style addressing on AWS too\n"
-	       "  --no-sign              public bucket: send no credentials\n"
-	       "  -h, --help             this help\n"
-	       "  -V, --version          the version\n",
-	       prog, prog);
+	printf(
+	    "usage: %s [options] SOURCE MOUNTPOINT\n"
+	    "       %s status MOUNTPOINT [--watch] [--interval SEC]\n"
+	    "\n"
+	    "Mounts a read-only object store. SOURCE is a JSON manifest (an http(s) URL or a\n"
+	    "local path) or an S3 bucket (s3://BUCKET[/PREFIX]). Unmount with\n"
+	    "`fusermount3 -u MOUNTPOINT`.\n"
+	    "\n"
+	    "options (each also as -o name=value, with '_' for '-'):\n"
+	    "  -f                     stay in the foreground\n"
+	    "  -d                     debug: log every FUSE request and every upstream object\n"
+	    "                         request (implies -f; also -o debug)\n"
+	    "  -o opt[,opt...]        FUSE mount options (allow_other, ...)\n"
+	    "  --cache-dir DIR        where spool files and the index live\n"
+	    "                         (default: a fresh directory under $TMPDIR or /var/tmp,\n"
+	    "                         removed at unmount); mounts may share one, and then\n"
+	    "                         fetch each object once between them\n"
+	    "  --keep-cache           keep --cache-dir's spool and index after unmount; the\n"
+	    "                         next mount serves verified objects without a request\n"
+	    "                         (a cache dir left by a crash is reused either way)\n"
+	    "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
+	    "                         used objects not in use are evicted (default, or 0: no\n"
+	    "                         bound)\n"
+	    "  --no-passthrough       read complete objects through FUSE's page cache, not\n"
+	    "                         kernel passthrough from the spool (passthrough needs\n"
+	    "                         root and Linux 6.9 or later; it is used when there)\n"
+	    "  --ca-file FILE         trust these CA certificates (default: the system's)\n"
+	    "  --proxy URL            HTTP(S) proxy for every request (default: libcurl's\n"
+	    "                         http_proxy, https_proxy and no_proxy variables; a proxy\n"
+	    "                         password belongs there, not on the command line)\n"
+	    "  --netrc-file FILE      user names and passwords for http(s) hosts, in netrc\n"
+	    "                         format, so that none is on the command line\n"
+	    "  --allow-link-local     allow connections to link-local addresses\n"
+	    "                         (169.254.0.0/16, fe80::/10: cloud instance metadata),\n"
+	    "                         refused by default whatever URL or redirect leads there\n"
+	    "  --stall-timeout SEC    no byte, or under 1 KiB/s, for this long restarts a\n"
+	    "                         transfer, the manifest's and listings' too (default 30)\n"
+	    "  --retries N            tries in a row without 64 KiB of progress before a read\n"
+	    "                         fails (default 6)\n"
+	    "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	    "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
+	    "                         suffixes; default 256M, about 4 million entries)\n"
+	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
+	    "                         tried in order when a fetch fails (repeatable)\n"
+	    "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
+	    "                         the mount's owner alone (default 0444: with allow_other,\n"
+	    "                         every local user)\n"
+	    "  --log-level LEVEL      debug, info, warn or error (default info)\n"
+	    "  --log-file PATH        log there (timestamped, 0600) instead of stderr or syslog;\n"
+	    "                         SIGUSR1 opens PATH again (for logrotate)\n"
+	    "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
+	    "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
+	    "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
+	    "                         $AWS_ENDPOINT_URL, else AWS); implies path-style\n"
+	    "  --region REGION        (default $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)\n"
+	    "  --profile NAME         profile in the shared credentials file\n"
+	    "                         (default $AWS_PROFILE, else default)\n"
+	    "  --path-style           path-style addressing on AWS too\n"
+	    "  --no-sign              public bucket: send no credentials\n"
+	    "  -h, --help             this help\n"
+	    "  -V, --version          the version\n",
+	    prog, prog);
 }
 
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
@@ -376,6 +381,7 @@ void fs_options_free(struct fs_options *opts)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);
 	free(opts->log_level);
+	free(opts->log_file);
 	free(opts->endpoint);
 	free(opts->region);
 	free(opts->profile);

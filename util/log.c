@@ -1,21 +1,92 @@
 /*
- * stderr logging. One fprintf per line: stdio locks the stream per call, so lines from the
- * transfer thread and FUSE workers never interleave mid-line.
+ * Logging to stderr, syslog or a file. One fprintf (or one write) per line: lines from
+ * the transfer thread and FUSE workers never interleave mid-line.
  */
 #include "util/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Written once at start-up, before any thread starts; read-only afterwards. */
 static enum util_log_level min_level = UTIL_LOG_INFO;
 static bool use_syslog;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+/* The log file (util_log_use_file), or -1. Its path is written once at start-up; the
+ * descriptor number never changes afterwards: util_log_reopen dup3()s the new file onto it,
+ * so a line being written goes whole to the old file or whole to the new one. */
+static char file_path[PATH_MAX];
+static atomic_int file_fd = -1;
+
+static int open_log_file(const char *path)
+{
+	return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+}
+
+int util_log_use_file(const char *path)
+{
+	if (strlen(path) >= sizeof(file_path))
+		return -ENAMETOOLONG;
+	int fd = open_log_file(path);
+	if (fd < 0)
+		return -errno;
+	strcpy(file_path, path);
+	atomic_store(&file_fd, fd);
+	return 0;
+}
+
+void util_log_reopen(void)
+{
+	int saved_errno = errno; /* a signal handler must leave errno as it found it */
+	int old = atomic_load(&file_fd);
+
+	if (old >= 0) {
+		int fd = open_log_file(file_path);
+		if (fd >= 0) {
+			dup3(fd, old, O_CLOEXEC);
+			close(fd);
+		}
+	}
+	errno = saved_errno;
+}
+
+/* One line to the log file: "2026-12-04T22:50:01.123Z spoolfs[123]: level: text\n". */
+static void write_file_line(int fd, enum util_log_level level, const char *line)
+{
+	struct timespec now;
+	struct tm tm;
+	char stamp[32], head[96];
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	gmtime_r(&now.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+	int n = snprintf(head, sizeof(head), "%s.%03ldZ spoolfs[%d]: %s: ", stamp,
+	                 now.tv_nsec / 1000000, (int)getpid(), level_names[level]);
+	size_t line_len = strlen(line);
+	char *buf = malloc((size_t)n + line_len + 2);
+
+	if (!buf)
+		return;
+	memcpy(buf, head, (size_t)n);
+	memcpy(buf + n, line, line_len);
+	buf[(size_t)n + line_len] = '\n';
+	/* O_APPEND and one write: lines of several threads never mix. A full disk loses the
+	 * line, never the mount. */
+	ssize_t written = write(fd, buf, (size_t)n + line_len + 1);
+	(void)written;
+	free(buf);
+}
 
 void util_log_set_level(enum util_log_level level)
 {
@@ -77,7 +148,10 @@ void util_log(enum util_log_level level, const char *fmt, ...)
 	}
 	va_end(again);
 	escape_controls(text, line, line == escaped ? sizeof(escaped) : (size_t)n * 4 + 6);
-	if (use_syslog) {
+	int fd = atomic_load(&file_fd);
+	if (fd >= 0) {
+		write_file_line(fd, level, line);
+	} else if (use_syslog) {
 		static const int priorities[] = {LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR};
 		syslog(priorities[level], "%s: %s", level_names[level], line);
 	} else {

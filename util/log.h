@@ -21,6 +21,17 @@ enum util_log_level {
 void util_log_set_level(enum util_log_level level);
 /* Sends lines to syslog (daemon facility) instead of stderr: for a daemonised mount. */
 void util_log_use_syslog(void);
+/*
+ * Sends lines to the file at path (appended, created 0600), each with a UTC timestamp,
+ * instead of stderr or syslog: for hosts with neither journald nor syslog. 0 or -errno.
+ */
+int util_log_use_file(const char *path);
+/*
+ * Opens the log file's path again and writes there from now on (logrotate renames the
+ * file, then signals). Async-signal-safe: meant for a SIGUSR1 handler. A failure keeps the
+ * old file.
+ */
+void util_log_reopen(void);
 void util_log(enum util_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
