@@ -10,6 +10,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <limits.h>
 #include <stdio.h>
@@ -525,6 +526,29 @@ out:
 	return rc;
 }
 
+/*
+ * Without --cache-max-size a named cache directory would grow until the disk is full and
+ * the runner's builds fail: it is bounded to leave a share of its filesystem free
+ * (cache_dir_default_bound), said once so an operator knows what to raise.
+ */
+static void set_default_cache_bound(struct fs_session *s)
+{
+	uint64_t held = 0, bound;
+	size_t n = 0;
+
+	if (index_spool_usage(s->records, &held, NULL, 0, &n) != 0 ||
+	    cache_dir_default_bound_of(s->cache, held, &bound) != 0) {
+		util_log(UTIL_LOG_WARN, "cannot size %s's filesystem: the cache is unbounded",
+		         s->opts.cache_dir);
+		return;
+	}
+	s->cache_max_size = bound;
+	util_log(UTIL_LOG_INFO,
+	         "cache bound %" PRIu64 " MiB: what leaves %d%% of %s's filesystem free (at least"
+	         " 1 GiB); --cache-max-size sets another",
+	         bound >> 20, CACHE_DIR_RESERVE_SHARE, s->opts.cache_dir);
+}
+
 static void on_sigusr1(int sig)
 {
 	(void)sig;
@@ -635,6 +659,8 @@ int main(int argc, char *argv[])
 	/* Says why itself, naming the directory or the entry in it. */
 	if (open_cache(&s) != 0)
 		goto out_cache;
+	if (s.opts.cache_dir && !s.opts.cache_max_size)
+		set_default_cache_bound(&s);
 	if (load_namespace(&s) != 0)
 		goto out_cache;
 	rc = open_mirror_dirs(&s);

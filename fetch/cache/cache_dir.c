@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "fetch/cache/path_trust.h"
@@ -354,4 +355,29 @@ void cache_dir_close(struct cache_dir *cd, bool keep)
 		close(cd->fd);
 	free(cd->path);
 	free(cd);
+}
+
+uint64_t cache_dir_default_bound(uint64_t fs_bytes, uint64_t free_bytes, uint64_t cache_bytes)
+{
+	uint64_t reserve = fs_bytes / 100 * CACHE_DIR_RESERVE_SHARE;
+	uint64_t usable = free_bytes + cache_bytes;
+
+	if (reserve < CACHE_DIR_RESERVE_MIN)
+		reserve = CACHE_DIR_RESERVE_MIN;
+	if (usable > reserve && usable - reserve >= CACHE_DIR_BOUND_MIN)
+		return usable - reserve;
+	/* A small or full disk: half of what there is, so it never fills, up to the minimum. */
+	return usable / 2 < CACHE_DIR_BOUND_MIN ? usable / 2 : CACHE_DIR_BOUND_MIN;
+}
+
+int cache_dir_default_bound_of(const struct cache_dir *cd, uint64_t cache_bytes, uint64_t *bound)
+{
+	struct statvfs st;
+
+	if (fstatvfs(cache_dir_fd(cd), &st) != 0)
+		return -errno;
+	/* f_bavail: what an unprivileged writer may use, the runner's jobs included. */
+	*bound = cache_dir_default_bound((uint64_t)st.f_blocks * st.f_frsize,
+	                                 (uint64_t)st.f_bavail * st.f_frsize, cache_bytes);
+	return 0;
 }

@@ -18,6 +18,7 @@
 #define SPOOLFS_FETCH_CACHE_DIR_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 struct cache_dir;
@@ -70,5 +71,20 @@ int cache_dir_share(struct cache_dir *cd, char *err, size_t err_len);
  * up and may not delete what an earlier one kept).
  */
 void cache_dir_close(struct cache_dir *cd, bool keep);
+
+/*
+ * The bound a named cache directory gets without --cache-max-size: what it may grow to
+ * while leaving CACHE_DIR_RESERVE_SHARE of its filesystem free (at least
+ * CACHE_DIR_RESERVE_MIN), given the filesystem's size, its free bytes and what the cache
+ * holds now (free to reuse). A disk with less room than that gets half of what there is,
+ * up to CACHE_DIR_BOUND_MIN: a small cache that evicts, not none. A tenth keeps the runner's builds room to write, as ext4
+ * keeps 5% for root; 1 GiB covers small disks.
+ */
+#define CACHE_DIR_RESERVE_SHARE 10 /* percent of the filesystem left free */
+#define CACHE_DIR_RESERVE_MIN ((uint64_t)1 << 30)
+#define CACHE_DIR_BOUND_MIN ((uint64_t)256 << 20)
+uint64_t cache_dir_default_bound(uint64_t fs_bytes, uint64_t free_bytes, uint64_t cache_bytes);
+/* The same for the filesystem under cd (statvfs). 0 or -errno. */
+int cache_dir_default_bound_of(const struct cache_dir *cd, uint64_t cache_bytes, uint64_t *bound);
 
 #endif

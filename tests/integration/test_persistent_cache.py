@@ -620,3 +620,27 @@ def test_a_cache_kept_by_an_older_spoolfs_is_checked_once(store, mount, tmp_path
     assert read_file(m3.p(a)) == expected(store, a)
     assert "checking" not in m3.stderr()
     assert store.up.stats(a)["gets"] == gets
+
+
+def test_without_cache_max_size_a_small_disk_still_never_fills(store, mount, tmp_path):
+    """No --cache-max-size: the cache is bounded by its filesystem (half of a disk this
+    small: 16 MiB of a 32 MiB tmpfs), says so, and evicts like an explicit bound."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(disk)],
+                   check=True)
+    try:
+        a, b, c = (store.add(n, 6 * MiB) for n in ("a.bin", "b.bin", "c.bin"))
+        m = mount(store.write(), "--cache-dir", str(disk / "cache"))
+        assert "cache bound 15 MiB" in m.stderr() or "cache bound 16 MiB" in m.stderr(), \
+            m.stderr()
+        for p in (a, b):
+            assert read_file(m.p(p)) == expected(store, p)
+            wait_durable(m, p)
+            wait_closed(m, p)
+        assert read_file(m.p(c)) == expected(store, c)  # 18 MiB > the bound: a goes
+        wait_durable(m, c)
+        assert "evicted sha256:%s" % store.sha256(a) in m.stderr(), m.stderr()
+        m.check_clean_exit()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

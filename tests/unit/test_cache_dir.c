@@ -355,6 +355,25 @@ static void test_a_session_directory_goes_whole(void **state)
 	assert_false(exists(path));
 }
 
+#define GIB ((uint64_t)1 << 30)
+
+/* Without --cache-max-size a cache leaves a tenth of its filesystem free, at least 1 GiB,
+ * and what it holds already counts as room it may keep. */
+static void test_the_default_bound_leaves_a_share_of_the_disk_free(void **state)
+{
+	(void)state;
+	/* 100 GiB disk, 50 free, cache holds 5: may grow to 55 - 10 = 45 GiB. */
+	assert_int_equal(cache_dir_default_bound(100 * GIB, 50 * GIB, 5 * GIB), 45 * GIB);
+	/* A small disk: the reserve is 1 GiB, not a tenth. */
+	assert_int_equal(cache_dir_default_bound(4 * GIB, 3 * GIB, 0), 2 * GIB);
+	/* A full disk: a small cache that evicts, not none and not a wrapped-around huge one. */
+	assert_int_equal(cache_dir_default_bound(100 * GIB, GIB, 0), CACHE_DIR_BOUND_MIN);
+	assert_int_equal(cache_dir_default_bound(100 * GIB, 10 * GIB + GIB / 8, 0),
+	                 CACHE_DIR_BOUND_MIN);
+	/* A tiny filesystem: half of it, never more than there is. */
+	assert_int_equal(cache_dir_default_bound(32 << 20, 30 << 20, 0), 15 << 20);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -379,6 +398,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_the_last_one_out_keeps_a_directory_it_did_not_make,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_a_session_directory_goes_whole, setup, teardown),
+	    cmocka_unit_test(test_the_default_bound_leaves_a_share_of_the_disk_free),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
