@@ -126,7 +126,7 @@ void fs_options_usage(const char *prog)
 	    "                         (a cache dir left by a crash is reused either way)\n"
 	    "  --cache-max-size SIZE  bound --cache-dir (K, M, G, T suffixes); least recently\n"
 	    "                         used objects not in use are evicted (default: what leaves\n"
-	    "                         10% of its filesystem free, at least 1 GiB; 0: no bound)\n"
+	    "                         10%% of its filesystem free, at least 1 GiB; 0: no bound)\n"
 	    "  --no-passthrough       read complete objects through FUSE's page cache, not\n"
 	    "                         kernel passthrough from the spool (passthrough needs\n"
 	    "                         root and Linux 6.9 or later; it is used when there)\n"
