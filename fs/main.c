@@ -25,6 +25,7 @@
 
 #include "fetch/cache/cache_dir.h"
 #include "util/log.h"
+#include "fetch/source/manifest_load.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
 #include "fs/notify.h"
@@ -242,7 +243,7 @@ static int load_manifest(struct fs_session *s)
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
 	if (rc)
 		goto out;
-	rc = index_load_manifest_text(s->idx, text, len, base_url, err, sizeof(err));
+	rc = source_manifest_load_text(s->idx, text, len, base_url, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
 		goto out;

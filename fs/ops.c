@@ -38,14 +38,23 @@ static void node_to_stat(const struct fs_session *s, const struct index_node *n,
 	st->st_ctime = n->mtime;
 	st->st_atime = n->mtime;
 	st->st_blksize = 1 << 20;
-	if (n->is_dir) {
-		st->st_mode = S_IFDIR | 0555;
+	/* The index keeps read and execute bits only: the mount is read-only. */
+	switch (n->kind) {
+	case INDEX_KIND_DIR:
+		st->st_mode = S_IFDIR | n->mode;
 		st->st_nlink = 2;
-	} else {
-		st->st_mode = S_IFREG | (n->executable ? 0555 : 0444);
+		break;
+	case INDEX_KIND_SYMLINK:
+		st->st_mode = S_IFLNK | 0777;
+		st->st_nlink = 1;
+		st->st_size = (off_t)n->size; /* the target's length, as lstat gives it */
+		break;
+	case INDEX_KIND_FILE:
+		st->st_mode = S_IFREG | n->mode;
 		st->st_nlink = 1;
 		st->st_size = (off_t)n->size;
 		st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+		break;
 	}
 }
 
@@ -331,6 +340,19 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
+static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs_session *s = session_of(req);
+	char target[INDEX_SYMLINK_MAX + 1];
+	int rc =
+	    fs_virtual_ino(ino) ? -EINVAL : index_readlink(s->idx, ino, target, sizeof(target));
+
+	if (rc < 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_readlink(req, target);
+}
+
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
@@ -476,8 +498,8 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = index_get(s->idx, ino, &n);
 	if (rc)
 		goto out;
-	if (n.is_dir) {
-		rc = -EISDIR;
+	if (n.kind != INDEX_KIND_FILE) { /* the kernel follows symlinks before it opens */
+		rc = n.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
 		goto out;
 	}
 	rc = index_get_url(s->idx, ino, &url);
@@ -762,7 +784,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	rc = index_get(s->idx, ino, &n);
 
-	if (rc == 0 && n.is_dir)
+	if (rc == 0 && n.kind != INDEX_KIND_FILE)
 		rc = -ENODATA;
 	if (rc)
 		goto fail;
@@ -827,7 +849,7 @@ static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if (!n.is_dir) {
+	if (n.kind == INDEX_KIND_FILE) {
 		if (n.sha256[0]) {
 			memcpy(names + len, XATTR_SHA256, sizeof(XATTR_SHA256));
 			len += sizeof(XATTR_SHA256);
@@ -911,6 +933,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .forget = fs_forget,
     .forget_multi = fs_forget_multi,
     .getattr = fs_getattr,
+    .readlink = fs_readlink,
     .setattr = fs_setattr,
     .mknod = fs_mknod,
     .mkdir = fs_mkdir,

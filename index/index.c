@@ -9,12 +9,15 @@
  *
  * The namespace is a private temporary database ("" to sqlite, deleted when closed, so two
  * mounts never see each other's and a crash leaves none behind):
- *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, size, mtime, executable, sha256, url)
- *     Built at every open: a session is a snapshot. Its indexes are built by the loader
- *     once the rows are in (index_namespace_indexes), which is cheaper than updating them
- *     per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent), which
- *     carries the rowid, serves readdir in inode order.
- * The spool records of the cache directory are another database: spool_records.c.
+ *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, kind, mode, size, mtime, executable,
+ *        sha256, url, etag, listed, target, pack, pack_offset, chunk_size, chunk_sha256,
+ *        chunk_url)
+ *     Built at every open: a session is a snapshot. mode NULL: the kind's default. Its indexes are
+ * built by the loader once the rows are in (index_namespace_indexes), which is cheaper than
+ * updating them per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent),
+ * which carries the rowid, serves readdir in inode order. pack(id INTEGER PRIMARY KEY, sha256
+ * UNIQUE, size, url) The packs whose byte ranges are files (node.pack, node.pack_offset). The spool
+ * records of the cache directory are another database: spool_records.c.
  */
 #include "index/index_i.h"
 
@@ -22,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256"
+#define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256, kind, mode"
 
 static const char namespace_schema_sql[] =
     "CREATE TABLE node("
@@ -36,8 +39,21 @@ static const char namespace_schema_sql[] =
     " sha256 TEXT,"
     " url TEXT,"
     " etag TEXT,"
-    " listed INTEGER NOT NULL DEFAULT 1);"
-    "INSERT INTO node(ino, parent, name, is_dir) VALUES(1, 1, '', 1);";
+    " listed INTEGER NOT NULL DEFAULT 1,"
+    " kind INTEGER NOT NULL DEFAULT 0,"
+    " mode INTEGER,"
+    " target TEXT,"
+    " pack INTEGER,"
+    " pack_offset INTEGER,"
+    " chunk_size INTEGER,"
+    " chunk_sha256 TEXT,"
+    " chunk_url TEXT);"
+    "CREATE TABLE pack("
+    " id INTEGER PRIMARY KEY,"
+    " sha256 TEXT NOT NULL UNIQUE,"
+    " size INTEGER NOT NULL,"
+    " url TEXT NOT NULL);"
+    "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
 
 int index_namespace_indexes(struct index *idx)
 {
@@ -84,7 +100,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 12
+#define NAMESPACE_STMTS 14
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -102,12 +118,16 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	    {&idx->st_totals,
 	     "SELECT count(*) - coalesce(sum(is_dir), 0), coalesce(sum(is_dir), 0),"
 	     " coalesce(sum(size), 0) FROM node"},
+	    {&idx->st_readlink, "SELECT kind, target FROM node WHERE ino = :ino"},
+	    {&idx->st_get_pack,
+	     "SELECT n.kind, p.sha256, p.size, n.pack_offset, p.url FROM node AS n"
+	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
-	     "INSERT OR IGNORE INTO node(parent, name, is_dir, size, mtime, sha256, url, etag,"
-	     " listed) VALUES(:parent, :name, :is_dir, :size, :mtime, :sha256, :url, :etag,"
-	     " :listed)"},
+	     "INSERT OR IGNORE INTO node(parent, name, is_dir, kind, size, mtime, sha256, url,"
+	     " etag, listed) VALUES(:parent, :name, :is_dir, :is_dir, :size, :mtime, :sha256,"
+	     " :url, :etag, :listed)"},
 	};
 
 	memcpy(defs, all, sizeof(all));
@@ -195,8 +215,17 @@ static int row_to_node(sqlite3_stmt *st, struct index_node *out)
 	out->size = (uint64_t)sqlite3_column_int64(st, 4);
 	out->mtime = sqlite3_column_int64(st, 5);
 	out->executable = sqlite3_column_int(st, 6) != 0;
-	out->kind = out->is_dir ? INDEX_KIND_DIR : INDEX_KIND_FILE;
-	out->mode = out->is_dir || out->executable ? 0555 : 0444;
+	int kind = sqlite3_column_int(st, 8);
+	if (kind != INDEX_KIND_FILE && kind != INDEX_KIND_DIR && kind != INDEX_KIND_SYMLINK)
+		return -EIO;
+	out->kind = (enum index_kind)kind;
+	if (out->kind == INDEX_KIND_SYMLINK)
+		out->mode = 0777; /* what the kernel shows for every symlink */
+	else if (sqlite3_column_type(st, 9) != SQLITE_NULL)
+		out->mode = (uint32_t)sqlite3_column_int(st, 9) & 0555;
+	else
+		out->mode = out->is_dir || out->executable ? 0555 : 0444;
+	out->executable = out->kind == INDEX_KIND_FILE && (out->mode & 0111);
 	if (sha)
 		memcpy(out->sha256, sha, INDEX_SHA256_HEX);
 	return 0;
@@ -408,25 +437,68 @@ const char *index_check_root_segment(const char *name, size_t len)
 	return index_check_segment(name, len);
 }
 
+int index_step_ino(sqlite3_stmt *st, uint64_t ino)
+{
+	int rc = ino > INT64_MAX ? -ENOENT : index_db_bind_int64(st, ":ino", (int64_t)ino);
+
+	if (rc == 0)
+		rc = index_db_step(st);
+	return rc == 0 ? -ENOENT : rc;
+}
+
 int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len)
 {
-	struct index_node node;
-	int rc = index_get(idx, ino, &node);
+	sqlite3_stmt *st = idx->st_readlink;
+	int rc;
 
-	(void)buf;
-	(void)len;
-	if (rc < 0)
-		return rc;
-	return -EINVAL; /* no source gives symlinks yet */
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1) {
+		const unsigned char *target = sqlite3_column_text(st, 1);
+		size_t n = (size_t)sqlite3_column_bytes(st, 1);
+		if (sqlite3_column_int(st, 0) != INDEX_KIND_SYMLINK)
+			rc = -EINVAL;
+		else if (!target || n > INDEX_SYMLINK_MAX)
+			rc = -EIO; /* the builder let neither in */
+		else if (n + 1 > len)
+			rc = -ERANGE;
+		else {
+			memcpy(buf, target, n + 1);
+			rc = (int)n;
+		}
+	}
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
 }
 
 int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out)
 {
-	struct index_node node;
-	int rc = index_get(idx, ino, &node);
+	sqlite3_stmt *st = idx->st_get_pack;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (rc < 0)
-		return rc;
-	return node.is_dir ? -EISDIR : -ENODATA; /* no source gives packs yet */
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1) {
+		const unsigned char *sha = sqlite3_column_text(st, 1);
+		const unsigned char *url = sqlite3_column_text(st, 4);
+		if (sqlite3_column_int(st, 0) == INDEX_KIND_DIR)
+			rc = -EISDIR;
+		else if (sqlite3_column_type(st, 1) == SQLITE_NULL)
+			rc = -ENODATA;
+		else if (!sha || !url || sqlite3_column_bytes(st, 1) != INDEX_SHA256_HEX)
+			rc = -EIO;
+		else if (!(out->url = strdup((const char *)url)))
+			rc = -ENOMEM;
+		else {
+			memcpy(out->pack_sha256, sha, INDEX_SHA256_HEX + 1);
+			out->pack_size = (uint64_t)sqlite3_column_int64(st, 2);
+			out->offset = (uint64_t)sqlite3_column_int64(st, 3);
+			rc = 0;
+		}
+	}
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
 }

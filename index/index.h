@@ -51,26 +51,70 @@ int index_open(struct index **out);
 void index_close(struct index *idx);
 
 /*
- * Loads a manifest (JSON text, see README) into an empty namespace, in one transaction.
- * base_url is the manifest's own URL (http(s):// or file://); relative object URLs and
- * entries without "url" resolve against it. On a bad manifest returns -EINVAL and writes a
- * one-line message naming the entry (e.g. `files[3] "a/../b": path has a ".." segment`)
- * into err; nothing is loaded then.
- */
-int index_load_manifest(struct index *idx, const char *json, size_t json_len, const char *base_url,
-                        char *err, size_t err_len);
-/* The same for a text the caller has NUL-terminated (text[len] == '\0'): read in place, no
- * copy (7.6 MB less at the peak of a 100,000-entry load). */
-int index_load_manifest_text(struct index *idx, const char *text, size_t len, const char *base_url,
-                             char *err, size_t err_len);
-
-/*
  * The mtime of what its source gives none: a manifest entry without "mtime", a listed
  * object without LastModified, a listed directory, and the root until something below it
  * is newer. Call before loading the namespace; until then such entries read 0 (1970).
  * Returns 0 or -errno.
  */
 int index_set_default_mtime(struct index *idx, int64_t mtime);
+
+/*
+ * Building a whole namespace from entries named by path (what a manifest source gives), in
+ * one transaction: index_build_commit makes every entry visible at once, and
+ * index_build_abort (or any failed call) leaves the namespace empty. Directories no entry
+ * names are implied by the paths below them and take the newest mtime beneath; a directory
+ * entry gives one its own mode and mtime, and makes an empty one.
+ *
+ * Lock: each call takes idx->lock for its statements. The builder belongs to the one
+ * thread that loads, before the namespace is served: nobody reads a namespace mid-build.
+ */
+struct index_builder;
+
+struct index_build_entry {
+	const char *path; /* relative, '/'-separated, path_len bytes (no NUL needed) */
+	size_t path_len;
+	enum index_kind kind;
+	bool has_mode;
+	uint32_t mode; /* as given; the namespace keeps the read and execute bits (& 0555) */
+	bool has_mtime;
+	int64_t mtime;      /* else the default (index_set_default_mtime) */
+	uint64_t size;      /* files */
+	const char *sha256; /* files: lower-case hex, or NULL */
+	const char *url;    /* files that are not pack members */
+	const char *etag;   /* files: the version to pin, or NULL */
+	const char *target; /* symlinks: target_len bytes, no NUL */
+	size_t target_len;
+	const char *pack_sha256; /* pack members: a pack index_build_add_pack declared */
+	uint64_t offset;         /* pack members: where the member starts in its pack */
+	/* Chunk hashes (reserved: kept, not used yet). chunk_size 0: none. */
+	uint64_t chunk_size;
+	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
+	const char *chunk_url;    /* where the hash list is */
+};
+
+/* Starts building the empty namespace idx. 0, -EBUSY when it holds entries already, or
+ * -errno. *out is owned by the caller until index_build_commit or index_build_abort. */
+int index_build_begin(struct index *idx, struct index_builder **out);
+
+/*
+ * Declares a pack: an object (named by its sha256, lower-case hex) whose byte ranges are
+ * files, its members. Declaring it again with the same size is fine. 0, -errno, or -EINVAL
+ * with a reason in why when that sha256 was declared with another size.
+ */
+int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
+                         const char *url, char *why, size_t why_len);
+
+/*
+ * Adds one entry. 0, -errno, or -EINVAL with a reason in why (`path has a ".." segment`,
+ * `duplicate path`, ...), nothing added then; the caller names the entry around it.
+ */
+int index_build_add(struct index_builder *b, const struct index_build_entry *e, char *why,
+                    size_t why_len);
+
+/* Makes the namespace visible and frees b. On failure the namespace stays empty. */
+int index_build_commit(struct index_builder *b);
+/* Drops everything added and frees b (NULL is fine). */
+void index_build_abort(struct index_builder *b);
 
 /* The child `name` of directory `parent`. -ENOENT when absent, -ENOTDIR when parent is a file. */
 int index_lookup(struct index *idx, uint64_t parent, const char *name, struct index_node *out);

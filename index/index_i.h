@@ -1,6 +1,6 @@
 /*
  * Private to index/: the layout of struct index (the session's namespace) and the helpers
- * that index.c, listing.c and manifest.c share. Nothing outside index/ includes this.
+ * that index.c, listing.c and build.c share. Nothing outside index/ includes this.
  *
  * Lock: idx->lock serialises every use of idx->db (a private temporary database, this
  * session's alone) and of every statement prepared on it; the helpers below expect the
@@ -33,6 +33,8 @@ struct index {
 	sqlite3_stmt *st_mark_listed;
 	sqlite3_stmt *st_insert_entry;
 	sqlite3_stmt *st_totals;
+	sqlite3_stmt *st_readlink;
+	sqlite3_stmt *st_get_pack;
 	int64_t default_mtime; /* see index_set_default_mtime */
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;
@@ -44,6 +46,10 @@ struct index {
 /* Builds the namespace's lookup and readdir indexes; a loader calls it once, after its rows
  * are in and before its commit. Statements prepared earlier re-prepare to use them. */
 int index_namespace_indexes(struct index *idx);
+
+/* Steps st (":ino" bound to ino) to its one row: 1 with the row ready, -ENOENT when there
+ * is none, or -errno. The caller holds the index lock and resets st. */
+int index_step_ino(sqlite3_stmt *st, uint64_t ino);
 
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK on the namespace connection (idx->db). */
 int index_begin(struct index *idx);

@@ -25,25 +25,13 @@ int index_begin_lazy(struct index *idx)
 	return rc;
 }
 
-/* Steps st (":ino" bound to ino) to its one row: 1 with the row ready, or -errno. The
- * caller holds the index lock and resets st. */
-static int step_ino(sqlite3_stmt *st, uint64_t ino)
-{
-	int rc = index_db_bind_int64(st, ":ino", (int64_t)ino);
-
-	if (rc)
-		return rc;
-	rc = index_db_step(st);
-	return rc == 0 ? -ENOENT : rc;
-}
-
 int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
 {
 	sqlite3_stmt *st = idx->st_listed;
 	int rc;
 
 	pthread_mutex_lock(&idx->lock);
-	rc = step_ino(st, dir);
+	rc = index_step_ino(st, dir);
 	if (rc == 1) {
 		rc = sqlite3_column_int(st, 0) ? 0 : -ENOTDIR;
 		*listed = sqlite3_column_int(st, 1) != 0;
@@ -119,7 +107,7 @@ int index_get_etag(struct index *idx, uint64_t ino, char *etag, size_t len)
 	int rc;
 
 	pthread_mutex_lock(&idx->lock);
-	rc = step_ino(st, ino);
+	rc = index_step_ino(st, ino);
 	if (rc == 1) {
 		const unsigned char *value = sqlite3_column_text(st, 1);
 		rc = sqlite3_column_int(st, 0) ? -EISDIR : 0;

@@ -1,5 +1,5 @@
 /*
- * Every path a manifest names, while it loads (see path_table.c): finds parents,
+ * Every path a namespace build names, while it runs (see path_table.c): finds parents,
  * duplicates and file/directory clashes without a query per path segment. One loader owns
  * a table: no lock.
  */
@@ -21,6 +21,12 @@ struct path_node {
 	int64_t mtime;   /* for directories: max over descendants */
 	uint32_t parent; /* index into path_table.v; the root is its own parent */
 	bool is_dir;
+	/* Set by the builder (build.c) after path_table_add. */
+	uint8_t kind;       /* enum index_kind */
+	bool listed_itself; /* directories: an entry named it, besides implying it */
+	bool has_own_mtime; /* directories: keeps its entry's mtime, not the newest below */
+	bool has_mode;
+	uint32_t mode;
 };
 
 /* Open-addressing hash of paths; slots hold index + 1 into v, 0 when empty. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fetch/source/manifest_load.h"
 #include "index/index.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -89,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (index_open(&idx) != 0)
 		return 0;
 	memset(err, 'x', sizeof(err));
-	rc = index_load_manifest(idx, (const char *)data + 1, size - 1, base, err, sizeof(err));
+	rc = source_manifest_load(idx, (const char *)data + 1, size - 1, base, err, sizeof(err));
 	if (rc == 0) {
 		check_namespace(idx);
 	} else {

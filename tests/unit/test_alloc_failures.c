@@ -40,6 +40,7 @@
 #include "fetch/http/http.h"
 #include "fetch/s3/s3_list.h"
 #include "fetch/s3/sigv4.h"
+#include "fetch/source/manifest_load.h"
 #include "index/index.h"
 #include "index/records.h"
 #include "util/ranges.h"
@@ -787,14 +788,14 @@ static void index_run(void *ctx, unsigned long n)
 		assert_null(idx);
 		goto out;
 	}
-	rc = index_load_manifest(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
+	rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
 	assert_index_unlocked(idx);
 	if (rc) {
 		assert_enomem(rc);
 		assert_non_null(strstr(err, "cannot load the manifest"));
 		/* Nothing was loaded, and the namespace is still empty enough to load. */
 		assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "readme.txt", &node), -ENOENT);
-		rc = index_load_manifest(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
+		rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
 		assert_int_equal(rc, 0);
 	}
 	RETRY(index_get(idx, INDEX_ROOT_INO, &root));
@@ -831,7 +832,7 @@ out:
 
 static void test_index(void **state)
 {
-	assert_true(torture("index_open + index_load_manifest + lookups", index_run, *state) >= 10);
+	assert_true(torture("index_open + source_manifest_load + lookups", index_run, *state) >= 10);
 }
 
 /*

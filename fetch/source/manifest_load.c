@@ -1,0 +1,790 @@
+/*
+ * manifest_load.c reads a JSON manifest (manifest_load.h) into an empty namespace: it owns
+ * the manifest's syntax, versions 1 and 2, and the message a bad one gets, naming the entry.
+ *
+ * The JSON is read with sqlite's own JSON functions (no parser of ours) on a private
+ * in-memory connection; each entry goes to the namespace through index_build_add, which
+ * applies the namespace's own rules, in one transaction: every entry or nothing.
+ */
+#include "fetch/source/manifest_load.h"
+#include "fetch/source/manifest_url.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MANIFEST_VERSION_MAX 2
+/* Longest path shown in an error message before it is cut with "...". */
+#define ERR_PATH_MAX 160
+/* Chunk sizes a manifest may name: a power of two in this range (doc/manifest.md). */
+#define CHUNK_SIZE_MIN 4096
+#define CHUNK_SIZE_MAX (64 << 20)
+
+/* The fields of an entry that mean something; other keys are ignored. Version 1 reads the
+ * first F_V1_COUNT only. */
+enum field_id {
+	F_PATH,
+	F_SIZE,
+	F_SHA256,
+	F_URL,
+	F_MTIME,
+	F_EXECUTABLE,
+	F_ETAG,
+	F_V1_COUNT,
+	F_TYPE = F_V1_COUNT,
+	F_MODE,
+	F_TARGET,
+	F_PACK,
+	F_OFFSET,
+	F_CHUNKS,
+	F_COUNT
+};
+static const char *const field_names[F_COUNT] = {"path",       "size",   "sha256", "url",  "mtime",
+                                                 "executable", "etag",   "type",   "mode", "target",
+                                                 "pack",       "offset", "chunks"};
+
+/* One field as st_each gave it. Text is copied: a column dies at the next step. */
+struct field {
+	bool seen;
+	char type[8];  /* json_type's name: "text", "integer", "true", ... */
+	bool is_int64; /* an "integer" that fits: sqlite hands larger ones over as reals */
+	int64_t i;
+	bool has_nul; /* a text whose raw form holds "\u0000" (sqlite 3.40 cuts there) */
+	char *text;   /* NUL-terminated, for text (and object) fields; kept across entries */
+	size_t len, cap;
+};
+
+/* The entry being gathered from st_each's rows. */
+struct entry {
+	bool active;
+	int64_t i;
+	bool is_object;
+	struct field f[F_COUNT];
+};
+
+struct load {
+	sqlite3 *db; /* private, in memory: only for sqlite's JSON functions */
+	struct index_builder *b;
+	sqlite3_stmt *st_top, *st_each, *st_packs, *st_chunks;
+	struct manifest_base base;
+	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
+	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
+	int version;
+	const char *array; /* "files" (version 1) or "entries" (version 2) */
+	char *err;
+	size_t err_len;
+};
+
+static const char top_sql[] =
+    "SELECT json_valid(:json),"
+    " CASE WHEN json_valid(:json) THEN json_type(:json) END,"
+    " CASE WHEN json_valid(:json) THEN json_type(:json, '$.version') END,"
+    " CASE WHEN json_valid(:json) THEN json_extract(:json, '$.version') END,"
+    " CASE WHEN json_valid(:json) THEN :json -> '$.version' END,"
+    " CASE WHEN json_valid(:json) THEN json_type(:json, '$.files') END,"
+    " CASE WHEN json_valid(:json) THEN json_type(:json, '$.entries') END,"
+    " CASE WHEN json_valid(:json) THEN json_type(:json, '$.packs') END";
+
+/*
+ * One row per (entry, key): a nested json_each is a third of the cost of a json_extract per
+ * field, which re-renders and re-parses the entry each time. Non-object entries give one row
+ * with NULL key. The raw `->` form is asked for only when the manifest holds an escaped NUL
+ * (:has_nul): sqlite 3.40 cuts a decoded string at "\u0000", the raw form keeps it.
+ */
+static const char each_sql[] =
+    "SELECT e.key, e.type, f.key, f.type, f.atom,"
+    " CASE WHEN :has_nul AND f.type = 'text'"
+    "  AND f.key IN ('path', 'sha256', 'url', 'etag', 'type', 'mode', 'target', 'pack')"
+    "  THEN e.value -> f.key END,"
+    " CASE WHEN f.type = 'object' THEN f.value END"
+    " FROM json_each(:json, :array) AS e"
+    " LEFT JOIN json_each(CASE WHEN e.type = 'object' THEN e.value ELSE '{}' END) AS f";
+
+/* Packs are few (one per directory of small files, about): a json_extract per field. */
+#define PACK_OBJECT "CASE WHEN p.type = 'object' THEN p.value ELSE '{}' END"
+static const char packs_sql[] =
+    "SELECT p.key, p.type,"
+    " json_type(" PACK_OBJECT ", '$.sha256'), json_extract(" PACK_OBJECT ", '$.sha256'),"
+    " json_type(" PACK_OBJECT ", '$.size'), json_extract(" PACK_OBJECT ", '$.size'),"
+    " json_type(" PACK_OBJECT ", '$.url'), json_extract(" PACK_OBJECT ", '$.url'),"
+    " " PACK_OBJECT " -> '$.url'"
+    " FROM json_each(:json, '$.packs') AS p";
+
+static const char chunks_sql[] =
+    "SELECT json_type(:c, '$.size'), json_extract(:c, '$.size'),"
+    " json_type(:c, '$.sha256'), json_extract(:c, '$.sha256'),"
+    " json_type(:c, '$.url'), json_extract(:c, '$.url'), :c -> '$.url'";
+
+/* Copies path for a message: quotes, backslashes and control bytes escaped, long paths cut. */
+static void quote_path(char *buf, size_t cap, const char *path, size_t len)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len && o + 8 < cap; i++) {
+		unsigned char c = (unsigned char)path[i];
+		if (i >= ERR_PATH_MAX) {
+			memcpy(buf + o, "...", 3);
+			o += 3;
+			break;
+		}
+		if (c == '"' || c == '\\') {
+			buf[o++] = '\\';
+			buf[o++] = (char)c;
+		} else if (c < 0x20 || c == 0x7f) {
+			o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+		} else {
+			buf[o++] = (char)c;
+		}
+	}
+	buf[o] = '\0';
+}
+
+__attribute__((format(printf, 2, 3))) static int load_error(struct load *ld, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ld->err && ld->err_len) {
+		va_start(ap, fmt);
+		vsnprintf(ld->err, ld->err_len, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+/* Writes `files[I] "PATH": reason` (or `files[I]: reason` when there is no path). */
+__attribute__((format(printf, 5, 6))) static int
+entry_error(struct load *ld, int64_t i, const char *path, size_t path_len, const char *fmt, ...)
+{
+	char reason[320], quoted[ERR_PATH_MAX * 4 + 16];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(reason, sizeof(reason), fmt, ap);
+	va_end(ap);
+	if (!path)
+		return load_error(ld, "%s[%" PRId64 "]: %s", ld->array, i, reason);
+	quote_path(quoted, sizeof(quoted), path, path_len);
+	return load_error(ld, "%s[%" PRId64 "] \"%s\": %s", ld->array, i, quoted, reason);
+}
+
+/* Whether a raw JSON string literal (as `->` returns it) holds an escaped NUL. Escapes are
+ * skipped pairwise so that "\\u0000" (a backslash, then "u0000") is not mistaken for one. */
+static bool raw_has_nul(const unsigned char *raw)
+{
+	if (!raw)
+		return false;
+	for (const unsigned char *p = raw; *p; p++) {
+		if (*p != '\\')
+			continue;
+		if (p[1] == 'u' && strncmp((const char *)p + 2, "0000", 4) == 0)
+			return true;
+		if (p[1])
+			p++;
+	}
+	return false;
+}
+
+static int is_hex(int c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Copies a 64-hex-digit text in lower case into out (65 bytes): flights and packs are keyed
+ * by the digest, so it has one spelling. false when s is no such text. */
+static bool lower_sha256(const char *s, size_t len, char out[65])
+{
+	if (!s || len != 64)
+		return false;
+	for (size_t k = 0; k < 64; k++) {
+		if (!is_hex((unsigned char)s[k]))
+			return false;
+		out[k] = (char)(s[k] | 0x20);
+	}
+	out[64] = '\0';
+	return true;
+}
+
+/* Records one row of st_each into e (the first of duplicate keys wins, as with
+ * json_extract). */
+static int gather_field(struct load *ld, struct entry *e)
+{
+	sqlite3_stmt *st = ld->st_each;
+	const char *key = (const char *)sqlite3_column_text(st, 2);
+	const char *type = (const char *)sqlite3_column_text(st, 3);
+	struct field *f = NULL;
+
+	if (!key || !type)
+		return 0;
+	for (int k = 0; k < F_COUNT; k++) {
+		if (strcmp(key, field_names[k]) == 0) {
+			f = &e->f[k];
+			break;
+		}
+	}
+	if (!f || f->seen)
+		return 0;
+	f->seen = true;
+	/* json_type's names are at most 7 bytes; snprintf here was 5% of a large load. */
+	size_t type_len = strnlen(type, sizeof(f->type) - 1);
+	memcpy(f->type, type, type_len);
+	f->type[type_len] = '\0';
+	if (strcmp(type, "integer") == 0 && sqlite3_column_type(st, 4) == SQLITE_INTEGER) {
+		f->is_int64 = true;
+		f->i = sqlite3_column_int64(st, 4);
+	} else if (strcmp(type, "text") == 0 || strcmp(type, "object") == 0) {
+		/* An object (chunks) comes as its JSON text, read again by read_chunks. */
+		int col = strcmp(type, "text") == 0 ? 4 : 6;
+		const char *s = (const char *)sqlite3_column_text(st, col);
+		int n = sqlite3_column_bytes(st, col);
+		if (!s)
+			return -ENOMEM;
+		if ((size_t)n + 1 > f->cap) {
+			char *t = realloc(f->text, (size_t)n + 1);
+			if (!t)
+				return -ENOMEM;
+			f->text = t;
+			f->cap = (size_t)n + 1;
+		}
+		memcpy(f->text, s, (size_t)n + 1);
+		f->len = (size_t)n;
+		/* Newer sqlite keeps the NUL in the value; 3.40 needs the raw form. */
+		f->has_nul = strlen(f->text) != f->len ||
+		             (col == 4 && raw_has_nul(sqlite3_column_text(st, 5)));
+	}
+	return 0;
+}
+
+static void entry_reset(struct entry *e, int64_t i, bool is_object)
+{
+	e->active = true;
+	e->i = i;
+	e->is_object = is_object;
+	for (int k = 0; k < F_COUNT; k++) {
+		struct field *f = &e->f[k];
+		f->seen = f->is_int64 = f->has_nul = false;
+		f->type[0] = '\0';
+		f->len = 0;
+	}
+}
+
+static void entry_free(struct entry *e)
+{
+	for (int k = 0; k < F_COUNT; k++)
+		free(e->f[k].text);
+}
+
+static bool is_type(const struct field *f, const char *type)
+{
+	return f->seen && strcmp(f->type, type) == 0;
+}
+
+static int bind_text(sqlite3_stmt *st, const char *name, const char *s)
+{
+	int idx = sqlite3_bind_parameter_index(st, name);
+
+	if (idx == 0)
+		return -EINVAL;
+	return sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) == SQLITE_OK ? 0 : -ENOMEM;
+}
+
+static int bind_int(sqlite3_stmt *st, const char *name, int64_t v)
+{
+	int idx = sqlite3_bind_parameter_index(st, name);
+
+	if (idx == 0)
+		return -EINVAL;
+	return sqlite3_bind_int64(st, idx, v) == SQLITE_OK ? 0 : -ENOMEM;
+}
+
+/* -errno for a failed sqlite step (a JSON error in a query is the manifest's fault). */
+static int step_errno(int rc)
+{
+	return rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
+}
+
+/* The chunk hashes an entry names (reserved for verification by chunk): checked here so a
+ * manifest that uses them is right before anything relies on them. */
+static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
+                       struct index_build_entry *be, char sha256[65], char **url)
+{
+	sqlite3_stmt *st = ld->st_chunks;
+	char why[256];
+	int rc = bind_text(st, ":c", e->f[F_CHUNKS].text);
+
+	if (rc < 0)
+		goto out;
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		rc = step_errno(rc);
+		goto out;
+	}
+	const char *size_type = (const char *)sqlite3_column_text(st, 0);
+	int64_t size = sqlite3_column_int64(st, 1);
+	if (!size_type || strcmp(size_type, "integer") != 0 ||
+	    sqlite3_column_type(st, 1) != SQLITE_INTEGER || size < CHUNK_SIZE_MIN ||
+	    size > CHUNK_SIZE_MAX || (size & (size - 1))) {
+		rc = entry_error(ld, e->i, path, len,
+		                 "chunks.size is not a power of two from %d to %d", CHUNK_SIZE_MIN,
+		                 CHUNK_SIZE_MAX);
+		goto out;
+	}
+	const char *sha_type = (const char *)sqlite3_column_text(st, 2);
+	const char *sha = (const char *)sqlite3_column_text(st, 3);
+	if (!sha_type || strcmp(sha_type, "text") != 0 ||
+	    !lower_sha256(sha, (size_t)sqlite3_column_bytes(st, 3), sha256)) {
+		rc = entry_error(ld, e->i, path, len, "chunks.sha256 is not 64 hex digits");
+		goto out;
+	}
+	const char *url_type = (const char *)sqlite3_column_text(st, 4);
+	const char *rel = (const char *)sqlite3_column_text(st, 5);
+	if (!url_type || strcmp(url_type, "text") != 0 || !rel || !*rel ||
+	    raw_has_nul(sqlite3_column_text(st, 6))) {
+		rc = entry_error(ld, e->i, path, len, "chunks.url is not a non-empty string");
+		goto out;
+	}
+	rc = manifest_url_resolve(&ld->base, rel, NULL, 0, url, why, sizeof(why));
+	if (rc == -EINVAL)
+		rc = entry_error(ld, e->i, path, len, "chunks.%s", why);
+	if (rc < 0)
+		goto out;
+	be->chunk_size = (uint64_t)size;
+	be->chunk_sha256 = sha256;
+	be->chunk_url = *url;
+out:
+	sqlite3_reset(st);
+	return rc;
+}
+
+/* "0755" or "644": 3 or 4 octal digits. -1 when s is neither. */
+static int parse_mode(const char *s, size_t len)
+{
+	int mode = 0;
+
+	if (len < 3 || len > 4)
+		return -1;
+	for (size_t k = 0; k < len; k++) {
+		if (s[k] < '0' || s[k] > '7')
+			return -1;
+		mode = mode * 8 + (s[k] - '0');
+	}
+	return mode;
+}
+
+/* The fields of a file that an entry of another type must not have. */
+static const enum field_id file_only[] = {F_SIZE, F_SHA256, F_URL,    F_ETAG,
+                                          F_PACK, F_OFFSET, F_CHUNKS, F_EXECUTABLE};
+
+/* Checks what the entry's type allows; fills be's type, mode and mtime. */
+static int read_kind(struct load *ld, const struct entry *e, const char *path, size_t len,
+                     struct index_build_entry *be)
+{
+	const struct field *ft = &e->f[F_TYPE], *fm = &e->f[F_MODE], *fx = &e->f[F_EXECUTABLE];
+	const struct field *fmt = &e->f[F_MTIME];
+
+	be->kind = INDEX_KIND_FILE;
+	if (ld->version >= 2 && ft->seen) {
+		if (!is_type(ft, "text") || ft->has_nul)
+			return entry_error(ld, e->i, path, len, "type is not a string");
+		if (strcmp(ft->text, "directory") == 0)
+			be->kind = INDEX_KIND_DIR;
+		else if (strcmp(ft->text, "symlink") == 0)
+			be->kind = INDEX_KIND_SYMLINK;
+		else if (strcmp(ft->text, "file") != 0)
+			return entry_error(ld, e->i, path, len,
+			                   "type \"%.40s\" is unknown (file, directory, symlink)",
+			                   ft->text);
+	}
+	if (fmt->seen && !fmt->is_int64)
+		return entry_error(ld, e->i, path, len, "mtime is not an integer");
+	be->has_mtime = fmt->seen;
+	be->mtime = fmt->i;
+	if (fx->seen && !is_type(fx, "true") && !is_type(fx, "false"))
+		return entry_error(ld, e->i, path, len, "executable is not a boolean");
+	if (be->kind == INDEX_KIND_FILE) {
+		be->has_mode = true;
+		be->mode = is_type(fx, "true") ? 0555 : 0444;
+	}
+	if (ld->version >= 2 && fm->seen) {
+		int mode = is_type(fm, "text") && !fm->has_nul ? parse_mode(fm->text, fm->len) : -1;
+		if (mode < 0)
+			return entry_error(
+			    ld, e->i, path, len,
+			    "mode is not 3 or 4 octal digits in a string (\"0755\")");
+		be->has_mode = true;
+		be->mode = (uint32_t)mode;
+	}
+	if (be->kind == INDEX_KIND_FILE) {
+		if (ld->version >= 2 && e->f[F_TARGET].seen)
+			return entry_error(ld, e->i, path, len, "target is only for a symlink");
+		return 0;
+	}
+	for (size_t k = 0; k < sizeof(file_only) / sizeof(file_only[0]); k++)
+		if (e->f[file_only[k]].seen)
+			return entry_error(ld, e->i, path, len, "%s is not allowed for a %s",
+			                   field_names[file_only[k]],
+			                   be->kind == INDEX_KIND_DIR ? "directory" : "symlink");
+	if (be->kind == INDEX_KIND_DIR) {
+		if (e->f[F_TARGET].seen)
+			return entry_error(ld, e->i, path, len, "target is only for a symlink");
+		return 0;
+	}
+	if (be->has_mode)
+		return entry_error(ld, e->i, path, len, "mode is not allowed for a symlink");
+	if (!e->f[F_TARGET].seen)
+		return entry_error(ld, e->i, path, len, "target is missing");
+	if (!is_type(&e->f[F_TARGET], "text"))
+		return entry_error(ld, e->i, path, len, "target is not a string");
+	if (e->f[F_TARGET].has_nul)
+		return entry_error(ld, e->i, path, len, "target contains a NUL byte");
+	be->target = e->f[F_TARGET].text;
+	be->target_len = e->f[F_TARGET].len;
+	return 0;
+}
+
+/* A file's own fields: size, digest, version, its pack or its URL. */
+static int read_file(struct load *ld, const struct entry *e, const char *path, size_t len,
+                     struct index_build_entry *be, char sha256[65], char pack[65], char **url)
+{
+	const struct field *fz = &e->f[F_SIZE], *fs = &e->f[F_SHA256], *fu = &e->f[F_URL];
+	const struct field *fe = &e->f[F_ETAG], *fp = &e->f[F_PACK], *fo = &e->f[F_OFFSET];
+	bool v2 = ld->version >= 2;
+	char why[256];
+	int rc;
+
+	if (!fz->seen)
+		return entry_error(ld, e->i, path, len, "size is missing");
+	/* json_type says "integer" for digits beyond int64 too; those are not sizes. */
+	if (!fz->is_int64)
+		return entry_error(ld, e->i, path, len, "size is not an integer");
+	if (fz->i < 0)
+		return entry_error(ld, e->i, path, len, "size is negative");
+	be->size = (uint64_t)fz->i;
+	if (fs->seen) {
+		if (!is_type(fs, "text") || fs->has_nul || !lower_sha256(fs->text, fs->len, sha256))
+			return entry_error(ld, e->i, path, len, "sha256 is not 64 hex digits");
+		be->sha256 = sha256;
+	}
+	if (fu->seen && !is_type(fu, "text"))
+		return entry_error(ld, e->i, path, len, "url is not a string");
+	if (fu->seen && fu->has_nul)
+		return entry_error(ld, e->i, path, len, "url contains a NUL byte");
+	/* "" would resolve to the manifest's own directory: surely a mistake. */
+	if (fu->seen && fu->len == 0)
+		return entry_error(ld, e->i, path, len, "url is empty");
+	if (fe->seen && !is_type(fe, "text"))
+		return entry_error(ld, e->i, path, len, "etag is not a string");
+	/* It goes into an If-Match header as it is: visible ASCII only, so no header can be
+	 * injected, and short enough for the flight's copy. */
+	if (fe->seen && fe->has_nul)
+		return entry_error(ld, e->i, path, len, "etag contains a NUL byte");
+	if (fe->seen && (fe->len == 0 || fe->len > INDEX_ETAG_MAX))
+		return entry_error(ld, e->i, path, len, "etag must be 1 to %d characters",
+		                   INDEX_ETAG_MAX);
+	for (size_t k = 0; fe->seen && k < fe->len; k++)
+		if (fe->text[k] < 0x21 || fe->text[k] > 0x7e)
+			return entry_error(ld, e->i, path, len,
+			                   "etag has a character that is not visible ASCII");
+	be->etag = fe->seen ? fe->text : NULL;
+	if (v2 && fp->seen) {
+		if (!is_type(fp, "text") || fp->has_nul || !lower_sha256(fp->text, fp->len, pack))
+			return entry_error(ld, e->i, path, len,
+			                   "pack is not 64 hex digits (a sha256 of \"packs\")");
+		if (fu->seen)
+			return entry_error(ld, e->i, path, len,
+			                   "a pack member has no url: its bytes are in its pack");
+		if (!fo->seen)
+			return entry_error(ld, e->i, path, len, "offset is missing");
+		if (!fo->is_int64 || fo->i < 0)
+			return entry_error(ld, e->i, path, len,
+			                   "offset is not a non-negative integer");
+		be->pack_sha256 = pack;
+		be->offset = (uint64_t)fo->i;
+		return 0;
+	}
+	if (v2 && fo->seen)
+		return entry_error(ld, e->i, path, len, "offset without pack");
+	rc = manifest_url_resolve(&ld->base, fu->seen ? fu->text : NULL, path, len, url, why,
+	                          sizeof(why));
+	if (rc == -EINVAL)
+		return entry_error(ld, e->i, path, len, "%s", why);
+	be->url = *url;
+	return rc;
+}
+
+/* Checks a gathered entry and adds it to the namespace. */
+static int load_entry(struct load *ld, const struct entry *e)
+{
+	const struct field *fp = &e->f[F_PATH];
+	const char *path = fp->text;
+	size_t len = fp->len;
+	char sha256[65], pack[65], chunk_sha256[65], why[320];
+	char *url = NULL, *chunk_url = NULL;
+	struct index_build_entry be = {0};
+	int rc;
+
+	if (!e->is_object)
+		return entry_error(ld, e->i, NULL, 0, "entry is not an object");
+	if (!fp->seen)
+		return entry_error(ld, e->i, NULL, 0, "path is missing");
+	if (!is_type(fp, "text"))
+		return entry_error(ld, e->i, NULL, 0, "path is not a string");
+	if (fp->has_nul)
+		return entry_error(ld, e->i, path, strlen(path), "path contains a NUL byte");
+	be.path = path;
+	be.path_len = len;
+	rc = read_kind(ld, e, path, len, &be);
+	if (rc == 0 && be.kind == INDEX_KIND_FILE)
+		rc = read_file(ld, e, path, len, &be, sha256, pack, &url);
+	if (rc == 0 && ld->version >= 2 && e->f[F_CHUNKS].seen) {
+		if (!is_type(&e->f[F_CHUNKS], "object"))
+			rc = entry_error(ld, e->i, path, len, "chunks is not an object");
+		else
+			rc = read_chunks(ld, e, path, len, &be, chunk_sha256, &chunk_url);
+	}
+	if (rc == 0) {
+		rc = index_build_add(ld->b, &be, why, sizeof(why));
+		if (rc == -EINVAL)
+			rc = entry_error(ld, e->i, path, len, "%s", why);
+	}
+	free(url);
+	free(chunk_url);
+	return rc;
+}
+
+/* Walks st_each, gathering an entry's rows and loading it when the next entry starts. */
+static int load_entries(struct load *ld)
+{
+	sqlite3_stmt *st = ld->st_each;
+	struct entry e = {0};
+	int rc = 0, step;
+
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t i = sqlite3_column_int64(st, 0);
+		if (!e.active || i != e.i) {
+			if (e.active) {
+				rc = load_entry(ld, &e);
+				if (rc < 0)
+					goto out;
+			}
+			const char *type = (const char *)sqlite3_column_text(st, 1);
+			entry_reset(&e, i, type && strcmp(type, "object") == 0);
+		}
+		rc = gather_field(ld, &e);
+		if (rc < 0)
+			goto out;
+	}
+	if (step != SQLITE_DONE) {
+		rc = step_errno(step);
+		goto out;
+	}
+	if (e.active)
+		rc = load_entry(ld, &e);
+out:
+	if (sqlite3_reset(st) != SQLITE_OK && rc == 0)
+		rc = -EIO;
+	entry_free(&e);
+	return rc;
+}
+
+/* Declares each pack of a version 2 manifest, before the entries that name them. */
+static int load_packs(struct load *ld)
+{
+	sqlite3_stmt *st = ld->st_packs;
+	char sha256[65], why[256];
+	int rc = 0, step;
+
+	while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t i = sqlite3_column_int64(st, 0);
+		const char *type = (const char *)sqlite3_column_text(st, 1);
+		const char *sha_type = (const char *)sqlite3_column_text(st, 2);
+		const char *size_type = (const char *)sqlite3_column_text(st, 4);
+		const char *url_type = (const char *)sqlite3_column_text(st, 6);
+		const char *rel = (const char *)sqlite3_column_text(st, 7);
+		int64_t size = sqlite3_column_int64(st, 5);
+		char *url = NULL;
+
+		if (!type || strcmp(type, "object") != 0)
+			rc = load_error(ld, "packs[%" PRId64 "]: pack is not an object", i);
+		else if (!sha_type || strcmp(sha_type, "text") != 0 ||
+		         !lower_sha256((const char *)sqlite3_column_text(st, 3),
+		                       (size_t)sqlite3_column_bytes(st, 3), sha256))
+			rc = load_error(ld, "packs[%" PRId64 "]: sha256 is not 64 hex digits", i);
+		else if (!size_type || strcmp(size_type, "integer") != 0 ||
+		         sqlite3_column_type(st, 5) != SQLITE_INTEGER || size < 0)
+			rc = load_error(
+			    ld, "packs[%" PRId64 "]: size is not a non-negative integer", i);
+		else if (!url_type || strcmp(url_type, "text") != 0 || !rel || !*rel ||
+		         raw_has_nul(sqlite3_column_text(st, 8)))
+			rc = load_error(ld, "packs[%" PRId64 "]: url is not a non-empty string", i);
+		if (rc == 0)
+			rc = manifest_url_resolve(&ld->base, rel, NULL, 0, &url, why, sizeof(why));
+		if (rc == 0)
+			rc = index_build_add_pack(ld->b, sha256, (uint64_t)size, url, why,
+			                          sizeof(why));
+		if (rc == -EINVAL && !(ld->err && ld->err[0]))
+			rc = load_error(ld, "packs[%" PRId64 "]: %s", i, why);
+		free(url);
+	}
+	if (rc == 0 && step != SQLITE_DONE)
+		rc = step_errno(step);
+	if (sqlite3_reset(st) != SQLITE_OK && rc == 0)
+		rc = -EIO;
+	return rc;
+}
+
+/* Checks the manifest's outer shape: valid JSON, an object, a known version, and its
+ * arrays. Sets ld->version and ld->array. */
+static int check_top(struct load *ld)
+{
+	sqlite3_stmt *st = ld->st_top;
+	int rc = sqlite3_step(st);
+
+	if (rc != SQLITE_ROW) {
+		rc = rc == SQLITE_DONE ? -EIO : step_errno(rc);
+		goto out;
+	}
+	const char *top = (const char *)sqlite3_column_text(st, 1);
+	const char *vtype = (const char *)sqlite3_column_text(st, 2);
+	const char *vraw = (const char *)sqlite3_column_text(st, 4);
+	int64_t version = sqlite3_column_int64(st, 3);
+	if (!sqlite3_column_int(st, 0)) {
+		rc = load_error(ld, "manifest is not valid JSON");
+	} else if (!top || strcmp(top, "object") != 0) {
+		rc = load_error(ld, "manifest is not a JSON object");
+	} else if (!vtype) {
+		rc = load_error(ld, "unsupported manifest version (\"version\" is missing)");
+	} else if (strcmp(vtype, "integer") != 0 || sqlite3_column_type(st, 3) != SQLITE_INTEGER ||
+	           version < 1 || version > MANIFEST_VERSION_MAX) {
+		rc = load_error(ld, "unsupported manifest version %.40s (expected 1 or 2)",
+		                vraw ? vraw : "?");
+	} else {
+		ld->version = (int)version;
+		ld->array = version == 1 ? "files" : "entries";
+		const char *atype = (const char *)sqlite3_column_text(st, version == 1 ? 5 : 6);
+		const char *ptype = (const char *)sqlite3_column_text(st, 7);
+		if (!atype)
+			rc = load_error(ld, "manifest has no \"%s\"", ld->array);
+		else if (strcmp(atype, "array") != 0)
+			rc = load_error(ld, "manifest \"%s\" is not an array", ld->array);
+		else if (version >= 2 && ptype && strcmp(ptype, "array") != 0)
+			rc = load_error(ld, "manifest \"packs\" is not an array");
+		else
+			rc = 0;
+	}
+out:
+	if (sqlite3_reset(st) != SQLITE_OK && rc == 0)
+		rc = -EIO;
+	return rc;
+}
+
+static int prepare_load(struct load *ld)
+{
+	static const char *const sql[] = {top_sql, each_sql, packs_sql, chunks_sql};
+	sqlite3_stmt **st[] = {&ld->st_top, &ld->st_each, &ld->st_packs, &ld->st_chunks};
+	int rc =
+	    sqlite3_open_v2(":memory:", &ld->db,
+	                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY | SQLITE_OPEN_NOMUTEX, NULL);
+
+	if (rc != SQLITE_OK)
+		return -ENOMEM;
+	for (size_t k = 0; k < sizeof(sql) / sizeof(sql[0]); k++)
+		if (sqlite3_prepare_v2(ld->db, sql[k], -1, st[k], NULL) != SQLITE_OK)
+			return sqlite3_errcode(ld->db) == SQLITE_NOMEM ? -ENOMEM : -EIO;
+	/* sqlite copies a text value that it does not know to be NUL-terminated each time a
+	 * JSON function reads it (15 MB per call for 100,000 entries); a bound C string is read
+	 * in place. ld->json outlives the statements. */
+	rc = bind_text(ld->st_top, ":json", ld->json);
+	if (rc == 0)
+		rc = bind_text(ld->st_each, ":json", ld->json);
+	if (rc == 0)
+		rc = bind_text(ld->st_packs, ":json", ld->json);
+	if (rc == 0)
+		rc =
+		    bind_int(ld->st_each, ":has_nul", raw_has_nul((const unsigned char *)ld->json));
+	return rc;
+}
+
+/* json[json_len] is '\0' when `terminated`; otherwise the text is copied to make it so. */
+static int load_manifest(struct index *idx, const char *json, size_t json_len, bool terminated,
+                         const char *base_url, char *err, size_t err_len)
+{
+	struct load ld = {.err = err, .err_len = err_len, .array = "files"};
+	char why[256] = "";
+	int rc;
+
+	if (err && err_len)
+		err[0] = '\0';
+	if (terminated) {
+		ld.json = json;
+	} else {
+		ld.json_copy = malloc(json_len + 1);
+		if (!ld.json_copy) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		memcpy(ld.json_copy, json, json_len);
+		ld.json_copy[json_len] = '\0';
+		ld.json = ld.json_copy;
+	}
+	rc = manifest_base_init(&ld.base, base_url, why, sizeof(why));
+	if (rc == -EINVAL)
+		rc = load_error(&ld, "%s", why);
+	if (rc < 0)
+		goto out;
+	rc = index_build_begin(idx, &ld.b);
+	if (rc == -EBUSY)
+		load_error(&ld, "the namespace is already loaded");
+	if (rc < 0)
+		goto out;
+	rc = prepare_load(&ld);
+	if (rc < 0)
+		goto out;
+	/* Raw control bytes are invalid in JSON, so a NUL in the text means a bad manifest;
+	 * checking here keeps the C string below from hiding a tail after it. */
+	if (memchr(json, '\0', json_len)) {
+		rc = load_error(&ld, "manifest is not valid JSON");
+		goto out;
+	}
+	rc = check_top(&ld);
+	if (rc == 0)
+		rc = bind_text(ld.st_each, ":array", ld.version == 1 ? "$.files" : "$.entries");
+	if (rc == 0 && ld.version >= 2)
+		rc = load_packs(&ld);
+	if (rc == 0)
+		rc = load_entries(&ld);
+	if (rc == 0) {
+		rc = index_build_commit(ld.b);
+		ld.b = NULL;
+	}
+out:
+	index_build_abort(ld.b);
+	if (rc < 0 && rc != -EINVAL && rc != -EBUSY && err && err_len && !err[0]) {
+		char buf[64];
+		snprintf(err, err_len, "cannot load the manifest: %s",
+		         strerror_r(-rc, buf, sizeof(buf)));
+	}
+	sqlite3_finalize(ld.st_top);
+	sqlite3_finalize(ld.st_each);
+	sqlite3_finalize(ld.st_packs);
+	sqlite3_finalize(ld.st_chunks);
+	sqlite3_close(ld.db);
+	manifest_base_free(&ld.base);
+	free(ld.json_copy);
+	return rc;
+}
+
+int source_manifest_load(struct index *idx, const char *json, size_t json_len, const char *base_url,
+                         char *err, size_t err_len)
+{
+	return load_manifest(idx, json, json_len, false, base_url, err, err_len);
+}
+
+int source_manifest_load_text(struct index *idx, const char *text, size_t len, const char *base_url,
+                              char *err, size_t err_len)
+{
+	return load_manifest(idx, text, len, true, base_url, err, err_len);
+}
