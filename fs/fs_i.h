@@ -48,10 +48,12 @@ struct fs_options {
 	char *retries_text;
 	char *max_transfers_text;
 	char *stats_mode_text;
+	char *outside_symlinks_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
-	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
+	unsigned stats_mode;  /* permission bits of the /.spoolfs files: read bits only */
+	int outside_symlinks; /* enum manifest_outside_symlinks */
 	int keep_cache;
 	int no_passthrough;
 	int allow_link_local;
@@ -73,9 +75,10 @@ struct fs_counters {
 	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
 	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
-	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
-	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
-	atomic_uint_fast64_t virtual_snapshots;   /* /.spoolfs contents built (one per open) */
+	atomic_uint_fast64_t pages_dropped_bytes;  /* FUSE page cache dropped (page_drop.c) */
+	atomic_uint_fast64_t page_drops_pending;   /* drops queued, not yet done */
+	atomic_uint_fast64_t virtual_snapshots;    /* /.spoolfs contents built (one per open) */
+	atomic_uint_fast64_t member_hash_failures; /* pack members whose bytes did not match */
 };
 
 /*
@@ -94,9 +97,24 @@ struct fs_object { /* every field guarded by fs_session.passthrough_lock */
 };
 #define FS_OBJECT_BUCKETS 256
 
+/*
+ * A pack member as its readers see it (member.c): a view of [base, base + size) of its
+ * pack's flight, served only once those bytes match the member's own sha256. Fixed at
+ * open.
+ */
+struct fs_member {
+	uint64_t base; /* where the member starts in its pack */
+	uint64_t size;
+	char sha256[65];
+};
+
 /* An open file: an object's flight, or a snapshot of a virtual file. */
 struct fs_handle {
 	struct flight *flight; /* a reference; NULL for a virtual file */
+	/* A pack member's handle reads its pack's flight through this view (member.c). */
+	bool is_member;
+	struct fs_member member;
+	atomic_bool member_verified; /* this handle saw the member's bytes match */
 	/* Its flight's entry in fs_session.objects, set by fs_passthrough_open; guarded by
 	 * passthrough_lock. NULL for a virtual file, or once released. */
 	struct fs_object *object;
@@ -277,8 +295,22 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
 int fs_replier_start(struct fs_session *s);
 void fs_replier_stop(struct fs_session *s);
 
+/* Parks a read of [off, off+len) of f. With a member (NULL otherwise), off is within the
+ * member: the wait is for the member's whole range, which is verified before the reply. */
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len);
+                  uint64_t len, const struct fs_member *member);
+
+/*
+ * Checks member m's bytes in its pack's spool (readable: the caller holds the spool and
+ * saw the range ready) against m's sha256. 0, or -EIO after failing the pack's flight:
+ * every reader of it gets -EIO, and the next open fetches the pack again.
+ */
+int fs_member_verify(struct fs_session *s, struct flight *f, const struct fs_member *m);
+
+/* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
+ * parked. Replies always. */
+void fs_member_read(fuse_req_t req, struct fs_session *s, struct fs_handle *h, uint64_t off,
+                    size_t size);
 
 /* Invalidates the kernel's cached pages of a failed object; the engine's on_failed hook.
  * Only queues the invalidation, for fs_inval_start's worker. */

@@ -228,6 +228,8 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 static int load_manifest(struct fs_session *s)
 {
 	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
+	struct manifest_load_options load_opts = {
+	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
 	char *text = NULL, *base_url = NULL, err[512] = "";
 	size_t len = 0;
 	int64_t mtime = 0;
@@ -243,11 +245,16 @@ static int load_manifest(struct fs_session *s)
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
 	if (rc)
 		goto out;
-	rc = source_manifest_load_text(s->idx, text, len, base_url, err, sizeof(err));
+	rc = source_manifest_load_text(s->idx, text, len, base_url, &load_opts, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
 		goto out;
 	}
+	if (load_opts.hidden_symlinks)
+		util_log(UTIL_LOG_INFO,
+		         "%u symlinks lead out of the mount: left out "
+		         "(--outside-symlinks=hide)",
+		         load_opts.hidden_symlinks);
 	/* Object URLs under the manifest's directory are the ones a mirror also has. */
 	size_t dir_len = strcspn(base_url, "?#");
 	while (dir_len > 0 && base_url[dir_len - 1] != '/')

@@ -485,14 +485,41 @@ static void log_mirrors_refused(const struct fs_session *s, const char *name,
 		         (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
 }
 
-/* Joins (or starts) the object's flight. 0 or -errno; *out holds a reference. */
-static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created)
+/*
+ * A pack member's flight is its pack's: one download for all its members, keyed by the
+ * pack's sha256 like any object. Fills m; 0, -ENODATA when ino is no member, or -errno.
+ */
+static int member_spec(struct fs_session *s, const struct index_node *n, struct fs_member *m,
+                       char **url, char *sha256, uint64_t *size)
+{
+	struct index_pack_ref ref;
+	int rc = index_get_pack(s->idx, n->ino, &ref);
+
+	if (rc)
+		return rc;
+	m->base = ref.offset;
+	m->size = n->size;
+	memcpy(m->sha256, n->sha256, sizeof(m->sha256));
+	memcpy(sha256, ref.pack_sha256, INDEX_SHA256_HEX + 1);
+	*size = ref.pack_size;
+	*url = ref.url;
+	return 0;
+}
+
+/*
+ * Joins (or starts) the object's flight: a pack member's is its pack's, and *member (when
+ * *is_member) says where in it. 0 or -errno; *out holds a reference.
+ */
+static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
+                       bool *is_member, struct fs_member *member)
 {
 	struct index_node n;
 	struct flight_spec spec;
 	struct mirror_set mirrors = {0};
 	const char *paths[FS_MAX_MIRRORS];
-	char *url = NULL, *key = NULL, path[1024], etag[256];
+	char *url = NULL, *key = NULL, path[1024], etag[256] = "";
+	char sha256[INDEX_SHA256_HEX + 1];
+	uint64_t size;
 	int rc;
 
 	rc = index_get(s->idx, ino, &n);
@@ -502,16 +529,23 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 		rc = n.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
 		goto out;
 	}
-	rc = index_get_url(s->idx, ino, &url);
+	rc = member_spec(s, &n, member, &url, sha256, &size);
+	*is_member = rc == 0;
+	if (rc == -ENODATA) {
+		memcpy(sha256, n.sha256, sizeof(sha256));
+		size = n.size;
+		rc = index_get_url(s->idx, ino, &url);
+		if (rc == 0)
+			rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
+	}
 	if (rc)
 		goto out;
-	rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
-	if (rc)
-		goto out;
-	rc = flight_key_build(n.sha256, n.size, url, etag, &key);
+	rc = flight_key_build(sha256, size, url, etag, &key);
 	if (rc)
 		goto out;
 	fs_node_path(s, &n, path, sizeof(path));
+	if (*is_member) /* the pack's log lines name the member that opened it */
+		snprintf(path + strnlen(path, sizeof(path) - 32), 32, " (pack %.12s)", sha256);
 	rc = mirror_urls(s, url, &mirrors);
 	if (rc)
 		goto out;
@@ -524,10 +558,11 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	                            .mirror_paths = paths,
 	                            .url = url,
 	                            .etag = etag,
-	                            .sha256 = n.sha256,
+	                            .sha256 = sha256,
 	                            .name = path,
-	                            .size = n.size,
-	                            .ino = ino};
+	                            .size = size,
+	                            .ino = ino,
+	                            .readers_verify = *is_member};
 	rc = flight_table_join(s->flights, &spec, out, created);
 	if (rc)
 		goto out;
@@ -551,7 +586,7 @@ out:
  * unreferenced and NULL; returns 0 or -errno.
  */
 static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct flight **f,
-                                    bool *created)
+                                    bool *created, bool *is_member, struct fs_member *member)
 {
 	int rc = flight_hold_spool(*f);
 
@@ -568,7 +603,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		}
 		flight_unref(*f);
 		*f = NULL;
-		rc = open_flight(s, ino, f, created);
+		rc = open_flight(s, ino, f, created, is_member, member);
 		if (rc == 0)
 			rc = flight_hold_spool(*f);
 	}
@@ -614,9 +649,9 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fs_handle_free(s, h);
 		return;
 	}
-	rc = open_flight(s, ino, &f, &created);
+	rc = open_flight(s, ino, &f, &created, &h->is_member, &h->member);
 	if (rc == 0)
-		rc = hold_spool_or_start_over(s, ino, &f, &created);
+		rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member);
 	if (rc)
 		goto fail;
 	h->flight = f;
@@ -637,7 +672,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 */
 	bool drop_cache = flight_table_take_taint(s->flights, flight_key(f), ino);
 	fi->keep_cache = !(drop_cache || (created && flight_after_failure(f)));
-	backing_id = fs_passthrough_open(s, h);
+	/* A member is a range of its pack's spool: the kernel cannot read it from there. */
+	backing_id = h->is_member ? 0 : fs_passthrough_open(s, h);
 	if (backing_id < 0) {
 		rc = backing_id;
 		goto fail_flight;
@@ -693,7 +729,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_snapshot(req, h, (uint64_t)off, size);
 		return;
 	}
-	if (off < 0 || (uint64_t)off >= flight_size(f) || size == 0) {
+	uint64_t file_size = h->is_member ? h->member.size : flight_size(f);
+	if (off < 0 || (uint64_t)off >= file_size || size == 0) {
 		atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 		if (off < 0)
 			fuse_reply_err(req, EINVAL);
@@ -701,7 +738,11 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	len = flight_size(f) - (uint64_t)off < size ? flight_size(f) - (uint64_t)off : size;
+	if (h->is_member) {
+		fs_member_read(req, s, h, (uint64_t)off, size);
+		return;
+	}
+	len = file_size - (uint64_t)off < size ? file_size - (uint64_t)off : size;
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
 	fs_page_drop_note_read(s, h, ino, (uint64_t)off, len);
@@ -715,7 +756,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, -rc);
 	} else {
 		atomic_fetch_add(&s->counters.reads_parked, 1);
-		fs_read_wait(req, s, f, (uint64_t)off, len);
+		fs_read_wait(req, s, f, (uint64_t)off, len, NULL);
 	}
 }
 
@@ -763,6 +804,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 {
 	struct fs_session *s = session_of(req);
 	struct index_node n;
+	struct index_pack_ref pack = {0}; /* pack.url is url for a member, else NULL */
 	char *url = NULL, *key = NULL, *shown = NULL, cached[32];
 	int rc;
 
@@ -796,7 +838,12 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		reply_xattr(req, n.sha256, strlen(n.sha256), size);
 		return;
 	}
-	rc = index_get_url(s->idx, ino, &url);
+	/* A pack member's URL is its pack's, and it is cached once its pack is. */
+	rc = index_get_pack(s->idx, ino, &pack);
+	if (rc == 0)
+		url = pack.url;
+	else if (rc == -ENODATA)
+		rc = index_get_url(s->idx, ino, &url);
 	if (rc)
 		goto fail;
 	if (strcmp(name, XATTR_URL) == 0) {
@@ -813,13 +860,17 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	if (strcmp(name, XATTR_CACHED) == 0) {
 		char etag[256];
-		rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
-		if (rc == 0)
+		uint64_t bytes;
+		rc = pack.url ? flight_key_build(pack.pack_sha256, pack.pack_size, url, "", &key)
+		              : index_get_etag(s->idx, ino, etag, sizeof(etag));
+		if (rc == 0 && !pack.url)
 			rc = flight_key_build(n.sha256, n.size, url, etag, &key);
 		if (rc)
 			goto fail;
-		snprintf(cached, sizeof(cached), "%" PRIu64,
-		         flight_table_cached_bytes(s->flights, key));
+		bytes = flight_table_cached_bytes(s->flights, key);
+		if (pack.url)
+			bytes = bytes == pack.pack_size ? n.size : 0;
+		snprintf(cached, sizeof(cached), "%" PRIu64, bytes);
 		reply_xattr(req, cached, strlen(cached), size);
 		goto out;
 	}

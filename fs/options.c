@@ -65,6 +65,8 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
     OPT_FLAG("no_sign", no_sign),
+    OPT("--outside-symlinks %s", outside_symlinks_text),
+    OPT("outside_symlinks=%s", outside_symlinks_text),
     OPT("--stats-mode %s", stats_mode_text),
     OPT("stats_mode=%s", stats_mode_text),
     OPT("--log-level %s", log_level),
@@ -148,6 +150,10 @@ void fs_options_usage(const char *prog)
 	    "                         suffixes; default 256M, about 4 million entries)\n"
 	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	    "                         tried in order when a fetch fails (repeatable)\n"
+	    "  --outside-symlinks show|hide|refuse\n"
+	    "                         symlinks whose target leads out of the mount (absolute,\n"
+	    "                         or above its root) point at this machine's files: shown\n"
+	    "                         as given (default), left out, or the manifest refused\n"
 	    "  --stats-mode MODE      mode of the /.spoolfs files: octal read bits, 0400 for\n"
 	    "                         the mount's owner alone (default 0444: with allow_other,\n"
 	    "                         every local user)\n"
@@ -276,6 +282,25 @@ static int parse_stats_mode(const char *text, unsigned *out)
 	return 0;
 }
 
+/* --outside-symlinks: show (default), hide or refuse; enum manifest_outside_symlinks. */
+static int parse_outside_symlinks(const char *text, int *out)
+{
+	static const char *const names[] = {"show", "hide", "refuse"};
+
+	*out = 0;
+	if (!text)
+		return 0;
+	for (int i = 0; i < 3; i++) {
+		if (strcmp(text, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	fprintf(stderr, "spoolfs: --outside-symlinks must be show, hide or refuse, not '%s'\n",
+	        text);
+	return -1;
+}
+
 /*
  * An http(s) or file URL without a query or fragment, else a usage error: a mirror replaces
  * the manifest's base, and an object's path goes after it (a query there would end up in
@@ -354,6 +379,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		if (check_mirror(opts->mirrors[i]) != 0)
 			return -EINVAL;
+	if (parse_outside_symlinks(opts->outside_symlinks_text, &opts->outside_symlinks) != 0)
+		return -EINVAL;
 	if (opts->log_level && strcmp(opts->log_level, "debug") != 0 &&
 	    strcmp(opts->log_level, "info") != 0 && strcmp(opts->log_level, "warn") != 0 &&
 	    strcmp(opts->log_level, "error") != 0) {
@@ -377,6 +404,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->retries_text);
 	free(opts->max_transfers_text);
 	free(opts->stats_mode_text);
+	free(opts->outside_symlinks_text);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);

@@ -26,6 +26,11 @@ struct read_wait {
 	struct flight *flight;       /* a reference of its own */
 	int err;                     /* what done() said, for the replier */
 	struct util_worker_job link; /* in the replier's queue */
+	/* A pack member's read: the waiter waits for the whole member, which the replier
+	 * verifies; the reply is [reply_off, reply_off + reply_len) of the pack. */
+	bool is_member;
+	struct fs_member member;
+	uint64_t reply_off, reply_len;
 };
 
 /*
@@ -54,10 +59,12 @@ static void read_wait_free(struct read_wait *rw)
 static void send_reply(struct read_wait *rw)
 {
 	fuse_req_interrupt_func(rw->req, NULL, NULL);
+	if (rw->err == 0 && rw->is_member)
+		rw->err = fs_member_verify(fuse_req_userdata(rw->req), rw->flight, &rw->member);
 	if (rw->err)
 		fuse_reply_err(rw->req, -rw->err);
 	else
-		fs_reply_spool(rw->req, rw->flight, rw->waiter.off, rw->waiter.len);
+		fs_reply_spool(rw->req, rw->flight, rw->reply_off, rw->reply_len);
 	read_wait_free(rw);
 }
 
@@ -102,7 +109,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 }
 
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len)
+                  uint64_t len, const struct fs_member *member)
 {
 	struct read_wait *rw = calloc(1, sizeof(*rw));
 	int rc;
@@ -111,13 +118,18 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	rw->waiter.off = off;
-	rw->waiter.len = len;
+	rw->reply_off = member ? member->base + off : off;
+	rw->reply_len = len;
+	rw->waiter.off = member ? member->base : off;
+	rw->waiter.len = member ? member->size : len;
+	rw->is_member = member != NULL;
+	if (member)
+		rw->member = *member;
 	rw->waiter.done = on_published;
 	rw->req = req;
 	flight_ref(f);
 	rw->flight = f;
-	bool kick = flight_should_kick(f, off);
+	bool kick = flight_should_kick(f, rw->waiter.off);
 	/* Registered before parking: an interrupt that already came is seen by flight_park. */
 	fuse_req_interrupt_func(req, on_interrupt, rw);
 	/*
@@ -133,12 +145,8 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 		return;
 	}
 	flight_unref(f);
-	fuse_req_interrupt_func(req, NULL, NULL);
-	if (rc == 1)
-		fs_reply_spool(req, f, off, len);
-	else
-		fuse_reply_err(req, -rc);
-	read_wait_free(rw);
+	rw->err = rc == 1 ? 0 : rc;
+	send_reply(rw); /* readable already (or failed): answered here, verified first */
 }
 
 /*

@@ -54,6 +54,7 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 		f->n_urls++;
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
+	f->readers_verify = spec->readers_verify;
 	size_t lm_prefix = strlen(VERSION_PIN_LAST_MODIFIED);
 	if (spec->etag && strncmp(spec->etag, VERSION_PIN_LAST_MODIFIED, lm_prefix) == 0) {
 		/* Pinned by an earlier flight whose server sent only a Last-Modified. */
@@ -636,11 +637,12 @@ fail:
 /*
  * With a hash, the bytes that would complete the object wait for it; a sparse flight that
  * got that far fetches the rest (at most FLIGHT_HOLD_BYTES), or its readers of those bytes
- * would wait for a hash that never finishes. Caller holds f->lock.
+ * would wait for a hash that never finishes. A pack's readers check their own ranges
+ * (readers_verify), so nothing waits there. Caller holds f->lock.
  */
 static bool withhold_locked(struct flight *f, bool verify)
 {
-	if (!verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
+	if (!verify || f->readers_verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
 		return false;
 	atomic_store(&f->whole, true);
 	return true;

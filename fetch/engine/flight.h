@@ -85,6 +85,12 @@ struct flight_spec {
 	const char *const *mirror_paths;
 	uint64_t size;
 	uint64_t ino; /* for cache invalidation on failure */
+	/*
+	 * A pack: each reader checks the range it reads against that member's own sha256
+	 * before serving it, so bytes are published as they arrive and nothing is withheld
+	 * for the whole hash (which is still checked at the end: a mismatch fails the flight).
+	 */
+	bool readers_verify;
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */

@@ -42,6 +42,7 @@ struct flight {
 	uint64_t size;
 	uint64_t ino;
 	uint64_t id;
+	bool readers_verify; /* flight_spec's: nothing is withheld for the whole hash */
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */

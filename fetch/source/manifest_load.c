@@ -74,7 +74,8 @@ struct load {
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
 	int version;
-	const char *array; /* "files" (version 1) or "entries" (version 2) */
+	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
+	struct manifest_load_options *opts; /* never NULL here */
 	char *err;
 	size_t err_len;
 };
@@ -545,6 +546,17 @@ static int load_entry(struct load *ld, const struct entry *e)
 		else
 			rc = read_chunks(ld, e, path, len, &be, chunk_sha256, &chunk_url);
 	}
+	if (rc == 0 && be.kind == INDEX_KIND_SYMLINK &&
+	    ld->opts->outside_symlinks != MANIFEST_OUTSIDE_SHOW &&
+	    manifest_symlink_leaves(path, len, be.target, be.target_len)) {
+		if (ld->opts->outside_symlinks == MANIFEST_OUTSIDE_REFUSE)
+			return entry_error(ld, e->i, path, len,
+			                   "target \"%.80s\" leads out of the mount "
+			                   "(--outside-symlinks=refuse)",
+			                   be.target);
+		ld->opts->hidden_symlinks++;
+		return 0;
+	}
 	if (rc == 0) {
 		rc = index_build_add(ld->b, &be, why, sizeof(why));
 		if (rc == -EINVAL)
@@ -708,11 +720,37 @@ static int prepare_load(struct load *ld)
 	return rc;
 }
 
+bool manifest_symlink_leaves(const char *path, size_t path_len, const char *target,
+                             size_t target_len)
+{
+	long depth = 0; /* of the directory the link is in, below the root */
+
+	if (target_len > 0 && target[0] == '/')
+		return true;
+	for (size_t k = 0; k < path_len; k++)
+		depth += path[k] == '/';
+	for (size_t start = 0; start < target_len;) {
+		const char *slash = memchr(target + start, '/', target_len - start);
+		size_t end = slash ? (size_t)(slash - target) : target_len, n = end - start;
+		if (n == 2 && target[start] == '.' && target[start + 1] == '.') {
+			if (--depth < 0)
+				return true;
+		} else if (n > 0 && !(n == 1 && target[start] == '.')) {
+			depth++;
+		}
+		start = end + 1;
+	}
+	return false;
+}
+
 /* json[json_len] is '\0' when `terminated`; otherwise the text is copied to make it so. */
 static int load_manifest(struct index *idx, const char *json, size_t json_len, bool terminated,
-                         const char *base_url, char *err, size_t err_len)
+                         const char *base_url, struct manifest_load_options *opts, char *err,
+                         size_t err_len)
 {
-	struct load ld = {.err = err, .err_len = err_len, .array = "files"};
+	struct manifest_load_options defaults = {0};
+	struct load ld = {
+	    .err = err, .err_len = err_len, .array = "files", .opts = opts ? opts : &defaults};
 	char why[256] = "";
 	int rc;
 
@@ -778,13 +816,13 @@ out:
 }
 
 int source_manifest_load(struct index *idx, const char *json, size_t json_len, const char *base_url,
-                         char *err, size_t err_len)
+                         struct manifest_load_options *opts, char *err, size_t err_len)
 {
-	return load_manifest(idx, json, json_len, false, base_url, err, err_len);
+	return load_manifest(idx, json, json_len, false, base_url, opts, err, err_len);
 }
 
 int source_manifest_load_text(struct index *idx, const char *text, size_t len, const char *base_url,
-                              char *err, size_t err_len)
+                              struct manifest_load_options *opts, char *err, size_t err_len)
 {
-	return load_manifest(idx, text, len, true, base_url, err, err_len);
+	return load_manifest(idx, text, len, true, base_url, opts, err, err_len);
 }

@@ -8,22 +8,45 @@
 #ifndef SPOOLFS_FETCH_SOURCE_MANIFEST_LOAD_H
 #define SPOOLFS_FETCH_SOURCE_MANIFEST_LOAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "index/index.h"
 
 /*
- * Loads a manifest (JSON text) into an empty namespace, all or nothing. base_url is the
+ * Symlinks whose target leads out of the mount (an absolute target, or more ".." than the
+ * link is deep) point readers at this machine's own files: a build that trusts the mount
+ * would read them as if the store had sent them. What to do with them.
+ */
+enum manifest_outside_symlinks {
+	MANIFEST_OUTSIDE_SHOW = 0, /* as given: toolchains and sysroots have such links */
+	MANIFEST_OUTSIDE_HIDE,     /* left out of the namespace, counted */
+	MANIFEST_OUTSIDE_REFUSE,   /* the manifest is refused, naming the entry */
+};
+
+struct manifest_load_options {
+	enum manifest_outside_symlinks outside_symlinks;
+	unsigned hidden_symlinks; /* out: how many MANIFEST_OUTSIDE_HIDE left out */
+};
+
+/* Whether a symlink at path (len bytes, relative to the mount root) with this target
+ * leads out of the mount. */
+bool manifest_symlink_leaves(const char *path, size_t path_len, const char *target,
+                             size_t target_len);
+
+/*
+ * Loads a manifest (JSON text) into an empty namespace, all or nothing. opts may be NULL
+ * (every symlink shown). base_url is the
  * manifest's own URL (http(s):// or file://); relative object URLs and entries without
  * "url" resolve against it. On a bad manifest returns -EINVAL and writes a one-line message
  * naming the entry (e.g. `files[3] "a/../b": path has a ".." segment`) into err; nothing
  * is loaded then.
  */
 int source_manifest_load(struct index *idx, const char *json, size_t json_len, const char *base_url,
-                         char *err, size_t err_len);
+                         struct manifest_load_options *opts, char *err, size_t err_len);
 /* The same for a text the caller has NUL-terminated (text[len] == '\0'): read in place, no
  * copy (7.6 MB less at the peak of a 100,000-entry load). */
 int source_manifest_load_text(struct index *idx, const char *text, size_t len, const char *base_url,
-                              char *err, size_t err_len);
+                              struct manifest_load_options *opts, char *err, size_t err_len);
 
 #endif

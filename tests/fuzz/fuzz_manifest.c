@@ -90,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (index_open(&idx) != 0)
 		return 0;
 	memset(err, 'x', sizeof(err));
-	rc = source_manifest_load(idx, (const char *)data + 1, size - 1, base, err, sizeof(err));
+	rc = source_manifest_load(idx, (const char *)data + 1, size - 1, base, NULL, err,
+	                          sizeof(err));
 	if (rc == 0) {
 		check_namespace(idx);
 	} else {

@@ -788,14 +788,15 @@ static void index_run(void *ctx, unsigned long n)
 		assert_null(idx);
 		goto out;
 	}
-	rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
+	rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, NULL, err, sizeof(err));
 	assert_index_unlocked(idx);
 	if (rc) {
 		assert_enomem(rc);
 		assert_non_null(strstr(err, "cannot load the manifest"));
 		/* Nothing was loaded, and the namespace is still empty enough to load. */
 		assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "readme.txt", &node), -ENOENT);
-		rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, err, sizeof(err));
+		rc = source_manifest_load(idx, manifest, strlen(manifest), BASE, NULL, err,
+		                          sizeof(err));
 		assert_int_equal(rc, 0);
 	}
 	RETRY(index_get(idx, INDEX_ROOT_INO, &root));
@@ -832,7 +833,8 @@ out:
 
 static void test_index(void **state)
 {
-	assert_true(torture("index_open + source_manifest_load + lookups", index_run, *state) >= 10);
+	assert_true(torture("index_open + source_manifest_load + lookups", index_run, *state) >=
+	            10);
 }
 
 /*

@@ -1,8 +1,8 @@
 /*
- * Unit tests for fetch/source/manifest_load.c (version 1), index/build.c and index/index.c: a valid manifest and what the index
- * answers about it, one test per refusal (each checks the message names the entry and the
- * reason, and that nothing was loaded), readdir cookies, fresh namespaces across opens, and
- * the spool records. Each test gets its own database in a fresh temporary directory.
+ * Unit tests for fetch/source/manifest_load.c (version 1), index/build.c and index/index.c: a valid
+ * manifest and what the index answers about it, one test per refusal (each checks the message names
+ * the entry and the reason, and that nothing was loaded), readdir cookies, fresh namespaces across
+ * opens, and the spool records. Each test gets its own database in a fresh temporary directory.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -81,7 +81,7 @@ static int teardown(void **state)
 
 static int load(struct fixture *f, const char *json)
 {
-	return source_manifest_load(f->idx, json, strlen(json), BASE, f->err, sizeof(f->err));
+	return source_manifest_load(f->idx, json, strlen(json), BASE, NULL, f->err, sizeof(f->err));
 }
 
 static uint64_t lookup_ino(struct fixture *f, uint64_t parent, const char *name)
@@ -558,7 +558,7 @@ static void test_file_urls_only_in_a_local_manifest(void **state)
 	assert_non_null(strstr(f->err, "files[0] \"innocent.txt\": a file: url is allowed only "
 	                               "in a local manifest"));
 	assert_int_equal(source_manifest_load(f->idx, json, strlen(json), "file:///srv/m.json",
-	                                     f->err, sizeof(f->err)),
+	                                      NULL, f->err, sizeof(f->err)),
 	                 0);
 	assert_url(f, lookup_ino(f, INDEX_ROOT_INO, "innocent.txt"), "file:///etc/shadow");
 }
@@ -571,7 +571,8 @@ static void test_no_base_url(void **state)
 
 	/* Absolute URLs need no base; a path alone does. */
 	assert_int_equal(
-	    source_manifest_load(f->idx, json, strlen(json), NULL, f->err, sizeof(f->err)), -EINVAL);
+	    source_manifest_load(f->idx, json, strlen(json), NULL, NULL, f->err, sizeof(f->err)),
+	    -EINVAL);
 	assert_non_null(strstr(f->err, "files[1] \"b\": "));
 	assert_non_null(strstr(f->err, "no base URL"));
 	assert_namespace_empty(f);
@@ -583,11 +584,12 @@ static void test_json_length_is_honoured(void **state)
 	const char json[] = "{\"version\":1,\"files\":[]}GARBAGE";
 
 	/* Only the first len bytes are the manifest. */
-	assert_int_equal(
-	    source_manifest_load(f->idx, json, strlen(json) - 7, BASE, f->err, sizeof(f->err)), 0);
+	assert_int_equal(source_manifest_load(f->idx, json, strlen(json) - 7, BASE, NULL, f->err,
+	                                      sizeof(f->err)),
+	                 0);
 	/* A NUL inside the given length is not JSON. */
-	assert_int_equal(source_manifest_load(f->idx, "{}\0{}", 5, BASE, f->err, sizeof(f->err)),
-	                 -EINVAL);
+	assert_int_equal(
+	    source_manifest_load(f->idx, "{}\0{}", 5, BASE, NULL, f->err, sizeof(f->err)), -EINVAL);
 	assert_non_null(strstr(f->err, "not valid JSON"));
 }
 
@@ -600,12 +602,13 @@ static void test_terminated_text_is_read_in_place(void **state)
 	const char cut[] = "{\"version\":1,\"files\":[]}\0{\"x\":1}";
 	struct index_node n;
 
-	assert_int_equal(
-	    source_manifest_load_text(f->idx, cut, sizeof(cut) - 1, BASE, f->err, sizeof(f->err)),
-	    -EINVAL);
+	assert_int_equal(source_manifest_load_text(f->idx, cut, sizeof(cut) - 1, BASE, NULL, f->err,
+	                                           sizeof(f->err)),
+	                 -EINVAL);
 	assert_non_null(strstr(f->err, "not valid JSON"));
-	assert_int_equal(
-	    source_manifest_load_text(f->idx, good, strlen(good), BASE, f->err, sizeof(f->err)), 0);
+	assert_int_equal(source_manifest_load_text(f->idx, good, strlen(good), BASE, NULL, f->err,
+	                                           sizeof(f->err)),
+	                 0);
 	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "a", &n), 0);
 	assert_url(f, n.ino, "https://example.com/m/a");
 }
@@ -1039,8 +1042,8 @@ static void test_urls_resolve_as_curl_would(void **state)
 			index_close(f->idx);
 			assert_int_equal(index_open(&f->idx), 0);
 		}
-		int rc = source_manifest_load(f->idx, json, strlen(json), bases[b], f->err,
-		                             sizeof(f->err));
+		int rc = source_manifest_load(f->idx, json, strlen(json), bases[b], NULL, f->err,
+		                              sizeof(f->err));
 		if (rc != 0)
 			fail_msg("base %s: %d %s", bases[b], rc, f->err);
 		for (size_t r = 0; r < sizeof(refs) / sizeof(refs[0]); r++) {

@@ -52,7 +52,7 @@ static int teardown(void **state)
 
 static int load(struct fixture *f, const char *json)
 {
-	return source_manifest_load(f->idx, json, strlen(json), BASE, f->err, sizeof(f->err));
+	return source_manifest_load(f->idx, json, strlen(json), BASE, NULL, f->err, sizeof(f->err));
 }
 
 static struct index_node lookup_path(struct fixture *f, const char *path)
@@ -289,6 +289,47 @@ static void test_refusals(void **state)
 	free(json);
 }
 
+static void test_symlinks_that_leave_the_mount(void **state)
+{
+	static const struct {
+		const char *path, *target;
+		bool leaves;
+	} cases[] = {
+	    {"a", "/etc/passwd", true},  {"a", "..", true},           {"d/a", "..", false},
+	    {"d/a", "../..", true},      {"d/a", "../x/../..", true}, {"d/a", "./b/../../c", false},
+	    {"d/e/a", "../../f", false}, {"a", "b//c/../..", false},  {"a", "b/../../c", true},
+	};
+	struct fixture *f = *state;
+	struct manifest_load_options opts = {.outside_symlinks = MANIFEST_OUTSIDE_HIDE};
+	const char *json = V2("{\"path\":\"up\",\"type\":\"symlink\",\"target\":\"../x\"},"
+	                      "{\"path\":\"in\",\"type\":\"symlink\",\"target\":\"x/y\"},"
+	                      "{\"path\":\"d/abs\",\"type\":\"symlink\",\"target\":\"/x\"},"
+	                      "{\"path\":\"d\",\"type\":\"directory\"}");
+	struct index_node n;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (manifest_symlink_leaves(cases[i].path, strlen(cases[i].path), cases[i].target,
+		                            strlen(cases[i].target)) != cases[i].leaves)
+			fail_msg("%s -> %s", cases[i].path, cases[i].target);
+	/* Hidden: left out and counted; the directory it was in is still there. */
+	assert_int_equal(
+	    source_manifest_load(f->idx, json, strlen(json), BASE, &opts, f->err, sizeof(f->err)),
+	    0);
+	assert_int_equal(opts.hidden_symlinks, 2);
+	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "up", &n), -ENOENT);
+	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "in", &n), 0);
+	assert_int_equal(index_lookup(f->idx, INDEX_ROOT_INO, "d", &n), 0);
+	/* Refused: the entry is named. */
+	index_close(f->idx);
+	assert_int_equal(index_open(&f->idx), 0);
+	opts = (struct manifest_load_options){.outside_symlinks = MANIFEST_OUTSIDE_REFUSE};
+	assert_int_equal(
+	    source_manifest_load(f->idx, json, strlen(json), BASE, &opts, f->err, sizeof(f->err)),
+	    -EINVAL);
+	assert_non_null(
+	    strstr(f->err, "entries[0] \"up\": target \"../x\" leads out of the mount"));
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -298,6 +339,7 @@ int main(void)
 	    T(test_chunks_are_accepted),
 	    T(test_version_1_ignores_version_2_fields),
 	    T(test_refusals),
+	    T(test_symlinks_that_leave_the_mount),
 	};
 #undef T
 	return cmocka_run_group_tests(tests, NULL, NULL);
