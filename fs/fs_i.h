@@ -49,11 +49,22 @@ struct fs_options {
 	char *max_transfers_text;
 	char *stats_mode_text;
 	char *outside_symlinks_text;
+	char *uid_text;
+	char *gid_text;
+	char *file_mode_text;
+	char *dir_mode_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
 	unsigned stats_mode;  /* permission bits of the /.spoolfs files: read bits only */
 	int outside_symlinks; /* enum manifest_outside_symlinks */
+	/* --uid, --gid: the owner every node shows (-1: the mounting user's). */
+	long long uid;
+	long long gid;
+	/* --file-mode, --dir-mode: permission bits shown instead of the source's, read and
+	 * execute only (-1: the source's). */
+	int file_mode;
+	int dir_mode;
 	int keep_cache;
 	int no_passthrough;
 	int allow_link_local;

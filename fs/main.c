@@ -582,6 +582,10 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
+	if (s.opts.uid >= 0)
+		s.uid = (uid_t)s.opts.uid;
+	if (s.opts.gid >= 0)
+		s.gid = (gid_t)s.opts.gid;
 	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
 	if (fs_argv_scrub(argc, argv))
 		util_log(UTIL_LOG_WARN,

@@ -28,6 +28,17 @@ static struct fs_session *session_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* --file-mode replaces a file's bits; one executable in the source stays executable by
+ * whoever may read it (0440 shows as 0550). */
+static mode_t file_mode(const struct fs_session *s, const struct index_node *n)
+{
+	mode_t mode = (mode_t)s->opts.file_mode;
+
+	if (s->opts.file_mode < 0)
+		return n->mode;
+	return n->mode & 0111 ? mode | ((mode & 0444) >> 2) : mode;
+}
+
 static void node_to_stat(const struct fs_session *s, const struct index_node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -41,7 +52,8 @@ static void node_to_stat(const struct fs_session *s, const struct index_node *n,
 	/* The index keeps read and execute bits only: the mount is read-only. */
 	switch (n->kind) {
 	case INDEX_KIND_DIR:
-		st->st_mode = S_IFDIR | n->mode;
+		st->st_mode =
+		    S_IFDIR | (s->opts.dir_mode >= 0 ? (mode_t)s->opts.dir_mode : n->mode);
 		st->st_nlink = 2;
 		break;
 	case INDEX_KIND_SYMLINK:
@@ -50,7 +62,7 @@ static void node_to_stat(const struct fs_session *s, const struct index_node *n,
 		st->st_size = (off_t)n->size; /* the target's length, as lstat gives it */
 		break;
 	case INDEX_KIND_FILE:
-		st->st_mode = S_IFREG | n->mode;
+		st->st_mode = S_IFREG | file_mode(s, n);
 		st->st_nlink = 1;
 		st->st_size = (off_t)n->size;
 		st->st_blocks = (blkcnt_t)((n->size + 511) / 512);

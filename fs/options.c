@@ -4,6 +4,8 @@
  * (-d, -o allow_other, ...) stays in args for fuse_session_new.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +67,14 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
     OPT_FLAG("no_sign", no_sign),
+    OPT("--uid %s", uid_text),
+    OPT("uid=%s", uid_text),
+    OPT("--gid %s", gid_text),
+    OPT("gid=%s", gid_text),
+    OPT("--file-mode %s", file_mode_text),
+    OPT("file_mode=%s", file_mode_text),
+    OPT("--dir-mode %s", dir_mode_text),
+    OPT("dir_mode=%s", dir_mode_text),
     OPT("--outside-symlinks %s", outside_symlinks_text),
     OPT("outside_symlinks=%s", outside_symlinks_text),
     OPT("--stats-mode %s", stats_mode_text),
@@ -150,6 +160,14 @@ void fs_options_usage(const char *prog)
 	    "                         suffixes; default 256M, about 4 million entries)\n"
 	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
 	    "                         tried in order when a fetch fails (repeatable)\n"
+	    "  --uid USER, --gid GROUP\n"
+	    "                         the owner every file shows (a name or a number; default:\n"
+	    "                         the mounting user's); with -o allow_other another user\n"
+	    "                         can read a root mount as its own\n"
+	    "  --file-mode MODE, --dir-mode MODE\n"
+	    "                         octal permission bits every file or directory shows\n"
+	    "                         instead of the source's (write bits always cleared; a\n"
+	    "                         file executable in the source keeps x where MODE has r)\n"
 	    "  --outside-symlinks show|hide|refuse\n"
 	    "                         symlinks whose target leads out of the mount (absolute,\n"
 	    "                         or above its root) point at this machine's files: shown\n"
@@ -282,6 +300,61 @@ static int parse_stats_mode(const char *text, unsigned *out)
 	return 0;
 }
 
+/* --file-mode, --dir-mode: octal; the mount is read-only, so only read and execute bits are
+ * kept (write, setuid, setgid and sticky bits are cleared, not refused: 0644 is what a user
+ * naturally writes). -1 when not given. */
+static int parse_node_mode(const char *name, const char *text, int *out)
+{
+	char *end = NULL;
+	unsigned long mode;
+
+	*out = -1;
+	if (!text)
+		return 0;
+	errno = 0;
+	mode = text[0] >= '0' && text[0] <= '7' ? strtoul(text, &end, 8) : 0;
+	if (!end || *end || errno || mode > 07777) {
+		fprintf(stderr, "spoolfs: %s must be an octal mode (0444, 0550, ...), not '%s'\n",
+		        name, text);
+		return -EINVAL;
+	}
+	*out = (int)(mode & 0555);
+	return 0;
+}
+
+/* --uid, --gid: a number or a name (resolved now, once). -1 when not given. */
+static int parse_owner(const char *name, const char *text, bool group, long long *out)
+{
+	char buf[4096], *end = NULL;
+	unsigned long long id;
+	int rc;
+
+	*out = -1;
+	if (!text)
+		return 0;
+	errno = 0;
+	id = text[0] >= '0' && text[0] <= '9' ? strtoull(text, &end, 10) : 0;
+	if (end && !*end && !errno && id < 0xffffffffULL) {
+		*out = (long long)id;
+		return 0;
+	}
+	if (group) {
+		struct group gr, *found = NULL;
+		rc = getgrnam_r(text, &gr, buf, sizeof(buf), &found);
+		if (rc == 0 && found)
+			*out = found->gr_gid;
+	} else {
+		struct passwd pw, *found = NULL;
+		rc = getpwnam_r(text, &pw, buf, sizeof(buf), &found);
+		if (rc == 0 && found)
+			*out = found->pw_uid;
+	}
+	if (*out >= 0)
+		return 0;
+	fprintf(stderr, "spoolfs: %s: no %s '%s'\n", name, group ? "group" : "user", text);
+	return -EINVAL;
+}
+
 /* --outside-symlinks: show (default), hide or refuse; enum manifest_outside_symlinks. */
 static int parse_outside_symlinks(const char *text, int *out)
 {
@@ -379,7 +452,11 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		if (check_mirror(opts->mirrors[i]) != 0)
 			return -EINVAL;
-	if (parse_outside_symlinks(opts->outside_symlinks_text, &opts->outside_symlinks) != 0)
+	if (parse_outside_symlinks(opts->outside_symlinks_text, &opts->outside_symlinks) != 0 ||
+	    parse_owner("--uid", opts->uid_text, false, &opts->uid) != 0 ||
+	    parse_owner("--gid", opts->gid_text, true, &opts->gid) != 0 ||
+	    parse_node_mode("--file-mode", opts->file_mode_text, &opts->file_mode) != 0 ||
+	    parse_node_mode("--dir-mode", opts->dir_mode_text, &opts->dir_mode) != 0)
 		return -EINVAL;
 	if (opts->log_level && strcmp(opts->log_level, "debug") != 0 &&
 	    strcmp(opts->log_level, "info") != 0 && strcmp(opts->log_level, "warn") != 0 &&
@@ -405,6 +482,10 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->max_transfers_text);
 	free(opts->stats_mode_text);
 	free(opts->outside_symlinks_text);
+	free(opts->uid_text);
+	free(opts->gid_text);
+	free(opts->file_mode_text);
+	free(opts->dir_mode_text);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);
