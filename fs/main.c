@@ -27,6 +27,7 @@
 #include "util/log.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
+#include "fs/metrics.h"
 #include "fs/notify.h"
 
 /*
@@ -476,6 +477,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
 	}
+	rc = fs_metrics_start(s);
+	if (rc) {
+		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
+		goto out_engine;
+	}
 	util_log(UTIL_LOG_INFO, "mounted on %s", s->opts.mountpoint);
 	loop = fuse_loop_cfg_create();
 	if (!loop) {
@@ -509,6 +515,7 @@ out_engine:
 	fs_replier_stop(s);
 	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
 	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */
+	fs_metrics_stop(s);   /* last: its final write has the session's final counts */
 	fs_handles_free_all(s);
 out_unmount:
 	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a
@@ -620,7 +627,8 @@ int main(int argc, char *argv[])
 		s.opts.netrc_file = NULL;
 	}
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
-	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0)) {
+	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
+	    (s.opts.metrics_file && fs_metrics_check_path(&s.opts.metrics_file) != 0)) {
 		status = 2;
 		goto out_args;
 	}

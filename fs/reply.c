@@ -25,6 +25,8 @@ struct read_wait {
 	fuse_req_t req;
 	struct flight *flight;       /* a reference of its own */
 	int err;                     /* what done() said, for the replier */
+	uint64_t parked_ns;          /* when it was parked (fs_counters.read_wait) */
+	uint64_t opened_ns;          /* the open's time if it is the open's first read, else 0 */
 	struct util_worker_job link; /* in the replier's queue */
 };
 
@@ -51,13 +53,25 @@ static void read_wait_free(struct read_wait *rw)
 	free(rw);
 }
 
+/* Times an answered wait: how long it was parked and, for an open's first read, since the
+ * open. Taken after the reply, so they include its copy into the kernel. */
+static void count_answer(struct fs_session *s, const struct read_wait *rw)
+{
+	util_histogram_observe_since(&s->counters.read_wait, rw->parked_ns);
+	if (!rw->err && rw->opened_ns)
+		util_histogram_observe_since(&s->counters.first_byte, rw->opened_ns);
+}
+
 static void send_reply(struct read_wait *rw)
 {
+	struct fs_session *s = fuse_req_userdata(rw->req);
+
 	fuse_req_interrupt_func(rw->req, NULL, NULL);
 	if (rw->err)
 		fuse_reply_err(rw->req, -rw->err);
 	else
 		fs_reply_spool(rw->req, rw->flight, rw->waiter.off, rw->waiter.len);
+	count_answer(s, rw);
 	read_wait_free(rw);
 }
 
@@ -102,7 +116,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 }
 
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len)
+                  uint64_t len, uint64_t opened_ns)
 {
 	struct read_wait *rw = calloc(1, sizeof(*rw));
 	int rc;
@@ -115,6 +129,8 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	rw->waiter.len = len;
 	rw->waiter.done = on_published;
 	rw->req = req;
+	rw->parked_ns = util_monotonic_ns();
+	rw->opened_ns = opened_ns;
 	flight_ref(f);
 	rw->flight = f;
 	bool kick = flight_should_kick(f, off);
@@ -134,10 +150,12 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 	}
 	flight_unref(f);
 	fuse_req_interrupt_func(req, NULL, NULL);
+	rw->err = rc == 1 ? 0 : rc;
 	if (rc == 1)
 		fs_reply_spool(req, f, off, len);
 	else
 		fuse_reply_err(req, -rc);
+	count_answer(s, rw);
 	read_wait_free(rw);
 }
 

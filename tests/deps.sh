@@ -7,7 +7,7 @@ packages=(
 	build-essential cmake pkg-config clang clang-format
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev
 	libcmocka-dev libsystemd-dev python3 python3-pytest curl ca-certificates openssl tinyproxy attr
-	lintian
+	lintian python3-prometheus-client
 )
 
 # A CI machine just after boot often has another apt (unattended-upgrades) holding the
