@@ -556,6 +556,27 @@ static void set_default_cache_bound(struct fs_session *s)
 	         bound >> 20, CACHE_DIR_RESERVE_SHARE, s->opts.cache_dir);
 }
 
+/*
+ * An ordinary user's mount (through fusermount3) works, without what only root may do:
+ * passthrough (the kernel's backing-file ioctl needs CAP_SYS_ADMIN) and raising the
+ * mount's readahead (a root-only sysfs file). Both are off from the start, said once each
+ * at mount rather than found out at the first open. (A root without those rights, in a
+ * container, still finds out then: each is also turned off the first time it fails.)
+ */
+static void drop_root_features(struct fs_session *s)
+{
+	if (geteuid() == 0)
+		return;
+	if (!s->opts.no_passthrough) {
+		s->opts.no_passthrough = 1;
+		util_log(UTIL_LOG_INFO,
+		         "passthrough reads are off: they need root (complete objects"
+		         " are read through FUSE's page cache)");
+	}
+	atomic_store(&s->readahead_tuned, true);
+	util_log(UTIL_LOG_INFO, "readahead stays at the kernel's default: raising it needs root");
+}
+
 static void on_sigusr1(int sig)
 {
 	(void)sig;
@@ -660,6 +681,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	raise_fd_limit();
+	drop_root_features(&s);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		goto out_args;
