@@ -684,7 +684,11 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
 	fs_page_drop_note_read(s, h, ino, (uint64_t)off, len);
-	uint64_t opened_ns = atomic_exchange(&h->first_read_taken, true) ? 0 : h->opened_ns;
+	/* Loaded first: only the first read writes the flag (many may share the handle). */
+	uint64_t opened_ns = atomic_load_explicit(&h->first_read_taken, memory_order_relaxed) ||
+	                             atomic_exchange(&h->first_read_taken, true)
+	                         ? 0
+	                         : h->opened_ns;
 	/* Done with h: from here on only f, which the handle keeps alive until release. */
 	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 	rc = flight_ready(f, (uint64_t)off, len);
