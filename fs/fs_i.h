@@ -21,6 +21,7 @@
 #include "fetch/s3/source_s3.h"
 #include "fetch/engine/flight.h"
 #include "fetch/source/listing_flight.h"
+#include "util/histogram.h"
 #include "util/worker.h"
 #include "index/index.h"
 #include "index/records.h"
@@ -37,8 +38,9 @@ struct fs_options {
 	char **mirrors;          /* --mirror bases, in order */
 	unsigned n_mirrors;
 	char *log_level;
-	char *log_file; /* --log-file: instead of stderr or syslog */
-	char *endpoint; /* S3 */
+	char *log_file;     /* --log-file: instead of stderr or syslog */
+	char *metrics_file; /* --metrics-file: absolute once main checked it; NULL: none */
+	char *endpoint;     /* S3 */
 	char *region;
 	char *profile;
 	int path_style;
@@ -53,10 +55,12 @@ struct fs_options {
 	char *gid_text;
 	char *file_mode_text;
 	char *dir_mode_text;
+	char *metrics_interval_text;
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
-	unsigned stats_mode;  /* permission bits of the /.spoolfs files: read bits only */
+	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
+	unsigned metrics_interval_s;
 	int outside_symlinks; /* enum manifest_outside_symlinks */
 	/* --uid, --gid: the owner every node shows (-1: the mounting user's). */
 	long long uid;
@@ -86,9 +90,13 @@ struct fs_counters {
 	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
 	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
-	atomic_uint_fast64_t pages_dropped_bytes;  /* FUSE page cache dropped (page_drop.c) */
-	atomic_uint_fast64_t page_drops_pending;   /* drops queued, not yet done */
-	atomic_uint_fast64_t virtual_snapshots;    /* /.spoolfs contents built (one per open) */
+	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
+	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
+	atomic_uint_fast64_t virtual_snapshots;   /* /.spoolfs contents built (one per open) */
+	/* From an open of an object to the answer of its first read that reached the daemon
+	 * (reads the kernel answers from its page cache, or passthrough, never do). */
+	struct util_histogram first_byte;
+	struct util_histogram read_wait;           /* a parked read: from parking to its answer */
 	atomic_uint_fast64_t member_hash_failures; /* pack members whose bytes did not match */
 };
 
@@ -137,6 +145,8 @@ struct fs_handle {
 	 * with the handle, and release acquire-loads it before freeing, which states it.
 	 */
 	atomic_uint reads_done;
+	uint64_t opened_ns;           /* util_monotonic_ns() at the open, for first_byte */
+	atomic_bool first_read_taken; /* a read of it has claimed the first_byte observation */
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
 	/* In fs_session.open_handles; guarded by fs_session.handles_lock. */
 	struct fs_handle *prev;
@@ -201,6 +211,7 @@ struct fs_session {
 	struct fs_object
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
 	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
+	struct fs_metrics *metrics;      /* metrics.c's writer; NULL without --metrics-file */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
@@ -307,9 +318,10 @@ int fs_replier_start(struct fs_session *s);
 void fs_replier_stop(struct fs_session *s);
 
 /* Parks a read of [off, off+len) of f. With a member (NULL otherwise), off is within the
- * member: the wait is for the member's whole range, which is verified before the reply. */
+ * member: the wait is for the member's whole range, which is verified before the reply.
+ * opened_ns: the open's time when this is its first read (fs_counters.first_byte), else 0. */
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len, const struct fs_member *member);
+                  uint64_t len, const struct fs_member *member, uint64_t opened_ns);
 
 /*
  * Checks member m's bytes in its pack's spool (readable: the caller holds the spool and
@@ -317,6 +329,10 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
  * every reader of it gets -EIO, and the next open fetches the pack again.
  */
 int fs_member_verify(struct fs_session *s, struct flight *f, const struct fs_member *m);
+
+/* The open's time, for the first read of handle h (fs_counters.first_byte); 0 for the
+ * others. Call before the handle's reads_done goes up. */
+uint64_t fs_handle_first_read_ns(struct fs_handle *h);
 
 /* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
  * parked. Replies always. */

@@ -28,6 +28,7 @@
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
+#include "fs/metrics.h"
 #include "fs/notify.h"
 
 /*
@@ -484,6 +485,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
 	}
+	rc = fs_metrics_start(s);
+	if (rc) {
+		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
+		goto out_engine;
+	}
 	util_log(UTIL_LOG_INFO, "mounted on %s", s->opts.mountpoint);
 	loop = fuse_loop_cfg_create();
 	if (!loop) {
@@ -517,6 +523,7 @@ out_engine:
 	fs_replier_stop(s);
 	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
 	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */
+	fs_metrics_stop(s);   /* last: its final write has the session's final counts */
 	fs_handles_free_all(s);
 out_unmount:
 	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a
@@ -555,6 +562,27 @@ static void set_default_cache_bound(struct fs_session *s)
 	         "cache bound %" PRIu64 " MiB: what leaves %d%% of %s's filesystem free (at least"
 	         " 1 GiB); --cache-max-size sets another",
 	         bound >> 20, CACHE_DIR_RESERVE_SHARE, s->opts.cache_dir);
+}
+
+/*
+ * An ordinary user's mount (through fusermount3) works, without what only root may do:
+ * passthrough (the kernel's backing-file ioctl needs CAP_SYS_ADMIN) and raising the
+ * mount's readahead (a root-only sysfs file). Both are off from the start, said once each
+ * at mount rather than found out at the first open. (A root without those rights, in a
+ * container, still finds out then: each is also turned off the first time it fails.)
+ */
+static void drop_root_features(struct fs_session *s)
+{
+	if (geteuid() == 0)
+		return;
+	if (!s->opts.no_passthrough) {
+		s->opts.no_passthrough = 1;
+		util_log(UTIL_LOG_INFO,
+		         "passthrough reads are off: they need root (complete objects"
+		         " are read through FUSE's page cache)");
+	}
+	atomic_store(&s->readahead_tuned, true);
+	util_log(UTIL_LOG_INFO, "readahead stays at the kernel's default: raising it needs root");
 }
 
 static void on_sigusr1(int sig)
@@ -632,7 +660,8 @@ int main(int argc, char *argv[])
 		s.opts.netrc_file = NULL;
 	}
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
-	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0)) {
+	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
+	    (s.opts.metrics_file && fs_metrics_check_path(&s.opts.metrics_file) != 0)) {
 		status = 2;
 		goto out_args;
 	}
@@ -664,6 +693,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	raise_fd_limit();
+	drop_root_features(&s);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		goto out_args;

@@ -667,6 +667,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc)
 		goto fail;
 	h->flight = f;
+	h->opened_ns = util_monotonic_ns();
 	if (created)
 		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
@@ -728,6 +729,15 @@ static void reply_snapshot(fuse_req_t req, struct fs_handle *h, uint64_t off, si
 	free(copy);
 }
 
+uint64_t fs_handle_first_read_ns(struct fs_handle *h)
+{
+	/* Loaded first: only the first read writes the flag (many may share the handle). */
+	return atomic_load_explicit(&h->first_read_taken, memory_order_relaxed) ||
+	               atomic_exchange(&h->first_read_taken, true)
+	           ? 0
+	           : h->opened_ns;
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -758,17 +768,20 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (flight_note_read(f, (uint64_t)off, len))
 		engine_kick(s->engine, f);
 	fs_page_drop_note_read(s, h, ino, (uint64_t)off, len);
+	uint64_t opened_ns = fs_handle_first_read_ns(h);
 	/* Done with h: from here on only f, which the handle keeps alive until release. */
 	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 	rc = flight_ready(f, (uint64_t)off, len);
 	if (rc == 1) {
 		fs_reply_spool(req, f, (uint64_t)off, len);
+		if (opened_ns)
+			util_histogram_observe_since(&s->counters.first_byte, opened_ns);
 	} else if (rc < 0) {
 		atomic_fetch_add(&s->counters.reads_failed, 1);
 		fuse_reply_err(req, -rc);
 	} else {
 		atomic_fetch_add(&s->counters.reads_parked, 1);
-		fs_read_wait(req, s, f, (uint64_t)off, len, NULL);
+		fs_read_wait(req, s, f, (uint64_t)off, len, NULL, opened_ns);
 	}
 }
 

@@ -83,6 +83,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("log_level=%s", log_level),
     OPT("--log-file %s", log_file),
     OPT("log_file=%s", log_file),
+    OPT("--metrics-file %s", metrics_file),
+    OPT("metrics_file=%s", metrics_file),
+    OPT("--metrics-interval %s", metrics_interval_text),
+    OPT("metrics_interval=%s", metrics_interval_text),
     OPT_FLAG("-h", show_help),
     OPT_FLAG("--help", show_help),
     OPT_FLAG("-V", show_version),
@@ -178,6 +182,11 @@ void fs_options_usage(const char *prog)
 	    "  --log-level LEVEL      debug, info, warn or error (default info)\n"
 	    "  --log-file PATH        log there (timestamped, 0600) instead of stderr or syslog;\n"
 	    "                         SIGUSR1 opens PATH again (for logrotate)\n"
+	    "  --metrics-file PATH    write the metrics in the Prometheus text format there\n"
+	    "                         (node_exporter's textfile collector: name it *.prom),\n"
+	    "                         with latency histograms and a mount label, replaced\n"
+	    "                         whole every --metrics-interval and at unmount\n"
+	    "  --metrics-interval SEC seconds between writes of --metrics-file (default 5)\n"
 	    "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
 	    "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
 	    "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
@@ -442,6 +451,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
 	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
 	                &opts->max_transfers) != 0 ||
+	    parse_count("--metrics-interval", opts->metrics_interval_text, 1, 3600, 5,
+	                &opts->metrics_interval_s) != 0 ||
 	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
@@ -486,6 +497,8 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->gid_text);
 	free(opts->file_mode_text);
 	free(opts->dir_mode_text);
+	free(opts->metrics_interval_text);
+	free(opts->metrics_file);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);
 	free(opts->mirrors);

@@ -25,6 +25,8 @@ struct read_wait {
 	fuse_req_t req;
 	struct flight *flight;       /* a reference of its own */
 	int err;                     /* what done() said, for the replier */
+	uint64_t parked_ns;          /* when it was parked (fs_counters.read_wait) */
+	uint64_t opened_ns;          /* the open's time if it is the open's first read, else 0 */
 	struct util_worker_job link; /* in the replier's queue */
 	/* A pack member's read: the waiter waits for the whole member, which the replier
 	 * verifies; the reply is [reply_off, reply_off + reply_len) of the pack. */
@@ -56,8 +58,19 @@ static void read_wait_free(struct read_wait *rw)
 	free(rw);
 }
 
+/* Times an answered wait: how long it was parked and, for an open's first read, since the
+ * open. Taken after the reply, so they include its copy into the kernel. */
+static void count_answer(struct fs_session *s, const struct read_wait *rw)
+{
+	util_histogram_observe_since(&s->counters.read_wait, rw->parked_ns);
+	if (!rw->err && rw->opened_ns)
+		util_histogram_observe_since(&s->counters.first_byte, rw->opened_ns);
+}
+
 static void send_reply(struct read_wait *rw)
 {
+	struct fs_session *s = fuse_req_userdata(rw->req);
+
 	fuse_req_interrupt_func(rw->req, NULL, NULL);
 	if (rw->err == 0 && rw->is_member)
 		rw->err = fs_member_verify(fuse_req_userdata(rw->req), rw->flight, &rw->member);
@@ -65,6 +78,7 @@ static void send_reply(struct read_wait *rw)
 		fuse_reply_err(rw->req, -rw->err);
 	else
 		fs_reply_spool(rw->req, rw->flight, rw->reply_off, rw->reply_len);
+	count_answer(s, rw);
 	read_wait_free(rw);
 }
 
@@ -109,7 +123,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 }
 
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len, const struct fs_member *member)
+                  uint64_t len, const struct fs_member *member, uint64_t opened_ns)
 {
 	struct read_wait *rw = calloc(1, sizeof(*rw));
 	int rc;
@@ -127,6 +141,8 @@ void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64
 		rw->member = *member;
 	rw->waiter.done = on_published;
 	rw->req = req;
+	rw->parked_ns = util_monotonic_ns();
+	rw->opened_ns = opened_ns;
 	flight_ref(f);
 	rw->flight = f;
 	bool kick = flight_should_kick(f, rw->waiter.off);

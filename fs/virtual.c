@@ -1,7 +1,7 @@
 /*
  * Content of the /.spoolfs files (see virtual.h). Counters are atomics in the session and
- * the engine; flight details come from flight_table_foreach under the table lock, written
- * into a memory stream that is only formatted text, so nothing here blocks on I/O.
+ * the engine, written by metrics.c; flight details come from flight_table_foreach under the table
+ * lock, written into a memory stream that is only formatted text, so nothing here blocks on I/O.
  *
  * Only an open builds a snapshot. getattr, lookup and readdir report size 0, as /proc does:
  * with allow_other any local user may stat these files, and a snapshot per stat let a loop
@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "fs/metrics.h"
 
 bool fs_virtual_ino(fuse_ino_t ino)
 {
@@ -59,73 +61,6 @@ int fs_virtual_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 	if (strcmp(name, "flights") == 0)
 		return fs_virtual_getattr(s, FS_INO_FLIGHTS, NULL, st) == 0 ? 1 : -EIO;
 	return -ENOENT;
-}
-
-struct totals {
-	unsigned active;
-	unsigned complete;
-	uint64_t bytes_local;
-};
-
-static void add_flight(void *ctx, const struct flight_info *info)
-{
-	struct totals *t = ctx;
-
-	if (info->state == FLIGHT_ACTIVE)
-		t->active++;
-	else if (info->state == FLIGHT_COMPLETE)
-		t->complete++;
-	t->bytes_local += info->published;
-}
-
-static void metric(FILE *out, const char *name, const char *type, const char *help, uint64_t v)
-{
-	fprintf(out, "# HELP spoolfs_%s %s\n# TYPE spoolfs_%s %s\nspoolfs_%s %" PRIu64 "\n", name,
-	        help, name, type, name, v);
-}
-
-static void write_stats(struct fs_session *s, FILE *out)
-{
-	const struct engine_stats *es = engine_stats(s->engine);
-	struct totals t = {0};
-
-	flight_table_foreach(s->flights, add_flight, &t);
-	metric(out, "upstream_requests_total", "counter", "HTTP requests sent upstream",
-	       atomic_load(&es->requests));
-	metric(out, "upstream_bytes_total", "counter", "body bytes received from upstream",
-	       atomic_load(&es->bytes));
-	metric(out, "upstream_retries_total", "counter", "transfer attempts retried",
-	       atomic_load(&es->retries));
-	metric(out, "upstream_failures_total", "counter", "objects whose download failed",
-	       atomic_load(&es->failures));
-	/* An open that started a flight the cache directory then served whole was a hit. */
-	uint64_t started = atomic_load(&s->counters.opens_new),
-	         restored = atomic_load(&es->restored);
-	restored = restored < started ? restored : started;
-	metric(out, "cache_hits_total", "counter", "opens of objects already local",
-	       atomic_load(&s->counters.opens_local) + restored);
-	metric(out, "passthrough_opens_total", "counter",
-	       "opens of complete objects that the kernel reads from the spool itself",
-	       atomic_load(&s->counters.opens_passthrough));
-	metric(out, "cache_misses_total", "counter", "opens that started a download",
-	       started - restored);
-	metric(out, "coalesced_opens_total", "counter", "opens that joined a running download",
-	       atomic_load(&s->counters.opens_joined));
-	metric(out, "coalesced_waits_total", "counter", "reads parked until their bytes arrived",
-	       atomic_load(&s->counters.reads_parked));
-	metric(out, "read_failures_total", "counter", "reads answered with an error",
-	       atomic_load(&s->counters.reads_failed));
-	metric(out, "page_cache_dropped_bytes_total", "counter",
-	       "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
-	       atomic_load(&s->counters.pages_dropped_bytes));
-	metric(out, "page_cache_drops_pending", "gauge", "page cache drops queued, not yet done",
-	       atomic_load(&s->counters.page_drops_pending));
-	metric(out, "virtual_snapshots_total", "counter",
-	       "contents of /.spoolfs files built, one per open",
-	       atomic_load(&s->counters.virtual_snapshots));
-	metric(out, "bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local);
-	metric(out, "flights_in_progress", "gauge", "downloads running", t.active);
-	metric(out, "flights_complete", "gauge", "objects fully local and verified", t.complete);
 }
 
 static void json_string(FILE *out, const char *str)
@@ -173,7 +108,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 	if (!out)
 		return -ENOMEM;
 	if (ino == FS_INO_STATS)
-		write_stats(s, out);
+		fs_metrics_write_stats(s, out, NULL, NULL);
 	else
 		flight_table_foreach(s->flights, write_flight, out);
 	if (fclose(out) != 0) {

@@ -7,7 +7,7 @@ packages=(
 	build-essential cmake pkg-config clang clang-format
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev
 	libcmocka-dev libsystemd-dev python3 python3-pytest curl ca-certificates openssl tinyproxy attr
-	lintian
+	lintian python3-prometheus-client nginx squid
 )
 
 # A CI machine just after boot often has another apt (unattended-upgrades) holding the
@@ -24,6 +24,11 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	"${apt[@]}" update -qq
 	"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The fleet-cache tests run nginx and squid of their own on 127.0.0.1; the services
+	# the packages just started (port 80, 3128) are not wanted on a test machine.
+	for svc in nginx squid; do
+		[[ " ${missing[*]} " == *" $svc "* ]] && systemctl disable --now "$svc" >/dev/null 2>&1 || true
+	done
 fi
 # s3rver (the S3 API tests) runs on Node.js; a machine that has node already keeps its own.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

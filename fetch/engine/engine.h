@@ -29,6 +29,7 @@
 
 #include "fetch/engine/flight.h"
 #include "fetch/http/net.h"
+#include "util/histogram.h"
 
 struct index_records;
 
@@ -64,6 +65,9 @@ struct engine_stats {
 	/* New flights found complete in the cache directory (an earlier session's download, or
 	 * another mount's): their opens were counted as misses, and were hits. */
 	atomic_uint_fast64_t restored;
+	/* Seconds from sending each request until its response's headers, by HTTP status; a
+	 * request that ended without one (refused, stalled, stopped, a file: mirror) is key 0. */
+	struct util_histogram_set latency;
 };
 
 struct engine;

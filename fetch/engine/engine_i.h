@@ -45,6 +45,7 @@ struct stream {
 	unsigned round;         /* the flight's fail_round when it started */
 	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
 	uint64_t started_ms;    /* when this request started */
+	uint64_t started_ns;    /* the same, for the latency histogram */
 	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
 	uint64_t received;      /* body bytes curl handed over, skipped ones included */
 	uint64_t window_ms;     /* when the current low-speed window started */

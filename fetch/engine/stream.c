@@ -141,6 +141,8 @@ void stream_check_response(struct stream *s)
 
 	s->checked = true;
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+	util_histogram_set_observe(&s->engine->stats.latency, code > 0 ? (unsigned)code : 0,
+	                           util_monotonic_ns() - s->started_ns);
 	f->last_status = (int)code;
 	if (strncmp(f->urls[s->url_idx], "file:", 5) == 0)
 		return; /* curl applied the range itself; there are no headers to check */
@@ -440,6 +442,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
 	s->last_byte_ms = s->started_ms = s->window_ms = now_ms();
+	s->started_ns = util_monotonic_ns();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
@@ -507,6 +510,10 @@ void stream_free(struct engine *e, struct stream *s)
 	 * still referenced. */
 	if (e->pending_stream == s)
 		(void)stream_flush_pending(e);
+	/* Ended before its headers were looked at: no status to file it under. */
+	if (!s->checked)
+		util_histogram_set_observe(&e->stats.latency, 0,
+		                           util_monotonic_ns() - s->started_ns);
 	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;

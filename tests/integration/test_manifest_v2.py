@@ -175,6 +175,8 @@ def test_a_corrupt_pack_gives_eio_never_wrong_bytes_and_is_fetched_again(upstrea
         read_file(m.p("d/m2.txt"))
     assert e.value.errno == errno.EIO
     assert "does not match" in m.stderr() or "not " + sha(members[2][1])[:16] in m.stderr()
+    with open(m.p(".spoolfs/stats")) as f:
+        assert "pack_member_hash_failures_total 1\n" in f.read()
     upstream.clear("objects/pack1")
     # The next open fetches the pack again, and every member reads right.
     for path, data in members:

@@ -1,0 +1,394 @@
+/*
+ * The Prometheus text of /.spoolfs/stats and of --metrics-file (see metrics.h).
+ *
+ * Lock: fs_metrics.lock guards stop, which the writer thread waits on between writes.
+ * Everything else of struct fs_metrics is set before the thread starts and only read by
+ * it, or is the writer's own (the thread's, then, once it is joined, fs_metrics_stop's).
+ */
+#include "fs/metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/thread.h"
+
+struct fs_metrics {
+	const char *path; /* the session's opts.metrics_file, absolute */
+	char *labels;     /* `mount="..."`, escaped */
+	unsigned interval_s;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake; /* CLOCK_MONOTONIC */
+	bool stop;           /* guarded by lock */
+	/* The writer's own. */
+	uint64_t misses_floor;
+	int failed; /* the errno of the last failed write, 0 after a good one: said once */
+};
+
+struct totals {
+	unsigned active;
+	unsigned complete;
+	uint64_t bytes_local;
+};
+
+static void add_flight(void *ctx, const struct flight_info *info)
+{
+	struct totals *t = ctx;
+
+	if (info->state == FLIGHT_ACTIVE)
+		t->active++;
+	else if (info->state == FLIGHT_COMPLETE)
+		t->complete++;
+	t->bytes_local += info->published;
+}
+
+static void family(FILE *out, const char *name, const char *type, const char *help)
+{
+	fprintf(out, "# HELP spoolfs_%s %s\n# TYPE spoolfs_%s %s\n", name, help, name, type);
+}
+
+static void metric(FILE *out, const char *labels, const char *name, const char *type,
+                   const char *help, uint64_t v)
+{
+	family(out, name, type, help);
+	fprintf(out, "spoolfs_%s%s%s%s %" PRIu64 "\n", name, labels ? "{" : "",
+	        labels ? labels : "", labels ? "}" : "", v);
+}
+
+void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
+                            uint64_t *misses_floor)
+{
+	const struct engine_stats *es = engine_stats(s->engine);
+	struct totals t = {0};
+
+	flight_table_foreach(s->flights, add_flight, &t);
+	metric(out, labels, "upstream_requests_total", "counter", "HTTP requests sent upstream",
+	       atomic_load(&es->requests));
+	metric(out, labels, "upstream_bytes_total", "counter", "body bytes received from upstream",
+	       atomic_load(&es->bytes));
+	metric(out, labels, "upstream_retries_total", "counter", "transfer attempts retried",
+	       atomic_load(&es->retries));
+	metric(out, labels, "upstream_failures_total", "counter", "objects whose download failed",
+	       atomic_load(&es->failures));
+	/* An open that started a flight the cache directory then served whole was a hit. */
+	uint64_t started = atomic_load(&s->counters.opens_new),
+	         restored = atomic_load(&es->restored);
+	restored = restored < started ? restored : started;
+	metric(out, labels, "cache_hits_total", "counter", "opens of objects already local",
+	       atomic_load(&s->counters.opens_local) + restored);
+	metric(out, labels, "passthrough_opens_total", "counter",
+	       "opens of complete objects that the kernel reads from the spool itself",
+	       atomic_load(&s->counters.opens_passthrough));
+	/* A miss turns into a hit when the engine finds its object complete in the cache
+	 * directory, which may be after the open counted it: misses could go down. A file that
+	 * a collector reads must never show a counter going down, so it keeps its last value
+	 * then (the hit shows; the miss stays counted too). */
+	uint64_t misses = started - restored;
+	if (misses_floor) {
+		misses = misses > *misses_floor ? misses : *misses_floor;
+		*misses_floor = misses;
+	}
+	metric(out, labels, "cache_misses_total", "counter", "opens that started a download",
+	       misses);
+	metric(out, labels, "coalesced_opens_total", "counter",
+	       "opens that joined a running download", atomic_load(&s->counters.opens_joined));
+	metric(out, labels, "coalesced_waits_total", "counter",
+	       "reads parked until their bytes arrived", atomic_load(&s->counters.reads_parked));
+	metric(out, labels, "read_failures_total", "counter", "reads answered with an error",
+	       atomic_load(&s->counters.reads_failed));
+	metric(out, labels, "page_cache_dropped_bytes_total", "counter",
+	       "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
+	       atomic_load(&s->counters.pages_dropped_bytes));
+	metric(out, labels, "page_cache_drops_pending", "gauge",
+	       "page cache drops queued, not yet done",
+	       atomic_load(&s->counters.page_drops_pending));
+	metric(out, labels, "pack_member_hash_failures_total", "counter",
+	       "pack members whose bytes did not match their sha256 (their pack is fetched again)",
+	       atomic_load(&s->counters.member_hash_failures));
+	metric(out, labels, "virtual_snapshots_total", "counter",
+	       "contents of /.spoolfs files built, one per open",
+	       atomic_load(&s->counters.virtual_snapshots));
+	metric(out, labels, "bytes_local", "gauge", "bytes readable from the spool now",
+	       t.bytes_local);
+	metric(out, labels, "flights_in_progress", "gauge", "downloads running", t.active);
+	metric(out, labels, "flights_complete", "gauge", "objects fully local and verified",
+	       t.complete);
+}
+
+/* One histogram's samples; labels already holds what goes before le. */
+static void histogram_samples(FILE *out, const char *name, const char *labels,
+                              const struct util_histogram_snapshot *snap)
+{
+	for (unsigned i = 0; i <= UTIL_HISTOGRAM_BOUNDS; i++) {
+		if (i < UTIL_HISTOGRAM_BOUNDS)
+			fprintf(out, "spoolfs_%s_bucket{%s,le=\"%g\"} %" PRIu64 "\n", name, labels,
+			        (double)util_histogram_bounds_ns[i] / 1e9, snap->cumulative[i]);
+		else
+			fprintf(out, "spoolfs_%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", name,
+			        labels, snap->cumulative[i]);
+	}
+	fprintf(out, "spoolfs_%s_sum{%s} %.9f\nspoolfs_%s_count{%s} %" PRIu64 "\n", name, labels,
+	        (double)snap->sum_ns / 1e9, name, labels, snap->cumulative[UTIL_HISTOGRAM_BOUNDS]);
+}
+
+static void histogram(FILE *out, const char *labels, const char *name, const char *help,
+                      const struct util_histogram *h)
+{
+	struct util_histogram_snapshot snap;
+
+	family(out, name, "histogram", help);
+	util_histogram_read(h, &snap);
+	histogram_samples(out, name, labels, &snap);
+}
+
+static void write_histograms(struct fs_session *s, FILE *out, const char *labels)
+{
+	const struct engine_stats *es = engine_stats(s->engine);
+	struct util_histogram_snapshot snap;
+	char *with_code;
+	unsigned key;
+	bool other;
+	int n;
+
+	histogram(out, labels, "open_first_byte_seconds",
+	          "from an open to the answer of its first read that reached the daemon",
+	          &s->counters.first_byte);
+	histogram(out, labels, "read_wait_seconds",
+	          "how long a read waited parked for its bytes to arrive", &s->counters.read_wait);
+	family(out, "upstream_request_seconds", "histogram",
+	       "from sending an upstream request to its response headers, by HTTP status"
+	       " (code none: ended without a status)");
+	for (unsigned i = 0; i < UTIL_HISTOGRAM_KEYS; i++) {
+		if (!util_histogram_set_read(&es->latency, i, &key, &other, &snap))
+			continue;
+		if (other || key == 0)
+			n = asprintf(&with_code, "%s,code=\"%s\"", labels,
+			             other ? "other" : "none");
+		else
+			n = asprintf(&with_code, "%s,code=\"%u\"", labels, key);
+		if (n < 0)
+			continue; /* this code is missing from one write */
+		histogram_samples(out, "upstream_request_seconds", with_code, &snap);
+		free(with_code);
+	}
+}
+
+/* The file's whole text (malloc'd in *text), or -ENOMEM. */
+static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
+{
+	struct fs_metrics *m = s->metrics;
+	FILE *out = open_memstream(text, len);
+
+	if (!out)
+		return -ENOMEM;
+	fs_metrics_write_stats(s, out, m->labels, &m->misses_floor);
+	metric(out, m->labels, "mounted", "gauge",
+	       "1 while the mount is up; 0 in the last write, at unmount", mounted ? 1 : 0);
+	write_histograms(s, out, m->labels);
+	if (fclose(out) != 0) {
+		free(*text);
+		*text = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* text into a new file beside path, renamed over it. 0 or -errno; no file is left over. */
+static int replace_file(const char *path, const char *text, size_t len)
+{
+	char tmp[PATH_MAX + 16];
+	int fd, rc = 0;
+
+	/* Not "*.prom": the textfile collector reads only those, so never this half. */
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (size_t done = 0; done < len && rc == 0;) {
+		ssize_t n = write(fd, text + done, len - done);
+		if (n < 0 && errno != EINTR)
+			rc = -errno;
+		else if (n > 0)
+			done += (size_t)n;
+	}
+	/* A collector runs as another user; nothing here is secret (no URL, no name). */
+	if (rc == 0 && fchmod(fd, 0644) != 0)
+		rc = -errno;
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	return rc;
+}
+
+static void write_once(struct fs_session *s, bool mounted)
+{
+	struct fs_metrics *m = s->metrics;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = build(s, mounted, &text, &len);
+	if (rc == 0)
+		rc = replace_file(m->path, text, len);
+	free(text);
+	if (rc && rc != -m->failed)
+		util_log(UTIL_LOG_WARN, "--metrics-file %s: %s (tried again every %u s)", m->path,
+		         strerror(-rc), m->interval_s);
+	else if (!rc && m->failed)
+		util_log(UTIL_LOG_INFO, "--metrics-file %s: written again", m->path);
+	m->failed = -rc;
+}
+
+static void *writer_main(void *arg)
+{
+	struct fs_session *s = arg;
+	struct fs_metrics *m = s->metrics;
+	struct timespec due;
+
+	clock_gettime(CLOCK_MONOTONIC, &due);
+	pthread_mutex_lock(&m->lock);
+	while (!m->stop) {
+		due.tv_sec += m->interval_s;
+		while (!m->stop && pthread_cond_timedwait(&m->wake, &m->lock, &due) != ETIMEDOUT)
+			;
+		if (m->stop)
+			break;
+		pthread_mutex_unlock(&m->lock); /* no lock across the file's I/O */
+		write_once(s, true);
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+	return NULL;
+}
+
+/* label="value" with the value escaped as the text format asks: \\, \" and \n. */
+static char *label(const char *name, const char *value)
+{
+	size_t n = strlen(name) + 4;
+	char *out, *o;
+
+	for (const char *p = value; *p; p++)
+		n += *p == '\\' || *p == '"' || *p == '\n' ? 2 : 1;
+	out = malloc(n);
+	if (!out)
+		return NULL;
+	o = out + sprintf(out, "%s=\"", name);
+	for (const char *p = value; *p; p++) {
+		if (*p == '\\' || *p == '"' || *p == '\n') {
+			*o++ = '\\';
+			*o++ = *p == '\n' ? 'n' : *p;
+		} else {
+			*o++ = *p;
+		}
+	}
+	*o++ = '"';
+	*o = '\0';
+	return out;
+}
+
+int fs_metrics_check_path(char **path)
+{
+	const char *slash = strrchr(*path, '/');
+	const char *base = slash ? slash + 1 : *path;
+	char *dir = NULL, *dir_abs = NULL, *full = NULL;
+	struct stat st;
+	int rc = -EINVAL;
+
+	if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+		fprintf(stderr, "spoolfs: --metrics-file %s: name a file, not a directory\n",
+		        *path);
+		return -EINVAL;
+	}
+	/* "/x" is in "/", "x" in ".". */
+	dir = slash ? strndup(*path, (size_t)(slash - *path) + 1) : strdup(".");
+	if (!dir)
+		return -ENOMEM;
+	dir_abs = realpath(dir, NULL);
+	const char *why = !dir_abs                     ? strerror(errno)
+	                  : stat(dir_abs, &st) != 0    ? strerror(errno)
+	                  : !S_ISDIR(st.st_mode)       ? "not a directory"
+	                  : access(dir_abs, W_OK) != 0 ? strerror(errno)
+	                                               : NULL;
+	if (why) {
+		fprintf(stderr, "spoolfs: --metrics-file %s: its directory %s: %s\n", *path, dir,
+		        why);
+		goto out;
+	}
+	if (asprintf(&full, "%s%s%s", dir_abs, strcmp(dir_abs, "/") ? "/" : "", base) < 0) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	free(*path);
+	*path = full;
+	rc = 0;
+out:
+	free(dir_abs);
+	free(dir);
+	return rc;
+}
+
+int fs_metrics_start(struct fs_session *s)
+{
+	struct fs_metrics *m;
+	pthread_condattr_t attr;
+	int rc = -ENOMEM;
+
+	if (!s->opts.metrics_file)
+		return 0;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->path = s->opts.metrics_file;
+	m->interval_s = s->opts.metrics_interval_s;
+	m->labels = label("mount", s->mount_path ? s->mount_path : s->opts.mountpoint);
+	if (!m->labels)
+		goto fail;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&m->wake, &attr);
+	pthread_condattr_destroy(&attr);
+	s->metrics = m;
+	write_once(s, true); /* there from the start, not an interval later */
+	rc = util_thread_start(&m->thread, "spoolfs-metrics", writer_main, s);
+	if (rc == 0)
+		return 0;
+	s->metrics = NULL;
+	pthread_cond_destroy(&m->wake);
+	pthread_mutex_destroy(&m->lock);
+fail:
+	free(m->labels);
+	free(m);
+	return rc;
+}
+
+void fs_metrics_stop(struct fs_session *s)
+{
+	struct fs_metrics *m = s->metrics;
+
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->stop = true;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->thread, NULL);
+	write_once(s, false);
+	s->metrics = NULL;
+	pthread_cond_destroy(&m->wake);
+	pthread_mutex_destroy(&m->lock);
+	free(m->labels);
+	free(m);
+}

@@ -1,0 +1,99 @@
+"""A mount by an ordinary user (nobody here), through the setuid fusermount3 as libfuse does
+it for non-root daemons: it mounts, its owner reads the right bytes and its /.spoolfs files,
+unmounts it with fusermount3 -u, and the daemon exits 0. What needs root (passthrough, the
+readahead raise) is off from the start, said in one log line each, and nothing else is
+logged as wrong."""
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, is_mounted
+from helpers import READER, sha
+
+USER = "nobody"
+
+
+def as_user(cmd):
+    """cmd run as USER (uid and gid, no supplementary groups) with setpriv."""
+    pw = pwd.getpwnam(USER)
+    return ["setpriv", "--reuid=%d" % pw.pw_uid, "--regid=%d" % pw.pw_gid,
+            "--clear-groups"] + cmd
+
+
+@pytest.fixture
+def fuse_device_for_users():
+    """/dev/fuse as Debian's udev rule makes it, 0666 (libfuse opens it before it asks
+    fusermount3 to mount), for the test's length: container runtimes often pass it 0600."""
+    mode = os.stat("/dev/fuse").st_mode & 0o777
+    if mode != 0o666:
+        os.chmod("/dev/fuse", 0o666)
+    yield
+    if mode != 0o666:
+        os.chmod("/dev/fuse", mode)
+
+
+@pytest.fixture
+def user_dir():
+    """A directory the user owns, under /tmp (pytest's own is root's, 0700)."""
+    path = tempfile.mkdtemp(prefix="spoolfs-user-", dir="/tmp")
+    pw = pwd.getpwnam(USER)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    yield path
+    while is_mounted(os.path.join(path, "mnt")):
+        subprocess.run(["umount", "-l", os.path.join(path, "mnt")], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_ordinary_user_mounts_reads_and_unmounts(store, user_dir, fuse_device_for_users):
+    store.add("a.bin", 3 << 20)
+    store.add("b.bin", 5000)
+    url = store.write()
+    mnt, cache, log = (os.path.join(user_dir, n) for n in ("mnt", "tmp", "spoolfs.log"))
+    env = daemon_env()
+    env.update(TMPDIR=cache, HOME=user_dir)  # the session's cache directory goes there
+    subprocess.run(as_user(["mkdir", mnt, cache]), check=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(as_user([SPOOLFS, "-f", url, mnt]), env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20 * SLOW
+        while not is_mounted(mnt):
+            assert proc.poll() is None, open(log).read()
+            assert time.monotonic() < deadline, open(log).read()
+            time.sleep(0.01)
+        for path in ("a.bin", "b.bin", "a.bin"):  # the last one complete: no passthrough
+            r = subprocess.run(as_user([sys.executable, "-c", READER, os.path.join(mnt, path)]),
+                               capture_output=True, timeout=60 * SLOW)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.decode().strip() == sha(store.content(path)), path
+        r = subprocess.run(as_user(["cat", os.path.join(mnt, ".spoolfs", "stats")]),
+                           capture_output=True, check=True)
+        assert b"spoolfs_flights_complete 2\n" in r.stdout
+        assert b"spoolfs_passthrough_opens_total 0\n" in r.stdout
+        # The kernel admits only the mounting user (no allow_other): root is refused too.
+        with pytest.raises(PermissionError):
+            os.stat(os.path.join(mnt, "a.bin"))
+        subprocess.run(as_user(["fusermount3", "-u", mnt]), check=True)
+        assert proc.wait(30 * SLOW) == 0, open(log).read()
+    finally:
+        if proc.poll() is None:
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+            proc.kill()
+            proc.wait()
+    text = open(log).read()
+    for mark in SANITIZER_MARKS:
+        assert mark not in text, text
+    assert not is_mounted(mnt)
+    assert text.count("passthrough reads are off: they need root") == 1, text
+    assert text.count("readahead stays at the kernel's default: raising it needs root") == 1, \
+        text
+    assert "passthrough reads are off: Operation not permitted" not in text, text
+    assert ": warn:" not in text and ": error:" not in text, text
+    assert os.listdir(cache) == []  # the session's cache directory went with it
