@@ -26,10 +26,12 @@
 #include "fetch/cache/cache_dir.h"
 #include "util/log.h"
 #include "fetch/source/manifest_load.h"
+#include "util/size.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
 #include "fs/metrics.h"
 #include "fs/notify.h"
+#include "publish/publish.h"
 
 /*
  * Every object read in the session keeps its spool file open (readers splice from it), so
@@ -88,50 +90,6 @@ static int check_file_option(const char *option, char **name)
 	}
 	free(*name);
 	*name = absolute;
-	return 0;
-}
-
-/* "512M", "10G", "1048576": bytes, or -EINVAL. */
-static int parse_size(const char *text, uint64_t *out)
-{
-	char *end = NULL;
-	unsigned long long n;
-	int shift = 0;
-
-	/* strtoull would take "-5" as a huge size. */
-	if (text[0] < '0' || text[0] > '9')
-		return -EINVAL;
-	errno = 0;
-	n = strtoull(text, &end, 10);
-	if (errno || end == text)
-		return -EINVAL;
-	switch (*end) {
-	case 'T':
-	case 't':
-		shift += 10; /* fall through */
-	case 'G':
-	case 'g':
-		shift += 10; /* fall through */
-	case 'M':
-	case 'm':
-		shift += 10; /* fall through */
-	case 'K':
-	case 'k':
-		shift += 10;
-		end++;
-		break;
-	case '\0':
-		break;
-	default:
-		return -EINVAL;
-	}
-	if ((*end == 'i' || *end == 'I') && shift)
-		end++;
-	if ((*end == 'B' || *end == 'b'))
-		end++;
-	if (*end || (shift && n > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)n << shift;
 	return 0;
 }
 
@@ -599,6 +557,8 @@ int main(int argc, char *argv[])
 
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
+	if (argc > 1 && strcmp(argv[1], "publish") == 0)
+		return publish_main(argc - 1, argv + 1);
 	memset(&s, 0, sizeof(s));
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
@@ -640,15 +600,17 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	warn_unused_options(&s.opts);
-	if (s.opts.cache_max_size && parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
+	if (s.opts.cache_max_size &&
+	    util_parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
 		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
 		        s.opts.cache_max_size);
 		status = 2;
 		goto out_args;
 	}
 	uint64_t manifest_max = 0;
-	if (s.opts.max_manifest_size && (parse_size(s.opts.max_manifest_size, &manifest_max) != 0 ||
-	                                 manifest_max == 0 || manifest_max >= SIZE_MAX)) {
+	if (s.opts.max_manifest_size &&
+	    (util_parse_size(s.opts.max_manifest_size, &manifest_max) != 0 || manifest_max == 0 ||
+	     manifest_max >= SIZE_MAX)) {
 		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
 		        s.opts.max_manifest_size);
 		status = 2;

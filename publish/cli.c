@@ -1,0 +1,119 @@
+/* `spoolfs publish`'s command line: options, their checks, the usage text. */
+#include <getopt.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "publish/publish.h"
+#include "util/size.h"
+
+#define DEFAULT_PACK_UNDER (64u << 10)
+#define DEFAULT_PACK_MAX (4u << 20)
+#define MAX_JOBS 256
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
+	        "                       [--pack-max SIZE] [-j N]\n"
+	        "\n"
+	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
+	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
+	        "syncing it to a bucket) and mounting its manifest shows SRC_DIR. Objects already\n"
+	        "in OUT_DIR are not written again; the manifest is written last. Upload it last.\n"
+	        "\n"
+	        "options:\n"
+	        "  --manifest NAME     the manifest's file name in OUT_DIR (default\n"
+	        "                      manifest.json); releases may share one OUT_DIR\n"
+	        "  --pack-under SIZE   pack files smaller than SIZE (default 64K; 0: no packs)\n"
+	        "  --pack-max SIZE     the most bytes in one pack (default 4M)\n"
+	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
+	        "  -h, --help          print this and exit\n");
+}
+
+static unsigned cpus(void)
+{
+	cpu_set_t set;
+	int n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+
+	return n < 1 ? 1 : n > MAX_JOBS ? MAX_JOBS : (unsigned)n;
+}
+
+/* A plain file name in OUT_DIR: not objects/, not a temporary file's dot name. */
+static bool good_manifest_name(const char *name)
+{
+	return name[0] && name[0] != '.' && !strchr(name, '/') && strcmp(name, "objects") != 0 &&
+	       strlen(name) <= 200;
+}
+
+int publish_main(int argc, char **argv)
+{
+	static const struct option longs[] = {
+	    {"manifest", required_argument, NULL, 'm'},
+	    {"pack-under", required_argument, NULL, 'u'},
+	    {"pack-max", required_argument, NULL, 'x'},
+	    {"jobs", required_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	struct publish_options o = {.manifest = "manifest.json",
+	                            .pack_under = DEFAULT_PACK_UNDER,
+	                            .pack_max = DEFAULT_PACK_MAX,
+	                            .jobs = cpus()};
+	unsigned long jobs;
+	char *end;
+	int c;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "j:h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			o.manifest = optarg;
+			if (!good_manifest_name(o.manifest)) {
+				fprintf(stderr,
+				        "spoolfs publish: --manifest takes a file name in"
+				        " OUT_DIR (no '/', no leading '.', not \"objects\")\n");
+				return 2;
+			}
+			break;
+		case 'u':
+		case 'x':
+			if (util_parse_size(optarg, c == 'u' ? &o.pack_under : &o.pack_max) != 0) {
+				fprintf(stderr, "spoolfs publish: bad %s '%s' (e.g. 64K, 4M)\n",
+				        c == 'u' ? "--pack-under" : "--pack-max", optarg);
+				return 2;
+			}
+			break;
+		case 'j':
+			jobs = strtoul(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' || *end || jobs < 1 ||
+			    jobs > MAX_JOBS) {
+				fprintf(stderr, "spoolfs publish: -j takes 1 to %d\n", MAX_JOBS);
+				return 2;
+			}
+			o.jobs = (unsigned)jobs;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			fprintf(stderr, "spoolfs publish: bad option '%s'\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (o.pack_under > o.pack_max) {
+		fprintf(stderr, "spoolfs publish: --pack-under must not exceed --pack-max\n");
+		return 2;
+	}
+	o.src = argv[optind];
+	o.out = argv[optind + 1];
+	return publish_run(&o) == 0 ? 0 : 1;
+}

@@ -1,0 +1,205 @@
+/*
+ * The manifest, written last: a temporary file in OUT_DIR, fsync'd, renamed over the old
+ * manifest, and OUT_DIR fsync'd, so a reader sees the old manifest or the new one, and the
+ * new one only names objects that are durable under their names.
+ *
+ * Each entry and pack is one line, made by sqlite's json_object (which quotes names and
+ * targets as JSON requires), in the tree's order: sorted by path, so the same tree always
+ * gives the same bytes. Only the frame around the lines ({"version":2, ...}) is written
+ * here.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "publish/publish_i.h"
+
+enum { Q_DIR, Q_SYMLINK, Q_FILE, Q_MEMBER, Q_PACK, Q_COUNT };
+
+static const char *const queries[Q_COUNT] = {
+    [Q_DIR] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
+              " 'mtime', :mtime)",
+    [Q_SYMLINK] = "SELECT json_object('path', :path, 'type', 'symlink', 'target', :target,"
+                  " 'mtime', :mtime)",
+    [Q_FILE] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
+               " 'url', :url, 'mode', :mode, 'mtime', :mtime)",
+    [Q_MEMBER] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
+                 " 'pack', :pack, 'offset', :offset, 'mode', :mode, 'mtime', :mtime)",
+    [Q_PACK] = "SELECT json_object('sha256', :sha256, 'size', :size, 'url', :url)",
+};
+
+struct writer {
+	sqlite3 *db;
+	sqlite3_stmt *q[Q_COUNT];
+	FILE *f;
+};
+
+static void bind_text(sqlite3_stmt *st, const char *name, const char *value)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	if (i)
+		sqlite3_bind_text(st, i, value, -1, SQLITE_TRANSIENT);
+}
+
+static void bind_int(sqlite3_stmt *st, const char *name, int64_t value)
+{
+	int i = sqlite3_bind_parameter_index(st, name);
+
+	if (i)
+		sqlite3_bind_int64(st, i, value);
+}
+
+/* Steps st (bound by the caller) and writes its one JSON text, then sep. 0 or -EIO. */
+static int emit(struct writer *w, sqlite3_stmt *st, const char *sep)
+{
+	int rc = sqlite3_step(st) == SQLITE_ROW ? 0 : -EIO;
+
+	if (rc == 0 && fprintf(w->f, "%s%s", (const char *)sqlite3_column_text(st, 0), sep) < 0)
+		rc = -EIO;
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return rc;
+}
+
+static int emit_pack(struct writer *w, const struct pub_pack *p, const char *sep)
+{
+	char hex[2 * PUB_SHA256_LEN + 1], url[PUB_URL_LEN + 1];
+	sqlite3_stmt *st = w->q[Q_PACK];
+
+	pub_hex(p->sha256, hex);
+	pub_object_url(p->sha256, url);
+	bind_text(st, ":sha256", hex);
+	bind_int(st, ":size", (int64_t)p->size);
+	bind_text(st, ":url", url);
+	return emit(w, st, sep);
+}
+
+static int emit_entry(struct writer *w, const struct pub_entry *e, const char *sep)
+{
+	char hex[2 * PUB_SHA256_LEN + 1], url[PUB_URL_LEN + 1], pack[2 * PUB_SHA256_LEN + 1];
+	char mode[8];
+	sqlite3_stmt *st = w->q[e->kind == PUB_DIR       ? Q_DIR
+	                        : e->kind == PUB_SYMLINK ? Q_SYMLINK
+	                        : e->pack                ? Q_MEMBER
+	                                                 : Q_FILE];
+
+	snprintf(mode, sizeof(mode), "%04o", (unsigned)(e->mode & 0777));
+	bind_text(st, ":path", e->path);
+	bind_text(st, ":mode", mode);
+	bind_int(st, ":mtime", e->mtime);
+	bind_text(st, ":target", e->target);
+	if (e->kind == PUB_FILE) {
+		pub_hex(e->sha256, hex);
+		bind_int(st, ":size", (int64_t)e->size);
+		bind_text(st, ":sha256", hex);
+		if (e->pack) {
+			pub_hex(e->pack->sha256, pack);
+			bind_text(st, ":pack", pack);
+			bind_int(st, ":offset", (int64_t)e->offset);
+		} else {
+			pub_object_url(e->sha256, url);
+			bind_text(st, ":url", url);
+		}
+	}
+	return emit(w, st, sep);
+}
+
+static int write_json(struct writer *w, const struct pub_tree *t)
+{
+	int rc = 0;
+
+	if (fputs("{\"version\":2,\n\"packs\":[\n", w->f) < 0)
+		return -EIO;
+	for (size_t i = 0; i < t->n_packs && rc == 0; i++)
+		rc = emit_pack(w, t->packs[i], i + 1 < t->n_packs ? ",\n" : "\n");
+	if (rc == 0 && fputs("],\n\"entries\":[\n", w->f) < 0)
+		rc = -EIO;
+	for (size_t i = 0; i < t->n_entries && rc == 0; i++)
+		rc = emit_entry(w, t->entries[i], i + 1 < t->n_entries ? ",\n" : "\n");
+	if (rc == 0 && fputs("]}\n", w->f) < 0)
+		rc = -EIO;
+	return rc;
+}
+
+static int open_writer(struct writer *w)
+{
+	if (sqlite3_open_v2(":memory:", &w->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, NULL) !=
+	    SQLITE_OK)
+		return -ENOMEM;
+	for (int i = 0; i < Q_COUNT; i++)
+		if (sqlite3_prepare_v2(w->db, queries[i], -1, &w->q[i], NULL) != SQLITE_OK) {
+			fprintf(stderr, "spoolfs publish: sqlite: %s\n", sqlite3_errmsg(w->db));
+			return -EIO;
+		}
+	return 0;
+}
+
+static void close_writer(struct writer *w)
+{
+	for (int i = 0; i < Q_COUNT; i++)
+		sqlite3_finalize(w->q[i]);
+	sqlite3_close(w->db);
+}
+
+int pub_manifest_write(const struct pub_tree *tree, const char *out, const char *name,
+                       mode_t file_mode)
+{
+	struct writer w = {0};
+	char *tmp = NULL, *final = NULL;
+	int fd = -1, rc;
+
+	if (asprintf(&tmp, "%s/.%s.tmp.XXXXXX", out, name) < 0 ||
+	    asprintf(&final, "%s/%s", out, name) < 0) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = open_writer(&w);
+	if (rc)
+		goto out;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		pub_say("", out, "", strerror(-rc), false);
+		goto out;
+	}
+	w.f = fdopen(fd, "w");
+	if (!w.f) {
+		rc = -errno;
+		goto out_unlink;
+	}
+	fd = -1; /* the stream's now */
+	setvbuf(w.f, NULL, _IOFBF, 1 << 20);
+	rc = write_json(&w, tree);
+	if (rc == 0 &&
+	    (fflush(w.f) != 0 || fchmod(fileno(w.f), file_mode) != 0 || fsync(fileno(w.f)) != 0))
+		rc = errno ? -errno : -EIO;
+	if (fclose(w.f) != 0 && rc == 0)
+		rc = -errno;
+	w.f = NULL;
+	if (rc == 0 && rename(tmp, final) != 0)
+		rc = -errno;
+	if (rc) {
+		pub_say("", final, "", strerror(-rc), false);
+		goto out_unlink;
+	}
+	/* The rename itself is durable only once the directory is. */
+	rc = pub_sync_dir(out);
+	goto out;
+out_unlink:
+	if (w.f)
+		fclose(w.f);
+	unlink(tmp);
+out:
+	if (fd >= 0)
+		close(fd);
+	close_writer(&w);
+	free(tmp);
+	free(final);
+	return rc;
+}

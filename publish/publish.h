@@ -1,0 +1,32 @@
+/*
+ * `spoolfs publish SRC_DIR OUT_DIR`: writes a version 2 manifest of a local tree plus every
+ * object it names, content-addressed under OUT_DIR/objects, for any HTTP server, CDN or
+ * bucket to serve (doc/publish.md). The daemon's main() hands its argv over when the first
+ * argument is "publish"; nothing here knows of FUSE or of a mount.
+ */
+#ifndef SPOOLFS_PUBLISH_PUBLISH_H
+#define SPOOLFS_PUBLISH_PUBLISH_H
+
+#include <stdint.h>
+
+struct publish_options {
+	const char *src;      /* the tree to publish */
+	const char *out;      /* where objects/ and the manifest go (made when missing) */
+	const char *manifest; /* the manifest's file name in out: "manifest.json" */
+	uint64_t pack_under;  /* files of 1..pack_under-1 bytes are packed; 0: none are */
+	uint64_t pack_max;    /* a pack holds at most this many bytes (>= pack_under) */
+	unsigned jobs;        /* worker threads, >= 1 */
+};
+
+/*
+ * Publishes o->src into o->out. Says every failure on stderr, naming the path, and every
+ * skipped entry with a warning line; prints one summary line on stdout. On failure the
+ * manifest that was there stays as it was and no temporary file is left (objects already
+ * renamed into place stay: they are correct under their names). 0, or -errno.
+ */
+int publish_run(const struct publish_options *o);
+
+/* The subcommand: argv[0] is "publish". Exit status: 0 done, 1 failed, 2 bad usage. */
+int publish_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * What the parts of `spoolfs publish` share: the tree as walked (walk.c), the objects
+ * store (store.c), the worker pool (pool.c) and the manifest writer (manifest.c).
+ *
+ * Ownership: the walk builds every entry and pack on the main thread before any worker
+ * starts. Each job then fills in only its own entry's or pack's fields (sha256, size,
+ * offset), and the main thread reads them after joining the workers, so entries and packs
+ * need no lock. Only struct pub_store's counters and dirty set are shared while workers
+ * run: they are guarded by pub_store.lock.
+ */
+#ifndef SPOOLFS_PUBLISH_PUBLISH_I_H
+#define SPOOLFS_PUBLISH_PUBLISH_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "publish/publish.h"
+
+#define PUB_SHA256_LEN 32
+/* The longest symlink target a manifest may hold (and Linux stores). */
+#define PUB_TARGET_MAX 4095
+
+enum pub_kind { PUB_DIR, PUB_FILE, PUB_SYMLINK };
+
+struct pub_pack;
+
+struct pub_entry {
+	char *path;   /* relative to the source, '/'-separated, valid UTF-8; owned */
+	char *target; /* PUB_SYMLINK: the link's target; owned */
+	enum pub_kind kind;
+	mode_t mode;   /* st_mode & 0777 */
+	int64_t mtime; /* seconds */
+	/* PUB_FILE: the size lstat gave (it plans packs), then the bytes read and hashed. */
+	uint64_t size;
+	unsigned char sha256[PUB_SHA256_LEN];
+	struct pub_pack *pack; /* NULL: the file is an object of its own */
+	uint64_t offset;       /* in pack */
+};
+
+/* Small files of one directory, in name order, concatenated into one object. */
+struct pub_pack {
+	struct pub_entry **members; /* owned array; the entries belong to the tree */
+	size_t n_members, cap_members;
+	uint64_t planned; /* the members' lstat sizes added up: what closes the pack */
+	uint64_t size;    /* bytes written, once its job ran */
+	unsigned char sha256[PUB_SHA256_LEN];
+};
+
+struct pub_tree {
+	struct pub_entry **entries; /* sorted by path once pub_walk returns */
+	size_t n_entries, cap_entries;
+	struct pub_pack **packs; /* sorted by their first member's path */
+	size_t n_packs, cap_packs;
+};
+
+/*
+ * Walks src (a real path to a directory) with lstat, never following a symlink, and plans
+ * the packs (o->pack_under, o->pack_max). Warns on stderr about each entry it skips
+ * (sockets, FIFOs, devices, `.spoolfs` at the top). Fails, naming the path on stderr, on an
+ * unreadable directory, a name or symlink target that is not UTF-8. 0, or -errno; the tree
+ * is for pub_tree_free either way.
+ */
+int pub_walk(const char *src, const struct publish_options *o, struct pub_tree *tree);
+void pub_tree_free(struct pub_tree *tree);
+
+/* Writes s into buf for a message: control bytes (and with high, bytes >= 0x80) as \xNN,
+ * cut with "..." when it would not fit. Returns buf. */
+const char *pub_quote(const char *s, bool high, char *buf, size_t cap);
+/* One line on stderr: "spoolfs publish: LEVELDIR/REL: WHY" (REL may be ""), through
+ * pub_quote (high: bytes >= 0x80 too, for a name that is not UTF-8). */
+void pub_say(const char *level, const char *dir, const char *rel, const char *why, bool high);
+
+/* OUT_DIR's object store. */
+struct pub_store {
+	char *out;        /* OUT_DIR as a real path; owned */
+	mode_t file_mode; /* 0666 minus the umask: objects are for a server to read */
+	atomic_bool stop; /* a job failed: the others stop at their next read */
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	bool dirty[256]; /* objects/XX got a new name: fsync'd before the manifest */
+	bool dirty_top;  /* objects/ got a new subdirectory */
+	uint64_t written, written_bytes, existing;
+};
+
+int pub_store_open(struct pub_store *st, const char *out_real);
+/* fsyncs the directory at path (a rename in it is durable then). 0 or -errno, said. */
+int pub_sync_dir(const char *path);
+/* fsyncs each objects/XX that got a new object, and objects/. 0 or -errno, said. */
+int pub_store_sync(struct pub_store *st);
+void pub_store_close(struct pub_store *st);
+
+/* One object being written: a temporary file in OUT/objects, its digest running. */
+struct pub_object;
+
+/* 0, or -errno said on stderr. */
+int pub_object_begin(struct pub_store *st, struct pub_object **out);
+/*
+ * Copies the regular file src/rel into the object, hashing it on the way into `file`
+ * (and into the object's own digest), and returns the bytes copied. Refuses (-EINVAL) a
+ * path that is no longer a regular file. 0 or -errno, said naming the path; -ECANCELED
+ * unsaid when st->stop was raised.
+ */
+int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
+                    unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied);
+/*
+ * Gives the object its content address: kept when that name exists already (the bytes are
+ * the same), else fsync'd and renamed there. Frees obj either way. *sha256 is its digest,
+ * *size its bytes. 0 or -errno, said.
+ */
+int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size);
+/* Removes the temporary file and frees obj. NULL is fine. */
+void pub_object_abort(struct pub_object *obj);
+
+/* "objects/ab/ab12...": what a manifest's url holds. buf has room for PUB_URL_LEN + 1. */
+#define PUB_URL_LEN (8 + 3 + 2 * PUB_SHA256_LEN)
+void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf);
+void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1]);
+
+/*
+ * Runs run(ctx, i) for i in [0, n) on `threads` threads (the caller's own when 1), each
+ * i once, in order of i as threads come free. After the first failure no new i starts and
+ * *stop is raised, so running ones can give up. Returns the first failure, or 0.
+ */
+int pub_pool_run(size_t n, unsigned threads, int (*run)(void *ctx, size_t i), void *ctx,
+                 atomic_bool *stop);
+
+/* Writes the manifest to a temporary file in out, fsyncs it, renames it to name and
+ * fsyncs out. 0 or -errno, said; on failure nothing is left and the old manifest stays. */
+int pub_manifest_write(const struct pub_tree *tree, const char *out, const char *name,
+                       mode_t file_mode);
+
+#endif

@@ -1,0 +1,225 @@
+/*
+ * One publish, in order: check the two directories, walk the source (nothing is written
+ * before the whole tree is known to be publishable), write the objects on the worker
+ * pool, make their names durable, write the manifest last. A failure at any step leaves
+ * the old manifest as it was.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "publish/publish_i.h"
+
+/* One object to write: a file of its own, or a pack. */
+struct job {
+	struct pub_entry *file;
+	struct pub_pack *pack;
+	uint64_t planned;
+};
+
+struct run {
+	const struct publish_options *o;
+	const char *src;
+	struct pub_store store;
+	struct job *jobs;
+};
+
+static int run_job(void *ctx, size_t i)
+{
+	struct run *r = ctx;
+	struct job *j = &r->jobs[i];
+	struct pub_object *obj = NULL;
+	uint64_t offset = 0;
+	int rc = pub_object_begin(&r->store, &obj);
+
+	if (rc)
+		return rc;
+	if (j->file) {
+		rc = pub_object_copy(obj, r->src, j->file->path, j->file->sha256, &j->file->size);
+		if (rc == 0)
+			return pub_object_commit(obj, j->file->sha256, &j->file->size);
+	} else {
+		/* Each member sits where the bytes before it end: no padding. */
+		for (size_t k = 0; k < j->pack->n_members && rc == 0; k++) {
+			struct pub_entry *m = j->pack->members[k];
+			m->offset = offset;
+			rc = pub_object_copy(obj, r->src, m->path, m->sha256, &m->size);
+			offset += m->size;
+		}
+		if (rc == 0)
+			return pub_object_commit(obj, j->pack->sha256, &j->pack->size);
+	}
+	pub_object_abort(obj);
+	return rc;
+}
+
+/* Largest first: the long hashes start at once, and the short ones fill in around them. */
+static int cmp_jobs(const void *a, const void *b)
+{
+	const struct job *x = a, *y = b;
+
+	return x->planned != y->planned ? (x->planned < y->planned ? 1 : -1) : 0;
+}
+
+static int plan_jobs(const struct pub_tree *t, struct job **out, size_t *n)
+{
+	struct job *jobs = calloc(t->n_entries + t->n_packs + 1, sizeof(*jobs));
+	size_t k = 0;
+
+	if (!jobs)
+		return -ENOMEM;
+	for (size_t i = 0; i < t->n_entries; i++) {
+		struct pub_entry *e = t->entries[i];
+		if (e->kind == PUB_FILE && !e->pack)
+			jobs[k++] = (struct job){.file = e, .planned = e->size};
+	}
+	for (size_t i = 0; i < t->n_packs; i++)
+		jobs[k++] = (struct job){.pack = t->packs[i], .planned = t->packs[i]->planned};
+	qsort(jobs, k, sizeof(*jobs), cmp_jobs);
+	*out = jobs;
+	*n = k;
+	return 0;
+}
+
+/*
+ * OUT_DIR's real path, made if missing (its parent must exist), refused when inside the
+ * source (a publish would walk its own objects). *out is malloc'd. 0 or -errno, said.
+ */
+static int prepare_out(const char *src, const char *out, char **real)
+{
+	char *copy = NULL, *parent_real = NULL, *made = NULL;
+	size_t n = strlen(src);
+	bool exists;
+	struct stat sb;
+	int rc = 0;
+
+	*real = NULL;
+	exists = stat(out, &sb) == 0;
+	if (exists && !S_ISDIR(sb.st_mode)) {
+		pub_say("", out, "", "not a directory", false);
+		return -ENOTDIR;
+	}
+	if (exists) {
+		made = realpath(out, NULL);
+	} else if ((copy = strdup(out))) {
+		/* Checked before it is made: a refused OUT_DIR leaves nothing in the source. */
+		const char *parent = ".", *base = copy;
+		char *slash;
+		for (size_t k = strlen(copy); k > 1 && copy[k - 1] == '/'; k--)
+			copy[k - 1] = '\0';
+		if ((slash = strrchr(copy, '/'))) {
+			*slash = '\0';
+			parent = slash == copy ? "/" : copy;
+			base = slash + 1;
+		}
+		parent_real = realpath(parent, NULL);
+		if (parent_real &&
+		    asprintf(&made, "%s/%s", strcmp(parent_real, "/") ? parent_real : "", base) < 0)
+			made = NULL;
+	}
+	if (!made) {
+		rc = errno ? -errno : -ENOMEM;
+		pub_say("", out, "", strerror(-rc), false);
+		goto out;
+	}
+	if (strcmp(src, "/") == 0 || strcmp(made, src) == 0 ||
+	    (strncmp(made, src, n) == 0 && made[n] == '/')) {
+		pub_say("", out, "",
+		        "OUT_DIR is inside SRC_DIR: the publish would walk its own objects; put it"
+		        " elsewhere",
+		        false);
+		rc = -EINVAL;
+		goto out;
+	}
+	if (!exists && mkdir(made, 0777) != 0 && errno != EEXIST) {
+		rc = -errno;
+		pub_say("", out, "", strerror(-rc), false);
+		goto out;
+	}
+	*real = made;
+	made = NULL;
+out:
+	free(made);
+	free(copy);
+	free(parent_real);
+	return rc;
+}
+
+static const char *human(uint64_t n, char *buf, size_t cap)
+{
+	static const char units[] = "BKMGT";
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 4)
+		v /= 1024, u++;
+	snprintf(buf, cap, u ? "%.1f %ciB" : "%.0f %c", v, units[u]);
+	return buf;
+}
+
+static void summary(const struct run *r, const struct pub_tree *t, const char *out)
+{
+	size_t files = 0, dirs = 0, links = 0;
+	char bytes[32];
+
+	for (size_t i = 0; i < t->n_entries; i++) {
+		enum pub_kind k = t->entries[i]->kind;
+		files += k == PUB_FILE;
+		dirs += k == PUB_DIR;
+		links += k == PUB_SYMLINK;
+	}
+	printf("spoolfs publish: %zu files, %zu directories, %zu symlinks, %zu packs;"
+	       " %llu new objects (%s), %llu already there; wrote %s/%s\n",
+	       files, dirs, links, t->n_packs, (unsigned long long)r->store.written,
+	       human(r->store.written_bytes, bytes, sizeof(bytes)),
+	       (unsigned long long)r->store.existing, out, r->o->manifest);
+}
+
+int publish_run(const struct publish_options *o)
+{
+	struct run r = {.o = o};
+	struct pub_tree tree = {0};
+	char *src = realpath(o->src, NULL), *out = NULL;
+	size_t n_jobs = 0;
+	struct stat sb;
+	bool store_open = false;
+	int rc = 0;
+
+	if (!src || stat(src, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		rc = src ? -ENOTDIR : -errno;
+		pub_say("", o->src, "", strerror(-rc), false);
+		goto out;
+	}
+	r.src = src;
+	rc = prepare_out(src, o->out, &out);
+	if (rc)
+		goto out;
+	rc = pub_walk(src, o, &tree);
+	if (rc)
+		goto out;
+	rc = pub_store_open(&r.store, out);
+	store_open = true;
+	if (rc == 0)
+		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
+	if (rc == 0)
+		rc = pub_pool_run(n_jobs, o->jobs, run_job, &r, &r.store.stop);
+	if (rc == 0)
+		rc = pub_store_sync(&r.store);
+	if (rc == 0)
+		rc = pub_manifest_write(&tree, out, o->manifest, r.store.file_mode);
+	if (rc == 0)
+		summary(&r, &tree, out);
+out:
+	if (rc == -ENOMEM)
+		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));
+	if (store_open)
+		pub_store_close(&r.store);
+	free(r.jobs);
+	pub_tree_free(&tree);
+	free(out);
+	free(src);
+	return rc;
+}

@@ -1,0 +1,328 @@
+/*
+ * OUT_DIR's objects: each is written to a temporary file in OUT/objects while its bytes
+ * are hashed, then renamed to OUT/objects/XX/<sha256>. What is hashed is exactly what was
+ * written, so a source file edited during the publish cannot leave an object whose name
+ * does not match its bytes (an HTTP cache would keep such an object forever). An object
+ * whose name exists already is not written again: its temporary file goes, unsynced.
+ *
+ * Lock: pub_store.lock guards the counters and the dirty set only; it is never held across
+ * I/O. Each object belongs to the one job that writes it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "publish/publish_i.h"
+
+/* Read and written at a time: large enough that syscalls cost little beside hashing. */
+#define COPY_BUF (1u << 20)
+
+struct pub_object {
+	struct pub_store *st;
+	int fd;
+	char *tmp;          /* OUT/objects/tmp.XXXXXX */
+	EVP_MD_CTX *md;     /* the object's bytes */
+	EVP_MD_CTX *file;   /* one copied file's bytes (a pack's member) */
+	unsigned char *buf; /* COPY_BUF bytes */
+	uint64_t size;
+};
+
+void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < PUB_SHA256_LEN; i++) {
+		hex[2 * i] = digits[sha256[i] >> 4];
+		hex[2 * i + 1] = digits[sha256[i] & 15];
+	}
+	hex[2 * PUB_SHA256_LEN] = '\0';
+}
+
+void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf)
+{
+	char hex[2 * PUB_SHA256_LEN + 1];
+
+	pub_hex(sha256, hex);
+	snprintf(buf, PUB_URL_LEN + 1, "objects/%.2s/%s", hex, hex);
+}
+
+int pub_store_open(struct pub_store *st, const char *out_real)
+{
+	char *objects = NULL;
+	mode_t mask;
+	int rc = 0;
+
+	memset(st, 0, sizeof(*st));
+	/* The process's umask, read back at once: nothing else runs yet. */
+	mask = umask(022);
+	umask(mask);
+	st->file_mode = 0666 & ~mask;
+	atomic_init(&st->stop, false);
+	pthread_mutex_init(&st->lock, NULL);
+	st->out = strdup(out_real);
+	if (!st->out || asprintf(&objects, "%s/objects", out_real) < 0) {
+		objects = NULL;
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (mkdir(objects, 0777) != 0 && errno != EEXIST) {
+		rc = -errno;
+		pub_say("", objects, "", strerror(-rc), false);
+	}
+out:
+	free(objects);
+	return rc;
+}
+
+void pub_store_close(struct pub_store *st)
+{
+	pthread_mutex_destroy(&st->lock);
+	free(st->out);
+	st->out = NULL;
+}
+
+int pub_sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0 || fsync(fd) != 0) {
+		rc = -errno;
+		pub_say("", path, "", strerror(-rc), false);
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int pub_store_sync(struct pub_store *st)
+{
+	char path[PATH_MAX + 16];
+	int rc = 0;
+
+	/* Called once the workers are joined: nothing else touches the set now. */
+	for (unsigned i = 0; i < 256 && rc == 0; i++)
+		if (st->dirty[i]) {
+			snprintf(path, sizeof(path), "%s/objects/%02x", st->out, i);
+			rc = pub_sync_dir(path);
+		}
+	if (rc == 0 && st->dirty_top) {
+		snprintf(path, sizeof(path), "%s/objects", st->out);
+		rc = pub_sync_dir(path);
+	}
+	return rc;
+}
+
+int pub_object_begin(struct pub_store *st, struct pub_object **out)
+{
+	struct pub_object *obj = calloc(1, sizeof(*obj));
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!obj)
+		return -ENOMEM;
+	obj->st = st;
+	obj->fd = -1;
+	obj->md = EVP_MD_CTX_new();
+	obj->file = EVP_MD_CTX_new();
+	obj->buf = malloc(COPY_BUF);
+	if (!obj->md || !obj->file || !obj->buf ||
+	    asprintf(&obj->tmp, "%s/objects/tmp.XXXXXX", st->out) < 0) {
+		obj->tmp = NULL;
+		goto fail;
+	}
+	if (EVP_DigestInit_ex(obj->md, EVP_sha256(), NULL) != 1) {
+		rc = -EIO;
+		goto fail;
+	}
+	obj->fd = mkostemp(obj->tmp, O_CLOEXEC);
+	/* mkstemp makes it 0600; the server that serves OUT must be able to read it. */
+	if (obj->fd < 0 || fchmod(obj->fd, obj->st->file_mode) != 0) {
+		rc = -errno;
+		pub_say("", obj->fd < 0 ? st->out : obj->tmp, obj->fd < 0 ? "objects" : "",
+		        strerror(-rc), false);
+		goto fail;
+	}
+	*out = obj;
+	return 0;
+fail:
+	pub_object_abort(obj);
+	return rc;
+}
+
+void pub_object_abort(struct pub_object *obj)
+{
+	if (!obj)
+		return;
+	if (obj->fd >= 0) {
+		close(obj->fd);
+		unlink(obj->tmp);
+	}
+	EVP_MD_CTX_free(obj->md);
+	EVP_MD_CTX_free(obj->file);
+	free(obj->buf);
+	free(obj->tmp);
+	free(obj);
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
+                    unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied)
+{
+	char *full = NULL;
+	struct stat sb;
+	int fd, rc = 0;
+
+	*copied = 0;
+	if (EVP_DigestInit_ex(obj->file, EVP_sha256(), NULL) != 1)
+		return -EIO;
+	if (asprintf(&full, "%s/%s", src, rel) < 0)
+		return -ENOMEM;
+	/* O_NOFOLLOW, O_NONBLOCK: the walk saw a regular file here, but a symlink or a FIFO
+	 * put in its place since must not be followed or block the open; fstat then refuses
+	 * whatever it is now. */
+	fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	free(full);
+	if (fd < 0) {
+		rc = -errno;
+		pub_say("", src, rel, strerror(-rc), false);
+		return rc;
+	}
+	if (fstat(fd, &sb) != 0) {
+		rc = -errno;
+		pub_say("", src, rel, strerror(-rc), false);
+		goto out;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		rc = -EINVAL;
+		pub_say("", src, rel, "no longer a regular file", false);
+		goto out;
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	for (;;) {
+		if (atomic_load(&obj->st->stop)) {
+			rc = -ECANCELED;
+			goto out;
+		}
+		ssize_t n = read(fd, obj->buf, COPY_BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			pub_say("", src, rel, strerror(-rc), false);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		if (EVP_DigestUpdate(obj->file, obj->buf, (size_t)n) != 1 ||
+		    EVP_DigestUpdate(obj->md, obj->buf, (size_t)n) != 1) {
+			rc = -EIO;
+			goto out;
+		}
+		rc = write_all(obj->fd, obj->buf, (size_t)n);
+		if (rc) {
+			pub_say("", obj->tmp, "", strerror(-rc), false);
+			goto out;
+		}
+		*copied += (uint64_t)n;
+		obj->size += (uint64_t)n;
+	}
+	if (EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
+		rc = -EIO;
+out:
+	close(fd);
+	return rc;
+}
+
+/* Counts an object: new (written) or there already. */
+static void count(struct pub_store *st, const unsigned char *sha256, bool made_dir, bool wrote,
+                  uint64_t size)
+{
+	pthread_mutex_lock(&st->lock);
+	if (wrote) {
+		st->written++;
+		st->written_bytes += size;
+		st->dirty[sha256[0]] = true;
+		st->dirty_top |= made_dir;
+	} else {
+		st->existing++;
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size)
+{
+	char url[PUB_URL_LEN + 1], *final = NULL, *dir = NULL;
+	bool made_dir = false, wrote = false;
+	int rc = 0;
+
+	*size = obj->size;
+	if (EVP_DigestFinal_ex(obj->md, sha256, NULL) != 1) {
+		rc = -EIO;
+		goto out;
+	}
+	pub_object_url(sha256, url);
+	if (asprintf(&final, "%s/%s", obj->st->out, url) < 0) {
+		final = NULL;
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (asprintf(&dir, "%s/objects/%.2s", obj->st->out, url + 8) < 0) {
+		dir = NULL;
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* Content-addressed: a name that exists holds these bytes already. */
+	if (faccessat(AT_FDCWD, final, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+		goto out;
+	/* Durable before it has its name: the manifest will name it. */
+	if (fsync(obj->fd) != 0) {
+		rc = -errno;
+		pub_say("", obj->tmp, "", strerror(-rc), false);
+		goto out;
+	}
+	if (mkdir(dir, 0777) == 0)
+		made_dir = true;
+	else if (errno != EEXIST) {
+		rc = -errno;
+		pub_say("", dir, "", strerror(-rc), false);
+		goto out;
+	}
+	/* NOREPLACE: another job (a hard link, the same bytes twice) may have won the race;
+	 * its object is as good as ours. Filesystems without the flag get a plain rename. */
+	if (renameat2(AT_FDCWD, obj->tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0 ||
+	    ((errno == EINVAL || errno == ENOSYS) && rename(obj->tmp, final) == 0)) {
+		wrote = true;
+	} else if (errno != EEXIST) {
+		rc = -errno;
+		pub_say("", final, "", strerror(-rc), false);
+	}
+out:
+	if (rc == 0)
+		count(obj->st, sha256, made_dir, wrote, obj->size);
+	if (wrote) {
+		close(obj->fd);
+		obj->fd = -1;
+	}
+	free(final);
+	free(dir);
+	pub_object_abort(obj);
+	return rc;
+}
