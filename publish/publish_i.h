@@ -79,6 +79,7 @@ struct pub_store {
 	char *out;        /* OUT_DIR as a real path; owned */
 	mode_t file_mode; /* 0666 minus the umask: objects are for a server to read */
 	atomic_bool stop; /* a job failed: the others stop at their next read */
+	bool probe_first; /* objects/ held objects already: hash before copying */
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	bool dirty[256]; /* objects/XX got a new name: fsync'd before the manifest */
@@ -96,11 +97,15 @@ void pub_store_close(struct pub_store *st);
 /* One object being written: a temporary file in OUT/objects, its digest running. */
 struct pub_object;
 
-/* 0, or -errno said on stderr. */
-int pub_object_begin(struct pub_store *st, struct pub_object **out);
 /*
- * Copies the regular file src/rel into the object, hashing it on the way into `file`
- * (and into the object's own digest), and returns the bytes copied. Refuses (-EINVAL) a
+ * With probe, the object only hashes what pub_object_copy reads and writes nothing: for a
+ * re-publish, whose objects are mostly there already. 0, or -errno said on stderr.
+ */
+int pub_object_begin(struct pub_store *st, bool probe, struct pub_object **out);
+/*
+ * Copies the regular file src/rel into the object, hashing it on the way into the
+ * object's digest and, unless file_sha256 is NULL (an object of one file: the object's
+ * digest is the file's), into file_sha256; returns the bytes copied. Refuses (-EINVAL) a
  * path that is no longer a regular file. 0 or -errno, said naming the path; -ECANCELED
  * unsaid when st->stop was raised.
  */
@@ -109,9 +114,11 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 /*
  * Gives the object its content address: kept when that name exists already (the bytes are
  * the same), else fsync'd and renamed there. Frees obj either way. *sha256 is its digest,
- * *size its bytes. 0 or -errno, said.
+ * *size its bytes. *stored is false only for a probe whose name does not exist: its bytes
+ * must be copied then. 0 or -errno, said.
  */
-int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size);
+int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
+                      bool *stored);
 /* Removes the temporary file and frees obj. NULL is fine. */
 void pub_object_abort(struct pub_object *obj);
 

@@ -27,32 +27,48 @@ struct run {
 	struct job *jobs;
 };
 
+/* Hashes (probe) or copies job j into obj; its fields are set by the last pass. */
+static int fill(struct run *r, struct job *j, struct pub_object *obj)
+{
+	uint64_t offset = 0;
+	int rc = 0;
+
+	if (j->file)
+		return pub_object_copy(obj, r->src, j->file->path, NULL, &j->file->size);
+	/* Each member sits where the bytes before it end: no padding. */
+	for (size_t k = 0; k < j->pack->n_members && rc == 0; k++) {
+		struct pub_entry *m = j->pack->members[k];
+		m->offset = offset;
+		rc = pub_object_copy(obj, r->src, m->path, m->sha256, &m->size);
+		offset += m->size;
+	}
+	return rc;
+}
+
+/*
+ * Into a store that held objects already, a job is hashed first and copied only when its
+ * object is missing: an unchanged file is read once and nothing is written. Into an empty
+ * store, it is copied while it is hashed, in one pass.
+ */
 static int run_job(void *ctx, size_t i)
 {
 	struct run *r = ctx;
 	struct job *j = &r->jobs[i];
-	struct pub_object *obj = NULL;
-	uint64_t offset = 0;
-	int rc = pub_object_begin(&r->store, &obj);
+	bool stored = false;
+	int rc = 0;
 
-	if (rc)
-		return rc;
-	if (j->file) {
-		rc = pub_object_copy(obj, r->src, j->file->path, j->file->sha256, &j->file->size);
+	for (bool probe = r->store.probe_first; !stored && rc == 0; probe = false) {
+		struct pub_object *obj = NULL;
+		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;
+		uint64_t *size = j->file ? &j->file->size : &j->pack->size;
+		rc = pub_object_begin(&r->store, probe, &obj);
 		if (rc == 0)
-			return pub_object_commit(obj, j->file->sha256, &j->file->size);
-	} else {
-		/* Each member sits where the bytes before it end: no padding. */
-		for (size_t k = 0; k < j->pack->n_members && rc == 0; k++) {
-			struct pub_entry *m = j->pack->members[k];
-			m->offset = offset;
-			rc = pub_object_copy(obj, r->src, m->path, m->sha256, &m->size);
-			offset += m->size;
-		}
+			rc = fill(r, j, obj);
 		if (rc == 0)
-			return pub_object_commit(obj, j->pack->sha256, &j->pack->size);
+			rc = pub_object_commit(obj, sha256, size, &stored);
+		else
+			pub_object_abort(obj);
 	}
-	pub_object_abort(obj);
 	return rc;
 }
 

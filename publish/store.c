@@ -8,6 +8,8 @@
  * Lock: pub_store.lock guards the counters and the dirty set only; it is never held across
  * I/O. Each object belongs to the one job that writes it.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -21,15 +23,19 @@
 
 /* Read and written at a time: large enough that syscalls cost little beside hashing. */
 #define COPY_BUF (1u << 20)
+/* How much of an object is written before the disk is asked to start on it. */
+#define WRITEBACK (8u << 20)
 
 struct pub_object {
 	struct pub_store *st;
 	int fd;
-	char *tmp;          /* OUT/objects/tmp.XXXXXX */
+	char *tmp; /* OUT/objects/tmp.XXXXXX */
+	/* fd < 0: a probe, that hashes and writes nothing. */
 	EVP_MD_CTX *md;     /* the object's bytes */
 	EVP_MD_CTX *file;   /* one copied file's bytes (a pack's member) */
 	unsigned char *buf; /* COPY_BUF bytes */
 	uint64_t size;
+	uint64_t written_back; /* handed to the disk (start_writeback) */
 };
 
 void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1])
@@ -51,6 +57,21 @@ void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf)
 	snprintf(buf, PUB_URL_LEN + 1, "objects/%.2s/%s", hex, hex);
 }
 
+/* Whether objects/ has an XX directory: a store that earlier publishes wrote into. */
+static bool holds_objects(const char *objects)
+{
+	DIR *dir = opendir(objects);
+	struct dirent *d;
+	bool found = false;
+
+	while (dir && !found && (d = readdir(dir)))
+		found = strlen(d->d_name) == 2 && isxdigit((unsigned char)d->d_name[0]) &&
+		        isxdigit((unsigned char)d->d_name[1]);
+	if (dir)
+		closedir(dir);
+	return found;
+}
+
 int pub_store_open(struct pub_store *st, const char *out_real)
 {
 	char *objects = NULL;
@@ -70,10 +91,14 @@ int pub_store_open(struct pub_store *st, const char *out_real)
 		rc = -ENOMEM;
 		goto out;
 	}
-	if (mkdir(objects, 0777) != 0 && errno != EEXIST) {
+	if (mkdir(objects, 0777) == 0)
+		goto out;
+	if (errno != EEXIST) {
 		rc = -errno;
 		pub_say("", objects, "", strerror(-rc), false);
+		goto out;
 	}
+	st->probe_first = holds_objects(objects);
 out:
 	free(objects);
 	return rc;
@@ -117,7 +142,7 @@ int pub_store_sync(struct pub_store *st)
 	return rc;
 }
 
-int pub_object_begin(struct pub_store *st, struct pub_object **out)
+int pub_object_begin(struct pub_store *st, bool probe, struct pub_object **out)
 {
 	struct pub_object *obj = calloc(1, sizeof(*obj));
 	int rc = -ENOMEM;
@@ -138,6 +163,10 @@ int pub_object_begin(struct pub_store *st, struct pub_object **out)
 	if (EVP_DigestInit_ex(obj->md, EVP_sha256(), NULL) != 1) {
 		rc = -EIO;
 		goto fail;
+	}
+	if (probe) {
+		*out = obj;
+		return 0;
 	}
 	obj->fd = mkostemp(obj->tmp, O_CLOEXEC);
 	/* mkstemp makes it 0600; the server that serves OUT must be able to read it. */
@@ -183,6 +212,19 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 	return 0;
 }
 
+/*
+ * Starts the disk writing what the object has gathered, WRITEBACK bytes at a time, while
+ * the hashing goes on: the fsync before its rename then waits for the last stretch only.
+ */
+static void start_writeback(struct pub_object *obj)
+{
+	if (obj->fd < 0 || obj->size - obj->written_back < WRITEBACK)
+		return;
+	sync_file_range(obj->fd, (off_t)obj->written_back, (off_t)(obj->size - obj->written_back),
+	                SYNC_FILE_RANGE_WRITE);
+	obj->written_back = obj->size;
+}
+
 int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
                     unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied)
 {
@@ -191,7 +233,7 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 	int fd, rc = 0;
 
 	*copied = 0;
-	if (EVP_DigestInit_ex(obj->file, EVP_sha256(), NULL) != 1)
+	if (file_sha256 && EVP_DigestInit_ex(obj->file, EVP_sha256(), NULL) != 1)
 		return -EIO;
 	if (asprintf(&full, "%s/%s", src, rel) < 0)
 		return -ENOMEM;
@@ -231,20 +273,21 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 		}
 		if (n == 0)
 			break;
-		if (EVP_DigestUpdate(obj->file, obj->buf, (size_t)n) != 1 ||
+		if ((file_sha256 && EVP_DigestUpdate(obj->file, obj->buf, (size_t)n) != 1) ||
 		    EVP_DigestUpdate(obj->md, obj->buf, (size_t)n) != 1) {
 			rc = -EIO;
 			goto out;
 		}
-		rc = write_all(obj->fd, obj->buf, (size_t)n);
+		rc = obj->fd < 0 ? 0 : write_all(obj->fd, obj->buf, (size_t)n);
 		if (rc) {
 			pub_say("", obj->tmp, "", strerror(-rc), false);
 			goto out;
 		}
 		*copied += (uint64_t)n;
 		obj->size += (uint64_t)n;
+		start_writeback(obj);
 	}
-	if (EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
+	if (file_sha256 && EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
 		rc = -EIO;
 out:
 	close(fd);
@@ -267,13 +310,15 @@ static void count(struct pub_store *st, const unsigned char *sha256, bool made_d
 	pthread_mutex_unlock(&st->lock);
 }
 
-int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size)
+int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
+                      bool *stored)
 {
 	char url[PUB_URL_LEN + 1], *final = NULL, *dir = NULL;
 	bool made_dir = false, wrote = false;
 	int rc = 0;
 
 	*size = obj->size;
+	*stored = true;
 	if (EVP_DigestFinal_ex(obj->md, sha256, NULL) != 1) {
 		rc = -EIO;
 		goto out;
@@ -292,6 +337,10 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 	/* Content-addressed: a name that exists holds these bytes already. */
 	if (faccessat(AT_FDCWD, final, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		goto out;
+	if (obj->fd < 0) { /* a probe: the bytes must be copied after all */
+		*stored = false;
+		goto out;
+	}
 	/* Durable before it has its name: the manifest will name it. */
 	if (fsync(obj->fd) != 0) {
 		rc = -errno;
@@ -315,7 +364,7 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		pub_say("", final, "", strerror(-rc), false);
 	}
 out:
-	if (rc == 0)
+	if (rc == 0 && *stored)
 		count(obj->st, sha256, made_dir, wrote, obj->size);
 	if (wrote) {
 		close(obj->fd);
