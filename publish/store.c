@@ -215,6 +215,10 @@ static int write_all(int fd, const unsigned char *p, size_t n)
 /*
  * Starts the disk writing what the object has gathered, WRITEBACK bytes at a time, while
  * the hashing goes on: the fsync before its rename then waits for the last stretch only.
+ * The stretch before, written by now, leaves the page cache: a 1 GiB object then lives in
+ * a few recycled pages instead of 1 GiB of fresh ones (on the benchmark VM, filling fresh
+ * page cache cost 0.3 to 3.4 s of system time per GiB, recycled pages 0.4 s), and the
+ * publish does not evict the machine's cache with bytes it will not read again.
  */
 static void start_writeback(struct pub_object *obj)
 {
@@ -222,6 +226,13 @@ static void start_writeback(struct pub_object *obj)
 		return;
 	sync_file_range(obj->fd, (off_t)obj->written_back, (off_t)(obj->size - obj->written_back),
 	                SYNC_FILE_RANGE_WRITE);
+	if (obj->written_back >= WRITEBACK) {
+		off_t prev = (off_t)(obj->written_back - WRITEBACK);
+		sync_file_range(obj->fd, prev, WRITEBACK,
+		                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+		                    SYNC_FILE_RANGE_WAIT_AFTER);
+		posix_fadvise(obj->fd, prev, WRITEBACK, POSIX_FADV_DONTNEED);
+	}
 	obj->written_back = obj->size;
 }
 

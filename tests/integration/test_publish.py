@@ -432,3 +432,18 @@ def test_an_empty_tree(tmp_path):
     os.makedirs(tmp_path / "src")
     publish(tmp_path / "src", tmp_path / "out")
     assert load(tmp_path / "out") == {"version": 2, "packs": [], "entries": []}
+
+
+def test_a_large_file(tmp_path):
+    """Larger than the stretches whose writeback starts while hashing goes on."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    os.makedirs(src)
+    with open(src / "large", "wb") as f:
+        for _ in range(40):
+            f.write(os.urandom(MIB))
+        f.write(b"tail")
+    _, stdout, _ = publish(src, out)
+    assert "1 new objects (40.0 MiB)" in stdout
+    check_output(src, out)
+    _, stdout, _ = publish(src, out)
+    assert " 0 new objects" in stdout and "1 already there" in stdout
