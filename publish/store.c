@@ -21,21 +21,19 @@
 
 #include "publish/publish_i.h"
 
-/* Read and written at a time: large enough that syscalls cost little beside hashing. */
-#define COPY_BUF (1u << 20)
-/* How much of an object is written before the disk is asked to start on it. */
-#define WRITEBACK (8u << 20)
+/* An object this large gets a writer thread (writer.c); smaller ones are written inline. */
+#define WRITER_MIN (16u << 20)
 
 struct pub_object {
 	struct pub_store *st;
-	int fd;
-	char *tmp; /* OUT/objects/tmp.XXXXXX */
-	/* fd < 0: a probe, that hashes and writes nothing. */
-	EVP_MD_CTX *md;     /* the object's bytes */
-	EVP_MD_CTX *file;   /* one copied file's bytes (a pack's member) */
-	unsigned char *buf; /* COPY_BUF bytes */
+	struct pub_sink sink; /* sink.fd < 0: a probe, that hashes and writes nothing */
+	struct pub_writer *w; /* NULL: written inline, if at all */
+	char *tmp;            /* OUT/objects/tmp.XXXXXX */
+	EVP_MD_CTX *md;       /* the object's bytes */
+	EVP_MD_CTX *file;     /* one copied file's bytes (a pack's member) */
+	unsigned char *buf;   /* PUB_COPY_BUF bytes, while there is no writer */
+	size_t fill;          /* bytes in buf not written yet */
 	uint64_t size;
-	uint64_t written_back; /* handed to the disk (start_writeback) */
 };
 
 void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1])
@@ -151,10 +149,10 @@ int pub_object_begin(struct pub_store *st, bool probe, struct pub_object **out)
 	if (!obj)
 		return -ENOMEM;
 	obj->st = st;
-	obj->fd = -1;
+	obj->sink.fd = -1;
 	obj->md = EVP_MD_CTX_new();
 	obj->file = EVP_MD_CTX_new();
-	obj->buf = malloc(COPY_BUF);
+	obj->buf = malloc(PUB_COPY_BUF);
 	if (!obj->md || !obj->file || !obj->buf ||
 	    asprintf(&obj->tmp, "%s/objects/tmp.XXXXXX", st->out) < 0) {
 		obj->tmp = NULL;
@@ -168,12 +166,12 @@ int pub_object_begin(struct pub_store *st, bool probe, struct pub_object **out)
 		*out = obj;
 		return 0;
 	}
-	obj->fd = mkostemp(obj->tmp, O_CLOEXEC);
+	obj->sink.fd = mkostemp(obj->tmp, O_CLOEXEC);
 	/* mkstemp makes it 0600; the server that serves OUT must be able to read it. */
-	if (obj->fd < 0 || fchmod(obj->fd, obj->st->file_mode) != 0) {
+	if (obj->sink.fd < 0 || fchmod(obj->sink.fd, obj->st->file_mode) != 0) {
 		rc = -errno;
-		pub_say("", obj->fd < 0 ? st->out : obj->tmp, obj->fd < 0 ? "objects" : "",
-		        strerror(-rc), false);
+		pub_say("", obj->sink.fd < 0 ? st->out : obj->tmp,
+		        obj->sink.fd < 0 ? "objects" : "", strerror(-rc), false);
 		goto fail;
 	}
 	*out = obj;
@@ -187,8 +185,9 @@ void pub_object_abort(struct pub_object *obj)
 {
 	if (!obj)
 		return;
-	if (obj->fd >= 0) {
-		close(obj->fd);
+	pub_writer_stop(obj->w);
+	if (obj->sink.fd >= 0) {
+		close(obj->sink.fd);
 		unlink(obj->tmp);
 	}
 	EVP_MD_CTX_free(obj->md);
@@ -198,42 +197,17 @@ void pub_object_abort(struct pub_object *obj)
 	free(obj);
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n)
+/* Writes what the inline buffer gathered (a probe drops it). 0 or -errno, said. */
+static int flush(struct pub_object *obj)
 {
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
+	int rc = 0;
 
-/*
- * Starts the disk writing what the object has gathered, WRITEBACK bytes at a time, while
- * the hashing goes on: the fsync before its rename then waits for the last stretch only.
- * The stretch before, written by now, leaves the page cache: a 1 GiB object then lives in
- * a few recycled pages instead of 1 GiB of fresh ones (on the benchmark VM, filling fresh
- * page cache cost 0.3 to 3.4 s of system time per GiB, recycled pages 0.4 s), and the
- * publish does not evict the machine's cache with bytes it will not read again.
- */
-static void start_writeback(struct pub_object *obj)
-{
-	if (obj->fd < 0 || obj->size - obj->written_back < WRITEBACK)
-		return;
-	sync_file_range(obj->fd, (off_t)obj->written_back, (off_t)(obj->size - obj->written_back),
-	                SYNC_FILE_RANGE_WRITE);
-	if (obj->written_back >= WRITEBACK) {
-		off_t prev = (off_t)(obj->written_back - WRITEBACK);
-		sync_file_range(obj->fd, prev, WRITEBACK,
-		                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-		                    SYNC_FILE_RANGE_WAIT_AFTER);
-		posix_fadvise(obj->fd, prev, WRITEBACK, POSIX_FADV_DONTNEED);
-	}
-	obj->written_back = obj->size;
+	if (obj->sink.fd >= 0 && obj->fill)
+		rc = pub_sink_write(&obj->sink, obj->buf, obj->fill);
+	obj->fill = 0;
+	if (rc)
+		pub_say("", obj->tmp, "", strerror(-rc), false);
+	return rc;
 }
 
 int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
@@ -268,13 +242,21 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 		pub_say("", src, rel, "no longer a regular file", false);
 		goto out;
 	}
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	if (sb.st_size >= PUB_COPY_BUF) /* a syscall that small files can do without */
+		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (;;) {
+		/* Inline, the buffer gathers small files (a pack's members) into one write. */
+		unsigned char *buf = obj->w ? pub_writer_buffer(obj->w, &rc) : obj->buf + obj->fill;
+		size_t room = obj->w ? PUB_COPY_BUF : PUB_COPY_BUF - obj->fill;
+		if (!buf) {
+			pub_say("", obj->tmp, "", strerror(-rc), false);
+			goto out;
+		}
 		if (atomic_load(&obj->st->stop)) {
 			rc = -ECANCELED;
 			goto out;
 		}
-		ssize_t n = read(fd, obj->buf, COPY_BUF);
+		ssize_t n = read(fd, buf, room);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -284,19 +266,30 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 		}
 		if (n == 0)
 			break;
-		if ((file_sha256 && EVP_DigestUpdate(obj->file, obj->buf, (size_t)n) != 1) ||
-		    EVP_DigestUpdate(obj->md, obj->buf, (size_t)n) != 1) {
+		/* Handed to the writer before it is hashed: both only read it. */
+		if (obj->w)
+			pub_writer_queue(obj->w, (size_t)n);
+		if ((file_sha256 && EVP_DigestUpdate(obj->file, buf, (size_t)n) != 1) ||
+		    EVP_DigestUpdate(obj->md, buf, (size_t)n) != 1) {
 			rc = -EIO;
-			goto out;
-		}
-		rc = obj->fd < 0 ? 0 : write_all(obj->fd, obj->buf, (size_t)n);
-		if (rc) {
-			pub_say("", obj->tmp, "", strerror(-rc), false);
 			goto out;
 		}
 		*copied += (uint64_t)n;
 		obj->size += (uint64_t)n;
-		start_writeback(obj);
+		if (!obj->w)
+			obj->fill += (size_t)n;
+		if (!obj->w && obj->fill == PUB_COPY_BUF && (rc = flush(obj)))
+			goto out;
+		/* The size fstat gave is read: its bytes are the file's (a small file saves the
+		 * read that would say end of file; one that grows since is published as it was). */
+		if (*copied == (uint64_t)sb.st_size)
+			break;
+		/* Large after all: the rest is written on a thread of its own (if one starts). */
+		if (!obj->w && obj->sink.fd >= 0 && obj->size >= WRITER_MIN) {
+			if ((rc = flush(obj)))
+				goto out;
+			pub_writer_start(&obj->sink, &obj->w);
+		}
 	}
 	if (file_sha256 && EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
 		rc = -EIO;
@@ -330,6 +323,15 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 
 	*size = obj->size;
 	*stored = true;
+	rc = flush(obj);
+	if (rc)
+		goto out;
+	rc = pub_writer_stop(obj->w);
+	obj->w = NULL;
+	if (rc) {
+		pub_say("", obj->tmp, "", strerror(-rc), false);
+		goto out;
+	}
 	if (EVP_DigestFinal_ex(obj->md, sha256, NULL) != 1) {
 		rc = -EIO;
 		goto out;
@@ -348,16 +350,18 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 	/* Content-addressed: a name that exists holds these bytes already. */
 	if (faccessat(AT_FDCWD, final, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		goto out;
-	if (obj->fd < 0) { /* a probe: the bytes must be copied after all */
+	if (obj->sink.fd < 0) { /* a probe: the bytes must be copied after all */
 		*stored = false;
 		goto out;
 	}
 	/* Durable before it has its name: the manifest will name it. */
-	if (fsync(obj->fd) != 0) {
+	if (fsync(obj->sink.fd) != 0) {
 		rc = -errno;
 		pub_say("", obj->tmp, "", strerror(-rc), false);
 		goto out;
 	}
+	/* Clean now: its pages go back for the next object to reuse (see PUB_WRITEBACK). */
+	posix_fadvise(obj->sink.fd, 0, 0, POSIX_FADV_DONTNEED);
 	if (mkdir(dir, 0777) == 0)
 		made_dir = true;
 	else if (errno != EEXIST) {
@@ -378,8 +382,8 @@ out:
 	if (rc == 0 && *stored)
 		count(obj->st, sha256, made_dir, wrote, obj->size);
 	if (wrote) {
-		close(obj->fd);
-		obj->fd = -1;
+		close(obj->sink.fd);
+		obj->sink.fd = -1;
 	}
 	free(final);
 	free(dir);

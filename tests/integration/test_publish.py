@@ -447,3 +447,28 @@ def test_a_large_file(tmp_path):
     check_output(src, out)
     _, stdout, _ = publish(src, out)
     assert " 0 new objects" in stdout and "1 already there" in stdout
+
+
+def test_a_full_disk_fails_and_keeps_the_old_manifest(tmp_path):
+    """The write fails on the writer thread of a large object (ENOSPC), partway."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    os.makedirs(src)
+    os.makedirs(out)
+    (src / "small").write_bytes(b"first release")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "publish-test", str(out)],
+                   check=True)
+    try:
+        publish(src, out)
+        old_manifest = (out / "manifest.json").read_bytes()
+        before = objects(out)
+        with open(src / "large", "wb") as f:
+            for _ in range(40):
+                f.write(os.urandom(MIB))
+        rc, _, err = publish(src, out, check=False)
+        assert rc == 1
+        assert "No space left on device" in err and "/objects/tmp." in err, err
+        assert (out / "manifest.json").read_bytes() == old_manifest
+        assert objects(out) == before
+        assert not stray_temps(out)
+    finally:
+        subprocess.run(["umount", str(out)], check=True)
