@@ -26,6 +26,7 @@
 #define SPOOLFS_FETCH_S3_CREDS_H
 
 #include <stddef.h>
+#include <time.h>
 
 struct s3_creds {
 	char *access_key_id;
@@ -33,6 +34,8 @@ struct s3_creds {
 	char *session_token; /* NULL when none */
 	/* Where they came from, safe to log: "environment" or "/root/.aws/credentials [dev]". */
 	char *origin;
+	/* When they stop working (UTC seconds since the epoch); 0: never (static keys). */
+	time_t expiration;
 };
 
 /*
@@ -58,6 +61,28 @@ int s3_creds_resolve(const char *profile, struct s3_creds *out, char *err, size_
  */
 int s3_creds_parse(const char *text, size_t len, const char *name, const char *profile,
                    struct s3_creds *out, char *err, size_t err_len);
+
+/*
+ * Calls fn(ctx, key, key_len, value, value_len) for each key of [section] in an INI text
+ * (the rules above; neither string is NUL-terminated; a section given twice is scanned
+ * twice, so later keys win). fn returns 0, or -ENOMEM to stop. Returns 1 when the section
+ * is there, 0 when it is not, -EINVAL for a malformed text (err names file and line),
+ * -ENOMEM.
+ */
+typedef int (*s3_ini_fn)(void *ctx, const char *key, size_t key_len, const char *value,
+                         size_t value_len);
+int s3_ini_scan(const char *text, size_t len, const char *name, const char *section, s3_ini_fn fn,
+                void *ctx, char *err, size_t err_len);
+
+/*
+ * Reads a whole regular file of at most 1 MiB into *buf (malloc'd, NOT NUL-terminated;
+ * cleanse it before freeing: it may hold secrets) and *len. -ENOENT (err says "no
+ * credentials: ... does not exist"), -EACCES, -EFBIG, -EINVAL (not a regular file), ...
+ */
+int s3_creds_read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len);
+
+/* Deep copy (dst is overwritten, not freed first). 0 or -ENOMEM (dst then empty). */
+int s3_creds_copy(const struct s3_creds *src, struct s3_creds *dst);
 
 /* Cleanses (OPENSSL_cleanse) and frees the strings, zeroes *c. NULL-safe and idempotent. */
 void s3_creds_free(struct s3_creds *c);
