@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fetch/s3/creds_doc.h"
+#include "fetch/s3/creds_provider.h"
 #include "fetch/s3/s3_creds.h"
 
 #define SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -333,6 +335,80 @@ static void test_malformed(void **state)
 	assert_string_equal(err, "");
 }
 
+static void test_sts_doc(void **state)
+{
+	static const char ok[] =
+	    "<AssumeRoleWithWebIdentityResponse "
+	    "xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+	    "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId> ASIAX </AccessKeyId>"
+	    "<SecretAccessKey>" SECRET "</SecretAccessKey><SessionToken>tok&amp;en</SessionToken>"
+	    "<Expiration>2026-12-05T06:00:00Z</Expiration></Credentials>"
+	    "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
+	static const char refused[] =
+	    "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error>"
+	    "<Type>Sender</Type><Code>AccessDenied</Code><Message>Not authorized</Message>"
+	    "</Error></ErrorResponse>";
+	struct s3_creds c;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(creds_doc_sts(ok, strlen(ok), &c, err, sizeof(err)), 0);
+	assert_string_equal(c.access_key_id, "ASIAX");
+	assert_string_equal(c.secret_access_key, SECRET);
+	assert_string_equal(c.session_token, "tok&en");
+	assert_int_equal(c.expiration, 1796450400);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_sts(refused, strlen(refused), &c, err, sizeof(err)), -EACCES);
+	assert_string_equal(err, "STS refused: AccessDenied: Not authorized");
+	assert_int_equal(creds_doc_sts("<x", 2, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_sts("<a/>", 4, &c, err, sizeof(err)), -EINVAL);
+	assert_null(strstr(err, SECRET));
+}
+
+static void test_json_doc(void **state)
+{
+	static const char v1[] = "{\"Version\": 1, \"AccessKeyId\": \"AK\", \"SecretAccessKey\": "
+	                         "\"" SECRET "\", \"SessionToken\": \"T\", "
+	                         "\"Expiration\": \"2026-12-05T06:00:00.000Z\"}";
+	static const char imds[] = "{\"Code\": \"Success\", \"AccessKeyId\": \"AK\", "
+	                           "\"SecretAccessKey\": \"S\", \"Token\": \"T2\"}";
+	struct s3_creds c;
+	char err[256] = "", *v = NULL;
+
+	(void)state;
+	assert_int_equal(creds_doc_json(v1, strlen(v1), 1, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.session_token, "T");
+	assert_int_equal(c.expiration, 1796450400);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_json(imds, strlen(imds), 1, &c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "Version"));
+	assert_int_equal(creds_doc_json(imds, strlen(imds), 0, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.session_token, "T2");
+	assert_int_equal(c.expiration, 0);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_json("{\"Code\": \"Failed\"}", 18, 0, &c, err, sizeof(err)),
+	                 -EACCES);
+	assert_int_equal(creds_doc_json("[1]", 3, 0, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_json("nope", 4, 0, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_json("{\"AccessKeyId\": 5, \"SecretAccessKey\": \"S\"}", 41, 0,
+	                                &c, err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(creds_doc_json_string("{\"value\": \"jwt\"}", 16, "value", &v), 0);
+	assert_string_equal(v, "jwt");
+	free(v);
+	assert_int_equal(creds_doc_json_string("{}", 2, "value", &v), -EINVAL);
+	assert_int_equal(creds_doc_time("2026-12-05T06:00:00+01:00"), 1796446800);
+	assert_int_equal(creds_doc_time("yesterday"), -1);
+}
+
+static void test_refresh_due(void **state)
+{
+	(void)state;
+	assert_int_equal(s3_provider_refresh_due(1000, 0), 0);
+	assert_int_equal(s3_provider_refresh_due(1000, 1000 + 3600), 1000 + 3600 - 300);
+	assert_int_equal(s3_provider_refresh_due(1000, 1004), 1002);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -344,6 +420,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_file_too_big, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ini_rules, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
+	    cmocka_unit_test(test_sts_doc),
+	    cmocka_unit_test(test_json_doc),
+	    cmocka_unit_test(test_refresh_due),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
