@@ -264,75 +264,6 @@ fail:
 	return rc;
 }
 
-static const char *env_nonempty(const char *name)
-{
-	/* Start-up only (see s3_creds.h): nothing setenv()s concurrently. */
-	const char *v = getenv(name); /* NOLINT(concurrency-mt-unsafe) */
-	return v && *v ? v : NULL;
-}
-
-static int from_env(struct s3_creds *out, char *err, size_t err_len)
-{
-	const char *id = env_nonempty("AWS_ACCESS_KEY_ID");
-	const char *secret = env_nonempty("AWS_SECRET_ACCESS_KEY");
-	const char *token = env_nonempty("AWS_SESSION_TOKEN");
-
-	if (!id && !secret)
-		return -ENOENT;
-	if (!id || !secret) {
-		set_err(err, err_len, "%s is set but %s is not",
-		        id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-		        id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-		return -EINVAL;
-	}
-	out->access_key_id = strdup(id);
-	out->secret_access_key = strdup(secret);
-	out->session_token = token ? strdup(token) : NULL;
-	out->origin = strdup("environment");
-	if (!out->access_key_id || !out->secret_access_key || (token && !out->session_token) ||
-	    !out->origin) {
-		s3_creds_free(out);
-		set_err(err, err_len, "out of memory");
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* The credentials file's path (malloc'd), or NULL with *rc set. */
-static char *creds_path(int *rc, char *err, size_t err_len)
-{
-	const char *file = env_nonempty("AWS_SHARED_CREDENTIALS_FILE");
-	const char *home = env_nonempty("HOME");
-	char *path = NULL;
-
-	if (file && strncmp(file, "~/", 2) == 0) {
-		if (!home) {
-			set_err(err, err_len,
-			        "AWS_SHARED_CREDENTIALS_FILE starts with ~/ but HOME is not set");
-			*rc = -EINVAL;
-			return NULL;
-		}
-		if (asprintf(&path, "%s/%s", home, file + 2) < 0)
-			path = NULL;
-	} else if (file) {
-		path = strdup(file);
-	} else if (home) {
-		if (asprintf(&path, "%s/.aws/credentials", home) < 0)
-			path = NULL;
-	} else {
-		set_err(err, err_len,
-		        "no credentials: AWS_ACCESS_KEY_ID is not set and HOME is not set to find "
-		        "~/.aws/credentials");
-		*rc = -ENOENT;
-		return NULL;
-	}
-	if (!path) {
-		set_err(err, err_len, "out of memory");
-		*rc = -ENOMEM;
-	}
-	return path;
-}
-
 /* Reads the whole file (at most CREDS_FILE_MAX bytes) into *buf, *len. */
 int s3_creds_read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
 {
@@ -406,40 +337,5 @@ out:
 		free(b);
 	}
 	close(fd);
-	return rc;
-}
-
-int s3_creds_resolve(const char *profile, struct s3_creds *out, char *err, size_t err_len)
-{
-	char *path = NULL, *text = NULL;
-	size_t len = 0;
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	set_err(err, err_len, "%s", "");
-	if (profile && !*profile) {
-		set_err(err, err_len, "empty profile name");
-		return -EINVAL;
-	}
-	if (!profile) {
-		rc = from_env(out, err, err_len);
-		if (rc != -ENOENT)
-			return rc;
-		profile = env_nonempty("AWS_PROFILE");
-	}
-	if (!profile)
-		profile = "default";
-
-	path = creds_path(&rc, err, err_len);
-	if (!path)
-		return rc;
-	rc = s3_creds_read_file(path, &text, &len, err, err_len);
-	if (rc == 0)
-		rc = s3_creds_parse(text, len, path, profile, out, err, err_len);
-	if (text) {
-		OPENSSL_cleanse(text, len);
-		free(text);
-	}
-	free(path);
 	return rc;
 }

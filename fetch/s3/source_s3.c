@@ -195,12 +195,18 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 		/* Signing keeps the secret key off the wire, not the session token, and not
 		 * what an observer may do with a request it saw (replay it for 15 minutes). */
 		char shown[512];
-		if (strncasecmp(src->base, "http://", 7) == 0)
-			util_log(
-			    UTIL_LOG_WARN,
-			    "S3 endpoint %s is plain http: signed requests, the session token in"
-			    " them if there is one, and every object travel unencrypted; use https",
-			    util_redact_url(src->base, shown, sizeof(shown)));
+		struct s3_creds now = {0};
+		uint64_t gen;
+		if (strncasecmp(src->base, "http://", 7) == 0 &&
+		    s3_provider_get(src->provider, &now, &gen) == 0)
+			util_log(UTIL_LOG_WARN,
+			         "S3 endpoint %s is plain http: signed requests%s and every object"
+			         " travel unencrypted; use https",
+			         util_redact_url(src->base, shown, sizeof(shown)),
+			         now.session_token && now.session_token[0]
+			             ? ", the session token in them,"
+			             : "");
+		s3_creds_free(&now);
 	}
 	*out = src;
 	return 0;

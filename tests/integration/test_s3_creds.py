@@ -477,3 +477,21 @@ def test_secrets_never_leak(tmp_path, env, mount):
     finally:
         srv.stop()
 
+
+
+def test_failed_refresh_is_logged_and_tried_again(s3, env, tmp_path, mount):
+    """STS fails for a while: each failed refresh says which source and why, and is tried
+    again with backoff; once STS answers, the mount reads with fresh credentials."""
+    use_web_identity(env, tmp_path)
+    m = mount_it(mount, s3)
+    check_reads(m)
+    s3.temp_creds(fault={"sts": 503})
+    wait_until(lambda: "refreshing from web identity failed" in m.stderr(),
+               "no failed refresh in the log", timeout=4 * LIFETIME)
+    line = [ln for ln in m.stderr().splitlines() if "refreshing from web identity failed" in ln][0]
+    assert "STS refused: AccessDenied" in line and "HTTP 503" in line and "trying again in" in line
+    n = len(sources(s3))
+    s3.temp_creds(fault={"sts": None})
+    wait_until(lambda: len(sources(s3)) > n, "never refreshed after STS came back",
+               timeout=6 * LIFETIME)
+    assert read_file(m.p("c.bin")) == content("c.bin", 12345)

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fetch/s3/creds_chain.h"
 #include "fetch/s3/creds_doc.h"
 #include "fetch/s3/creds_provider.h"
 #include "fetch/s3/s3_creds.h"
@@ -27,8 +28,16 @@
 #define SECRET2 "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"
 
 static const char *const aws_vars[] = {
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",       "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",       "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
 };
 
 struct fixture {
@@ -78,6 +87,23 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The chain as the mount runs it (--profile = profile), with no instance metadata. */
+static int resolve(const char *profile, struct s3_creds *c, char *err, size_t err_len)
+{
+	struct creds_chain_options o = {.profile = profile};
+	struct creds_chain *chain = NULL;
+	enum creds_source source;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+	rc = creds_chain_create(&o, &chain, err, err_len);
+	if (rc == 0)
+		rc = creds_chain_resolve(chain, &source, c, err, err_len);
+	creds_chain_free(chain);
+	return rc;
+}
+
 static void write_file(const char *path, const char *text)
 {
 	FILE *fp = fopen(path, "w");
@@ -106,7 +132,7 @@ static void test_env(void **state)
 	setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
 	setenv("AWS_SESSION_TOKEN", "TOKENENV", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIAENV");
 	assert_string_equal(c.secret_access_key, SECRET);
 	assert_string_equal(c.session_token, "TOKENENV");
@@ -118,7 +144,7 @@ static void test_env(void **state)
 
 	/* An empty token is none. */
 	setenv("AWS_SESSION_TOKEN", "", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_null(c.session_token);
 	s3_creds_free(&c);
 }
@@ -128,14 +154,16 @@ static void test_env_partial(void **state)
 	struct s3_creds c;
 	char err[256];
 
+	/* A broken step: said, and the next one tried (here none is left). */
 	setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	assert_null(c.access_key_id);
-	assert_string_equal(err, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+	assert_non_null(
+	    strstr(err, "environment: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"));
 
 	unsetenv("AWS_ACCESS_KEY_ID");
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	assert_null(strstr(err, SECRET));
 	assert_non_null(strstr(err, "AWS_ACCESS_KEY_ID is not"));
 }
@@ -153,11 +181,11 @@ static void test_env_vs_file(void **state)
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
 	setenv("AWS_PROFILE", "dev", 1);
 
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIAENV");
 	s3_creds_free(&c);
 
-	assert_int_equal(s3_creds_resolve("dev", &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve("dev", &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEV");
 	s3_creds_free(&c);
 }
@@ -172,7 +200,7 @@ static void test_file_profiles(void **state)
 	setenv("AWS_SHARED_CREDENTIALS_FILE", f->file, 1);
 
 	/* "default" when nothing names a profile. */
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	assert_string_equal(c.secret_access_key, SECRET);
 	assert_null(c.session_token);
@@ -182,23 +210,23 @@ static void test_file_profiles(void **state)
 
 	/* AWS_PROFILE. */
 	setenv("AWS_PROFILE", "dev", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEV");
 	assert_string_equal(c.secret_access_key, SECRET2);
 	assert_string_equal(c.session_token, "TOKEN/dev+==");
 	s3_creds_free(&c);
 
 	/* The argument beats AWS_PROFILE. */
-	assert_int_equal(s3_creds_resolve("default", &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve("default", &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	s3_creds_free(&c);
 
-	/* No such profile: "no credentials", with a message naming it. */
-	assert_int_equal(s3_creds_resolve("prod", &c, err, sizeof(err)), -ENOENT);
+	/* No such profile, named explicitly: the mount fails, with a message naming it. */
+	assert_int_equal(resolve("prod", &c, err, sizeof(err)), -EINVAL);
 	assert_null(c.access_key_id);
 	assert_non_null(strstr(err, "no profile [prod]"));
 
-	assert_int_equal(s3_creds_resolve("", &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve("", &c, err, sizeof(err)), -EINVAL);
 }
 
 /* $HOME/.aws/credentials by default; "~/" in AWS_SHARED_CREDENTIALS_FILE is $HOME. */
@@ -208,38 +236,39 @@ static void test_file_locations(void **state)
 	struct s3_creds c;
 	char err[256], path[256];
 
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
-	assert_non_null(strstr(err, "/.aws/credentials does not exist"));
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/.aws/credentials and no "));
 
 	snprintf(path, sizeof(path), "%s/.aws", f->home);
 	assert_int_equal(mkdir(path, 0700), 0);
 	snprintf(path, sizeof(path), "%s/.aws/credentials", f->home);
 	write_file(path, two_profiles);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	s3_creds_free(&c);
 
 	write_file(f->file, "[default]\naws_access_key_id=AKIATILDE\naws_secret_access_key=s\n");
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "~/creds", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIATILDE");
 	s3_creds_free(&c);
 
 	/* An explicit file that does not exist is "no credentials" too. */
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/spoolfs/creds", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 
 	/* No HOME and no file variable. */
 	unsetenv("AWS_SHARED_CREDENTIALS_FILE");
 	unsetenv("HOME");
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	setenv("HOME", f->home, 1);
 
 	/* A directory is not a credentials file. */
 	snprintf(path, sizeof(path), "%s/adir", f->home);
 	assert_int_equal(mkdir(path, 0700), 0);
 	setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "is not a regular file"));
 }
 
 static void test_file_too_big(void **state)
@@ -253,7 +282,8 @@ static void test_file_too_big(void **state)
 	assert_int_equal(ftruncate(fd, (1 << 20) + 1), 0);
 	close(fd);
 	setenv("AWS_SHARED_CREDENTIALS_FILE", f->file, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EFBIG);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "larger than"));
 }
 
 /* Python-configparser rules: ':' delimiter, case-insensitive keys, CRLF, continuation lines,
