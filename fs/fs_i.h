@@ -43,6 +43,9 @@ struct fs_options {
 	char *endpoint;     /* S3 */
 	char *region;
 	char *profile;
+	char *role_arn;              /* --role-arn: web identity (GitHub Actions' OIDC token) */
+	char *expected_bucket_owner; /* --expected-bucket-owner */
+	int requester_pays;          /* --requester-pays */
 	int path_style;
 	int no_sign;
 	/* As given; fs_options_parse checks them and sets the numbers below. */

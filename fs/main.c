@@ -52,10 +52,13 @@ static void warn_unused_options(const struct fs_options *o)
 {
 	bool bucket = strncmp(o->source, "s3://", 5) == 0;
 
-	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign))
-		fprintf(stderr,
-		        "spoolfs: warning: --endpoint, --region, --profile, --path-style and"
-		        " --no-sign are for s3:// sources; ignored\n");
+	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign ||
+	                o->role_arn || o->requester_pays || o->expected_bucket_owner))
+		fprintf(
+		    stderr,
+		    "spoolfs: warning: --endpoint, --region, --profile, --role-arn, --path-style,"
+		    " --no-sign, --requester-pays and --expected-bucket-owner are for s3://"
+		    " sources; ignored\n");
 	if (bucket && o->n_mirrors)
 		fprintf(stderr,
 		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
@@ -237,6 +240,9 @@ static int open_bucket(struct fs_session *s)
 	                          .endpoint = s->opts.endpoint,
 	                          .region = s->opts.region,
 	                          .profile = s->opts.profile,
+	                          .role_arn = s->opts.role_arn,
+	                          .requester_pays = s->opts.requester_pays,
+	                          .expected_bucket_owner = s->opts.expected_bucket_owner,
 	                          .net = blocking_net(s),
 	                          .path_style = s->opts.path_style,
 	                          .no_sign = s->opts.no_sign,
@@ -365,6 +371,9 @@ static int start_fetching(struct fs_session *s)
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
+		cfg.creds_expired = s3_source_creds_expired;
+		cfg.creds_generation = s3_source_creds_generation;
+		cfg.error_is_expired = s3_error_is_expired_creds;
 	}
 	return engine_create(&cfg, &s->engine);
 }
@@ -439,6 +448,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		rc = flight_table_start_hasher(s->flights);
 	if (rc == 0)
 		rc = engine_start(s->engine);
+	if (rc == 0 && s->s3)
+		rc = s3_source_start(s->s3);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */

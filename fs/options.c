@@ -63,6 +63,12 @@ static const struct fuse_opt option_spec[] = {
     OPT("region=%s", region),
     OPT("--profile %s", profile),
     OPT("profile=%s", profile),
+    OPT("--role-arn %s", role_arn),
+    OPT("role_arn=%s", role_arn),
+    OPT_FLAG("--requester-pays", requester_pays),
+    OPT_FLAG("requester_pays", requester_pays),
+    OPT("--expected-bucket-owner %s", expected_bucket_owner),
+    OPT("expected_bucket_owner=%s", expected_bucket_owner),
     OPT_FLAG("--path-style", path_style),
     OPT_FLAG("path_style", path_style),
     OPT_FLAG("--no-sign", no_sign),
@@ -188,13 +194,19 @@ void fs_options_usage(const char *prog)
 	    "                         with latency histograms and a mount label, replaced\n"
 	    "                         whole every --metrics-interval and at unmount\n"
 	    "  --metrics-interval SEC seconds between writes of --metrics-file (default 5)\n"
-	    "S3 sources (credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and\n"
-	    "AWS_SESSION_TOKEN, then the shared credentials file; never on the command line):\n"
+	    "S3 sources (credentials, never on the command line: the AWS chain of environment,\n"
+	    "web identity, ~/.aws/credentials and config, container, instance metadata;\n"
+	    "refreshed before they expire; see spoolfs(1)):\n"
 	    "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
 	    "                         $AWS_ENDPOINT_URL, else AWS); implies path-style\n"
 	    "  --region REGION        (default $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)\n"
-	    "  --profile NAME         profile in the shared credentials file\n"
-	    "                         (default $AWS_PROFILE, else default)\n"
+	    "  --profile NAME         use this profile of ~/.aws/credentials and ~/.aws/config\n"
+	    "                         alone (default: the chain, with $AWS_PROFILE or default)\n"
+	    "  --role-arn ARN         assume this role with a web identity token alone: from\n"
+	    "                         $AWS_WEB_IDENTITY_TOKEN_FILE, else GitHub Actions' OIDC\n"
+	    "                         endpoint (needs permissions: id-token: write)\n"
+	    "  --requester-pays       send x-amz-request-payer: requester\n"
+	    "  --expected-bucket-owner ID  refuse a bucket another account owns\n"
 	    "  --path-style           path-style addressing on AWS too\n"
 	    "  --no-sign              public bucket: send no credentials\n"
 	    "  -h, --help             this help\n"
@@ -508,6 +520,8 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->endpoint);
 	free(opts->region);
 	free(opts->profile);
+	free(opts->role_arn);
+	free(opts->expected_bucket_owner);
 }
 
 /*

@@ -17,6 +17,7 @@
 
 #include "fetch/engine/engine_i.h"
 #include "fetch/cache/lease.h"
+#include "fetch/s3/s3_list.h"
 #include "util/log.h"
 #include "fetch/engine/recorder.h"
 #include "util/thread.h"
@@ -205,6 +206,60 @@ bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, 
 	return true;
 }
 
+/* The <Code> of a refused request's S3 error body into code ("" when there is none). */
+static void refusal_code(const struct stream *s, char *code, size_t len)
+{
+	struct s3_list_result r = {0};
+
+	code[0] = '\0';
+	if (s3_list_parse(s->err_body, s->err_len, NULL, &r, NULL, 0) == 0 &&
+	    r.kind == S3_DOC_ERROR)
+		snprintf(code, len, "%s", r.error.code);
+	s3_list_result_free(&r);
+}
+
+/*
+ * A signed request answered 400 or 403. Expired credentials (a refresh came late, or the
+ * clock runs behind the server's): ask for fresh ones and send again once they are there,
+ * without counting a failure, unless this request was that resend already. True when s
+ * is done with (freed); else s is marked retryable (counted) or fatal.
+ */
+static bool on_refused(struct engine *e, struct stream *s)
+{
+	struct flight *f = s->f;
+	char code[64];
+	long status = 0;
+
+	refusal_code(s, code, sizeof(code));
+	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &status);
+	stream_why(s, "HTTP %ld%s%s", status, code[0] ? " " : "", code);
+	if (!e->cfg.error_is_expired(code)) {
+		s->fatal = -EIO;
+		return false;
+	}
+	uint64_t gen = s->creds_gen;
+	if (e->cfg.creds_expired)
+		e->cfg.creds_expired(e->cfg.sign_ctx, gen);
+	/* Free once until a request succeeds again, for every request signed with the
+	 * generation refused first (or an older one): they were all sent before the refresh. */
+	if (f->auth_retried && gen > f->auth_wait_gen) {
+		s->retryable = true; /* refused again after a refresh: a failure like any */
+		return false;
+	}
+	f->auth_retried = true;
+	if (!f->auth_wait)
+		util_log(UTIL_LOG_INFO,
+		         "%s: %s: credentials refused as expired; sending again"
+		         " with fresh ones (not counted as a failure)",
+		         f->name, s->why);
+	f->auth_wait = true;
+	if (f->auth_wait_gen < gen)
+		f->auth_wait_gen = gen;
+	f->auth_wait_until_ms = now_ms() + AUTH_WAIT_MS;
+	stream_free(e, s);
+	return true;
+}
+
 static void on_done(struct engine *e, struct stream *s, CURLcode result)
 {
 	struct flight *f = s->f;
@@ -222,10 +277,13 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
 		f->failures = 0;
+		f->auth_retried = false;
 		stream_free(e, s);
 		cache_record_progress(e, f, for_reader);
 		return;
 	}
+	if (s->auth_refused && !s->fatal && on_refused(e, s))
+		return;
 	fatal = s->fatal;
 	if (fatal == 0 && s->stalled) {
 		stream_why(s, "no byte for %u s (stalled)", e->cfg.stall_timeout_s);

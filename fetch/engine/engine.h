@@ -50,9 +50,19 @@ struct engine_config {
 	 * whose lease file decides which of the mounts sharing it downloads an object (lease.h);
 	 * the others read its records. -1 (engine_config_defaults): no other mount shares it. */
 	int lease_dirfd;
-	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. */
-	int (*sign)(void *ctx, const char *url, struct curl_slist **headers);
+	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. *gen
+	 * gets the generation of the credentials signed with. */
+	int (*sign)(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen);
 	void *sign_ctx;
+	/* With sign: a signed request was refused because its credentials expired (S3's
+	 * ExpiredToken, RequestExpired, InvalidToken, TokenRefreshRequired): asks for fresh
+	 * ones without blocking; and the generation now, so the flight sends it again once a
+	 * newer one is there. Such a refusal is not counted as a failed try, once per
+	 * generation. */
+	void (*creds_expired)(void *ctx, uint64_t gen);
+	uint64_t (*creds_generation)(void *ctx);
+	/* Whether an error code from a refused request's body means expired credentials. */
+	bool (*error_is_expired)(const char *code);
 };
 
 /* Upstream counters, updated by the transfer thread, readable from any thread. */

@@ -50,12 +50,19 @@ struct stream {
 	uint64_t received;      /* body bytes curl handed over, skipped ones included */
 	uint64_t window_ms;     /* when the current low-speed window started */
 	uint64_t window_bytes;  /* received when it did */
-	bool too_slow;    /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
-	int fatal;        /* -errno decided in a callback; the flight fails with it */
-	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
-	unsigned url_idx; /* which of the flight's urls it asked */
-	int obj_fd;       /* a file: mirror's object, read by curl through /proc; or -1 */
-	char why[320];    /* what went wrong, for the log line */
+	bool too_slow;      /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
+	int fatal;          /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault;   /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx;   /* which of the flight's urls it asked */
+	int obj_fd;         /* a file: mirror's object, read by curl through /proc; or -1 */
+	char why[320];      /* what went wrong, for the log line */
+	uint64_t creds_gen; /* the credentials generation it was signed with (0: unsigned) */
+	/* A signed request answered 400 or 403: its S3 error body is kept (bounded) to tell
+	 * expired credentials from a real refusal. */
+	bool auth_refused;
+	bool creds_expired; /* ...and it says the credentials expired */
+	size_t err_len;
+	char err_body[2048];
 	struct fetch_net_guard guard; /* a link-local address refused (fetch_net_apply) */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
@@ -123,6 +130,10 @@ void engine_fail_flight(struct engine *e, struct flight *f, int err, const char 
 /* Notes that urls[from] refused f (why goes to the log) and moves f to its next url. False
  * when none is left to try (or f may not switch): the caller fails f. */
 bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why);
+
+/* How long a flight refused for expired credentials waits for fresh ones before it sends
+ * again anyway (and, refused again, counts a failure). */
+#define AUTH_WAIT_MS 30000
 
 /* stream.c */
 /* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */

@@ -96,6 +96,13 @@ struct flight {
 	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
 	unsigned fail_round; /* failures counted so far: streams started since share one */
 	uint64_t retry_due_ms; /* 0 = no retry pending */
+	/* Expired credentials (engine.c): requests wait for a generation newer than
+	 * auth_wait_gen until auth_wait_until_ms. auth_retried: such a free resend was made
+	 * since the last request that succeeded; a refusal of a newer one counts. */
+	bool auth_wait;
+	bool auth_retried;
+	uint64_t auth_wait_gen;
+	uint64_t auth_wait_until_ms;
 	/* The version every request asks for ("" = none yet: the first response's), and which
 	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
 	 * changes them under lock (it alone changes them, so it reads them without). */

@@ -291,6 +291,18 @@ void schedule_flight(struct engine *e, struct flight *f)
 	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms() ||
 	    watching(e, f))
 		return;
+	/* Refused for expired credentials: wait for fresh ones (or the wait's end), looking
+	 * again every 50 ms; the next request sent is the resend. */
+	if (f->auth_wait) {
+		uint64_t now = now_ms();
+		if (e->cfg.creds_generation(e->cfg.sign_ctx) > f->auth_wait_gen ||
+		    now >= f->auth_wait_until_ms) {
+			f->auth_wait = false;
+		} else {
+			f->retry_due_ms = now + 50;
+			return;
+		}
+	}
 	f->retry_due_ms = 0;
 	uint64_t starved_since = f->starved_ms;
 	f->starved_ms = 0;

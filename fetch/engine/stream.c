@@ -180,6 +180,12 @@ void stream_check_response(struct stream *s)
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (ETag %s no longer matches)", f->etag);
 		return;
+	} else if ((code == 400 || code == 403) && s->creds_gen &&
+	           s->engine->cfg.error_is_expired) {
+		/* Read the (small) error body: on_done tells expired credentials apart. */
+		s->auth_refused = true;
+		stream_why(s, "HTTP %ld", code);
+		return;
 	} else {
 		s->fatal = -EIO;
 		stream_why(s, "HTTP %ld", code);
@@ -317,6 +323,14 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 		s->first_body_ms = s->last_byte_ms;
 	if (!s->checked)
 		stream_check_response(s);
+	if (s->auth_refused) {
+		size_t room = sizeof(s->err_body) - s->err_len;
+		if (len > room)
+			return CURL_WRITEFUNC_ERROR; /* no S3 error is that long */
+		memcpy(s->err_body + s->err_len, data, len);
+		s->err_len += len;
+		return len;
+	}
 	if (s->fatal || s->retryable)
 		return CURL_WRITEFUNC_ERROR;
 	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
@@ -472,7 +486,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		s->headers = more;
 	}
 	if (e->cfg.sign) {
-		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers);
+		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers, &s->creds_gen);
 		if (rc)
 			goto fail_easy;
 	}

@@ -8,6 +8,7 @@
 #include "fetch/http/net.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -155,4 +156,31 @@ bool fetch_net_retry_wait(const struct fetch_net *net, unsigned attempt, int ret
 	                             .tv_nsec = (long)(delay_ms % 1000) * 1000000},
 	          NULL);
 	return true;
+}
+
+/* Host header value curl will send for url: the port only when it is not the default. */
+int fetch_net_host_header(const char *base, char **host)
+{
+	CURLU *u = curl_url();
+	char *name = NULL, *port = NULL, *scheme = NULL;
+	int rc = -EINVAL;
+
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, base, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_HOST, &name, 0) != CURLUE_OK ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK)
+		goto out;
+	curl_url_get(u, CURLUPART_PORT, &port, 0);
+	if (port && !((strcmp(scheme, "http") == 0 && strcmp(port, "80") == 0) ||
+	              (strcmp(scheme, "https") == 0 && strcmp(port, "443") == 0)))
+		rc = asprintf(host, "%s:%s", name, port) < 0 ? -ENOMEM : 0;
+	else
+		rc = (*host = strdup(name)) ? 0 : -ENOMEM;
+out:
+	curl_free(name);
+	curl_free(port);
+	curl_free(scheme);
+	curl_url_cleanup(u);
+	return rc;
 }

@@ -73,4 +73,9 @@ double fetch_net_jitter(void);
 bool fetch_net_retry_wait(const struct fetch_net *net, unsigned attempt, int retry_after_s,
                           uint64_t retry_after_cap_ms, const char *why);
 
+/* The Host header curl sends for a URL (scheme://host[:port]...): "host", with ":port"
+ * only when it is not the scheme's default; what a SigV4 signature must name. *host is
+ * malloc'd. 0, -EINVAL (not a URL), -ENOMEM. */
+int fetch_net_host_header(const char *url, char **host);
+
 #endif

@@ -57,6 +57,24 @@ void s3_creds_free(struct s3_creds *c)
 	free_secret(&c->session_token);
 	free(c->origin);
 	c->origin = NULL;
+	c->expiration = 0;
+}
+
+int s3_creds_copy(const struct s3_creds *src, struct s3_creds *dst)
+{
+	memset(dst, 0, sizeof(*dst));
+	dst->access_key_id = src->access_key_id ? strdup(src->access_key_id) : NULL;
+	dst->secret_access_key = src->secret_access_key ? strdup(src->secret_access_key) : NULL;
+	dst->session_token = src->session_token ? strdup(src->session_token) : NULL;
+	dst->origin = src->origin ? strdup(src->origin) : NULL;
+	dst->expiration = src->expiration;
+	if ((src->access_key_id && !dst->access_key_id) ||
+	    (src->secret_access_key && !dst->secret_access_key) ||
+	    (src->session_token && !dst->session_token) || (src->origin && !dst->origin)) {
+		s3_creds_free(dst);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -98,8 +116,8 @@ static int set_value(char **slot, const char *v, size_t n)
 	return *slot ? 0 : -ENOMEM;
 }
 
-int s3_creds_parse(const char *text, size_t len, const char *name, const char *profile,
-                   struct s3_creds *out, char *err, size_t err_len)
+int s3_ini_scan(const char *text, size_t len, const char *name, const char *section, s3_ini_fn fn,
+                void *ctx, char *err, size_t err_len)
 {
 	const char *p = text, *end = text + len;
 	bool in_section = false, in_target = false, seen_target = false;
@@ -107,15 +125,8 @@ int s3_creds_parse(const char *text, size_t len, const char *name, const char *p
 	size_t lineno = 0;
 	int rc;
 
-	memset(out, 0, sizeof(*out));
-	if (!profile)
-		profile = "default";
 	if (!name)
 		name = "credentials file";
-	if (!*profile) {
-		set_err(err, err_len, "empty profile name");
-		return -EINVAL;
-	}
 	if (len > 0 && memchr(text, '\0', len)) {
 		set_err(err, err_len, "%s: NUL byte in file", name);
 		return -EINVAL;
@@ -145,12 +156,11 @@ int s3_creds_parse(const char *text, size_t len, const char *name, const char *p
 			if (!closed || ns == ne) {
 				set_err(err, err_len, "%s:%zu: malformed section header", name,
 				        lineno);
-				rc = -EINVAL;
-				goto fail;
+				return -EINVAL;
 			}
 			in_section = true;
-			in_target = strlen(profile) == (size_t)(ne - ns) &&
-			            memcmp(ns, profile, (size_t)(ne - ns)) == 0;
+			in_target = strlen(section) == (size_t)(ne - ns) &&
+			            memcmp(ns, section, (size_t)(ne - ns)) == 0;
 			seen_target = seen_target || in_target;
 			key_indent = -1;
 			continue;
@@ -161,39 +171,63 @@ int s3_creds_parse(const char *text, size_t len, const char *name, const char *p
 			ke++;
 		if (ke == le) {
 			set_err(err, err_len, "%s:%zu: expected \"key = value\"", name, lineno);
-			rc = -EINVAL;
-			goto fail;
+			return -EINVAL;
 		}
 		vs = ke + 1;
 		trim(&ks, &ke);
 		trim(&vs, &ve);
 		if (ks == ke) {
 			set_err(err, err_len, "%s:%zu: empty key", name, lineno);
-			rc = -EINVAL;
-			goto fail;
+			return -EINVAL;
 		}
 		if (!in_section) {
 			set_err(err, err_len, "%s:%zu: key outside of a [profile] section", name,
 			        lineno);
-			rc = -EINVAL;
-			goto fail;
+			return -EINVAL;
 		}
 		key_indent = indent;
 		if (!in_target)
 			continue;
-		size_t kn = (size_t)(ke - ks), vn = (size_t)(ve - vs);
-		rc = 0;
-		if (key_is(ks, kn, "aws_access_key_id"))
-			rc = set_value(&out->access_key_id, vs, vn);
-		else if (key_is(ks, kn, "aws_secret_access_key"))
-			rc = set_value(&out->secret_access_key, vs, vn);
-		else if (key_is(ks, kn, "aws_session_token"))
-			rc = set_value(&out->session_token, vs, vn);
+		rc = fn(ctx, ks, (size_t)(ke - ks), vs, (size_t)(ve - vs));
 		if (rc < 0) {
 			set_err(err, err_len, "out of memory");
-			goto fail;
+			return rc;
 		}
 	}
+	return seen_target ? 1 : 0;
+}
+
+static int take_creds_key(void *ctx, const char *k, size_t kn, const char *v, size_t vn)
+{
+	struct s3_creds *out = ctx;
+
+	if (key_is(k, kn, "aws_access_key_id"))
+		return set_value(&out->access_key_id, v, vn);
+	if (key_is(k, kn, "aws_secret_access_key"))
+		return set_value(&out->secret_access_key, v, vn);
+	if (key_is(k, kn, "aws_session_token"))
+		return set_value(&out->session_token, v, vn);
+	return 0;
+}
+
+int s3_creds_parse(const char *text, size_t len, const char *name, const char *profile,
+                   struct s3_creds *out, char *err, size_t err_len)
+{
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!profile)
+		profile = "default";
+	if (!name)
+		name = "credentials file";
+	if (!*profile) {
+		set_err(err, err_len, "empty profile name");
+		return -EINVAL;
+	}
+	rc = s3_ini_scan(text, len, name, profile, take_creds_key, out, err, err_len);
+	if (rc < 0)
+		goto fail;
+	bool seen_target = rc == 1;
 
 	rc = -ENOENT;
 	if (!seen_target) {
@@ -230,77 +264,8 @@ fail:
 	return rc;
 }
 
-static const char *env_nonempty(const char *name)
-{
-	/* Start-up only (see s3_creds.h): nothing setenv()s concurrently. */
-	const char *v = getenv(name); /* NOLINT(concurrency-mt-unsafe) */
-	return v && *v ? v : NULL;
-}
-
-static int from_env(struct s3_creds *out, char *err, size_t err_len)
-{
-	const char *id = env_nonempty("AWS_ACCESS_KEY_ID");
-	const char *secret = env_nonempty("AWS_SECRET_ACCESS_KEY");
-	const char *token = env_nonempty("AWS_SESSION_TOKEN");
-
-	if (!id && !secret)
-		return -ENOENT;
-	if (!id || !secret) {
-		set_err(err, err_len, "%s is set but %s is not",
-		        id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-		        id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
-		return -EINVAL;
-	}
-	out->access_key_id = strdup(id);
-	out->secret_access_key = strdup(secret);
-	out->session_token = token ? strdup(token) : NULL;
-	out->origin = strdup("environment");
-	if (!out->access_key_id || !out->secret_access_key || (token && !out->session_token) ||
-	    !out->origin) {
-		s3_creds_free(out);
-		set_err(err, err_len, "out of memory");
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-/* The credentials file's path (malloc'd), or NULL with *rc set. */
-static char *creds_path(int *rc, char *err, size_t err_len)
-{
-	const char *file = env_nonempty("AWS_SHARED_CREDENTIALS_FILE");
-	const char *home = env_nonempty("HOME");
-	char *path = NULL;
-
-	if (file && strncmp(file, "~/", 2) == 0) {
-		if (!home) {
-			set_err(err, err_len,
-			        "AWS_SHARED_CREDENTIALS_FILE starts with ~/ but HOME is not set");
-			*rc = -EINVAL;
-			return NULL;
-		}
-		if (asprintf(&path, "%s/%s", home, file + 2) < 0)
-			path = NULL;
-	} else if (file) {
-		path = strdup(file);
-	} else if (home) {
-		if (asprintf(&path, "%s/.aws/credentials", home) < 0)
-			path = NULL;
-	} else {
-		set_err(err, err_len,
-		        "no credentials: AWS_ACCESS_KEY_ID is not set and HOME is not set to find "
-		        "~/.aws/credentials");
-		*rc = -ENOENT;
-		return NULL;
-	}
-	if (!path) {
-		set_err(err, err_len, "out of memory");
-		*rc = -ENOMEM;
-	}
-	return path;
-}
-
 /* Reads the whole file (at most CREDS_FILE_MAX bytes) into *buf, *len. */
-static int read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
+int s3_creds_read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
 {
 	struct stat st;
 	char *b = NULL, ebuf[128];
@@ -372,40 +337,5 @@ out:
 		free(b);
 	}
 	close(fd);
-	return rc;
-}
-
-int s3_creds_resolve(const char *profile, struct s3_creds *out, char *err, size_t err_len)
-{
-	char *path = NULL, *text = NULL;
-	size_t len = 0;
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	set_err(err, err_len, "%s", "");
-	if (profile && !*profile) {
-		set_err(err, err_len, "empty profile name");
-		return -EINVAL;
-	}
-	if (!profile) {
-		rc = from_env(out, err, err_len);
-		if (rc != -ENOENT)
-			return rc;
-		profile = env_nonempty("AWS_PROFILE");
-	}
-	if (!profile)
-		profile = "default";
-
-	path = creds_path(&rc, err, err_len);
-	if (!path)
-		return rc;
-	rc = read_file(path, &text, &len, err, err_len);
-	if (rc == 0)
-		rc = s3_creds_parse(text, len, path, profile, out, err, err_len);
-	if (text) {
-		OPENSSL_cleanse(text, len);
-		free(text);
-	}
-	free(path);
 	return rc;
 }

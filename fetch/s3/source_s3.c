@@ -16,6 +16,8 @@
 
 #include "fetch/http/http.h"
 #include "util/log.h"
+#include "fetch/s3/creds_chain.h"
+#include "fetch/s3/creds_provider.h"
 #include "fetch/s3/s3_creds.h"
 #include "fetch/s3/s3_list.h"
 #include "fetch/s3/sigv4.h"
@@ -40,8 +42,24 @@ struct s3_source {
 	bool path_style;
 	bool sign;
 	unsigned request_timeout_s;
-	struct s3_creds creds;
+	struct s3_provider *provider; /* NULL with --no-sign; has its own lock */
+	/* Headers every request carries and signs: x-amz-request-payer (--requester-pays),
+	 * x-amz-expected-bucket-owner (--expected-bucket-owner). */
+	struct sigv4_header always[2];
+	size_t n_always;
+	char *expected_owner;
 };
+
+/* Answers that mean the request's credentials expired or were revoked: refreshed once and
+ * sent again, not counted as a failure. */
+bool s3_error_is_expired_creds(const char *code)
+{
+	return strcmp(code, "ExpiredToken") == 0 || strcmp(code, "RequestExpired") == 0 ||
+	       strcmp(code, "InvalidToken") == 0 || strcmp(code, "TokenRefreshRequired") == 0;
+}
+
+/* A listing waits this long for credentials refreshed after such an answer. */
+#define LIST_REFRESH_WAIT_MS 30000
 
 static const char *first_env(const char *a, const char *b)
 {
@@ -51,33 +69,6 @@ static const char *first_env(const char *a, const char *b)
 		return v;
 	v = b ? getenv(b) : NULL;
 	return v && *v ? v : NULL;
-}
-
-/* Host header value curl will send for url: the port only when it is not the default. */
-static int host_of(const char *base, char **host)
-{
-	CURLU *u = curl_url();
-	char *name = NULL, *port = NULL, *scheme = NULL;
-	int rc = -EINVAL;
-
-	if (!u)
-		return -ENOMEM;
-	if (curl_url_set(u, CURLUPART_URL, base, 0) != CURLUE_OK ||
-	    curl_url_get(u, CURLUPART_HOST, &name, 0) != CURLUE_OK ||
-	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK)
-		goto out;
-	curl_url_get(u, CURLUPART_PORT, &port, 0);
-	if (port && !((strcmp(scheme, "http") == 0 && strcmp(port, "80") == 0) ||
-	              (strcmp(scheme, "https") == 0 && strcmp(port, "443") == 0)))
-		rc = asprintf(host, "%s:%s", name, port) < 0 ? -ENOMEM : 0;
-	else
-		rc = (*host = strdup(name)) ? 0 : -ENOMEM;
-out:
-	curl_free(name);
-	curl_free(port);
-	curl_free(scheme);
-	curl_url_cleanup(u);
-	return rc;
 }
 
 static int parse_source(struct s3_source *src, const char *source, char *err, size_t err_len)
@@ -155,7 +146,7 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 		rc = -EINVAL;
 		goto fail;
 	}
-	rc = host_of(src->base, &src->host);
+	rc = fetch_net_host_header(src->base, &src->host);
 	if (rc) {
 		snprintf(err, err_len, "bad S3 endpoint %s", src->base);
 		goto fail;
@@ -170,30 +161,52 @@ int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *
 	    .max_tries = opts->net.max_tries ? opts->net.max_tries : 6};
 	src->request_timeout_s = opts->request_timeout_s; /* 0: none, the stall rule only */
 	src->sign = !opts->no_sign;
+	if (opts->requester_pays)
+		src->always[src->n_always++] =
+		    (struct sigv4_header){"x-amz-request-payer", "requester"};
+	if (opts->expected_bucket_owner) {
+		src->expected_owner = strdup(opts->expected_bucket_owner);
+		if (!src->expected_owner)
+			goto fail;
+		src->always[src->n_always++] =
+		    (struct sigv4_header){"x-amz-expected-bucket-owner", src->expected_owner};
+	}
 	if (src->sign) {
-		rc = s3_creds_resolve(opts->profile, &src->creds, err, err_len);
+		struct creds_chain_options co = {.profile = opts->profile,
+		                                 .role_arn = opts->role_arn,
+		                                 .region = opts->region,
+		                                 .net = src->net};
+		struct creds_chain *chain = NULL;
+		rc = creds_chain_create(&co, &chain, err, err_len);
+		if (rc == 0)
+			rc = s3_provider_open(chain, &src->provider, err, err_len);
 		if (rc == -ENOENT) {
-			char why[256];
+			char why[400];
 			snprintf(why, sizeof(why), "%s", err);
-			snprintf(err, err_len,
-			         "no S3 credentials (%s); set AWS_ACCESS_KEY_ID and "
-			         "AWS_SECRET_ACCESS_KEY, or use --no-sign for a public bucket",
-			         why);
+			snprintf(
+			    err, err_len,
+			    "no S3 credentials (%s); set AWS_ACCESS_KEY_ID and "
+			    "AWS_SECRET_ACCESS_KEY, a profile, or --role-arn, or use --no-sign "
+			    "for a public bucket",
+			    why);
 		}
 		if (rc)
 			goto fail;
-		util_log(UTIL_LOG_INFO, "S3 credentials from %s", src->creds.origin);
 		/* Signing keeps the secret key off the wire, not the session token, and not
 		 * what an observer may do with a request it saw (replay it for 15 minutes). */
 		char shown[512];
-		if (strncasecmp(src->base, "http://", 7) == 0)
+		struct s3_creds now = {0};
+		uint64_t gen;
+		if (strncasecmp(src->base, "http://", 7) == 0 &&
+		    s3_provider_get(src->provider, &now, &gen) == 0)
 			util_log(UTIL_LOG_WARN,
 			         "S3 endpoint %s is plain http: signed requests%s and every object"
 			         " travel unencrypted; use https",
 			         util_redact_url(src->base, shown, sizeof(shown)),
-			         src->creds.session_token && src->creds.session_token[0]
+			         now.session_token && now.session_token[0]
 			             ? ", the session token in them,"
 			             : "");
+		s3_creds_free(&now);
 	}
 	*out = src;
 	return 0;
@@ -206,7 +219,8 @@ void s3_source_free(struct s3_source *src)
 {
 	if (!src)
 		return;
-	s3_creds_free(&src->creds);
+	s3_provider_free(src->provider);
+	free(src->expected_owner);
 	free(src->bucket);
 	free(src->prefix);
 	free(src->base);
@@ -218,26 +232,61 @@ void s3_source_free(struct s3_source *src)
 	free(src);
 }
 
+int s3_source_start(struct s3_source *src)
+{
+	return src->provider ? s3_provider_start(src->provider) : 0;
+}
+
+void s3_source_creds_expired(void *ctx, uint64_t gen)
+{
+	struct s3_source *src = ctx;
+
+	if (src->provider && gen)
+		s3_provider_expired(src->provider, gen);
+}
+
+uint64_t s3_source_creds_generation(void *ctx)
+{
+	struct s3_source *src = ctx;
+
+	return src->provider ? s3_provider_generation(src->provider) : 0;
+}
+
 const char *s3_source_display(const struct s3_source *src)
 {
 	return src->display;
 }
 
-/* Signs (or, with --no-sign, only encodes) a GET of path?params; *url gets the URL. */
+/*
+ * Signs (or, with --no-sign, only encodes) a GET of path?params; *url gets the URL and
+ * *gen the generation of the credentials it was signed with (0 unsigned). The credentials
+ * are a copy taken under the provider's lock: nothing is held while signing.
+ */
 static int prepare_request(struct s3_source *src, const char *path,
                            const struct sigv4_param *params, size_t n_params,
-                           const struct sigv4_header *extra, size_t n_extra, char **url,
-                           struct curl_slist **headers)
+                           const struct sigv4_header *given, size_t n_given, char **url,
+                           struct curl_slist **headers, uint64_t *gen)
 {
+	struct sigv4_header extra[4];
 	struct sigv4_signed sig = {0};
+	struct s3_creds creds = {0};
 	char *enc_path = NULL, *query = NULL, line[8300];
+	size_t n_extra = 0;
 	int rc;
 
+	*gen = 0;
+	for (size_t i = 0; i < n_given && n_extra < 2; i++)
+		extra[n_extra++] = given[i];
+	for (size_t i = 0; i < src->n_always; i++)
+		extra[n_extra++] = src->always[i];
 	if (!src->sign) {
 		rc = sigv4_encode_target(path, params, n_params, 0, &enc_path, &query);
 		if (rc)
 			goto out;
 	} else {
+		rc = s3_provider_get(src->provider, &creds, gen);
+		if (rc)
+			goto out;
 		struct sigv4_request req = {
 		    .method = "GET",
 		    .host = src->host,
@@ -249,9 +298,9 @@ static int prepare_request(struct s3_source *src, const char *path,
 		    .payload_hash = SIGV4_EMPTY_SHA256,
 		    .region = src->region,
 		    .service = "s3",
-		    .access_key_id = src->creds.access_key_id,
-		    .secret_access_key = src->creds.secret_access_key,
-		    .session_token = src->creds.session_token,
+		    .access_key_id = creds.access_key_id,
+		    .secret_access_key = creds.secret_access_key,
+		    .session_token = creds.session_token,
 		    .now = time(NULL),
 		    .flags = SIGV4_S3,
 		};
@@ -265,7 +314,7 @@ static int prepare_request(struct s3_source *src, const char *path,
 		    {"Authorization", sig.authorization},
 		    {"x-amz-date", sig.amz_date},
 		    {"x-amz-content-sha256", sig.content_sha256},
-		    {"x-amz-security-token", src->creds.session_token},
+		    {"x-amz-security-token", creds.session_token},
 		};
 		for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
 			if (!pairs[i][1] || !*pairs[i][1])
@@ -293,12 +342,13 @@ static int prepare_request(struct s3_source *src, const char *path,
 out:
 	OPENSSL_cleanse(line, sizeof(line));
 	sigv4_signed_free(&sig);
+	s3_creds_free(&creds);
 	free(enc_path);
 	free(query);
 	return rc;
 }
 
-int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers)
+int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen)
 {
 	struct s3_source *src = ctx;
 	static const struct sigv4_header checksum = {"x-amz-checksum-mode", "ENABLED"};
@@ -318,7 +368,7 @@ int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers)
 		rc = -ENOMEM;
 	if (!key_path || memchr(key_path, '\0', (size_t)len))
 		goto out;
-	rc = prepare_request(src, key_path, NULL, 0, &checksum, 1, &signed_url, headers);
+	rc = prepare_request(src, key_path, NULL, 0, &checksum, 1, &signed_url, headers, gen);
 out:
 	curl_free(key_path);
 	curl_free(path);
@@ -418,8 +468,8 @@ static int list_error(struct s3_source *src, const char *prefix, long code,
  * trying again cannot help, else the delay the server asked for (0: none).
  */
 static int list_page_once(struct s3_source *src, const char *prefix, const char *token,
-                          struct s3_list_result *result, int *retry_after_s, char *err,
-                          size_t err_len)
+                          struct s3_list_result *result, int *retry_after_s, uint64_t *gen,
+                          bool *expired, char *err, size_t err_len)
 {
 	struct sigv4_param params[5] = {
 	    {"list-type", "2"}, {"prefix", prefix}, {"delimiter", "/"}, {"encoding-type", "url"}};
@@ -434,12 +484,13 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 	int rc;
 
 	*retry_after_s = -1;
+	*expired = false;
 	http_response_reset(&b.resp);
 	if (token)
 		params[n_params++] = (struct sigv4_param){"continuation-token", token};
 	rc = asprintf(&path, src->path_style ? "/%s" : "/", src->bucket) < 0 ? -ENOMEM : 0;
 	if (rc == 0)
-		rc = prepare_request(src, path, params, n_params, NULL, 0, &url, &headers);
+		rc = prepare_request(src, path, params, n_params, NULL, 0, &url, &headers, gen);
 	if (rc == 0)
 		rc = s3_list_parser_new(NULL, &b.parser);
 	if (rc) {
@@ -488,6 +539,8 @@ static int list_page_once(struct s3_source *src, const char *prefix, const char 
 	rc = b.feed_rc ? b.feed_rc : s3_list_parser_finish(b.parser, result);
 	if (http_status_is_transient(code))
 		*retry_after_s = b.resp.retry_after_s > 0 ? b.resp.retry_after_s : 0;
+	*expired = code != 200 && rc == 0 && result->kind == S3_DOC_ERROR && src->sign &&
+	           s3_error_is_expired_creds(result->error.code);
 	if (code != 200) {
 		struct s3_error none = {0};
 		rc = list_error(src, prefix, code,
@@ -521,11 +574,24 @@ static int list_page(struct s3_source *src, const char *prefix, const char *toke
                      struct s3_list_result *result, char *err, size_t err_len)
 {
 	int rc, retry_after_s;
+	uint64_t gen = 0;
+	bool refreshed = false, expired = false;
 
 	for (unsigned attempt = 1;; attempt++) {
-		rc = list_page_once(src, prefix, token, result, &retry_after_s, err, err_len);
-		if (rc == 0 || !fetch_net_retry_wait(&src->net, attempt, retry_after_s,
-		                                     LIST_RETRY_AFTER_CAP_MS, err))
+		rc = list_page_once(src, prefix, token, result, &retry_after_s, &gen, &expired, err,
+		                    err_len);
+		/* Credentials refused as expired: once, wait for fresh ones and send it again,
+		 * without counting a try. */
+		if (rc && expired && !refreshed) {
+			refreshed = true;
+			attempt--;
+			util_log(UTIL_LOG_INFO, "%s; sending it again with fresh credentials", err);
+			if (s3_provider_wait_newer(src->provider, gen, LIST_REFRESH_WAIT_MS))
+				continue;
+		}
+		if (rc == 0 || rc == -EACCES ||
+		    !fetch_net_retry_wait(&src->net, attempt, retry_after_s,
+		                          LIST_RETRY_AFTER_CAP_MS, err))
 			break;
 	}
 	return rc;

@@ -5,9 +5,11 @@
  * following continuation tokens); objects are fetched by the transfer engine with GETs
  * this module signs (SigV4) and pins with If-Match to the ETag the listing showed.
  *
- * Thread-safety: after s3_source_open the source is immutable; s3_source_list runs in any
- * thread (each call has its own curl handle) and s3_source_sign in the transfer thread.
- * Credentials live only here; no function writes them to a log or an error message.
+ * Thread-safety: after s3_source_open the source is immutable but for its credentials,
+ * which its provider keeps fresh under the provider's own lock (creds_provider.h);
+ * s3_source_list runs in any thread (each call has its own curl handle) and s3_source_sign
+ * in the transfer thread. Credentials live only here; no function writes them to a log or
+ * an error message.
  */
 #ifndef SPOOLFS_FETCH_SOURCE_S3_H
 #define SPOOLFS_FETCH_SOURCE_S3_H
@@ -15,6 +17,7 @@
 #include <curl/curl.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fetch/http/net.h"
 #include "index/index.h"
@@ -24,6 +27,9 @@ struct s3_options {
 	const char *endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS */
 	const char *region;   /* NULL: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1 */
 	const char *profile;  /* --profile, or NULL */
+	const char *role_arn; /* --role-arn, or NULL */
+	const char *expected_bucket_owner; /* --expected-bucket-owner, or NULL */
+	bool requester_pays;               /* --requester-pays */
 	struct fetch_net net;
 	bool path_style;            /* forced; a custom endpoint is always path-style */
 	bool no_sign;               /* public bucket: send no credentials */
@@ -32,10 +38,22 @@ struct s3_options {
 
 struct s3_source;
 
-/* Parses the options and finds credentials. 0, or -errno with a one-line message in err. */
+/* Parses the options and finds credentials (the chain, creds_chain.h). 0, or -errno with a
+ * one-line message in err. */
 int s3_source_open(const struct s3_options *opts, struct s3_source **out, char *err,
                    size_t err_len);
 void s3_source_free(struct s3_source *src);
+
+/* Starts the credentials' refresh thread (after any fork). 0 or -errno. */
+int s3_source_start(struct s3_source *src);
+
+/* For the engine: a request signed with credentials generation gen was refused as
+ * expired (refresh now); the current generation. */
+void s3_source_creds_expired(void *src, uint64_t gen);
+uint64_t s3_source_creds_generation(void *src);
+
+/* ExpiredToken, RequestExpired, InvalidToken, TokenRefreshRequired. */
+bool s3_error_is_expired_creds(const char *code);
 
 /* "s3://bucket/prefix" without credentials, for fsname and logs. */
 const char *s3_source_display(const struct s3_source *src);
@@ -56,8 +74,10 @@ int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx
  * Appends the headers a GET of `url` (an object URL made by this source) needs: the SigV4
  * Authorization, x-amz-date, x-amz-content-sha256, the session token, and
  * x-amz-checksum-mode so the response carries the object's SHA-256 when S3 has one.
- * 0 or -errno. The transfer engine calls it before every attempt (signatures expire).
+ * With --requester-pays and --expected-bucket-owner, their headers too. *gen gets the
+ * credentials' generation (0 unsigned). 0 or -errno. The transfer engine calls it before
+ * every attempt (signatures expire).
  */
-int s3_source_sign(void *src, const char *url, struct curl_slist **headers);
+int s3_source_sign(void *src, const char *url, struct curl_slist **headers, uint64_t *gen);
 
 #endif

@@ -47,6 +47,9 @@ def aws_env(monkeypatch, tmp_path):
         if var.startswith("AWS_"):
             monkeypatch.delenv(var)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    # The machine's own instance metadata, if any, is never asked.
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
     def set_creds(ak=AK, secret=SECRET, token=None):
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", ak)

@@ -19,14 +19,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fetch/s3/creds_chain.h"
+#include "fetch/s3/creds_doc.h"
+#include "fetch/s3/creds_provider.h"
 #include "fetch/s3/s3_creds.h"
 
 #define SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 #define SECRET2 "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"
 
 static const char *const aws_vars[] = {
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",       "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",       "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
 };
 
 struct fixture {
@@ -76,6 +87,23 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The chain as the mount runs it (--profile = profile), with no instance metadata. */
+static int resolve(const char *profile, struct s3_creds *c, char *err, size_t err_len)
+{
+	struct creds_chain_options o = {.profile = profile};
+	struct creds_chain *chain = NULL;
+	enum creds_source source;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+	rc = creds_chain_create(&o, &chain, err, err_len);
+	if (rc == 0)
+		rc = creds_chain_resolve(chain, &source, c, err, err_len);
+	creds_chain_free(chain);
+	return rc;
+}
+
 static void write_file(const char *path, const char *text)
 {
 	FILE *fp = fopen(path, "w");
@@ -104,7 +132,7 @@ static void test_env(void **state)
 	setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
 	setenv("AWS_SESSION_TOKEN", "TOKENENV", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIAENV");
 	assert_string_equal(c.secret_access_key, SECRET);
 	assert_string_equal(c.session_token, "TOKENENV");
@@ -116,7 +144,7 @@ static void test_env(void **state)
 
 	/* An empty token is none. */
 	setenv("AWS_SESSION_TOKEN", "", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_null(c.session_token);
 	s3_creds_free(&c);
 }
@@ -126,14 +154,16 @@ static void test_env_partial(void **state)
 	struct s3_creds c;
 	char err[256];
 
+	/* A broken step: said, and the next one tried (here none is left). */
 	setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	assert_null(c.access_key_id);
-	assert_string_equal(err, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+	assert_non_null(
+	    strstr(err, "environment: AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not"));
 
 	unsetenv("AWS_ACCESS_KEY_ID");
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	assert_null(strstr(err, SECRET));
 	assert_non_null(strstr(err, "AWS_ACCESS_KEY_ID is not"));
 }
@@ -151,11 +181,11 @@ static void test_env_vs_file(void **state)
 	setenv("AWS_SECRET_ACCESS_KEY", SECRET, 1);
 	setenv("AWS_PROFILE", "dev", 1);
 
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIAENV");
 	s3_creds_free(&c);
 
-	assert_int_equal(s3_creds_resolve("dev", &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve("dev", &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEV");
 	s3_creds_free(&c);
 }
@@ -170,7 +200,7 @@ static void test_file_profiles(void **state)
 	setenv("AWS_SHARED_CREDENTIALS_FILE", f->file, 1);
 
 	/* "default" when nothing names a profile. */
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	assert_string_equal(c.secret_access_key, SECRET);
 	assert_null(c.session_token);
@@ -180,23 +210,23 @@ static void test_file_profiles(void **state)
 
 	/* AWS_PROFILE. */
 	setenv("AWS_PROFILE", "dev", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEV");
 	assert_string_equal(c.secret_access_key, SECRET2);
 	assert_string_equal(c.session_token, "TOKEN/dev+==");
 	s3_creds_free(&c);
 
 	/* The argument beats AWS_PROFILE. */
-	assert_int_equal(s3_creds_resolve("default", &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve("default", &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	s3_creds_free(&c);
 
-	/* No such profile: "no credentials", with a message naming it. */
-	assert_int_equal(s3_creds_resolve("prod", &c, err, sizeof(err)), -ENOENT);
+	/* No such profile, named explicitly: the mount fails, with a message naming it. */
+	assert_int_equal(resolve("prod", &c, err, sizeof(err)), -EINVAL);
 	assert_null(c.access_key_id);
 	assert_non_null(strstr(err, "no profile [prod]"));
 
-	assert_int_equal(s3_creds_resolve("", &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve("", &c, err, sizeof(err)), -EINVAL);
 }
 
 /* $HOME/.aws/credentials by default; "~/" in AWS_SHARED_CREDENTIALS_FILE is $HOME. */
@@ -206,38 +236,39 @@ static void test_file_locations(void **state)
 	struct s3_creds c;
 	char err[256], path[256];
 
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
-	assert_non_null(strstr(err, "/.aws/credentials does not exist"));
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/.aws/credentials and no "));
 
 	snprintf(path, sizeof(path), "%s/.aws", f->home);
 	assert_int_equal(mkdir(path, 0700), 0);
 	snprintf(path, sizeof(path), "%s/.aws/credentials", f->home);
 	write_file(path, two_profiles);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIADEFAULT");
 	s3_creds_free(&c);
 
 	write_file(f->file, "[default]\naws_access_key_id=AKIATILDE\naws_secret_access_key=s\n");
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "~/creds", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), 0);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), 0);
 	assert_string_equal(c.access_key_id, "AKIATILDE");
 	s3_creds_free(&c);
 
 	/* An explicit file that does not exist is "no credentials" too. */
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/spoolfs/creds", 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 
 	/* No HOME and no file variable. */
 	unsetenv("AWS_SHARED_CREDENTIALS_FILE");
 	unsetenv("HOME");
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
 	setenv("HOME", f->home, 1);
 
 	/* A directory is not a credentials file. */
 	snprintf(path, sizeof(path), "%s/adir", f->home);
 	assert_int_equal(mkdir(path, 0700), 0);
 	setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "is not a regular file"));
 }
 
 static void test_file_too_big(void **state)
@@ -251,7 +282,8 @@ static void test_file_too_big(void **state)
 	assert_int_equal(ftruncate(fd, (1 << 20) + 1), 0);
 	close(fd);
 	setenv("AWS_SHARED_CREDENTIALS_FILE", f->file, 1);
-	assert_int_equal(s3_creds_resolve(NULL, &c, err, sizeof(err)), -EFBIG);
+	assert_int_equal(resolve(NULL, &c, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "larger than"));
 }
 
 /* Python-configparser rules: ':' delimiter, case-insensitive keys, CRLF, continuation lines,
@@ -333,6 +365,80 @@ static void test_malformed(void **state)
 	assert_string_equal(err, "");
 }
 
+static void test_sts_doc(void **state)
+{
+	static const char ok[] =
+	    "<AssumeRoleWithWebIdentityResponse "
+	    "xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+	    "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId> ASIAX </AccessKeyId>"
+	    "<SecretAccessKey>" SECRET "</SecretAccessKey><SessionToken>tok&amp;en</SessionToken>"
+	    "<Expiration>2026-12-05T06:00:00Z</Expiration></Credentials>"
+	    "</AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>";
+	static const char refused[] =
+	    "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error>"
+	    "<Type>Sender</Type><Code>AccessDenied</Code><Message>Not authorized</Message>"
+	    "</Error></ErrorResponse>";
+	struct s3_creds c;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(creds_doc_sts(ok, strlen(ok), &c, err, sizeof(err)), 0);
+	assert_string_equal(c.access_key_id, "ASIAX");
+	assert_string_equal(c.secret_access_key, SECRET);
+	assert_string_equal(c.session_token, "tok&en");
+	assert_int_equal(c.expiration, 1796450400);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_sts(refused, strlen(refused), &c, err, sizeof(err)), -EACCES);
+	assert_string_equal(err, "STS refused: AccessDenied: Not authorized");
+	assert_int_equal(creds_doc_sts("<x", 2, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_sts("<a/>", 4, &c, err, sizeof(err)), -EINVAL);
+	assert_null(strstr(err, SECRET));
+}
+
+static void test_json_doc(void **state)
+{
+	static const char v1[] = "{\"Version\": 1, \"AccessKeyId\": \"AK\", \"SecretAccessKey\": "
+	                         "\"" SECRET "\", \"SessionToken\": \"T\", "
+	                         "\"Expiration\": \"2026-12-05T06:00:00.000Z\"}";
+	static const char imds[] = "{\"Code\": \"Success\", \"AccessKeyId\": \"AK\", "
+	                           "\"SecretAccessKey\": \"S\", \"Token\": \"T2\"}";
+	struct s3_creds c;
+	char err[256] = "", *v = NULL;
+
+	(void)state;
+	assert_int_equal(creds_doc_json(v1, strlen(v1), 1, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.session_token, "T");
+	assert_int_equal(c.expiration, 1796450400);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_json(imds, strlen(imds), 1, &c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "Version"));
+	assert_int_equal(creds_doc_json(imds, strlen(imds), 0, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.session_token, "T2");
+	assert_int_equal(c.expiration, 0);
+	s3_creds_free(&c);
+	assert_int_equal(creds_doc_json("{\"Code\": \"Failed\"}", 18, 0, &c, err, sizeof(err)),
+	                 -EACCES);
+	assert_int_equal(creds_doc_json("[1]", 3, 0, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_json("nope", 4, 0, &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(creds_doc_json("{\"AccessKeyId\": 5, \"SecretAccessKey\": \"S\"}", 41, 0,
+	                                &c, err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(creds_doc_json_string("{\"value\": \"jwt\"}", 16, "value", &v), 0);
+	assert_string_equal(v, "jwt");
+	free(v);
+	assert_int_equal(creds_doc_json_string("{}", 2, "value", &v), -EINVAL);
+	assert_int_equal(creds_doc_time("2026-12-05T06:00:00+01:00"), 1796446800);
+	assert_int_equal(creds_doc_time("yesterday"), -1);
+}
+
+static void test_refresh_due(void **state)
+{
+	(void)state;
+	assert_int_equal(s3_provider_refresh_due(1000, 0), 0);
+	assert_int_equal(s3_provider_refresh_due(1000, 1000 + 3600), 1000 + 3600 - 300);
+	assert_int_equal(s3_provider_refresh_due(1000, 1004), 1002);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -344,6 +450,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_file_too_big, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ini_rules, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
+	    cmocka_unit_test(test_sts_doc),
+	    cmocka_unit_test(test_json_doc),
+	    cmocka_unit_test(test_refresh_due),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,6 +172,24 @@ class S3Upstream(Upstream):
         """Every listing request so far: [{"bucket", "method", "query", "status"}]."""
         return self._ctl("GET", "lists")
 
+    def temp_creds(self, **control):
+        """Temporary credentials (creds_endpoints.py): with keyword arguments, changes its
+        settings (lifetime, web_tokens, container_token, oidc_request_token, fault,
+        expire_all); returns what was issued and seen (never a secret)."""
+        if control:
+            return self._ctl("POST", "creds", control)
+        return self._ctl("GET", "creds")
+
+    def s3opts(self, **opts):
+        """requester_pays=[buckets], owner="ACCOUNT": S3 options the server enforces."""
+        return self._ctl("POST", "s3opts", opts)
+
+    @property
+    def sts_endpoint(self):
+        """STS, instance metadata, container credentials and the OIDC token endpoint are
+        served by the same server: creds_endpoints.py."""
+        return self.base
+
     def auth_failures(self):
         return self._ctl("GET", "auth")
 

@@ -47,6 +47,15 @@ PermanentRedirect instead), PreconditionFailed (412), InvalidRange (416),
 InvalidArgument (400). HEAD errors carry no body. Region errors carry the
 x-amz-bucket-region header.
 
+Temporary credentials (creds_endpoints.py, same process): STS (POST /: AssumeRole,
+AssumeRoleWithWebIdentity), IMDSv2 (/latest/...), container credentials
+(/_creds/container) and GitHub's OIDC token endpoint (/_oidc/token) issue credentials that
+live --creds-lifetime seconds (default 3); S3 requests signed with them are verified
+against them, and answered 400 ExpiredToken once they expire (403 InvalidToken for a wrong
+session token). POST /_ctl/s3opts {"requester_pays": [B], "owner": ID}: requests to B
+without x-amz-request-payer: requester, or with an x-amz-expected-bucket-owner other than
+ID, are 403 AccessDenied.
+
 Authentication: a request with an AWS4-HMAC-SHA256 Authorization header always
 has its credential-scope region checked against --region. With --verify-sigv4
 every request must be signed (except anonymous requests to a --public bucket)
@@ -97,6 +106,7 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import upstream as up  # noqa: E402  (fault injection, stats, body pacing, Server)
+import creds_endpoints as ce  # noqa: E402  (STS, IMDSv2, container, OIDC: temporary creds)
 
 XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -295,7 +305,8 @@ def check_region(auth, region, region_error, bucket):
 
 
 def verify(method, raw_path, raw_query, headers, creds, region, session_token=None,
-           now=None, max_skew=900, body_sha256=None, region_error=400, bucket=None):
+           now=None, max_skew=900, body_sha256=None, region_error=400, bucket=None,
+           service="s3"):
     """Verify a header-signed SigV4 request. headers: list of (name, value) as
     received; creds: {access_key: secret}. Returns the details dict; raises S3Error
     with AWS's code on failure. body_sha256: hex digest of the received body when
@@ -312,11 +323,11 @@ def verify(method, raw_path, raw_query, headers, creds, region, session_token=No
         raise S3Error(403, "InvalidAccessKeyId",
                       "The AWS Access Key Id you provided does not exist in our records.",
                       AWSAccessKeyId=auth["access_key"])
-    if auth["service"] != "s3" or auth["terminator"] != "aws4_request":
+    if auth["service"] != service or auth["terminator"] != "aws4_request":
         raise S3Error(400, "AuthorizationHeaderMalformed",
                       "The authorization header is malformed; incorrect service \"%s\". This "
-                      "endpoint belongs to \"s3\"." % auth["service"]
-                      if auth["service"] != "s3" else
+                      "endpoint belongs to \"%s\"." % (auth["service"], service)
+                      if auth["service"] != service else
                       "The authorization header is malformed; incorrect terminal \"%s\". This "
                       "endpoint uses \"aws4_request\"." % auth["terminator"])
     if "x-amz-date" in hdr:
@@ -342,10 +353,11 @@ def verify(method, raw_path, raw_query, headers, creds, region, session_token=No
                       "large.", RequestTime=amz_date,
                       ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
                       MaxAllowedSkewMilliseconds=str(max_skew * 1000))
-    if "x-amz-content-sha256" not in hdr:
+    if "x-amz-content-sha256" not in hdr and service == "s3":
         raise S3Error(400, "InvalidRequest",
                       "Missing required header for this request: x-amz-content-sha256")
-    payload = hdr["x-amz-content-sha256"][0].strip()
+    payload = hdr["x-amz-content-sha256"][0].strip() if "x-amz-content-sha256" in hdr \
+        else (body_sha256 or EMPTY_SHA256)
     if payload != "UNSIGNED-PAYLOAD":
         if not re.fullmatch(r"[0-9a-f]{64}", payload):
             raise S3Error(400, "InvalidArgument",
@@ -435,12 +447,15 @@ class Config:
     max_skew = 900
     etag_mode = "md5"
     blobdir = None
+    requester_pays = set()  # buckets whose requests must say x-amz-request-payer: requester
+    owner = "111122223333"  # every bucket's owner, for x-amz-expected-bucket-owner
 
 
 CFG = Config()
 STORE = {}
 STORE_LOCK = threading.RLock()
 LISTS = []          # listing requests (dicts), guarded by up.STATE.lock
+PAYER_SEEN = [0]    # requests that said x-amz-request-payer: requester, under up.STATE.lock
 AUTH_FAILS = []     # recent auth failures, guarded by up.STATE.lock
 AUTH_FAIL_COUNT = [0]
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
@@ -702,6 +717,23 @@ def request_id():
     return secrets.token_hex(8).upper()
 
 
+def credentials_for(authz):
+    """(creds {access key: secret}, session token or None) to verify a request with: the
+    temporary credentials creds_endpoints issued (expired ones raise 400 ExpiredToken), else
+    the server's --verify-sigv4 keys and --session-token."""
+    try:
+        ak = parse_authorization(authz)["access_key"] if authz else None
+    except S3Error:
+        ak = None
+    try:
+        temp = ce.temp_secret(ak) if ak else None
+    except ce.CredsError as e:
+        raise S3Error(e.status, e.code, e.message, **{"Token-0": "(expired)"})
+    if temp is not None:
+        return {ak: temp[0]}, temp[1]
+    return CFG.creds, CFG.session_token
+
+
 class S3Handler(up.Handler):
     server_version = "spoolfs-test-s3/1"
 
@@ -778,9 +810,23 @@ class S3Handler(up.Handler):
                     region = "us-east-1"
             except S3Error:
                 pass
-        verify(method, raw_path, raw_query, hdrs, CFG.creds, region, CFG.session_token,
+        creds, token = credentials_for(authz)
+        verify(method, raw_path, raw_query, hdrs, creds, region, token,
                max_skew=CFG.max_skew, body_sha256=body_sha, region_error=CFG.region_error,
                bucket=bucket)
+        self._bucket_options(bucket)
+
+    def _bucket_options(self, bucket):
+        """--requester-pays and --expected-bucket-owner, as S3 answers them."""
+        payer = self.headers.get("x-amz-request-payer")
+        if payer == "requester":
+            with up.STATE.lock:
+                PAYER_SEEN[0] += 1
+        if bucket in CFG.requester_pays and payer != "requester":
+            raise S3Error(403, "AccessDenied", "Access Denied")
+        owner = self.headers.get("x-amz-expected-bucket-owner")
+        if owner is not None and owner != CFG.owner:
+            raise S3Error(403, "AccessDenied", "Access Denied")
 
     def _record_auth_failure(self, e, method, raw_path, raw_query):
         with up.STATE.lock:
@@ -826,6 +872,21 @@ class S3Handler(up.Handler):
                        "total_lists": sum(s["gets"] + s["heads"] for s in lists.values()),
                        "auth_failures": AUTH_FAIL_COUNT[0]}
             return self._json(200, out)
+        if name == "creds":
+            if method == "POST":
+                ce.control(self._ctl_body())
+            out = ce.snapshot()
+            with up.STATE.lock:
+                out["payer_seen"] = PAYER_SEEN[0]
+            return self._json(200, out)
+        if method == "POST" and name == "s3opts":
+            body = self._ctl_body()
+            with STORE_LOCK:
+                if "requester_pays" in body:
+                    CFG.requester_pays = set(body["requester_pays"])
+                if "owner" in body:
+                    CFG.owner = body["owner"]
+            return self._json(200, {})
         if method == "GET" and name == "lists":
             with up.STATE.lock:
                 out = list(LISTS)
@@ -908,6 +969,15 @@ class S3Handler(up.Handler):
         path = urllib.parse.unquote(raw_path)
         if path.startswith(up.CTL):
             return self._ctl("POST", path, raw_query)
+        if path == "/":
+            body = self._read_body()
+
+            def verify_signed(sha):
+                authz = self.headers.get("Authorization")
+                creds, token = credentials_for(authz)
+                verify("POST", raw_path, raw_query, list(self.headers.items()), creds, None,
+                       token, max_skew=CFG.max_skew, body_sha256=sha, service="sts")
+            return ce.handle_sts(self, body, verify_signed)
         self._read_body()
         self._send_xml_error(S3Error(405, "MethodNotAllowed",
                                      "The specified method is not allowed against this "
@@ -921,6 +991,12 @@ class S3Handler(up.Handler):
             if method != "GET":
                 return self._simple(405, head=head)
             return self._ctl("GET", plain, raw_query)
+        if ce.handle_imds(self, method, plain):
+            return
+        if plain == "/_creds/container" and method == "GET":
+            return ce.handle_container(self)
+        if plain == "/_oidc/token" and method == "GET":
+            return ce.handle_oidc(self, raw_query)
         try:
             bucket, key, q, raw_path, raw_query = self._target()
         except S3Error as e:
@@ -1262,6 +1338,8 @@ def main(argv=None):
     ap.add_argument("--etag", choices=("md5", "fast"), default="md5")
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    ap.add_argument("--creds-lifetime", type=int, default=3,
+                    help="seconds the temporary credentials it issues live")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     if bool(a.tls_cert) != bool(a.tls_key):
@@ -1287,6 +1365,7 @@ def main(argv=None):
     CFG.public = set(a.public)
     CFG.max_skew = a.max_skew
     CFG.etag_mode = a.etag
+    ce.CFG.lifetime = a.creds_lifetime
     CFG.blobdir = tempfile.mkdtemp(prefix="s3up-blobs-")
     rescan()
     up.serve(a.host, a.port, S3Handler, a.tls_cert, a.tls_key,
