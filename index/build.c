@@ -62,8 +62,7 @@ __attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_le
 	return -EINVAL;
 }
 
-/* NULL when path is acceptable, else why not (possibly written into buf). */
-static const char *check_path(const char *path, size_t len, char *buf, size_t cap)
+const char *index_check_path(const char *path, size_t len, char *buf, size_t cap)
 {
 	if (len == 0)
 		return "path is empty";
@@ -298,7 +297,7 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
                        char *why, size_t why_len)
 {
 	char buf[160];
-	const char *bad = check_path(e->path, e->path_len, buf, sizeof(buf));
+	const char *bad = index_check_path(e->path, e->path_len, buf, sizeof(buf));
 	uint64_t size = 0;
 	int rc;
 

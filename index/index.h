@@ -198,4 +198,11 @@ const char *index_check_segment(const char *name, size_t len);
 /* index_check_segment for a name at the root: also refuses INDEX_RESERVED_ROOT_NAME. */
 const char *index_check_root_segment(const char *name, size_t len);
 
+/*
+ * Checks a relative path of a namespace (segments by index_check_segment, the first by
+ * index_check_root_segment; not empty, not absolute). NULL when fine, else why not
+ * ("path has a \"..\" segment"), possibly written into buf (cap bytes).
+ */
+const char *index_check_path(const char *path, size_t len, char *buf, size_t cap);
+
 #endif

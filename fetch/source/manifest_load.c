@@ -535,6 +535,10 @@ static int load_entry(struct load *ld, const struct entry *e)
 		return entry_error(ld, e->i, NULL, 0, "path is not a string");
 	if (fp->has_nul)
 		return entry_error(ld, e->i, path, strlen(path), "path contains a NUL byte");
+	/* Before anything else reads the path (its URL is made from it). */
+	const char *bad = index_check_path(path, len, why, sizeof(why));
+	if (bad)
+		return entry_error(ld, e->i, path, len, "%s", bad);
 	be.path = path;
 	be.path_len = len;
 	rc = read_kind(ld, e, path, len, &be);

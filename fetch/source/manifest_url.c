@@ -20,6 +20,12 @@ static char *escape_path(const char *path, size_t len)
 	for (size_t start = 0; start <= len;) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
+		if (end == start) { /* curl_easy_escape reads a length of 0 as "up to the NUL" */
+			if (end < len)
+				out[o++] = '/';
+			start = end + 1;
+			continue;
+		}
 		/* The handle argument is ignored since curl 7.82. */
 		char *seg = curl_easy_escape(NULL, path + start, (int)(end - start));
 		if (!seg) {

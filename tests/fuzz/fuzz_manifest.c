@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: manifest parsing and validation (index_load_manifest).
+ * libFuzzer target: manifest parsing and validation (source_manifest_load).
  *
  * Each input is a manifest's JSON text, loaded into a fresh in-memory index. The first byte
  * picks the base URL the entries resolve against (http, https, file or none), so relative

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer targets for spoolfs' parsers of untrusted input:
-#   fuzz_manifest       manifest JSON -> index_load_manifest (validation, URL resolution)
+#   fuzz_manifest       manifest JSON -> source_manifest_load (validation, URL resolution)
 #   fuzz_content_range  Content-Range values and raw response headers (fetch/http/http.h)
 #   fuzz_segment        path segment sanitisation (index_check_segment)
 #
