@@ -43,6 +43,7 @@ struct fs_options {
 	char *endpoint;     /* S3 */
 	char *region;
 	char *profile;
+	char *manifest;              /* --manifest KEY: a manifest in the s3:// source's bucket */
 	char *role_arn;              /* --role-arn: web identity (GitHub Actions' OIDC token) */
 	char *expected_bucket_owner; /* --expected-bucket-owner */
 	int requester_pays;          /* --requester-pays */

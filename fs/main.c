@@ -62,7 +62,10 @@ static void warn_unused_options(const struct fs_options *o)
 	if (bucket && o->n_mirrors)
 		fprintf(stderr,
 		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
-	if (bucket && o->max_manifest_size)
+	if (!bucket && o->manifest)
+		fprintf(stderr, "spoolfs: warning: --manifest KEY is for s3:// sources (a manifest"
+		                " in the bucket); ignored\n");
+	if (bucket && !o->manifest && o->max_manifest_size)
 		fprintf(stderr,
 		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
 	if (bucket && o->netrc_file)
@@ -187,21 +190,47 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 	                          .allow_link_local = s->opts.allow_link_local};
 }
 
+/*
+ * Reads the manifest and loads it. In a private bucket (s->s3 open, --manifest KEY) the
+ * manifest is the object KEY under the source's prefix, fetched with a signed request,
+ * and its objects must lie under its own prefix there (they are signed too).
+ */
 static int load_manifest(struct fs_session *s)
 {
 	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
 	struct manifest_load_options load_opts = {
 	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
-	char *text = NULL, *base_url = NULL, err[512] = "";
+	char *text = NULL, *base_url = NULL, *key_url = NULL, err[512] = "";
 	size_t len = 0;
 	int64_t mtime = 0;
 	int rc;
 
-	rc = source_manifest_read(s->opts.source, &src, &text, &len, &base_url, &mtime, err,
-	                          sizeof(err));
+	if (s->s3) {
+		rc = s3_source_key_url(s->s3, s->opts.manifest, &key_url);
+		if (rc)
+			goto out;
+		src.sign = s3_source_sign;
+		src.sign_ctx = s->s3;
+	}
+	rc = source_manifest_read(key_url ? key_url : s->opts.source, &src, &text, &len, &base_url,
+	                          &mtime, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
+	}
+	/* Object URLs under the manifest's directory are the ones a mirror also has, and the
+	 * only ones of its bucket a manifest in a bucket may name. */
+	size_t dir_len = strcspn(base_url, "?#");
+	while (dir_len > 0 && base_url[dir_len - 1] != '/')
+		dir_len--;
+	s->manifest_dir = strndup(base_url, dir_len);
+	if (!s->manifest_dir) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (s->s3) {
+		load_opts.confine_origin = s3_source_origin(s->s3);
+		load_opts.confine_dir = s->manifest_dir;
 	}
 	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
@@ -217,14 +246,8 @@ static int load_manifest(struct fs_session *s)
 		         "%u symlinks lead out of the mount: left out "
 		         "(--outside-symlinks=hide)",
 		         load_opts.hidden_symlinks);
-	/* Object URLs under the manifest's directory are the ones a mirror also has. */
-	size_t dir_len = strcspn(base_url, "?#");
-	while (dir_len > 0 && base_url[dir_len - 1] != '/')
-		dir_len--;
-	s->manifest_dir = strndup(base_url, dir_len);
-	if (!s->manifest_dir)
-		rc = -ENOMEM;
 out:
+	free(key_url);
 	free(base_url);
 	free(text);
 	return rc;
@@ -255,6 +278,8 @@ static int open_bucket(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
+	if (s->opts.manifest) /* a manifest in the bucket: no listing */
+		return load_manifest(s);
 	rc = listing_flights_create(&s->listings);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
@@ -276,7 +301,9 @@ static int load_namespace(struct fs_session *s)
 {
 	char shown[512];
 
-	fs_notify_status("%s %s", strncmp(s->opts.source, "s3://", 5) == 0 ? "listing" : "fetching",
+	fs_notify_status("%s %s",
+	                 strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing"
+	                                                                               : "fetching",
 	                 util_redact_url(s->opts.source, shown, sizeof(shown)));
 	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
 }
@@ -611,6 +638,8 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	warn_unused_options(&s.opts);
+	if (strncmp(s.opts.source, "s3://", 5) == 0)
+		s.opts.n_mirrors = 0; /* said to be ignored: a bucket's requests are signed */
 	if (s.opts.cache_max_size &&
 	    util_parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
 		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",

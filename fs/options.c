@@ -63,6 +63,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("region=%s", region),
     OPT("--profile %s", profile),
     OPT("profile=%s", profile),
+    OPT("--manifest %s", manifest),
+    OPT("manifest=%s", manifest),
     OPT("--role-arn %s", role_arn),
     OPT("role_arn=%s", role_arn),
     OPT_FLAG("--requester-pays", requester_pays),
@@ -197,6 +199,9 @@ void fs_options_usage(const char *prog)
 	    "S3 sources (credentials, never on the command line: the AWS chain of environment,\n"
 	    "web identity, ~/.aws/credentials and config, container, instance metadata;\n"
 	    "refreshed before they expire; see spoolfs(1)):\n"
+	    "  --manifest KEY         mount the manifest stored at KEY under s3://BUCKET/PREFIX,\n"
+	    "                         not a listing: it and the objects it names under PREFIX\n"
+	    "                         are fetched with signed requests (other hosts: unsigned)\n"
 	    "  --endpoint URL         S3 endpoint (default $AWS_ENDPOINT_URL_S3,\n"
 	    "                         $AWS_ENDPOINT_URL, else AWS); implies path-style\n"
 	    "  --region REGION        (default $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1)\n"
@@ -521,6 +526,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->region);
 	free(opts->profile);
 	free(opts->role_arn);
+	free(opts->manifest);
 	free(opts->expected_bucket_owner);
 }
 

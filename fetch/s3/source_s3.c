@@ -348,14 +348,32 @@ out:
 	return rc;
 }
 
+bool s3_source_owns_url(const struct s3_source *src, const char *url)
+{
+	size_t n = strlen(src->base);
+
+	if (strncmp(url, src->base, n) != 0 || url[n] != '/')
+		return false;
+	if (!src->path_style)
+		return true; /* the bucket is the host */
+	size_t b = strlen(src->bucket);
+	return strncmp(url + n + 1, src->bucket, b) == 0 && url[n + 1 + b] == '/';
+}
+
 int s3_source_sign(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen)
 {
 	struct s3_source *src = ctx;
 	static const struct sigv4_header checksum = {"x-amz-checksum-mode", "ENABLED"};
-	CURLU *u = curl_url();
+	CURLU *u = NULL;
 	char *path = NULL, *key_path = NULL, *signed_url = NULL;
 	int len = 0, rc = -EINVAL;
 
+	/* A manifest in the bucket may name objects elsewhere: those go unsigned. A signature
+	 * is for its host alone, but the key id and session token would still reach it. */
+	*gen = 0;
+	if (!s3_source_owns_url(src, url))
+		return 0;
+	u = curl_url();
 	if (!u)
 		return -ENOMEM;
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
@@ -378,7 +396,7 @@ out:
 }
 
 /* The object URL for key: the path is encoded exactly as it is signed. */
-static int object_url(struct s3_source *src, const char *key, char **url)
+static int object_url(const struct s3_source *src, const char *key, char **url)
 {
 	char *path = NULL, *enc_path = NULL, *query = NULL;
 	int rc;
@@ -396,6 +414,24 @@ static int object_url(struct s3_source *src, const char *key, char **url)
 	free(enc_path);
 	free(query);
 	return rc;
+}
+
+int s3_source_key_url(const struct s3_source *src, const char *key, char **url)
+{
+	char *full = NULL;
+	int rc;
+
+	*url = NULL;
+	if (asprintf(&full, "%s%s", src->prefix, key) < 0)
+		return -ENOMEM;
+	rc = object_url(src, full, url);
+	free(full);
+	return rc;
+}
+
+const char *s3_source_origin(const struct s3_source *src)
+{
+	return src->base;
 }
 
 struct body {

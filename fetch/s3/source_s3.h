@@ -55,6 +55,17 @@ uint64_t s3_source_creds_generation(void *src);
 /* ExpiredToken, RequestExpired, InvalidToken, TokenRefreshRequired. */
 bool s3_error_is_expired_creds(const char *code);
 
+/* The URL of `key` under the source's prefix (a manifest in the bucket), encoded as it is
+ * signed. 0 or -ENOMEM; *url is malloc'd. */
+int s3_source_key_url(const struct s3_source *src, const char *key, char **url);
+
+/* scheme://host[:port] of the endpoint: URLs there are the bucket's (or another's). */
+const char *s3_source_origin(const struct s3_source *src);
+
+/* Whether url is an object of this bucket (its host, and its path-style bucket): the only
+ * URLs s3_source_sign signs. */
+bool s3_source_owns_url(const struct s3_source *src, const char *url);
+
 /* "s3://bucket/prefix" without credentials, for fsname and logs. */
 const char *s3_source_display(const struct s3_source *src);
 
@@ -76,7 +87,8 @@ int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx
  * x-amz-checksum-mode so the response carries the object's SHA-256 when S3 has one.
  * With --requester-pays and --expected-bucket-owner, their headers too. *gen gets the
  * credentials' generation (0 unsigned). 0 or -errno. The transfer engine calls it before
- * every attempt (signatures expire).
+ * every attempt (signatures expire). A URL that is not this bucket's (s3_source_owns_url)
+ * gets no header at all.
  */
 int s3_source_sign(void *src, const char *url, struct curl_slist **headers, uint64_t *gen);
 

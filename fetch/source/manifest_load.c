@@ -307,6 +307,19 @@ static int step_errno(int rc)
 	return rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
 }
 
+/* NULL when url may be fetched for this manifest, else why not (see confine_origin). */
+static const char *unconfined(const struct load *ld, const char *url)
+{
+	const char *origin = ld->opts->confine_origin, *dir = ld->opts->confine_dir;
+	size_t n = origin ? strlen(origin) : 0;
+
+	if (!origin || strncmp(url, origin, n) != 0 || (url[n] != '/' && url[n] != '\0'))
+		return NULL;
+	if (strncmp(url, dir, strlen(dir)) == 0)
+		return NULL;
+	return "url leads out of the manifest's own prefix in its bucket";
+}
+
 /* The chunk hashes an entry names (reserved for verification by chunk): checked here so a
  * manifest that uses them is right before anything relies on them. */
 static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
@@ -350,6 +363,8 @@ static int read_chunks(struct load *ld, const struct entry *e, const char *path,
 	rc = manifest_url_resolve(&ld->base, rel, NULL, 0, url, why, sizeof(why));
 	if (rc == -EINVAL)
 		rc = entry_error(ld, e->i, path, len, "chunks.%s", why);
+	if (rc == 0 && unconfined(ld, *url))
+		rc = entry_error(ld, e->i, path, len, "chunks.%s", unconfined(ld, *url));
 	if (rc < 0)
 		goto out;
 	be->chunk_size = (uint64_t)size;
@@ -512,6 +527,8 @@ static int read_file(struct load *ld, const struct entry *e, const char *path, s
 	                          sizeof(why));
 	if (rc == -EINVAL)
 		return entry_error(ld, e->i, path, len, "%s", why);
+	if (rc == 0 && unconfined(ld, *url))
+		return entry_error(ld, e->i, path, len, "%s", unconfined(ld, *url));
 	be->url = *url;
 	return rc;
 }
@@ -638,6 +655,10 @@ static int load_packs(struct load *ld)
 			rc = load_error(ld, "packs[%" PRId64 "]: url is not a non-empty string", i);
 		if (rc == 0)
 			rc = manifest_url_resolve(&ld->base, rel, NULL, 0, &url, why, sizeof(why));
+		if (rc == 0 && unconfined(ld, url)) {
+			snprintf(why, sizeof(why), "%s", unconfined(ld, url));
+			rc = -EINVAL;
+		}
 		if (rc == 0)
 			rc = index_build_add_pack(ld->b, sha256, (uint64_t)size, url, why,
 			                          sizeof(why));

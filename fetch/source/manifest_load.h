@@ -27,6 +27,15 @@ enum manifest_outside_symlinks {
 struct manifest_load_options {
 	enum manifest_outside_symlinks outside_symlinks;
 	unsigned hidden_symlinks; /* out: how many MANIFEST_OUTSIDE_HIDE left out */
+	/*
+	 * A manifest in a private bucket: its objects' requests are signed, so an object URL
+	 * on confine_origin ("scheme://host[:port]") must lie under confine_dir (the
+	 * manifest's own directory, with its trailing '/'), or another key of the bucket would
+	 * be read with the mount's credentials. URLs on other hosts stay allowed (unsigned).
+	 * NULL: no such rule.
+	 */
+	const char *confine_origin;
+	const char *confine_dir;
 };
 
 /* Whether a symlink at path (len bytes, relative to the mount root) with this target

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <curl/curl.h>
+
 #include "fetch/http/net.h"
 
 /*
@@ -23,6 +25,11 @@
 struct source_options {
 	struct fetch_net net; /* with stall_timeout_s and max_tries: the fetch blocks */
 	size_t max_bytes;     /* the manifest's bound; 0: SOURCE_MANIFEST_DEFAULT_MAX */
+	/* A manifest in a private bucket: adds the signature headers before each try (the
+	 * engine's sign, e.g. s3_source_sign); redirects are then not followed, since curl
+	 * would carry those headers to wherever they lead. NULL: none. */
+	int (*sign)(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen);
+	void *sign_ctx;
 };
 
 /*

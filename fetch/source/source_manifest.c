@@ -147,6 +147,7 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	struct buffer buf = {.max =
 	                         opts->max_bytes ? opts->max_bytes : SOURCE_MANIFEST_DEFAULT_MAX};
 	struct fetch_net_guard guard;
+	struct curl_slist *signed_headers = NULL;
 	char *url = NULL, shown[512];
 	CURL *easy = NULL;
 	long code = 0;
@@ -203,12 +204,27 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 
 	/* A CI job that cannot mount fails: a passing 503 or a dropped connection gets the
 	 * tries a download would. */
+	if (opts->sign)
+		curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
 	for (unsigned attempt = 1;; attempt++) {
 		buf.len = 0; /* an empty answer must not leave the last try's text behind */
 		if (buf.data)
 			buf.data[0] = '\0';
 		buf.too_big = false;
 		guard.refused = false;
+		curl_slist_free_all(signed_headers);
+		signed_headers = NULL;
+		if (opts->sign) { /* signed afresh for each try: a signature expires */
+			uint64_t gen;
+			rc = opts->sign(opts->sign_ctx, url, &signed_headers, &gen);
+			if (rc) {
+				snprintf(err, err_len,
+				         "cannot sign the request for manifest %s: %s", shown,
+				         strerror(-rc));
+				break;
+			}
+			curl_easy_setopt(easy, CURLOPT_HTTPHEADER, signed_headers);
+		}
 		rc =
 		    fetch_once(easy, url, shown, &buf, &guard, &code, &retry_after_s, err, err_len);
 		if (rc == 0 || !fetch_net_retry_wait(&opts->net, attempt, retry_after_s,
@@ -248,6 +264,7 @@ int source_manifest_read(const char *source, const struct source_options *opts, 
 	rc = 0;
 out:
 	curl_easy_cleanup(easy);
+	curl_slist_free_all(signed_headers);
 	free(buf.data);
 	free(url);
 	return rc;

@@ -19,7 +19,8 @@ client close), hold_at (abs offset: the body pauses there until release/clear, t
 response goes on; stats "held" counts the waiting ones), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
 (+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096),
 ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag),
-basic_auth ("user:password": 401 to a request without that Authorization).
+basic_auth ("user:password": 401 to a request without that Authorization),
+no_auth (401 to a request carrying any credential: Authorization or X-Amz-* headers).
 """
 
 import http.client

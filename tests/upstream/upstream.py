@@ -24,7 +24,8 @@ response), total_rate (B/s shared by all responses for the path), drop_after, dr
   hold_at (abs offset: the body pauses there until release or clear, then goes on in the
   same response; counted in "held" while it waits), corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
-  content_range_lie, ignore_if_match, basic_auth ("user:password": 401 without it).
+  content_range_lie, ignore_if_match, basic_auth ("user:password": 401 without it),
+  no_auth (401 to a request that carries any credential: Authorization, X-Amz-*).
   See tests/upstream/client.py for a summary.
 """
 
@@ -48,7 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CHUNK = 64 * 1024
 CTL = "/_ctl/"
 
-BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match")
+BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match", "no_auth")
 INT_OPTS = ("drop_after", "stall_at", "hold_at", "fail_status", "fail_count", "size_lie", "gate_skip")
 NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
@@ -430,6 +431,10 @@ class Handler(BaseHTTPRequestHandler):
         """False when rel requires basic_auth and the request's Authorization is not it."""
         with STATE.lock:
             want = STATE.faults.get(rel, {}).get("basic_auth")
+            no_auth = STATE.faults.get(rel, {}).get("no_auth")
+        if no_auth and any(k.lower() == "authorization" or k.lower().startswith("x-amz-")
+                           for k in self.headers.keys()):
+            return False
         if want is None:
             return True
         expect = "Basic " + base64.b64encode(want.encode()).decode()
