@@ -19,6 +19,8 @@
 #include "fetch/cache/cache_dir.h"
 #include "fetch/engine/engine.h"
 #include "fetch/s3/source_s3.h"
+#include "fetch/source/manifest_load.h"
+#include "fetch/source/source.h"
 #include "fetch/engine/flight.h"
 #include "fetch/source/listing_flight.h"
 #include "util/histogram.h"
@@ -179,8 +181,14 @@ struct fs_session {
 	 * before the loop starts and only read after, so no lock. */
 	char mount_dev[32];
 	atomic_bool readahead_tuned;
-	struct s3_source *s3; /* NULL for a manifest: the namespace is complete at mount */
+	struct s3_source *s3; /* a bucket's (listed, or holding --manifest KEY), else NULL */
 	char *manifest_dir;   /* the manifest's URL up to its last '/': what mirrors replace */
+	/* A manifest's nested manifests (listing.c): fetched as the manifest was and loaded
+	 * with its rules; the root manifest's URL, which their URLs resolve against. Set before
+	 * the mount exists, read-only after. */
+	char *manifest_url;
+	struct source_options nested_src;
+	struct manifest_load_options nested_rules;
 	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
 	 * are opened beneath it (fetch/http/beneath.h), else -1. NULL with no mirrors. */
 	int *mirror_dir_fds;

@@ -246,6 +246,14 @@ static int load_manifest(struct fs_session *s)
 		         "%u symlinks lead out of the mount: left out "
 		         "(--outside-symlinks=hide)",
 		         load_opts.hidden_symlinks);
+	/* Nested manifests are fetched as this one was, under its rules, at first lookup. */
+	s->nested_src = src;
+	s->nested_src.max_bytes = 0;
+	s->nested_rules = load_opts;
+	s->nested_rules.hidden_symlinks = 0;
+	s->manifest_url = base_url;
+	base_url = NULL;
+	rc = listing_flights_create(&s->listings);
 out:
 	free(key_url);
 	free(base_url);
@@ -741,6 +749,7 @@ out_cache:
 	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
 	free(s.mount_path);
 	free(s.manifest_dir);
+	free(s.manifest_url);
 	curl_global_cleanup();
 out_args:
 	fs_options_free(&s.opts);

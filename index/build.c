@@ -33,13 +33,17 @@ struct index_builder {
 	struct digest_sizes digests;
 	bool sha256_indexed; /* node(sha256) has an index: see check_other_size */
 	uint64_t files, dirs, bytes;
+	uint64_t root; /* the directory built: INDEX_ROOT_INO, or a nested manifest's */
+	bool subtree;  /* index_build_begin_at: root is listed at commit, totals recomputed */
 };
 
 static const char ins_sql[] =
     "INSERT INTO node(parent, name, is_dir, kind, mode, size, mtime, executable, sha256, url,"
-    " etag, target, pack, pack_offset, chunk_size, chunk_sha256, chunk_url)"
+    " etag, target, pack, pack_offset, chunk_size, chunk_sha256, chunk_url, nested_sha256,"
+    " nested_size, nested_url, listed)"
     " VALUES(:parent, :name, :is_dir, :kind, :mode, :size, :mtime, :executable, :sha256,"
-    " :url, :etag, :target, :pack, :offset, :chunk_size, :chunk_sha256, :chunk_url)";
+    " :url, :etag, :target, :pack, :offset, :chunk_size, :chunk_sha256, :chunk_url,"
+    " :nested_sha256, :nested_size, :nested_url, :listed)";
 
 /* A directory's final mtime and mode, written once every entry is in. */
 static const char dir_sql[] =
@@ -62,7 +66,8 @@ __attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_le
 	return -EINVAL;
 }
 
-const char *index_check_path(const char *path, size_t len, char *buf, size_t cap)
+/* index_check_path, for a path below `at_root` the mount's root or a nested directory. */
+static const char *check_path_at(const char *path, size_t len, bool at_root, char *buf, size_t cap)
 {
 	if (len == 0)
 		return "path is empty";
@@ -71,8 +76,9 @@ const char *index_check_path(const char *path, size_t len, char *buf, size_t cap
 	for (size_t start = 0; start <= len;) {
 		const char *slash = memchr(path + start, '/', len - start);
 		size_t end = slash ? (size_t)(slash - path) : len;
-		const char *why = start == 0 ? index_check_root_segment(path, end)
-		                             : index_check_segment(path + start, end - start);
+		const char *why = start == 0 && at_root
+		                      ? index_check_root_segment(path, end)
+		                      : index_check_segment(path + start, end - start);
 		if (why) {
 			snprintf(buf, cap, "path has %s", why);
 			return buf;
@@ -80,6 +86,11 @@ const char *index_check_path(const char *path, size_t len, char *buf, size_t cap
 		start = end + 1;
 	}
 	return NULL;
+}
+
+const char *index_check_path(const char *path, size_t len, bool at_root, char *buf, size_t cap)
+{
+	return check_path_at(path, len, at_root, buf, cap);
 }
 
 static int bind_text_or_null(sqlite3_stmt *st, const char *name, const char *s, int len)
@@ -143,6 +154,17 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	if (rc == 0)
 		rc = bind_text_or_null(st, ":chunk_url",
 		                       is_file && a->chunk_size ? a->chunk_url : NULL, -1);
+	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
+	if (rc == 0)
+		rc = bind_text_or_null(st, ":nested_sha256", nested ? a->nested_sha256 : NULL, -1);
+	if (rc == 0)
+		rc = nested ? index_db_bind_int64(st, ":nested_size", (int64_t)a->nested_size)
+		            : index_db_bind_null(st, ":nested_size");
+	if (rc == 0)
+		rc = bind_text_or_null(st, ":nested_url", nested ? a->nested_url : NULL, -1);
+	/* Its entries come with its own manifest, at its first lookup. */
+	if (rc == 0)
+		rc = index_db_bind_int64(st, ":listed", !nested);
 	if (rc == 0)
 		rc = index_db_exec(st);
 	if (rc < 0)
@@ -197,6 +219,11 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 			if (!b->pt.v[found].is_dir)
 				return why_is(why, why_len, "\"%.*s\" is both a %s and a directory",
 				              (int)end, path, kind_name(b->pt.v[found].kind));
+			if (b->pt.v[found].nested)
+				return why_is(
+				    why, why_len,
+				    "\"%.*s\" has a manifest of its own: its entries are there",
+				    (int)end, path);
 		} else {
 			ino = insert_node(b, b->pt.v[parent].ino, path + start, end - start, NULL,
 			                  -1);
@@ -217,6 +244,9 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 	found = path_table_find(&b->pt, path, len, h);
 	if (found >= 0) {
 		struct path_node *p = &b->pt.v[found];
+		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself && e->nested_sha256)
+			return why_is(why, why_len,
+			              "path has a manifest of its own, but entries here too");
 		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself) {
 			/* Implied by an earlier entry, named now: takes its own mode and mtime. */
 			p->listed_itself = p->has_own_mtime = true;
@@ -241,6 +271,7 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 	p->kind = e->kind;
 	if (e->kind == INDEX_KIND_DIR) {
 		p->listed_itself = p->has_own_mtime = true;
+		p->nested = e->nested_sha256 != NULL;
 		p->mtime = mtime;
 		p->has_mode = e->has_mode;
 		p->mode = e->mode & 0555;
@@ -297,7 +328,7 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
                        char *why, size_t why_len)
 {
 	char buf[160];
-	const char *bad = index_check_path(e->path, e->path_len, buf, sizeof(buf));
+	const char *bad = check_path_at(e->path, e->path_len, !b->subtree, buf, sizeof(buf));
 	uint64_t size = 0;
 	int rc;
 
@@ -427,7 +458,37 @@ static void builder_free(struct index_builder *b)
 	free(b);
 }
 
-int index_build_begin(struct index *idx, struct index_builder **out)
+/* Is dir an unlisted, empty directory with a manifest of its own? 0, -EBUSY (listed),
+ * -ENOTDIR, -ENOENT, or -errno. */
+static int subtree_is_empty(struct index *idx, uint64_t dir)
+{
+	static const char sql[] =
+	    "SELECT kind, listed, nested_sha256 IS NOT NULL,"
+	    " EXISTS(SELECT 1 FROM node WHERE parent = ?1 AND ino <> ?1) FROM node WHERE ino = ?1";
+	sqlite3_stmt *st = NULL;
+	int rc = dir > INT64_MAX ? -ENOENT : index_db_prepare(idx->db, sql, &st);
+
+	if (rc == 0)
+		rc = index_db_errno(sqlite3_bind_int64(st, 1, (int64_t)dir));
+	if (rc == 0)
+		rc = index_db_step(st);
+	if (rc == 0)
+		rc = -ENOENT;
+	if (rc == 1) {
+		if (sqlite3_column_int(st, 0) != INDEX_KIND_DIR || !sqlite3_column_int(st, 2))
+			rc = -ENOTDIR;
+		else if (sqlite3_column_int(st, 1) || sqlite3_column_int(st, 3))
+			rc = -EBUSY;
+		else
+			rc = 0;
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+/* Both kinds of build: the whole namespace (subtree false) or directory root's. */
+static int build_begin(struct index *idx, uint64_t root_ino, bool subtree,
+                       struct index_builder **out)
 {
 	struct index_builder *b = calloc(1, sizeof(*b));
 	bool began = false;
@@ -438,12 +499,14 @@ int index_build_begin(struct index *idx, struct index_builder **out)
 	if (!b)
 		return -ENOMEM;
 	b->idx = idx;
+	b->root = root_ino;
+	b->subtree = subtree;
 	pthread_mutex_lock(&idx->lock);
 	rc = path_table_init(&b->pt);
 	if (rc == 0)
 		rc = digest_sizes_init(&b->digests);
 	if (rc == 0)
-		rc = namespace_is_empty(idx);
+		rc = subtree ? subtree_is_empty(idx, root_ino) : namespace_is_empty(idx);
 	if (rc == 0)
 		rc = index_begin(idx);
 	began = rc == 0;
@@ -457,13 +520,15 @@ int index_build_begin(struct index *idx, struct index_builder **out)
 		rc = index_db_prepare(idx->db, pack_ins_sql, &b->st_pack_ins);
 	if (rc < 0)
 		goto out;
-	root =
-	    path_table_add(&b->pt, "", 0, path_table_hash(&b->pt, "", 0), INDEX_ROOT_INO, true, 0);
+	root = path_table_add(&b->pt, "", 0, path_table_hash(&b->pt, "", 0), (int64_t)root_ino,
+	                      true, 0);
 	if (root < 0) {
 		rc = (int)root;
 		goto out;
 	}
 	b->pt.v[root].kind = INDEX_KIND_DIR;
+	/* A nested directory's mtime is its own, from the entry that named it. */
+	b->pt.v[root].has_own_mtime = subtree;
 	*out = b;
 out:
 	if (rc < 0 && began)
@@ -472,6 +537,16 @@ out:
 	if (rc < 0)
 		builder_free(b);
 	return rc;
+}
+
+int index_build_begin(struct index *idx, struct index_builder **out)
+{
+	return build_begin(idx, INDEX_ROOT_INO, false, out);
+}
+
+int index_build_begin_at(struct index *idx, uint64_t dir, struct index_builder **out)
+{
+	return build_begin(idx, dir, true, out);
 }
 
 /* Writes each directory's mtime (its own, or the newest beneath) and its own mode. */
@@ -505,13 +580,19 @@ int index_build_commit(struct index_builder *b)
 	rc = write_dirs(b);
 	if (rc == 0)
 		rc = index_namespace_indexes(idx);
+	if (rc == 0 && b->subtree)
+		rc = index_db_bind_int64(idx->st_mark_listed, ":ino", (int64_t)b->root);
+	if (rc == 0 && b->subtree)
+		rc = index_db_exec(idx->st_mark_listed);
 	if (rc == 0)
 		rc = index_commit(idx);
-	if (rc == 0) {
+	if (rc == 0 && !b->subtree) {
 		idx->total_files = b->files;
 		idx->total_dirs = b->dirs + 1; /* the root */
 		idx->total_bytes = b->bytes;
 		idx->totals_valid = true;
+	} else if (rc == 0) {
+		idx->totals_valid = false; /* the namespace grew: counted again when asked */
 	} else {
 		index_rollback(idx);
 	}

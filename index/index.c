@@ -11,7 +11,7 @@
  * mounts never see each other's and a crash leaves none behind):
  *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, kind, mode, size, mtime, executable,
  *        sha256, url, etag, listed, target, pack, pack_offset, chunk_size, chunk_sha256,
- *        chunk_url)
+ *        chunk_url, nested_sha256, nested_size, nested_url)
  *     Built at every open: a session is a snapshot. mode NULL: the kind's default. Its indexes are
  * built by the loader once the rows are in (index_namespace_indexes), which is cheaper than
  * updating them per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent),
@@ -47,7 +47,10 @@ static const char namespace_schema_sql[] =
     " pack_offset INTEGER,"
     " chunk_size INTEGER,"
     " chunk_sha256 TEXT,"
-    " chunk_url TEXT);"
+    " chunk_url TEXT,"
+    " nested_sha256 TEXT,"
+    " nested_size INTEGER,"
+    " nested_url TEXT);"
     "CREATE TABLE pack("
     " id INTEGER PRIMARY KEY,"
     " sha256 TEXT NOT NULL UNIQUE,"
@@ -100,7 +103,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 14
+#define NAMESPACE_STMTS 15
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -119,6 +122,8 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	     "SELECT count(*) - coalesce(sum(is_dir), 0), coalesce(sum(is_dir), 0),"
 	     " coalesce(sum(size), 0) FROM node"},
 	    {&idx->st_readlink, "SELECT kind, target FROM node WHERE ino = :ino"},
+	    {&idx->st_get_nested,
+	     "SELECT kind, nested_sha256, nested_size, nested_url FROM node WHERE ino = :ino"},
 	    {&idx->st_get_pack,
 	     "SELECT n.kind, p.sha256, p.size, n.pack_offset, p.url FROM node AS n"
 	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
@@ -472,6 +477,31 @@ int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len)
 	return rc;
 }
 
+/*
+ * The object a row of st refers to: column 0 the node's kind (a directory when dir_wanted,
+ * else a file: -ENOTDIR or -EISDIR otherwise), column 1 the object's sha256 (NULL:
+ * -ENODATA), url_col its URL, strdup'd into *url. 0 or -errno.
+ */
+static int row_object_ref(sqlite3_stmt *st, bool dir_wanted, int url_col,
+                          char sha256[INDEX_SHA256_HEX + 1], char **url)
+{
+	const unsigned char *sha = sqlite3_column_text(st, 1);
+	const unsigned char *u = sqlite3_column_text(st, url_col);
+	bool is_dir = sqlite3_column_int(st, 0) == INDEX_KIND_DIR;
+
+	if (is_dir != dir_wanted)
+		return dir_wanted ? -ENOTDIR : -EISDIR;
+	if (sqlite3_column_type(st, 1) == SQLITE_NULL)
+		return -ENODATA;
+	if (!sha || !u || sqlite3_column_bytes(st, 1) != INDEX_SHA256_HEX)
+		return -EIO; /* the builder let neither in */
+	*url = strdup((const char *)u);
+	if (!*url)
+		return -ENOMEM;
+	memcpy(sha256, sha, INDEX_SHA256_HEX + 1);
+	return 0;
+}
+
 int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out)
 {
 	sqlite3_stmt *st = idx->st_get_pack;
@@ -480,24 +510,29 @@ int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out)
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&idx->lock);
 	rc = index_step_ino(st, ino);
-	if (rc == 1) {
-		const unsigned char *sha = sqlite3_column_text(st, 1);
-		const unsigned char *url = sqlite3_column_text(st, 4);
-		if (sqlite3_column_int(st, 0) == INDEX_KIND_DIR)
-			rc = -EISDIR;
-		else if (sqlite3_column_type(st, 1) == SQLITE_NULL)
-			rc = -ENODATA;
-		else if (!sha || !url || sqlite3_column_bytes(st, 1) != INDEX_SHA256_HEX)
-			rc = -EIO;
-		else if (!(out->url = strdup((const char *)url)))
-			rc = -ENOMEM;
-		else {
-			memcpy(out->pack_sha256, sha, INDEX_SHA256_HEX + 1);
-			out->pack_size = (uint64_t)sqlite3_column_int64(st, 2);
-			out->offset = (uint64_t)sqlite3_column_int64(st, 3);
-			rc = 0;
-		}
+	if (rc == 1)
+		rc = row_object_ref(st, false, 4, out->pack_sha256, &out->url);
+	if (rc == 0) {
+		out->pack_size = (uint64_t)sqlite3_column_int64(st, 2);
+		out->offset = (uint64_t)sqlite3_column_int64(st, 3);
 	}
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *out)
+{
+	sqlite3_stmt *st = idx->st_get_nested;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1)
+		rc = row_object_ref(st, true, 3, out->sha256, &out->url);
+	if (rc == 0)
+		out->size = (uint64_t)sqlite3_column_int64(st, 2);
 	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;

@@ -86,6 +86,12 @@ struct index_build_entry {
 	size_t target_len;
 	const char *pack_sha256; /* pack members: a pack index_build_add_pack declared */
 	uint64_t offset;         /* pack members: where the member starts in its pack */
+	/* Directories whose entries are in a manifest of their own (loaded at their first
+	 * lookup by index_build_begin_at): its sha256 (lower-case hex), size and URL; NULL
+	 * nested_sha256: none. */
+	const char *nested_sha256;
+	uint64_t nested_size;
+	const char *nested_url;
 	/* Chunk hashes (reserved: kept, not used yet). chunk_size 0: none. */
 	uint64_t chunk_size;
 	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
@@ -95,6 +101,23 @@ struct index_build_entry {
 /* Starts building the empty namespace idx. 0, -EBUSY when it holds entries already, or
  * -errno. *out is owned by the caller until index_build_commit or index_build_abort. */
 int index_build_begin(struct index *idx, struct index_builder **out);
+
+/*
+ * Starts building the subtree of directory dir, whose entries are in a manifest of its own
+ * (index_build_entry.nested_*): paths are relative to dir, and the commit marks dir listed
+ * (index_dir_listed). 0; -EBUSY when dir is listed already (another thread did it);
+ * -ENOTDIR, -ENOENT; or -errno.
+ */
+int index_build_begin_at(struct index *idx, uint64_t dir, struct index_builder **out);
+
+/* Where directory ino's own manifest is. */
+struct index_nested_ref {
+	char sha256[INDEX_SHA256_HEX + 1];
+	uint64_t size;
+	char *url; /* malloc'd for the caller */
+};
+/* 0 and *out filled, -ENODATA when ino has no manifest of its own, -ENOENT, -ENOTDIR. */
+int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *out);
 
 /*
  * Declares a pack: an object (named by its sha256, lower-case hex) whose byte ranges are
@@ -199,10 +222,11 @@ const char *index_check_segment(const char *name, size_t len);
 const char *index_check_root_segment(const char *name, size_t len);
 
 /*
- * Checks a relative path of a namespace (segments by index_check_segment, the first by
- * index_check_root_segment; not empty, not absolute). NULL when fine, else why not
+ * Checks a relative path of a namespace: not empty, not absolute, each segment by
+ * index_check_segment, the first by index_check_root_segment too when the path starts at
+ * the mount's root (at_root; not in a nested manifest). NULL when fine, else why not
  * ("path has a \"..\" segment"), possibly written into buf (cap bytes).
  */
-const char *index_check_path(const char *path, size_t len, char *buf, size_t cap);
+const char *index_check_path(const char *path, size_t len, bool at_root, char *buf, size_t cap);
 
 #endif

@@ -27,6 +27,7 @@ struct path_node {
 	bool has_own_mtime; /* directories: keeps its entry's mtime, not the newest below */
 	bool has_mode;
 	uint32_t mode;
+	bool nested; /* directories: its entries are in a manifest of its own */
 };
 
 /* Open-addressing hash of paths; slots hold index + 1 into v, 0 when empty. */

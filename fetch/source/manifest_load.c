@@ -41,11 +41,12 @@ enum field_id {
 	F_PACK,
 	F_OFFSET,
 	F_CHUNKS,
+	F_MANIFEST,
 	F_COUNT
 };
-static const char *const field_names[F_COUNT] = {"path",       "size",   "sha256", "url",  "mtime",
-                                                 "executable", "etag",   "type",   "mode", "target",
-                                                 "pack",       "offset", "chunks"};
+static const char *const field_names[F_COUNT] = {
+    "path", "size", "sha256", "url",  "mtime",  "executable", "etag",
+    "type", "mode", "target", "pack", "offset", "chunks",     "manifest"};
 
 /* One field as st_each gave it. Text is copied: a column dies at the next step. */
 struct field {
@@ -76,6 +77,7 @@ struct load {
 	int version;
 	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
 	struct manifest_load_options *opts; /* never NULL here */
+	bool at_root; /* the paths start at the mount's root, not in a nested directory */
 	char *err;
 	size_t err_len;
 };
@@ -320,15 +322,22 @@ static const char *unconfined(const struct load *ld, const char *url)
 	return "url leads out of the manifest's own prefix in its bucket";
 }
 
-/* The chunk hashes an entry names (reserved for verification by chunk): checked here so a
- * manifest that uses them is right before anything relies on them. */
-static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
-                       struct index_build_entry *be, char sha256[65], char **url)
+/*
+ * An object an entry refers to by {"size", "sha256", "url"} (its chunks' hash list, a
+ * directory's own manifest): field f, named by its key in messages. The size is handed
+ * back unchecked but for its sign. 0, -EINVAL with the message, or -errno.
+ */
+static int read_ref(struct load *ld, const struct entry *e, enum field_id f, const char *path,
+                    size_t len, int64_t *size, char sha256[65], char **url)
 {
+	const char *name = field_names[f];
 	sqlite3_stmt *st = ld->st_chunks;
 	char why[256];
-	int rc = bind_text(st, ":c", e->f[F_CHUNKS].text);
+	int rc;
 
+	if (!is_type(&e->f[f], "object"))
+		return entry_error(ld, e->i, path, len, "%s is not an object", name);
+	rc = bind_text(st, ":c", e->f[f].text);
 	if (rc < 0)
 		goto out;
 	rc = sqlite3_step(st);
@@ -337,42 +346,70 @@ static int read_chunks(struct load *ld, const struct entry *e, const char *path,
 		goto out;
 	}
 	const char *size_type = (const char *)sqlite3_column_text(st, 0);
-	int64_t size = sqlite3_column_int64(st, 1);
+	*size = sqlite3_column_int64(st, 1);
 	if (!size_type || strcmp(size_type, "integer") != 0 ||
-	    sqlite3_column_type(st, 1) != SQLITE_INTEGER || size < CHUNK_SIZE_MIN ||
-	    size > CHUNK_SIZE_MAX || (size & (size - 1))) {
-		rc = entry_error(ld, e->i, path, len,
-		                 "chunks.size is not a power of two from %d to %d", CHUNK_SIZE_MIN,
-		                 CHUNK_SIZE_MAX);
+	    sqlite3_column_type(st, 1) != SQLITE_INTEGER || *size < 0) {
+		rc =
+		    entry_error(ld, e->i, path, len, "%s.size is not a non-negative integer", name);
 		goto out;
 	}
 	const char *sha_type = (const char *)sqlite3_column_text(st, 2);
 	const char *sha = (const char *)sqlite3_column_text(st, 3);
 	if (!sha_type || strcmp(sha_type, "text") != 0 ||
 	    !lower_sha256(sha, (size_t)sqlite3_column_bytes(st, 3), sha256)) {
-		rc = entry_error(ld, e->i, path, len, "chunks.sha256 is not 64 hex digits");
+		rc = entry_error(ld, e->i, path, len, "%s.sha256 is not 64 hex digits", name);
 		goto out;
 	}
 	const char *url_type = (const char *)sqlite3_column_text(st, 4);
 	const char *rel = (const char *)sqlite3_column_text(st, 5);
 	if (!url_type || strcmp(url_type, "text") != 0 || !rel || !*rel ||
 	    raw_has_nul(sqlite3_column_text(st, 6))) {
-		rc = entry_error(ld, e->i, path, len, "chunks.url is not a non-empty string");
+		rc = entry_error(ld, e->i, path, len, "%s.url is not a non-empty string", name);
 		goto out;
 	}
 	rc = manifest_url_resolve(&ld->base, rel, NULL, 0, url, why, sizeof(why));
 	if (rc == -EINVAL)
-		rc = entry_error(ld, e->i, path, len, "chunks.%s", why);
+		rc = entry_error(ld, e->i, path, len, "%s.%s", name, why);
 	if (rc == 0 && unconfined(ld, *url))
-		rc = entry_error(ld, e->i, path, len, "chunks.%s", unconfined(ld, *url));
-	if (rc < 0)
-		goto out;
-	be->chunk_size = (uint64_t)size;
-	be->chunk_sha256 = sha256;
-	be->chunk_url = *url;
+		rc = entry_error(ld, e->i, path, len, "%s.%s", name, unconfined(ld, *url));
 out:
 	sqlite3_reset(st);
 	return rc;
+}
+
+/* The chunk hashes an entry names (reserved for verification by chunk): checked here so a
+ * manifest that uses them is right before anything relies on them. */
+static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
+                       struct index_build_entry *be, char sha256[65], char **url)
+{
+	int64_t size;
+	int rc = read_ref(ld, e, F_CHUNKS, path, len, &size, sha256, url);
+
+	if (rc == 0 && (size < CHUNK_SIZE_MIN || size > CHUNK_SIZE_MAX || (size & (size - 1))))
+		rc = entry_error(ld, e->i, path, len,
+		                 "chunks.size is not a power of two from %d to %d", CHUNK_SIZE_MIN,
+		                 CHUNK_SIZE_MAX);
+	if (rc < 0)
+		return rc;
+	be->chunk_size = (uint64_t)size;
+	be->chunk_sha256 = sha256;
+	be->chunk_url = *url;
+	return 0;
+}
+
+/* A directory whose entries are in a manifest of its own, loaded at its first lookup. */
+static int read_nested(struct load *ld, const struct entry *e, const char *path, size_t len,
+                       struct index_build_entry *be, char sha256[65], char **url)
+{
+	int64_t size;
+	int rc = read_ref(ld, e, F_MANIFEST, path, len, &size, sha256, url);
+
+	if (rc < 0)
+		return rc;
+	be->nested_sha256 = sha256;
+	be->nested_size = (uint64_t)size;
+	be->nested_url = *url;
+	return 0;
 }
 
 /* "0755" or "644": 3 or 4 octal digits. -1 when s is neither. */
@@ -553,7 +590,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 	if (fp->has_nul)
 		return entry_error(ld, e->i, path, strlen(path), "path contains a NUL byte");
 	/* Before anything else reads the path (its URL is made from it). */
-	const char *bad = index_check_path(path, len, why, sizeof(why));
+	const char *bad = index_check_path(path, len, ld->at_root, why, sizeof(why));
 	if (bad)
 		return entry_error(ld, e->i, path, len, "%s", bad);
 	be.path = path;
@@ -561,11 +598,13 @@ static int load_entry(struct load *ld, const struct entry *e)
 	rc = read_kind(ld, e, path, len, &be);
 	if (rc == 0 && be.kind == INDEX_KIND_FILE)
 		rc = read_file(ld, e, path, len, &be, sha256, pack, &url);
-	if (rc == 0 && ld->version >= 2 && e->f[F_CHUNKS].seen) {
-		if (!is_type(&e->f[F_CHUNKS], "object"))
-			rc = entry_error(ld, e->i, path, len, "chunks is not an object");
+	if (rc == 0 && ld->version >= 2 && e->f[F_CHUNKS].seen)
+		rc = read_chunks(ld, e, path, len, &be, chunk_sha256, &chunk_url);
+	if (rc == 0 && ld->version >= 2 && e->f[F_MANIFEST].seen) {
+		if (be.kind != INDEX_KIND_DIR)
+			rc = entry_error(ld, e->i, path, len, "manifest is only for a directory");
 		else
-			rc = read_chunks(ld, e, path, len, &be, chunk_sha256, &chunk_url);
+			rc = read_nested(ld, e, path, len, &be, chunk_sha256, &chunk_url);
 	}
 	if (rc == 0 && be.kind == INDEX_KIND_SYMLINK &&
 	    ld->opts->outside_symlinks != MANIFEST_OUTSIDE_SHOW &&
@@ -769,13 +808,16 @@ bool manifest_symlink_leaves(const char *path, size_t path_len, const char *targ
 }
 
 /* json[json_len] is '\0' when `terminated`; otherwise the text is copied to make it so. */
-static int load_manifest(struct index *idx, const char *json, size_t json_len, bool terminated,
-                         const char *base_url, struct manifest_load_options *opts, char *err,
-                         size_t err_len)
+static int load_manifest(struct index *idx, uint64_t dir, const char *json, size_t json_len,
+                         bool terminated, const char *base_url, struct manifest_load_options *opts,
+                         char *err, size_t err_len)
 {
 	struct manifest_load_options defaults = {0};
-	struct load ld = {
-	    .err = err, .err_len = err_len, .array = "files", .opts = opts ? opts : &defaults};
+	struct load ld = {.err = err,
+	                  .err_len = err_len,
+	                  .array = "files",
+	                  .opts = opts ? opts : &defaults,
+	                  .at_root = dir == INDEX_ROOT_INO};
 	char why[256] = "";
 	int rc;
 
@@ -798,7 +840,8 @@ static int load_manifest(struct index *idx, const char *json, size_t json_len, b
 		rc = load_error(&ld, "%s", why);
 	if (rc < 0)
 		goto out;
-	rc = index_build_begin(idx, &ld.b);
+	rc = dir == INDEX_ROOT_INO ? index_build_begin(idx, &ld.b)
+	                           : index_build_begin_at(idx, dir, &ld.b);
 	if (rc == -EBUSY)
 		load_error(&ld, "the namespace is already loaded");
 	if (rc < 0)
@@ -843,11 +886,19 @@ out:
 int source_manifest_load(struct index *idx, const char *json, size_t json_len, const char *base_url,
                          struct manifest_load_options *opts, char *err, size_t err_len)
 {
-	return load_manifest(idx, json, json_len, false, base_url, opts, err, err_len);
+	return load_manifest(idx, INDEX_ROOT_INO, json, json_len, false, base_url, opts, err,
+	                     err_len);
 }
 
 int source_manifest_load_text(struct index *idx, const char *text, size_t len, const char *base_url,
                               struct manifest_load_options *opts, char *err, size_t err_len)
 {
-	return load_manifest(idx, text, len, true, base_url, opts, err, err_len);
+	return load_manifest(idx, INDEX_ROOT_INO, text, len, true, base_url, opts, err, err_len);
+}
+
+int source_manifest_load_subtree(struct index *idx, uint64_t dir, const char *text, size_t len,
+                                 const char *base_url, struct manifest_load_options *opts,
+                                 char *err, size_t err_len)
+{
+	return load_manifest(idx, dir, text, len, true, base_url, opts, err, err_len);
 }

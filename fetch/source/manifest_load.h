@@ -58,4 +58,14 @@ int source_manifest_load(struct index *idx, const char *json, size_t json_len, c
 int source_manifest_load_text(struct index *idx, const char *text, size_t len, const char *base_url,
                               struct manifest_load_options *opts, char *err, size_t err_len);
 
+/*
+ * A directory's own manifest (a nested one: `"manifest": {...}` on its entry), whose paths
+ * are relative to dir and whose URLs resolve against base_url, the root manifest's. Loaded
+ * into dir, which must be unlisted and empty; dir is listed once it is in. NUL-terminated
+ * text as source_manifest_load_text; returns as it does, and -EBUSY when dir is listed.
+ */
+int source_manifest_load_subtree(struct index *idx, uint64_t dir, const char *text, size_t len,
+                                 const char *base_url, struct manifest_load_options *opts,
+                                 char *err, size_t err_len);
+
 #endif

@@ -221,3 +221,59 @@ def test_outside_symlinks_hidden_or_refused(upstream, mount, tmp_path):
     assert 'entries[0] "etc": target "/etc" leads out of the mount' in err
     shown = mount(url, name="mnt3")
     assert os.readlink(shown.p("etc")) == "/etc"
+
+
+def nested_manifest(root, name, entries):
+    """Writes a nested manifest object; returns its {"sha256", "size", "url"} reference."""
+    body = json.dumps({"version": 2, "entries": entries}).encode()
+    with open(os.path.join(root, "objects", name), "wb") as f:
+        f.write(body)
+    return {"sha256": sha(body), "size": len(body), "url": "objects/" + name}
+
+
+def test_nested_manifests_load_at_first_lookup(upstream, mount):
+    root = upstream.root
+    os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    data = b"deep bytes\n"
+    with open(os.path.join(root, "objects", "leaf"), "wb") as f:
+        f.write(data)
+    leaf = {"path": "leaf.txt", "size": len(data), "sha256": sha(data), "url": "objects/leaf"}
+    deeper = nested_manifest(root, "m-deeper", [leaf])
+    sub = nested_manifest(root, "m-sub", [
+        {"path": "x/y", "type": "directory", "mtime": 1600000000, "manifest": deeper},
+        dict(leaf, path="x/top.txt")])
+    v2_store(root, [
+        {"path": "sub", "type": "directory", "mode": "0755", "mtime": 1600000001,
+         "manifest": sub},
+        {"path": "plain.txt", "data": b"plain\n"}])
+    m = mount(upstream.url("manifest.json"))
+    assert sorted(os.listdir(m.p(""))) == ["plain.txt", "sub"]
+    assert os.stat(m.p("sub")).st_mtime == 1600000001
+    # Nothing below the top was asked for yet.
+    assert upstream.stats("objects/m-sub")["gets"] == 0
+    assert read_file(m.p("sub/x/top.txt")) == data
+    assert upstream.stats("objects/m-sub")["gets"] == 1
+    assert upstream.stats("objects/m-deeper")["gets"] == 0
+    assert os.stat(m.p("sub/x/y")).st_mtime == 1600000000
+    assert read_file(m.p("sub/x/y/leaf.txt")) == data
+    assert sorted(os.listdir(m.p("sub/x"))) == ["top.txt", "y"]
+    assert upstream.stats("objects/m-sub")["gets"] == 1
+    assert upstream.stats("objects/m-deeper")["gets"] == 1
+
+
+def test_a_nested_manifest_that_is_not_the_one_named_fails_its_directory(upstream, mount):
+    root = upstream.root
+    os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    sub = nested_manifest(root, "m-sub", [{"path": "a", "type": "directory"}])
+    v2_store(root, [{"path": "sub", "type": "directory", "manifest": sub},
+                    {"path": "ok.txt", "data": b"ok\n"}])
+    # The server now holds other bytes under that name.
+    with open(os.path.join(root, "objects", "m-sub"), "wb") as f:
+        f.write(json.dumps({"version": 2, "entries": [{"path": "b", "type": "directory"}]})
+                .encode().ljust(sub["size"]))
+    m = mount(upstream.url("manifest.json"))
+    with pytest.raises(OSError) as e:
+        os.listdir(m.p("sub"))
+    assert e.value.errno == errno.EIO
+    assert read_file(m.p("ok.txt")) == b"ok\n"
+    assert "is not the one its parent names" in m.stderr()

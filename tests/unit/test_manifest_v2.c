@@ -334,6 +334,60 @@ static void test_symlinks_that_leave_the_mount(void **state)
 	    strstr(f->err, "entries[0] \"up\": target \"../x\" leads out of the mount"));
 }
 
+#define NESTED "\"manifest\":{\"sha256\":\"" SHA_A "\",\"size\":10,\"url\":\"m/a\"}"
+
+static void test_nested_manifests(void **state)
+{
+	struct fixture *f = *state;
+	const char *top = V2("{\"path\":\"sub\",\"type\":\"directory\",\"mtime\":5," NESTED "}");
+	const char *below = V2("{\"path\":\".spoolfs\",\"size\":1},{\"path\":\"d/x\",\"size\":2}");
+	struct index_nested_ref ref;
+	struct index_node n;
+	bool listed = true;
+
+	assert_int_equal(load(f, top), 0);
+	n = lookup_path(f, "sub");
+	assert_int_equal(index_dir_listed(f->idx, n.ino, &listed), 0);
+	assert_false(listed);
+	assert_int_equal(index_get_nested(f->idx, n.ino, &ref), 0);
+	assert_string_equal(ref.sha256, SHA_A);
+	assert_int_equal(ref.size, 10);
+	assert_string_equal(ref.url, "http://store.example/rel/m/a");
+	free(ref.url);
+	/* Below the root, ".spoolfs" is a name like any other. */
+	assert_int_equal(source_manifest_load_subtree(f->idx, n.ino, below, strlen(below), BASE,
+	                                              NULL, f->err, sizeof(f->err)),
+	                 0);
+	assert_int_equal(index_dir_listed(f->idx, n.ino, &listed), 0);
+	assert_true(listed);
+	assert_int_equal(lookup_path(f, "sub/d/x").size, 2);
+	assert_int_equal(lookup_path(f, "sub").mtime, 5); /* its own, not its children's */
+	/* Listed once: a second load is refused, and the root has no manifest of its own. */
+	assert_int_equal(source_manifest_load_subtree(f->idx, n.ino, below, strlen(below), BASE,
+	                                              NULL, f->err, sizeof(f->err)),
+	                 -EBUSY);
+	assert_int_equal(index_get_nested(f->idx, INDEX_ROOT_INO, &ref), -ENODATA);
+
+	static const struct {
+		const char *json, *want;
+	} refused[] = {
+	    {V2("{\"path\":\"sub\",\"type\":\"directory\"," NESTED
+	        "},{\"path\":\"sub/a\",\"size\":1}"),
+	     "entries[1] \"sub/a\": \"sub\" has a manifest of its own"},
+	    {V2("{\"path\":\"sub/a\",\"size\":1},{\"path\":\"sub\",\"type\":\"directory\"," NESTED
+	        "}"),
+	     "entries[1] \"sub\": path has a manifest of its own, but entries here too"},
+	    {V2("{\"path\":\"f\",\"size\":1," NESTED "}"), "manifest is only for a directory"},
+	    {V2("{\"path\":\"d\",\"type\":\"directory\",\"manifest\":{\"size\":1}}"),
+	     "manifest.sha256 is not 64 hex digits"},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		index_close(f->idx);
+		assert_int_equal(index_open(&f->idx), 0);
+		expect_refusal(f, refused[i].json, refused[i].want);
+	}
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -344,6 +398,7 @@ int main(void)
 	    T(test_version_1_ignores_version_2_fields),
 	    T(test_refusals),
 	    T(test_symlinks_that_leave_the_mount),
+	    T(test_nested_manifests),
 	};
 #undef T
 	return cmocka_run_group_tests(tests, NULL, NULL);

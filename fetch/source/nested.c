@@ -1,0 +1,69 @@
+/*
+ * nested.c fetches and loads a directory's own manifest (nested.h). What it fetches is
+ * checked whole against the digest its parent gave before a byte of it is parsed: a
+ * nested manifest is the parent's snapshot, not whatever the server holds now.
+ */
+#include "fetch/source/nested.h"
+#include "util/log.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int sha256_hex(const char *data, size_t len, char hex[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int md_len = 0;
+
+	if (EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) != 1 || md_len != 32)
+		return -ENOMEM;
+	for (unsigned i = 0; i < 32; i++) {
+		hex[2 * i] = digits[md[i] >> 4];
+		hex[2 * i + 1] = digits[md[i] & 15];
+	}
+	hex[64] = '\0';
+	return 0;
+}
+
+int source_nested_list(struct index *idx, uint64_t dir, const struct source_options *src,
+                       const char *base_url, struct manifest_load_options *opts, char *err,
+                       size_t err_len)
+{
+	struct index_nested_ref ref;
+	struct source_options bounded = *src;
+	char *text = NULL, *where = NULL, got[65], shown[512];
+	size_t len = 0;
+	int64_t mtime;
+	int rc = index_get_nested(idx, dir, &ref);
+
+	if (rc)
+		return rc;
+	/* No more than the parent said it holds: a server cannot make the mount hold more. */
+	bounded.max_bytes = ref.size ? ref.size : 1;
+	rc = source_manifest_read(ref.url, &bounded, &text, &len, &where, &mtime, err, err_len);
+	if (rc)
+		goto out;
+	rc = sha256_hex(text, len, got);
+	if (rc)
+		goto out;
+	if (len != ref.size || strcmp(got, ref.sha256) != 0) {
+		snprintf(err, err_len,
+		         "nested manifest %s is not the one its parent names (%zu bytes, sha256"
+		         " %.16s...; expected %llu bytes, %.16s...)",
+		         util_redact_url(ref.url, shown, sizeof(shown)), len, got,
+		         (unsigned long long)ref.size, ref.sha256);
+		rc = -EIO;
+		goto out;
+	}
+	rc = source_manifest_load_subtree(idx, dir, text, len, base_url, opts, err, err_len);
+	if (rc == -EBUSY) /* listed by another caller meanwhile: the same snapshot */
+		rc = 0;
+out:
+	free(text);
+	free(where);
+	free(ref.url);
+	return rc;
+}
