@@ -12,12 +12,15 @@
 #define DEFAULT_PACK_UNDER (64u << 10)
 #define DEFAULT_PACK_MAX (4u << 20)
 #define MAX_JOBS 256
+/* About 6 MB of manifest: a nested one loads in well under a second at its first lookup,
+ * and a tree of a million files mounts with a top manifest of at most this many. */
+#define DEFAULT_NEST_OVER 50000
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
-	        "                       [--pack-max SIZE] [-j N]\n"
+	        "                       [--pack-max SIZE] [--nest-over N] [-j N]\n"
 	        "\n"
 	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
 	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
@@ -29,6 +32,9 @@ static void usage(FILE *f)
 	        "                      manifest.json); releases may share one OUT_DIR\n"
 	        "  --pack-under SIZE   pack files smaller than SIZE (default 64K; 0: no packs)\n"
 	        "  --pack-max SIZE     the most bytes in one pack (default 4M)\n"
+	        "  --nest-over N       a directory with more than N entries below it gets a\n"
+	        "                      manifest of its own, loaded at its first lookup\n"
+	        "                      (default 50000; 0: one manifest)\n"
 	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
 	        "  -h, --help          print this and exit\n");
 }
@@ -55,13 +61,15 @@ int publish_main(int argc, char **argv)
 	    {"pack-under", required_argument, NULL, 'u'},
 	    {"pack-max", required_argument, NULL, 'x'},
 	    {"jobs", required_argument, NULL, 'j'},
+	    {"nest-over", required_argument, NULL, 'n'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct publish_options o = {.manifest = "manifest.json",
 	                            .pack_under = DEFAULT_PACK_UNDER,
 	                            .pack_max = DEFAULT_PACK_MAX,
-	                            .jobs = cpus()};
+	                            .jobs = cpus(),
+	                            .nest_over = DEFAULT_NEST_OVER};
 	unsigned long jobs;
 	char *end;
 	int c;
@@ -95,6 +103,15 @@ int publish_main(int argc, char **argv)
 				return 2;
 			}
 			o.jobs = (unsigned)jobs;
+			break;
+		case 'n':
+			o.nest_over = strtoull(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' || *end) {
+				fprintf(stderr,
+				        "spoolfs publish: --nest-over takes a count of entries"
+				        " (0: no nested manifests)\n");
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);

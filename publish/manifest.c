@@ -19,11 +19,14 @@
 
 #include "publish/publish_i.h"
 
-enum { Q_DIR, Q_SYMLINK, Q_FILE, Q_MEMBER, Q_PACK, Q_COUNT };
+enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_MEMBER, Q_PACK, Q_COUNT };
 
 static const char *const queries[Q_COUNT] = {
     [Q_DIR] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
               " 'mtime', :mtime)",
+    [Q_NESTED] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
+                 " 'mtime', :mtime, 'manifest', json_object('sha256', :sha256, 'size', :size,"
+                 " 'url', :url))",
     [Q_SYMLINK] = "SELECT json_object('path', :path, 'type', 'symlink', 'target', :target,"
                   " 'mtime', :mtime)",
     [Q_FILE] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
@@ -80,17 +83,25 @@ static int emit_pack(struct writer *w, const struct pub_pack *p, const char *sep
 	return emit(w, st, sep);
 }
 
-static int emit_entry(struct writer *w, const struct pub_entry *e, const char *sep)
+/* Writes entry e, its path made relative to the manifest's directory (skip bytes cut). */
+static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, const char *sep)
 {
 	char hex[2 * PUB_SHA256_LEN + 1], url[PUB_URL_LEN + 1], pack[2 * PUB_SHA256_LEN + 1];
 	char mode[8];
-	sqlite3_stmt *st = w->q[e->kind == PUB_DIR       ? Q_DIR
+	sqlite3_stmt *st = w->q[e->kind == PUB_DIR       ? (e->nested ? Q_NESTED : Q_DIR)
 	                        : e->kind == PUB_SYMLINK ? Q_SYMLINK
 	                        : e->pack                ? Q_MEMBER
 	                                                 : Q_FILE];
 
 	snprintf(mode, sizeof(mode), "%04o", (unsigned)(e->mode & 0777));
-	bind_text(st, ":path", e->path);
+	bind_text(st, ":path", e->path + skip);
+	if (e->nested) {
+		pub_hex(e->nested_sha256, hex);
+		pub_object_url(e->nested_sha256, url);
+		bind_text(st, ":sha256", hex);
+		bind_int(st, ":size", (int64_t)e->nested_size);
+		bind_text(st, ":url", url);
+	}
 	bind_text(st, ":mode", mode);
 	bind_int(st, ":mtime", e->mtime);
 	bind_text(st, ":target", e->target);
@@ -110,19 +121,32 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, const char *s
 	return emit(w, st, sep);
 }
 
-static int write_json(struct writer *w, const struct pub_tree *t)
+/* The manifest of the entries owner holds (NULL: the top one's): its packs (a pack's
+ * members are of one directory, so of one manifest) and entries, in the tree's order. */
+static int write_json(struct writer *w, const struct pub_tree *t, const struct pub_entry *owner)
 {
+	size_t skip = owner ? strlen(owner->path) + 1 : 0;
+	const char *sep = "";
 	int rc = 0;
 
-	if (fputs("{\"version\":2,\n\"packs\":[\n", w->f) < 0)
+	if (fputs("{\"version\":2,\n\"packs\":[", w->f) < 0)
 		return -EIO;
-	for (size_t i = 0; i < t->n_packs && rc == 0; i++)
-		rc = emit_pack(w, t->packs[i], i + 1 < t->n_packs ? ",\n" : "\n");
-	if (rc == 0 && fputs("],\n\"entries\":[\n", w->f) < 0)
+	for (size_t i = 0; i < t->n_packs && rc == 0; i++) {
+		if (t->packs[i]->members[0]->owner != owner)
+			continue;
+		rc = fputs(sep, w->f) < 0 ? -EIO : emit_pack(w, t->packs[i], "");
+		sep = ",\n";
+	}
+	if (rc == 0 && fputs("\n],\n\"entries\":[", w->f) < 0)
 		rc = -EIO;
-	for (size_t i = 0; i < t->n_entries && rc == 0; i++)
-		rc = emit_entry(w, t->entries[i], i + 1 < t->n_entries ? ",\n" : "\n");
-	if (rc == 0 && fputs("]}\n", w->f) < 0)
+	sep = "\n";
+	for (size_t i = 0; i < t->n_entries && rc == 0; i++) {
+		if (t->entries[i]->owner != owner)
+			continue;
+		rc = fputs(sep, w->f) < 0 ? -EIO : emit_entry(w, t->entries[i], skip, "");
+		sep = ",\n";
+	}
+	if (rc == 0 && fputs("\n]}\n", w->f) < 0)
 		rc = -EIO;
 	return rc;
 }
@@ -175,7 +199,7 @@ int pub_manifest_write(const struct pub_tree *tree, const char *out, const char 
 	}
 	fd = -1; /* the stream's now */
 	setvbuf(w.f, NULL, _IOFBF, 1 << 20);
-	rc = write_json(&w, tree);
+	rc = write_json(&w, tree, NULL);
 	if (rc == 0 &&
 	    (fflush(w.f) != 0 || fchmod(fileno(w.f), file_mode) != 0 || fsync(fileno(w.f)) != 0))
 		rc = errno ? -errno : -EIO;
@@ -201,5 +225,60 @@ out:
 	close_writer(&w);
 	free(tmp);
 	free(final);
+	return rc;
+}
+
+int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *owner,
+                              struct pub_store *st)
+{
+	struct writer w = {0};
+	struct pub_object *obj = NULL;
+	char *dir = NULL, *tmp = NULL;
+	bool stored, made = false;
+	int fd = -1, rc;
+
+	if (asprintf(&dir, "%s/objects", st->out) < 0 ||
+	    asprintf(&tmp, "%s/.nested.tmp.XXXXXX", dir) < 0) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = open_writer(&w);
+	if (rc)
+		goto out;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		pub_say("", dir, "", strerror(-rc), false);
+		goto out;
+	}
+	made = true;
+	w.f = fdopen(fd, "w");
+	if (!w.f) {
+		rc = -errno;
+		goto out;
+	}
+	fd = -1; /* the stream's now */
+	rc = write_json(&w, tree, owner);
+	if (fclose(w.f) != 0 && rc == 0)
+		rc = -errno;
+	w.f = NULL;
+	/* Stored like any object: content-addressed, durable before the top manifest. */
+	if (rc == 0)
+		rc = pub_object_begin(st, false, &obj);
+	if (rc == 0)
+		rc = pub_object_copy(obj, dir, strrchr(tmp, '/') + 1, NULL, &owner->nested_size);
+	if (rc == 0) {
+		rc = pub_object_commit(obj, owner->nested_sha256, &owner->nested_size, &stored);
+		obj = NULL;
+	}
+out:
+	pub_object_abort(obj);
+	if (made)
+		unlink(tmp);
+	if (fd >= 0)
+		close(fd);
+	close_writer(&w);
+	free(dir);
+	free(tmp);
 	return rc;
 }

@@ -16,6 +16,10 @@ struct publish_options {
 	uint64_t pack_under;  /* files of 1..pack_under-1 bytes are packed; 0: none are */
 	uint64_t pack_max;    /* a pack holds at most this many bytes (>= pack_under) */
 	unsigned jobs;        /* worker threads, >= 1 */
+	/* A directory with more than this many entries below it (not counting those in its
+	 * own nested directories) gets a manifest of its own, loaded at its first lookup;
+	 * 0: one manifest for the whole tree. */
+	uint64_t nest_over;
 };
 
 /*

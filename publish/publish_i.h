@@ -39,6 +39,13 @@ struct pub_entry {
 	unsigned char sha256[PUB_SHA256_LEN];
 	struct pub_pack *pack; /* NULL: the file is an object of its own */
 	uint64_t offset;       /* in pack */
+	/* Nesting (nest.c): the nearest directory above with a manifest of its own, whose
+	 * manifest holds this entry (NULL: the top manifest); for a directory that has one,
+	 * that manifest's digest and size once written. */
+	struct pub_entry *owner;
+	bool nested;
+	unsigned char nested_sha256[PUB_SHA256_LEN];
+	uint64_t nested_size;
 };
 
 /* Small files of one directory, in name order, concatenated into one object. */
@@ -169,9 +176,23 @@ void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256
 int pub_pool_run(size_t n, unsigned threads, int (*run)(void *ctx, size_t i), void *ctx,
                  atomic_bool *stop);
 
-/* Writes the manifest to a temporary file in out, fsyncs it, renames it to name and
- * fsyncs out. 0 or -errno, said; on failure nothing is left and the old manifest stays. */
+/* Writes the top manifest (the entries no nested directory holds) to a temporary file in
+ * out, fsyncs it, renames it to name and fsyncs out. 0 or -errno, said; on failure
+ * nothing is left and the old manifest stays. */
 int pub_manifest_write(const struct pub_tree *tree, const char *out, const char *name,
                        mode_t file_mode);
+
+/* Writes the manifest of the entries nested directory owner holds (paths relative to it)
+ * as an object of st, and records its digest and size in owner. 0 or -errno, said. */
+int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *owner,
+                              struct pub_store *st);
+
+/*
+ * Decides which directories get a manifest of their own (more than nest_over entries
+ * below them, not counting their own nested directories' entries; the deepest first) and
+ * sets every entry's owner. Then writes each nested manifest, the deepest first, so that a
+ * parent names its children's digests. 0 or -errno, said.
+ */
+int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
 
 #endif

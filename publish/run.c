@@ -223,6 +223,8 @@ int publish_run(const struct publish_options *o)
 	if (rc == 0)
 		rc = pub_pool_run(n_jobs, o->jobs, run_job, &r, &r.store.stop);
 	if (rc == 0)
+		rc = pub_nest(&tree, o->nest_over, &r.store);
+	if (rc == 0)
 		rc = pub_store_sync(&r.store);
 	if (rc == 0)
 		rc = pub_manifest_write(&tree, out, o->manifest, r.store.file_mode);

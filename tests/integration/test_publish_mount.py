@@ -5,6 +5,7 @@ published tree of small files costs one request per pack.
 """
 
 import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -110,6 +111,29 @@ def test_the_mount_shows_exactly_the_published_tree(published, mount):
     assert len(want) > 2000
     r = subprocess.run([m.p("bin/tool"), "x"], capture_output=True, timeout=30)
     assert r.stdout == b"published-tool x\n"
+
+
+def test_nested_manifests_show_the_same_tree(published, mount, tmp_path):
+    src, _, _ = published
+    out = tmp_path / "out-nested"
+    # Each small/dN (200 files) gets a manifest of its own.
+    publish(src, out, "--nest-over", "150")
+    up = Upstream(out)
+    try:
+        m = mount(up.url("manifest.json"), name="mnt-nested")
+        assert up.stats()["total_gets"] == 1  # the top manifest alone
+        want, got = snapshot(src), snapshot(m.p(""))
+        got.pop(".spoolfs", None)
+        assert want == got
+        # The walk listed every directory: each nested manifest was fetched once.
+        with open(out / "manifest.json") as f:
+            top = json.load(f)
+        nested = {e["path"]: e["manifest"]["url"] for e in top["entries"] if "manifest" in e}
+        assert sorted(nested) == ["small/d%d" % d for d in range(10)]
+        assert all(up.stats(url)["gets"] == 1 for url in nested.values())
+        m.unmount()
+    finally:
+        up.stop()
 
 
 def test_a_cold_walk_of_small_files_costs_a_request_per_pack(published, mount):
