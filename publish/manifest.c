@@ -171,34 +171,48 @@ static void close_writer(struct writer *w)
 	sqlite3_close(w->db);
 }
 
+/* Prepares w and its stream on a new temporary file from tmpl (made in dir, said there
+ * on failure). 0 or -errno; *made tells whether tmpl names a file now, to unlink. */
+static int open_temp(struct writer *w, char *tmpl, const char *dir, bool *made)
+{
+	int fd, rc = open_writer(w);
+
+	*made = false;
+	if (rc)
+		return rc;
+	fd = mkostemp(tmpl, O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		pub_say("", dir, "", strerror(-rc), false);
+		return rc;
+	}
+	*made = true;
+	w->f = fdopen(fd, "w");
+	if (!w->f) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	setvbuf(w->f, NULL, _IOFBF, 1 << 20);
+	return 0;
+}
+
 int pub_manifest_write(const struct pub_tree *tree, const char *out, const char *name,
                        mode_t file_mode)
 {
 	struct writer w = {0};
 	char *tmp = NULL, *final = NULL;
-	int fd = -1, rc;
+	bool made = false;
+	int rc;
 
 	if (asprintf(&tmp, "%s/.%s.tmp.XXXXXX", out, name) < 0 ||
 	    asprintf(&final, "%s/%s", out, name) < 0) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = open_writer(&w);
+	rc = open_temp(&w, tmp, out, &made);
 	if (rc)
-		goto out;
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		pub_say("", out, "", strerror(-rc), false);
-		goto out;
-	}
-	w.f = fdopen(fd, "w");
-	if (!w.f) {
-		rc = -errno;
 		goto out_unlink;
-	}
-	fd = -1; /* the stream's now */
-	setvbuf(w.f, NULL, _IOFBF, 1 << 20);
 	rc = write_json(&w, tree, NULL);
 	if (rc == 0 &&
 	    (fflush(w.f) != 0 || fchmod(fileno(w.f), file_mode) != 0 || fsync(fileno(w.f)) != 0))
@@ -218,10 +232,9 @@ int pub_manifest_write(const struct pub_tree *tree, const char *out, const char 
 out_unlink:
 	if (w.f)
 		fclose(w.f);
-	unlink(tmp);
+	if (made)
+		unlink(tmp);
 out:
-	if (fd >= 0)
-		close(fd);
 	close_writer(&w);
 	free(tmp);
 	free(final);
@@ -235,31 +248,17 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
 	struct pub_object *obj = NULL;
 	char *dir = NULL, *tmp = NULL;
 	bool stored, made = false;
-	int fd = -1, rc;
+	int rc;
 
 	if (asprintf(&dir, "%s/objects", st->out) < 0 ||
 	    asprintf(&tmp, "%s/.nested.tmp.XXXXXX", dir) < 0) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = open_writer(&w);
-	if (rc)
-		goto out;
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		rc = -errno;
-		pub_say("", dir, "", strerror(-rc), false);
-		goto out;
-	}
-	made = true;
-	w.f = fdopen(fd, "w");
-	if (!w.f) {
-		rc = -errno;
-		goto out;
-	}
-	fd = -1; /* the stream's now */
-	rc = write_json(&w, tree, owner);
-	if (fclose(w.f) != 0 && rc == 0)
+	rc = open_temp(&w, tmp, dir, &made);
+	if (rc == 0)
+		rc = write_json(&w, tree, owner);
+	if (w.f && fclose(w.f) != 0 && rc == 0)
 		rc = -errno;
 	w.f = NULL;
 	/* Stored like any object: content-addressed, durable before the top manifest. */
@@ -275,8 +274,6 @@ out:
 	pub_object_abort(obj);
 	if (made)
 		unlink(tmp);
-	if (fd >= 0)
-		close(fd);
 	close_writer(&w);
 	free(dir);
 	free(tmp);
