@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Scale: how a published tree of N small files mounts, walks and weighs, with nested
+manifests (spoolfs publish's default) beside one single manifest of the same tree.
+
+    N=100000 python3 tests/bench/scale.py      # also N=1000000 (about 4 GB of inodes: slow)
+
+For each layout it prints: publish time, top manifest size, mount time (exec to mounted),
+`find` time over the whole tree (which loads every nested manifest), and the daemon's peak
+RSS (VmHWM) after the find. Times are printed, never asserted. The tree: N files of 1-40
+bytes in directories of 1,000, 100 directories to a parent.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "upstream"))
+from client import Upstream  # noqa: E402
+
+SPOOLFS = os.environ.get("SPOOLFS_BIN", os.path.join(ROOT, "build", "spoolfs"))
+N = int(os.environ.get("N", "100000"))
+
+
+def make_tree(src, n):
+    for i in range(n):
+        d = os.path.join(src, "p%03d" % (i // 100000), "d%05d" % (i // 1000))
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%07d.txt" % i), "wb") as f:
+            f.write(b"%d\n" % i * (1 + i % 5))
+
+
+def hwm_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def is_mounted(path):
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def measure(label, out, work):
+    mnt = os.path.join(work, "mnt-" + label)
+    os.makedirs(mnt)
+    up = Upstream(out)
+    proc = None
+    try:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([SPOOLFS, "-f", up.url("manifest.json"), mnt,
+                                 "--log-level", "warn"], stdin=subprocess.DEVNULL)
+        while not is_mounted(mnt):
+            if proc.poll() is not None:
+                raise RuntimeError("spoolfs exited with %d" % proc.returncode)
+            time.sleep(0.005)
+        mount_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        found = subprocess.run(["find", mnt], capture_output=True, check=True).stdout.count(b"\n")
+        find_s = time.monotonic() - t0
+        rss = hwm_kb(proc.pid) / 1024
+        gets = up.stats()["total_gets"]
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        if proc:
+            proc.wait(60)
+        up.stop()
+    top = os.path.getsize(os.path.join(out, "manifest.json"))
+    print("%-16s top manifest %8.1f KiB  mount %6.2f s  find %6.2f s (%d names, %d requests)"
+          "  peak RSS %6.1f MiB" % (label, top / 1024, mount_s, find_s, found, gets, rss))
+    sys.stdout.flush()
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="spoolfs-scale-", dir="/var/tmp")
+    try:
+        src = os.path.join(work, "src")
+        t0 = time.monotonic()
+        make_tree(src, N)
+        print("scale: %d files made in %.1f s" % (N, time.monotonic() - t0))
+        for label, args in (("nested", []), ("one manifest", ["--nest-over", "0"])):
+            out = os.path.join(work, "out-" + label.replace(" ", "-"))
+            t0 = time.monotonic()
+            subprocess.run([SPOOLFS, "publish", src, out] + args, check=True,
+                           stdout=subprocess.DEVNULL)
+            print("%-16s published in %.1f s" % (label, time.monotonic() - t0))
+            measure(label.replace(" ", "-"), out, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
