@@ -103,7 +103,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 15
+#define NAMESPACE_STMTS 16
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -127,6 +127,8 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	    {&idx->st_get_pack,
 	     "SELECT n.kind, p.sha256, p.size, n.pack_offset, p.url FROM node AS n"
 	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
+	    {&idx->st_get_chunks,
+	     "SELECT kind, chunk_sha256, chunk_size, chunk_url FROM node WHERE ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
@@ -533,6 +535,23 @@ int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *o
 		rc = row_object_ref(st, true, 3, out->sha256, &out->url);
 	if (rc == 0)
 		out->size = (uint64_t)sqlite3_column_int64(st, 2);
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_get_chunks(struct index *idx, uint64_t ino, struct index_chunks_ref *out)
+{
+	sqlite3_stmt *st = idx->st_get_chunks;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1)
+		rc = row_object_ref(st, false, 3, out->sha256, &out->url);
+	if (rc == 0)
+		out->chunk_size = (uint64_t)sqlite3_column_int64(st, 2);
 	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;

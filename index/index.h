@@ -92,7 +92,7 @@ struct index_build_entry {
 	const char *nested_sha256;
 	uint64_t nested_size;
 	const char *nested_url;
-	/* Chunk hashes (reserved: kept, not used yet). chunk_size 0: none. */
+	/* Chunk hashes (index_get_chunks). chunk_size 0: none. */
 	uint64_t chunk_size;
 	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
 	const char *chunk_url;    /* where the hash list is */
@@ -165,6 +165,20 @@ struct index_pack_ref {
 };
 /* 0 and *out filled, -ENODATA when file `ino` is not packed, -ENOENT, -EISDIR, -ENOMEM. */
 int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out);
+
+/*
+ * A file's chunk hashes: its object is verified chunk by chunk, each chunk_size bytes (the
+ * last one shorter) checked against its entry in the hash list, an object of its own of
+ * 32 bytes (a sha256) per chunk, named by its sha256 and fetched from url.
+ */
+struct index_chunks_ref {
+	uint64_t chunk_size;               /* a power of two, checked at load */
+	char sha256[INDEX_SHA256_HEX + 1]; /* the hash list's, lower-case hex */
+	char *url;                         /* the hash list's, malloc'd for the caller */
+};
+/* 0 and *out filled, -ENODATA when file `ino` has no chunk hashes, -ENOENT, -EISDIR,
+ * -ENOMEM. */
+int index_get_chunks(struct index *idx, uint64_t ino, struct index_chunks_ref *out);
 
 /* The object URL of file `ino` in *url (malloc'd, caller frees). -ENOENT, -EISDIR, -ENOMEM. */
 int index_get_url(struct index *idx, uint64_t ino, char **url);

@@ -40,6 +40,22 @@ static size_t first_touching(const struct util_ranges *set, uint64_t pos)
 	return lo;
 }
 
+/* Room for one more range. 0 or -ENOMEM (the set unchanged). */
+static int make_room(struct util_ranges *set)
+{
+	size_t cap = set->cap ? set->cap * 2 : 8;
+	struct util_range *v;
+
+	if (set->n < set->cap)
+		return 0;
+	v = realloc(set->v, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	set->v = v;
+	set->cap = cap;
+	return 0;
+}
+
 int util_ranges_add(struct util_ranges *set, uint64_t start, uint64_t end)
 {
 	if (start >= end)
@@ -56,14 +72,8 @@ int util_ranges_add(struct util_ranges *set, uint64_t start, uint64_t end)
 		absorbed += set->v[j].end - set->v[j].start;
 		j++;
 	}
-	if (j == i && set->n == set->cap) {
-		size_t cap = set->cap ? set->cap * 2 : 8;
-		struct util_range *v = realloc(set->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		set->v = v;
-		set->cap = cap;
-	}
+	if (j == i && make_room(set) != 0)
+		return -ENOMEM;
 	if (j == i) {
 		memmove(&set->v[i + 1], &set->v[i], (set->n - i) * sizeof(*set->v));
 		set->n++;
@@ -74,6 +84,47 @@ int util_ranges_add(struct util_ranges *set, uint64_t start, uint64_t end)
 	set->v[i].start = merged_start;
 	set->v[i].end = merged_end;
 	set->total = set->total - absorbed + (merged_end - merged_start);
+	return 0;
+}
+
+int util_ranges_remove(struct util_ranges *set, uint64_t start, uint64_t end)
+{
+	size_t i;
+
+	if (start >= end)
+		return 0;
+	i = first_touching(set, start);
+	if (i < set->n && set->v[i].start < start && set->v[i].end > end) {
+		/* Inside one range: it splits in two. */
+		if (make_room(set) != 0)
+			return -ENOMEM;
+		memmove(&set->v[i + 1], &set->v[i], (set->n - i) * sizeof(*set->v));
+		set->n++;
+		set->v[i].end = start;
+		set->v[i + 1].start = end;
+		set->total -= end - start;
+		return 0;
+	}
+	while (i < set->n && set->v[i].start < end) {
+		struct util_range *r = &set->v[i];
+		uint64_t lo = r->start > start ? r->start : start;
+		uint64_t hi = r->end < end ? r->end : end;
+		if (lo >= hi) { /* ends exactly at start */
+			i++;
+			continue;
+		}
+		set->total -= hi - lo;
+		if (r->start < start) {
+			r->end = start;
+			i++;
+		} else if (r->end > end) {
+			r->start = end;
+			i++;
+		} else {
+			memmove(r, r + 1, (set->n - i - 1) * sizeof(*set->v));
+			set->n--;
+		}
+	}
 	return 0;
 }
 

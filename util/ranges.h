@@ -31,6 +31,10 @@ void util_ranges_clear(struct util_ranges *set);
  */
 int util_ranges_add(struct util_ranges *set, uint64_t start, uint64_t end);
 
+/* Removes [start, end) (bytes to be written again). Returns 0 or -ENOMEM (a range split in
+ * two needs room; the set is then unchanged). */
+int util_ranges_remove(struct util_ranges *set, uint64_t start, uint64_t end);
+
 /* True when every byte of [start, end) is in the set; an empty range is always covered. */
 bool util_ranges_covers(const struct util_ranges *set, uint64_t start, uint64_t end);
 

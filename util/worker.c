@@ -1,15 +1,17 @@
-/* A thread with a FIFO of jobs (see worker.h). */
+/* Threads sharing a FIFO of jobs (see worker.h). */
 #include "util/worker.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "util/thread.h"
 
 struct util_worker {
-	pthread_t thread;
+	pthread_t *threads;
+	unsigned n_threads;
 	void (*run)(void *ctx, struct util_worker_job *job);
 	void *ctx;
 	pthread_mutex_t lock;
@@ -44,28 +46,44 @@ static void *util_worker_main(void *arg)
 	return NULL;
 }
 
-int util_worker_start(const char *name, void (*run)(void *ctx, struct util_worker_job *job),
-                      void *ctx, struct util_worker **out)
+int util_worker_start_pool(const char *name, unsigned n,
+                           void (*run)(void *ctx, struct util_worker_job *job), void *ctx,
+                           struct util_worker **out)
 {
-	struct util_worker *w = calloc(1, sizeof(*w));
-	int rc;
+	struct util_worker *w;
+	char thread_name[32];
+	int rc = 0;
 
 	*out = NULL;
-	if (!w)
+	if (n == 0 || n > UTIL_WORKER_MAX_THREADS)
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (!w || !(w->threads = calloc(n, sizeof(*w->threads)))) {
+		free(w);
 		return -ENOMEM;
+	}
 	w->run = run;
 	w->ctx = ctx;
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_cond_init(&w->ready, NULL);
-	rc = util_thread_start(&w->thread, name, util_worker_main, w);
+	for (; w->n_threads < n && rc == 0; w->n_threads += rc == 0) {
+		if (n > 1)
+			snprintf(thread_name, sizeof(thread_name), "%s%u", name, w->n_threads);
+		rc = util_thread_start(&w->threads[w->n_threads], n > 1 ? thread_name : name,
+		                       util_worker_main, w);
+	}
 	if (rc) {
-		pthread_cond_destroy(&w->ready);
-		pthread_mutex_destroy(&w->lock);
-		free(w);
+		util_worker_stop(w); /* the threads started so far */
 		return rc;
 	}
 	*out = w;
 	return 0;
+}
+
+int util_worker_start(const char *name, void (*run)(void *ctx, struct util_worker_job *job),
+                      void *ctx, struct util_worker **out)
+{
+	return util_worker_start_pool(name, 1, run, ctx, out);
 }
 
 bool util_worker_queue(struct util_worker *w, struct util_worker_job *job)
@@ -93,9 +111,11 @@ void util_worker_stop(struct util_worker *w)
 		return;
 	pthread_mutex_lock(&w->lock);
 	w->stopping = true;
-	pthread_cond_signal(&w->ready);
+	pthread_cond_broadcast(&w->ready);
 	pthread_mutex_unlock(&w->lock);
-	pthread_join(w->thread, NULL);
+	for (unsigned i = 0; i < w->n_threads; i++)
+		pthread_join(w->threads[i], NULL);
+	free(w->threads);
 	pthread_cond_destroy(&w->ready);
 	pthread_mutex_destroy(&w->lock);
 	free(w);

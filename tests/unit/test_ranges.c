@@ -349,35 +349,77 @@ static void check_against_model(const struct util_ranges *set, const bool *bits,
 	}
 }
 
-static void test_random_against_bitmap(void **state)
+/*
+ * Random steps against the bitmap model: adds only, short ranges early on (many holes)
+ * and longer ones later (filling and merging them); with `removals`, a third of the steps
+ * remove instead.
+ */
+static void random_rounds(uint64_t seed, bool removals)
 {
 	struct util_ranges set;
 	static bool bits[MODEL_BITS];
-	uint64_t seed = 0x5eed5eed12345678ULL;
 
-	(void)state;
 	for (int round = 0; round < 20; round++) {
 		util_ranges_init(&set);
 		memset(bits, 0, sizeof(bits));
-		/* Short ranges early on leave many holes; later ones fill and merge them. */
 		for (int step = 0; step < 150; step++) {
 			uint64_t start = rng_next(&seed) % MODEL_BITS;
-			uint64_t maxlen = step < 75 ? 8 : 64;
+			uint64_t maxlen = step < 75 && !removals ? 8 : 64;
 			uint64_t len = rng_next(&seed) % (maxlen + 1);
 			uint64_t end = start + len > MODEL_BITS ? MODEL_BITS : start + len;
+			bool add = !removals || rng_next(&seed) % 3 != 0;
 
-			assert_int_equal(util_ranges_add(&set, start, end), 0);
+			if (add)
+				assert_int_equal(util_ranges_add(&set, start, end), 0);
+			else
+				assert_int_equal(util_ranges_remove(&set, start, end), 0);
 			for (uint64_t i = start; i < end; i++)
-				bits[i] = true;
+				bits[i] = add;
 			check_against_model(&set, bits, &seed);
 		}
 		util_ranges_free(&set);
 	}
 }
 
+static void test_random_against_bitmap(void **state)
+{
+	(void)state;
+	random_rounds(0x5eed5eed12345678ULL, false);
+}
+
+static void test_remove(void **state)
+{
+	struct util_ranges set;
+	const uint64_t split[] = {10, 15, 20, 30}, trimmed[] = {12, 15, 20, 25}, gone[] = {20, 25};
+
+	(void)state;
+	util_ranges_init(&set);
+	assert_int_equal(util_ranges_remove(&set, 0, 10), 0); /* nothing there */
+	assert_int_equal(util_ranges_add(&set, 10, 30), 0);
+	assert_int_equal(util_ranges_remove(&set, 15, 15), 0); /* empty */
+	assert_int_equal(util_ranges_remove(&set, 15, 20), 0); /* inside: splits */
+	assert_ranges(&set, split, 2);
+	assert_int_equal(util_ranges_remove(&set, 5, 12), 0);  /* the front of one */
+	assert_int_equal(util_ranges_remove(&set, 25, 40), 0); /* the end of another */
+	assert_ranges(&set, trimmed, 2);
+	assert_int_equal(util_ranges_remove(&set, 12, 20), 0); /* exactly one, up to the next */
+	assert_ranges(&set, gone, 1);
+	assert_int_equal(util_ranges_remove(&set, 0, 100), 0);
+	assert_ranges(&set, NULL, 0);
+	util_ranges_free(&set);
+}
+
+static void test_remove_against_bitmap(void **state)
+{
+	(void)state;
+	random_rounds(0x0dd5eed5eed0dd00ULL, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_remove),
+	    cmocka_unit_test(test_remove_against_bitmap),
 	    cmocka_unit_test(test_empty_set),
 	    cmocka_unit_test(test_add_empty_is_noop),
 	    cmocka_unit_test(test_add_disjoint_sorted),

@@ -4,6 +4,7 @@
  * instruction, and its starter's own mask is left as it was. Each thread records what it
  * sees; the main thread asserts after joining it.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -133,9 +134,47 @@ static void test_a_worker_runs_jobs_on_its_named_blocked_thread(void **state)
 	assert_blocks_termination(&job.seen);
 }
 
+/* Three jobs that can only finish together: the pool runs them on three threads at once. */
+static pthread_barrier_t together;
+
+static void together_run(void *ctx, struct util_worker_job *job)
+{
+	(void)ctx;
+	pthread_barrier_wait(&together);
+	look(&((struct look_job *)job)->seen);
+}
+
+static void test_a_pool_runs_jobs_at_once_on_numbered_threads(void **state)
+{
+	struct look_job jobs[3];
+	struct util_worker *w;
+	bool names[3] = {false, false, false};
+
+	memset(jobs, 0, sizeof(jobs));
+
+	(void)state;
+	assert_int_equal(util_worker_start_pool("spoolfs-ptest", 0, together_run, NULL, &w),
+	                 -EINVAL);
+	pthread_barrier_init(&together, NULL, 3);
+	assert_int_equal(util_worker_start_pool("spoolfs-ptest", 3, together_run, NULL, &w), 0);
+	for (int i = 0; i < 3; i++)
+		assert_true(util_worker_queue(w, &jobs[i].link));
+	util_worker_stop(w); /* runs them before it joins: they meet at the barrier */
+	pthread_barrier_destroy(&together);
+	for (int i = 0; i < 3; i++) {
+		unsigned n = 9;
+		assert_true(jobs[i].seen.read_comm);
+		assert_int_equal(sscanf(jobs[i].seen.comm, "spoolfs-ptest%u", &n), 1);
+		assert_true(n < 3 && !names[n]);
+		names[n] = true;
+		assert_blocks_termination(&jobs[i].seen);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_a_pool_runs_jobs_at_once_on_numbered_threads),
 	    cmocka_unit_test(test_named_and_blocked_from_the_start),
 	    cmocka_unit_test(test_a_long_name_is_cut),
 	    cmocka_unit_test(test_the_callers_mask_is_kept),
