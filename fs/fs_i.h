@@ -214,6 +214,9 @@ struct fs_session {
 	 * transfer thread) goes back to receiving at once. Set before the FUSE loop starts and
 	 * cleared after the engine stopped: no thread can be queueing to it then. */
 	struct util_worker *replier;
+	/* Opens that waited for a hash list (hash_list.c) finish here, so the thread that
+	 * verified it goes back to its work at once. Set and cleared like the replier. */
+	struct util_worker *opener;
 	struct fs_counters counters;
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
@@ -325,6 +328,34 @@ void fs_handles_free_all(struct fs_session *s);
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len);
 
 /* Reads that are not local yet: parks them on the flight (see reply.c). Replies always. */
+/*
+ * Opening an object's flight (ops.c). fs_join_object joins or starts the flight spec names
+ * (its mirrors added here; they last the call only), kicking the engine for a new one.
+ * fs_open_flight does it for file ino: FS_OPEN_HASH_LIST when the object has chunk hashes,
+ * no flight of it runs and digests is NULL: fs_open_after_hash_list fetches its hash list
+ * and calls it again with them. fs_open_finish holds the flight's spool for h and replies
+ * to the open (takes h and the reference f).
+ */
+#define FS_OPEN_HASH_LIST 1
+int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
+                   bool *created);
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
+                   bool *is_member, struct fs_member *member, const unsigned char *digests);
+void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
+                    struct fs_handle *h, struct flight *f, bool created,
+                    const unsigned char *digests);
+/*
+ * hash_list.c: the first open of an object with chunk hashes fetches its hash list (a flight
+ * of its own, keyed by its sha256 and verified whole, which every opener joins), then joins
+ * the object's flight with its digests and replies; a hash list that cannot be fetched or
+ * does not match fails the open with EIO. Replies always, maybe later, from the opener
+ * thread. Takes h.
+ */
+void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                             const struct fuse_file_info *fi, struct fs_handle *h);
+int fs_opener_start(struct fs_session *s);
+void fs_opener_stop(struct fs_session *s);
+
 /* Starts and stops the replier thread; stopping answers what is queued first. 0 or -errno. */
 int fs_replier_start(struct fs_session *s);
 void fs_replier_stop(struct fs_session *s);

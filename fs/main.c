@@ -371,8 +371,9 @@ static void close_mirror_dirs(struct fs_session *s)
 	s->mirror_dir_fds = NULL;
 }
 
-/* The engine records a finished object in the index at once, not at its next wake-up. */
-static void on_flight_complete(void *ctx, struct flight *f)
+/* The engine records a finished object in the index at once, and fetches a chunk that failed
+ * its hash again at once, not at its next wake-up. */
+static void kick_engine(void *ctx, struct flight *f)
 {
 	struct fs_session *s = ctx;
 
@@ -388,7 +389,9 @@ static int start_fetching(struct fs_session *s)
 	if (rc)
 		return rc;
 	flight_table_on_failed(s->flights, fs_on_flight_failed, s);
-	flight_table_on_complete(s->flights, on_flight_complete, s);
+	flight_table_on_complete(s->flights, kick_engine, s);
+	/* A chunk that failed its hash is fetched again now, not at the engine's next turn. */
+	flight_table_on_refetch(s->flights, kick_engine, s);
 	/* Else a session that reads more objects than its fd limit fails the rest. */
 	flight_table_close_idle_spools(s->flights, s->opts.cache_dir != NULL);
 	engine_config_defaults(&cfg);
@@ -476,6 +479,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		util_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
+		rc = fs_opener_start(s);
+	if (rc == 0)
 		rc = fs_inval_start(s);
 	if (rc == 0)
 		rc = fs_page_drop_start(s);
@@ -524,6 +529,7 @@ out_engine:
 	/* Answers every parked reader before the session goes away. */
 	engine_stop(s->engine);
 	flight_table_stop_hasher(s->flights);
+	fs_opener_stop(s); /* after the threads that answer hash lists' waiters */
 	fs_replier_stop(s);
 	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
 	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */

@@ -518,17 +518,46 @@ static int member_spec(struct fs_session *s, const struct index_node *n, struct 
 	return 0;
 }
 
-/*
- * Joins (or starts) the object's flight: a pack member's is its pack's, and *member (when
- * *is_member) says where in it. 0 or -errno; *out holds a reference.
- */
-static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
-                       bool *is_member, struct fs_member *member)
+int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
+                   bool *created)
 {
-	struct index_node n;
-	struct flight_spec spec;
 	struct mirror_set mirrors = {0};
 	const char *paths[FS_MAX_MIRRORS];
+	int rc;
+
+	rc = mirror_urls(s, spec->url, &mirrors);
+	if (rc)
+		goto out;
+	for (unsigned i = 0; mirrors.urls && i < s->opts.n_mirrors; i++)
+		paths[i] = s->mirror_dir_fds[i] >= 0 ? mirrors.path : NULL;
+	spec->mirror_urls = (const char *const *)mirrors.urls;
+	spec->n_mirror_urls = mirrors.urls ? s->opts.n_mirrors : 0;
+	spec->mirror_dir_fds = s->mirror_dir_fds;
+	spec->mirror_paths = paths;
+	rc = flight_table_join(s->flights, spec, out, created);
+	spec->mirror_urls = NULL; /* mirrors' and paths' lives end here */
+	spec->mirror_paths = NULL;
+	if (rc)
+		goto out;
+	if (*created && mirrors.refused)
+		log_mirrors_refused(s, spec->name, &mirrors);
+	/* A new flight starts downloading now, before the first read asks. */
+	if (*created)
+		engine_kick(s->engine, *out);
+	/* Chunks that failed for good get one more try at each open, as failed objects do. */
+	else if (flight_retry_bad_chunks(*out))
+		engine_kick(s->engine, *out);
+out:
+	mirror_set_free(s, &mirrors);
+	return rc;
+}
+
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
+                   bool *is_member, struct fs_member *member, const unsigned char *digests)
+{
+	struct index_node n;
+	struct index_chunks_ref chunks = {0};
+	struct flight_spec spec;
 	char *url = NULL, *key = NULL, path[1024], etag[256] = "";
 	char sha256[INDEX_SHA256_HEX + 1];
 	uint64_t size;
@@ -549,6 +578,8 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 		rc = index_get_url(s->idx, ino, &url);
 		if (rc == 0)
 			rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
+		if (rc == 0 && (rc = index_get_chunks(s->idx, ino, &chunks)) == -ENODATA)
+			rc = 0;
 	}
 	if (rc)
 		goto out;
@@ -558,33 +589,22 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	fs_node_path(s, &n, path, sizeof(path));
 	if (*is_member) /* the pack's log lines name the member that opened it */
 		snprintf(path + strnlen(path, sizeof(path) - 32), 32, " (pack %.12s)", sha256);
-	rc = mirror_urls(s, url, &mirrors);
-	if (rc)
-		goto out;
-	for (unsigned i = 0; mirrors.urls && i < s->opts.n_mirrors; i++)
-		paths[i] = s->mirror_dir_fds[i] >= 0 ? mirrors.path : NULL;
 	spec = (struct flight_spec){.key = key,
-	                            .mirror_urls = (const char *const *)mirrors.urls,
-	                            .n_mirror_urls = mirrors.urls ? s->opts.n_mirrors : 0,
-	                            .mirror_dir_fds = s->mirror_dir_fds,
-	                            .mirror_paths = paths,
 	                            .url = url,
 	                            .etag = etag,
 	                            .sha256 = sha256,
 	                            .name = path,
 	                            .size = size,
 	                            .ino = ino,
-	                            .readers_verify = *is_member};
-	rc = flight_table_join(s->flights, &spec, out, created);
-	if (rc)
-		goto out;
-	if (*created && mirrors.refused)
-		log_mirrors_refused(s, path, &mirrors);
-	/* A new flight starts downloading now, before the first read asks. */
-	if (*created)
-		engine_kick(s->engine, *out);
+	                            .readers_verify = *is_member,
+	                            .chunk_size = chunks.chunk_size,
+	                            .chunk_digests = digests};
+	rc = fs_join_object(s, &spec, out, created);
+	/* Nothing to join, and no digests: its hash list comes first (hash_list.c). */
+	if (rc == -ENOENT && chunks.chunk_size && !digests)
+		rc = FS_OPEN_HASH_LIST;
 out:
-	mirror_set_free(s, &mirrors);
+	free(chunks.url);
 	free(key);
 	free(url);
 	return rc;
@@ -598,7 +618,8 @@ out:
  * unreferenced and NULL; returns 0 or -errno.
  */
 static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct flight **f,
-                                    bool *created, bool *is_member, struct fs_member *member)
+                                    bool *created, bool *is_member, struct fs_member *member,
+                                    const unsigned char *digests)
 {
 	int rc = flight_hold_spool(*f);
 
@@ -615,7 +636,9 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		}
 		flight_unref(*f);
 		*f = NULL;
-		rc = open_flight(s, ino, f, created, is_member, member);
+		rc = fs_open_flight(s, ino, f, created, is_member, member, digests);
+		if (rc == FS_OPEN_HASH_LIST)
+			rc = -EIO; /* a chunked object without the digests it was opened with */
 		if (rc == 0)
 			rc = flight_hold_spool(*f);
 	}
@@ -635,9 +658,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fs_session *s = session_of(req);
 	struct fs_handle *h = NULL;
 	struct flight *f = NULL;
-	enum flight_state state;
 	bool created = false;
-	int backing_id, rc;
+	int rc;
 
 	fs_tune_readahead_once(s);
 
@@ -661,9 +683,28 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fs_handle_free(s, h);
 		return;
 	}
-	rc = open_flight(s, ino, &f, &created, &h->is_member, &h->member);
-	if (rc == 0)
-		rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member);
+	rc = fs_open_flight(s, ino, &f, &created, &h->is_member, &h->member, NULL);
+	if (rc == FS_OPEN_HASH_LIST) {
+		fs_open_after_hash_list(req, s, ino, fi, h); /* replies, now or later */
+		return;
+	}
+	if (rc)
+		goto fail;
+	fs_open_finish(req, s, ino, fi, h, f, created, NULL);
+	return;
+fail:
+	free(h);
+	fuse_reply_err(req, -rc);
+}
+
+void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
+                    struct fs_handle *h, struct flight *f, bool created,
+                    const unsigned char *digests)
+{
+	enum flight_state state;
+	int backing_id, rc;
+
+	rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member, digests);
 	if (rc)
 		goto fail;
 	h->flight = f;

@@ -206,6 +206,22 @@ bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, 
 	return true;
 }
 
+void engine_avoid_bad_source(struct engine *e, struct flight *f)
+{
+	unsigned bad;
+
+	pthread_mutex_lock(&f->lock);
+	bad = f->chunk_bad_url;
+	f->chunk_bad_url = 0;
+	pthread_mutex_unlock(&f->lock);
+	/* Only when it is still the one asked: another stream may have moved on already. */
+	if (!bad || f->url_idx != bad - 1 || !may_switch_mirror(f))
+		return;
+	next_mirror(f);
+	if (f->url_idx != bad - 1)
+		atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+}
+
 /* The <Code> of a refused request's S3 error body into code ("" when there is none). */
 static void refusal_code(const struct stream *s, char *code, size_t len)
 {
@@ -333,8 +349,10 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	 * bytes would otherwise be asked again for ever. Progress of the object, not only of
 	 * this request: several slow ones may each bring little. */
 	uint64_t now_written = flight_written(f);
+	/* (A chunk that failed its hash leaves `written`: less than before is no progress.) */
 	if (progress >= RESUME_PROGRESS_BYTES ||
-	    now_written - f->written_at_failure >= RESUME_PROGRESS_BYTES)
+	    (now_written > f->written_at_failure &&
+	     now_written - f->written_at_failure >= RESUME_PROGRESS_BYTES))
 		f->failures = 0;
 	f->written_at_failure = now_written;
 	f->failures++;

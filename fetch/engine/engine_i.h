@@ -131,6 +131,10 @@ void engine_fail_flight(struct engine *e, struct flight *f, int err, const char 
  * when none is left to try (or f may not switch): the caller fails f. */
 bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, const char *why);
 
+/* A chunk of f failed its hash (chunks.c): the next requests go to another of its URLs,
+ * when there is one the transfer thread may switch to. */
+void engine_avoid_bad_source(struct engine *e, struct flight *f);
+
 /* How long a flight refused for expired credentials waits for fresh ones before it sends
  * again anyway (and, refused again, counts a failure). */
 #define AUTH_WAIT_MS 30000

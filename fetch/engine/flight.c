@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,11 +77,14 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	atomic_init(&f->whole, spec->size < FLIGHT_SPARSE_MIN_BYTES);
 	util_ranges_init(&f->written);
 	util_ranges_init(&f->published);
+	util_ranges_init(&f->chunks_bad);
 	f->hash = EVP_MD_CTX_new();
-	if (!f->hash || EVP_DigestInit_ex(f->hash, EVP_sha256(), NULL) != 1)
+	if (!f->hash || EVP_DigestInit_ex(f->hash, EVP_sha256(), NULL) != 1 ||
+	    flight_chunks_init(f, spec) != 0)
 		goto fail;
 	return f;
 fail:
+	flight_chunks_free(f);
 	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
 		free(f->url_paths[i]);
@@ -144,6 +148,7 @@ void flight_unref(struct flight *f)
 		close(f->spool_fd);
 	util_ranges_free(&f->written);
 	util_ranges_free(&f->published);
+	flight_chunks_free(f);
 	EVP_MD_CTX_free(f->hash);
 	for (unsigned i = 1; i < f->n_urls; i++) {
 		free(f->urls[i]);
@@ -277,6 +282,11 @@ void flight_release_spool_recorded(struct flight *f)
 	leave_spool(f, true, false);
 }
 
+void flight_spool_user_left(struct flight *f)
+{
+	leave_spool(f, true, false);
+}
+
 void flight_engine_done(struct flight *f)
 {
 	leave_spool(f, false, true);
@@ -299,7 +309,9 @@ static int ready_locked(struct flight *f, uint64_t off, uint64_t len)
 		return f->error;
 	if (off > f->size || len > f->size - off)
 		return -EINVAL;
-	return util_ranges_covers(&f->published, off, off + len) ? 1 : 0;
+	if (util_ranges_covers(&f->published, off, off + len))
+		return 1;
+	return flight_chunks_bad_locked(f, off, len) ? -EIO : 0;
 }
 
 int flight_ready(struct flight *f, uint64_t off, uint64_t len)
@@ -416,9 +428,12 @@ unsigned flight_wanted(struct flight *f, struct flight_want *out, unsigned max, 
 	pthread_mutex_lock(&f->lock);
 	*whole = atomic_load(&f->whole);
 	for (struct flight_waiter *w = f->waiters; w && n < max; w = w->next) {
-		uint64_t first = util_ranges_run_end(&f->written, w->off);
-		if (first < w->off + w->len)
-			out[n++] = (struct flight_want){.off = first, .end = w->off + w->len};
+		/* A chunk is readable only whole: its bytes outside the range are wanted too. */
+		uint64_t start = w->off, end = w->off + w->len, first;
+		flight_chunks_round(f, &start, &end);
+		first = util_ranges_run_end(&f->written, start);
+		if (first < end)
+			out[n++] = (struct flight_want){.off = first, .end = end};
 	}
 	pthread_mutex_unlock(&f->lock);
 	return n;
@@ -445,6 +460,27 @@ static struct flight_waiter *collect_locked(struct flight *f)
 	return ready;
 }
 
+struct flight_waiter *flight_collect_locked(struct flight *f)
+{
+	return collect_locked(f);
+}
+
+struct flight_waiter *flight_collect_bad_locked(struct flight *f)
+{
+	struct flight_waiter *broken = NULL, *w = f->waiters;
+
+	while (w) {
+		struct flight_waiter *next = w->next;
+		if (flight_chunks_bad_locked(f, w->off, w->len)) {
+			unlink_waiter(f, w);
+			w->next = broken;
+			broken = w;
+		}
+		w = next;
+	}
+	return broken;
+}
+
 static void answer(struct flight_waiter *ready, int err)
 {
 	while (ready) {
@@ -456,6 +492,16 @@ static void answer(struct flight_waiter *ready, int err)
 }
 
 static void complete_flight(struct flight *f);
+
+void flight_answer(struct flight_waiter *ready, int err)
+{
+	answer(ready, err);
+}
+
+void flight_complete(struct flight *f)
+{
+	complete_flight(f);
+}
 
 bool flight_spool_still_named(struct flight *f)
 {
@@ -642,7 +688,8 @@ fail:
  */
 static bool withhold_locked(struct flight *f, bool verify)
 {
-	if (!verify || f->readers_verify || f->written.total + FLIGHT_HOLD_BYTES <= f->size)
+	if (!verify || f->readers_verify || f->chunk_size ||
+	    f->written.total + FLIGHT_HOLD_BYTES <= f->size)
 		return false;
 	atomic_store(&f->whole, true);
 	return true;
@@ -650,7 +697,9 @@ static bool withhold_locked(struct flight *f, bool verify)
 
 int flight_adopt(struct flight *f, const struct util_ranges *ranges, bool complete)
 {
-	bool verify = f->sha256[0] != '\0', borrowed, all_written, grew;
+	/* Chunks are checked one by one (below); the whole hash is for objects without. */
+	bool chunked = f->chunk_size != 0, check_chunks = chunked && !complete;
+	bool verify = f->sha256[0] != '\0' && !chunked, borrowed, all_written, grew;
 	struct flight_waiter *ready;
 	uint64_t before;
 	int rc = 0;
@@ -670,13 +719,18 @@ int flight_adopt(struct flight *f, const struct util_ranges *ranges, bool comple
 		rc = ranges->v[i].end <= f->size
 		         ? util_ranges_add(&f->written, ranges->v[i].start, ranges->v[i].end)
 		         : -ESTALE;
+	/* Restored or another mount's bytes are checked here like received ones: a chunk is
+	 * published once it matches, never on the word of a record. */
+	for (size_t i = 0; i < ranges->n && rc == 0 && check_chunks; i++)
+		flight_chunks_written_locked(f, ranges->v[i].start, ranges->v[i].end, UINT_MAX);
 	/* Restored bytes follow the same rule as received ones: the last ones wait for the hash. */
 	bool hold = !complete && withhold_locked(f, verify || borrowed);
 	/* All there with nothing to check: complete_flight (below) publishes it all along with
 	 * the state, so no reader sees every byte readable while the flight is still active. */
 	all_written = f->written.total == f->size;
-	bool completes_below = !complete && !verify && !borrowed && all_written;
-	for (size_t i = 0; i < ranges->n && rc == 0 && !hold && !completes_below; i++)
+	bool completes_below = !complete && !verify && !borrowed && all_written && !chunked;
+	for (size_t i = 0; i < ranges->n && rc == 0 && !hold && !completes_below && !check_chunks;
+	     i++)
 		rc = util_ranges_add(&f->published, ranges->v[i].start, ranges->v[i].end);
 	if (rc == 0 && complete)
 		f->state = FLIGHT_COMPLETE;
@@ -684,6 +738,8 @@ int flight_adopt(struct flight *f, const struct util_ranges *ranges, bool comple
 	ready = rc ? NULL : collect_locked(f);
 	pthread_mutex_unlock(&f->lock);
 	answer(ready, 0);
+	for (size_t i = 0; i < ranges->n && rc == 0 && check_chunks; i++)
+		rc = flight_chunks_dispatch(f, ranges->v[i].start, ranges->v[i].end);
 	if (rc == 0 && completes_below) {
 		/* All there, but the crash came before the completion was recorded. */
 		complete_flight(f);
@@ -813,7 +869,14 @@ static void complete_flight(struct flight *f)
 
 int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 {
-	bool verify = f->sha256[0] != '\0';
+	return flight_deliver_from(f, 0, off, data, len);
+}
+
+int flight_deliver_from(struct flight *f, unsigned url_idx, uint64_t off, const void *data,
+                        size_t len)
+{
+	bool chunked = f->chunk_size != 0;
+	bool verify = f->sha256[0] != '\0' && !chunked;
 	struct flight_waiter *ready;
 	uint64_t prefix, prefix_before, written_total;
 	int rc;
@@ -840,7 +903,10 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 	 * FLIGHT_HOLD_BYTES or more to arrive) stay unpublished until it matches: no reader
 	 * can read the whole object unverified.
 	 */
-	if (rc == 0 && !withhold_locked(f, verify))
+	if (rc == 0 && chunked)
+		flight_chunks_written_locked(f, off, off + len,
+		                             url_idx); /* published once checked */
+	else if (rc == 0 && !withhold_locked(f, verify))
 		rc = util_ranges_add(&f->published, off, off + len);
 	prefix = util_ranges_run_end(&f->written, 0);
 	ready = rc ? NULL : collect_locked(f);
@@ -848,6 +914,8 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 	answer(ready, 0);
 	if (rc)
 		return rc;
+	if (chunked)
+		return flight_chunks_dispatch(f, off, off + len);
 
 	if (verify) {
 		/* Hashing reads the spool back: off this thread when a hasher runs. Woken once

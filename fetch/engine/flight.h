@@ -91,7 +91,19 @@ struct flight_spec {
 	 * for the whole hash (which is still checked at the end: a mismatch fails the flight).
 	 */
 	bool readers_verify;
+	/*
+	 * Chunk hashes: chunk_size (a power of two) and the sha256 of each chunk in order,
+	 * 32 bytes each, flight_chunk_count() of them (the hash list, copied). 0 and NULL:
+	 * none. Each chunk is published once its bytes match; the whole sha256 then only names
+	 * the object and is not checked.
+	 */
+	uint64_t chunk_size;
+	const unsigned char *chunk_digests;
 };
+
+/* Chunks of chunk_size an object of size bytes has (its hash list has 32 bytes each). */
+uint64_t flight_chunk_count(uint64_t size, uint64_t chunk_size);
+#define FLIGHT_DIGEST_BYTES 32
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
 struct flight_table;
@@ -159,16 +171,19 @@ void flight_release_spool_recorded(struct flight *f);
 void flight_engine_done(struct flight *f);
 
 /*
- * Starts the hasher thread: from then on flight_deliver leaves hashing and verification to
- * it, so the transfer thread only receives and writes. Without it (unit tests) hashing
- * runs inline in flight_deliver. Start after any fork; 0 or -errno.
+ * Starts the hasher thread and the chunk pool (one thread per online CPU, for chunk hashes):
+ * from then on flight_deliver leaves hashing and verification to them, so the transfer
+ * thread only receives and writes. Without them (unit tests) hashing runs inline in
+ * flight_deliver. Start after any fork; 0 or -errno.
  */
 int flight_table_start_hasher(struct flight_table *table);
 void flight_table_stop_hasher(struct flight_table *table);
 
 /*
  * Finds the flight for spec->key, or creates it. Either way *out holds a new reference.
- * *created tells the caller to hand the flight to the engine. Returns 0 or -ENOMEM.
+ * *created tells the caller to hand the flight to the engine. Returns 0 or -ENOMEM. With
+ * spec->chunk_size but no chunk_digests it only joins: -ENOENT when there is no flight
+ * (the caller fetches the hash list, then joins with its digests).
  */
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
                       struct flight **out, bool *created);
@@ -202,6 +217,17 @@ bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end);
 
 /* True when f's spool name in the spool directory is still the file f has open. */
 bool flight_spool_still_named(struct flight *f);
+
+/*
+ * Calls fn for f, with no lock held, when its readers need bytes again that were written
+ * already (a chunk that failed its hash is fetched again): the daemon kicks the engine.
+ * Set before the first join.
+ */
+void flight_table_on_refetch(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                             void *ctx);
+
+/* The flight of key in the table (not failed), with a new reference in *out; 0 or -ENOENT. */
+int flight_table_find(struct flight_table *table, const char *key, struct flight **out);
 
 /* Number of flights in the table and how many are complete, for stats. */
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete);
@@ -243,6 +269,14 @@ uint64_t flight_id(const struct flight *f);
 /* The key's previous flight failed (or its spool was another's): cached pages may be
  * wrong, and the object is not read passthrough. */
 bool flight_after_failure(const struct flight *f);
+/* Whether f is verified chunk by chunk (flight_spec.chunk_size). */
+bool flight_has_chunks(const struct flight *f);
+/*
+ * Chunks of f that failed their hash twice (their readers got -EIO) are fetched again, once
+ * more: a new open's chance, as a failed flight's next open gets a new flight. True when
+ * there were some: the caller kicks the engine.
+ */
+bool flight_retry_bad_chunks(struct flight *f);
 /* Downloading to the end (only ever turns true), else only the ranges readers miss. */
 bool flight_is_whole(struct flight *f);
 
@@ -351,6 +385,10 @@ void flight_claim_spool(struct flight *f);
  * Returns 0, or -errno: the caller then fails the flight with it.
  */
 int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len);
+/* The same, naming which of f's URLs (0: its own, then its mirrors) sent the bytes: a chunk
+ * that fails its hash names it in the log and is fetched from another one. */
+int flight_deliver_from(struct flight *f, unsigned url_idx, uint64_t off, const void *data,
+                        size_t len);
 
 /* Transfer thread only, for size 0 objects: verifies the empty hash and completes. */
 int flight_complete_empty(struct flight *f);

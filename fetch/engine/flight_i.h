@@ -43,6 +43,11 @@ struct flight {
 	uint64_t ino;
 	uint64_t id;
 	bool readers_verify; /* flight_spec's: nothing is withheld for the whole hash */
+	/* Chunk hashes (flight_spec's, copied): n_chunks of chunk_size bytes, the last one
+	 * shorter; 0 chunk_size: none. */
+	uint64_t chunk_size;
+	uint64_t n_chunks;
+	unsigned char *chunk_digests; /* FLIGHT_DIGEST_BYTES per chunk */
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
@@ -81,6 +86,16 @@ struct flight {
 	bool seq_seen;     /* a read was noted: seq_next means something */
 	uint64_t seq_next; /* where a read continuing the last one starts */
 	uint64_t seq_run;  /* bytes read in a row up to seq_next */
+	/* Chunk verification (chunks.c): per chunk its state (enum chunk_state, with
+	 * CHUNK_RETRIED once it was fetched again) and which of urls sent its last bytes;
+	 * how many are verified; the byte ranges of the chunks that failed for good (their
+	 * readers get -EIO); and a URL (index + 1, 0 = none) that sent a bad chunk, for the
+	 * transfer thread to move away from. */
+	uint8_t *chunk_state;
+	uint8_t *chunk_src;
+	uint64_t chunks_verified;
+	struct util_ranges chunks_bad;
+	unsigned chunk_bad_url;
 
 	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
 	EVP_MD_CTX *hash;                 /* running sha256 of the contiguous prefix */
@@ -140,7 +155,7 @@ struct flight {
  */
 static inline bool flight_hash_names_version(const struct flight *f)
 {
-	return f->sha256[0] != '\0';
+	return f->sha256[0] != '\0' || f->chunk_size != 0;
 }
 
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
@@ -163,9 +178,13 @@ struct flight_table {
 	atomic_uint n_tainted;
 	struct version_pins *pins; /* the versions failed flights had pinned */
 	/* Set before the first flight exists, read-only afterwards. */
-	bool close_idle_spools;       /* see flight_table_close_idle_spools */
-	bool spools_shared;           /* a cache directory: reopened spools are marked in use */
-	struct flight_hasher *hasher; /* NULL: hash inline in flight_deliver */
+	bool close_idle_spools;          /* see flight_table_close_idle_spools */
+	bool spools_shared;              /* a cache directory: reopened spools are marked in use */
+	struct flight_hasher *hasher;    /* NULL: hash inline in flight_deliver */
+	struct util_worker *chunk_pool;  /* chunk hashes (chunks.c); NULL: inline */
+	atomic_bool chunk_pool_stopping; /* what the pool still runs is dropped */
+	void (*on_refetch)(void *ctx, struct flight *f);
+	void *on_refetch_ctx;
 	void (*on_failed)(void *ctx, struct flight *f);
 	void *on_failed_ctx;
 	void (*on_complete)(void *ctx, struct flight *f);
@@ -196,6 +215,35 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
  * Returns 0, or -EIO on a mismatch (the caller fails the flight), or -errno.
  */
 int flight_hash_progress(struct flight *f);
+
+/* flight.c, for chunks.c: what publishing and completing share. Caller holds f->lock for
+ * flight_collect_locked (the waiters whose range is readable, or all once failed). */
+struct flight_waiter *flight_collect_locked(struct flight *f);
+/* Caller holds f->lock: the waiters whose range touches a chunk that failed for good. */
+struct flight_waiter *flight_collect_bad_locked(struct flight *f);
+void flight_answer(struct flight_waiter *ready, int err);
+void flight_complete(struct flight *f);
+/* A user of the spool (spool_users, counted under f->lock) is done with it. */
+void flight_spool_user_left(struct flight *f);
+
+/* chunks.c. Sets up f's chunk state from spec (0, or -ENOMEM); frees it. */
+int flight_chunks_init(struct flight *f, const struct flight_spec *spec);
+void flight_chunks_free(struct flight *f);
+/*
+ * Caller holds f->lock: [start, end) was written (by url_idx, or UINT_MAX: restored), so
+ * the chunks it touches that are now whole are due for their hash. Notes them.
+ */
+void flight_chunks_written_locked(struct flight *f, uint64_t start, uint64_t end, unsigned url_idx);
+/* No lock held: hashes (or queues on the pool) the due chunks among those [start, end)
+ * touches. 0 or -errno (the caller fails f). */
+int flight_chunks_dispatch(struct flight *f, uint64_t start, uint64_t end);
+/* Caller holds f->lock: whether [off, off + len) touches a chunk that failed for good. */
+bool flight_chunks_bad_locked(const struct flight *f, uint64_t off, uint64_t len);
+/* [*start, *end) rounded out to whole chunks (unchanged without chunk hashes). */
+void flight_chunks_round(const struct flight *f, uint64_t *start, uint64_t *end);
+/* Starts and stops the table's chunk pool. */
+int flight_chunk_pool_start(struct flight_table *table);
+void flight_chunk_pool_stop(struct flight_table *table);
 
 struct flight_hasher;
 

@@ -88,13 +88,27 @@ void flight_table_on_complete(struct flight_table *table, void (*fn)(void *ctx, 
 	table->on_complete_ctx = ctx;
 }
 
+void flight_table_on_refetch(struct flight_table *table, void (*fn)(void *ctx, struct flight *f),
+                             void *ctx)
+{
+	table->on_refetch = fn;
+	table->on_refetch_ctx = ctx;
+}
+
 int flight_table_start_hasher(struct flight_table *table)
 {
-	return flight_hasher_start(&table->hasher);
+	int rc = flight_hasher_start(&table->hasher);
+
+	if (rc == 0 && (rc = flight_chunk_pool_start(table)) != 0) {
+		flight_hasher_stop(table->hasher);
+		table->hasher = NULL;
+	}
+	return rc;
 }
 
 void flight_table_stop_hasher(struct flight_table *table)
 {
+	flight_chunk_pool_stop(table);
 	flight_hasher_stop(table->hasher);
 	table->hasher = NULL;
 }
@@ -239,6 +253,11 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 			goto out;
 		}
 	}
+	/* Its chunks' digests come from its hash list, which the caller fetches first. */
+	if (spec->chunk_size && !spec->chunk_digests) {
+		rc = -ENOENT;
+		goto out;
+	}
 	e = calloc(1, sizeof(*e));
 	if (!e) {
 		rc = -ENOMEM;
@@ -324,6 +343,29 @@ void flight_table_forget(struct flight *f)
 	/* A key that names no version may be another version's now: the kernel's pages of
 	 * this one must not be mixed with the next flight's bytes. */
 	take_out(f, etag, f->url, !flight_key_names_version(f->key));
+}
+
+int flight_table_find(struct flight_table *table, const char *key, struct flight **out)
+{
+	uint64_t bucket = util_hash_str(&table->key, key) % TABLE_BUCKETS;
+	int rc = -ENOENT;
+
+	*out = NULL;
+	pthread_mutex_lock(&table->lock);
+	for (struct table_entry *e = table->buckets[bucket]; e && rc; e = e->next) {
+		if (strcmp(e->flight->key, key) != 0)
+			continue;
+		pthread_mutex_lock(&e->flight->lock);
+		bool failed = e->flight->state == FLIGHT_FAILED;
+		pthread_mutex_unlock(&e->flight->lock);
+		if (failed)
+			continue; /* on its way out */
+		flight_ref(e->flight);
+		*out = e->flight;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&table->lock);
+	return rc;
 }
 
 void flight_table_counts(struct flight_table *table, unsigned *flights, unsigned *complete)

@@ -131,14 +131,25 @@ static int fill_pieces(struct engine *e, struct flight *f, struct util_ranges *c
 }
 
 /*
- * A sparse flight's stream for one missed read: its range rounded out to the demand unit,
- * within the gap that holds its first missing byte.
+ * The unit f's requests for readers start at: `unit`, or its chunk when that is larger, so
+ * that what a reader waits for is whole chunks that can be checked as they arrive. Chunk
+ * sizes and units are powers of two: the larger is a multiple of the smaller.
+ */
+static uint64_t unit_of(const struct flight *f, uint64_t unit)
+{
+	return f->chunk_size > unit ? f->chunk_size : unit;
+}
+
+/*
+ * A sparse flight's stream for one missed read: its range rounded out to the demand unit
+ * (whole chunks, with chunk hashes), within the gap that holds its first missing byte.
  */
 static int start_demand(struct engine *e, struct flight *f, const struct util_ranges *claimed,
                         const struct flight_want *want)
 {
-	uint64_t from = want->off - want->off % FLIGHT_DEMAND_BYTES, gap_start, gap_end;
-	uint64_t to = want->end + (FLIGHT_DEMAND_BYTES - 1) - (want->end - 1) % FLIGHT_DEMAND_BYTES;
+	uint64_t unit = unit_of(f, FLIGHT_DEMAND_BYTES);
+	uint64_t from = want->off - want->off % unit, gap_start, gap_end;
+	uint64_t to = want->end + (unit - 1) - (want->end - 1) % unit;
 
 	gap_end = from;
 	while (util_ranges_next_gap(claimed, gap_end, f->size, &gap_start, &gap_end) &&
@@ -304,12 +315,14 @@ void schedule_flight(struct engine *e, struct flight *f)
 		}
 	}
 	f->retry_due_ms = 0;
+	engine_avoid_bad_source(e, f);
 	uint64_t starved_since = f->starved_ms;
 	f->starved_ms = 0;
 	util_ranges_init(&claimed);
 	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
 	for (unsigned i = 0; i < n && rc == 0; i++) {
-		uint64_t off = wanted[i].off, chunk = off - off % FLIGHT_CHUNK_BYTES;
+		uint64_t unit = unit_of(f, FLIGHT_CHUNK_BYTES);
+		uint64_t off = wanted[i].off, chunk = off - off % unit;
 		struct stream *s = stream_covering(f, off);
 		anchor = anchor < chunk ? anchor : chunk;
 		if (s) {

@@ -268,7 +268,7 @@ int stream_flush_pending(struct engine *e)
 
 	if (!s)
 		return 0;
-	rc = flight_deliver(s->f, e->pending_off, e->pending_buf, e->pending_len);
+	rc = flight_deliver_from(s->f, s->url_idx, e->pending_off, e->pending_buf, e->pending_len);
 	e->pending_stream = NULL;
 	e->pending_len = 0;
 	if (rc)
@@ -302,7 +302,7 @@ static int take_body(struct stream *s, uint64_t off, const char *data, size_t le
 			return rc;
 	}
 	if (len > SPOOL_WRITE_BYTES)
-		return flight_deliver(s->f, off, data, len);
+		return flight_deliver_from(s->f, s->url_idx, off, data, len);
 	if (!e->pending_stream) {
 		e->pending_stream = s;
 		e->pending_off = off;

@@ -1,0 +1,218 @@
+/*
+ * The first open of an object with chunk hashes: its hash list first.
+ *
+ * The hash list (the sha256 of each chunk, 32 bytes each, in order) is an object of its
+ * own, named by its sha256 in the manifest: that is what binds the chunks. It is fetched
+ * by a flight like any object, keyed by that sha256, so every opener joins one download
+ * and a kept cache keeps it; its length is fixed by the object's size and chunk size (a
+ * server sending another fails it), and it is verified whole before any of it is read.
+ * Then the object's flight starts with its digests, and the open is answered.
+ *
+ * No FUSE worker waits for it: the open parks a waiter on the hash list's flight, and
+ * when that is answered (by the thread that verified or failed it) the rest of the open
+ * runs on the opener thread, which replies. Lock: none of its own; each pending open is
+ * owned by whoever holds it (the flight's waiter list, then the opener's queue).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fetch/engine/flight_key.h"
+#include "fs/fs_i.h"
+#include "util/log.h"
+
+struct pending_open {
+	struct flight_waiter waiter; /* first: done() gets this pointer */
+	struct util_worker_job link; /* in the opener's queue */
+	fuse_req_t req;
+	struct fs_session *s;
+	fuse_ino_t ino;
+	struct fuse_file_info fi; /* a copy: the request's is gone once the open is deferred */
+	struct fs_handle *h;
+	struct flight *list; /* the hash list's flight, a reference */
+	char *list_url;      /* for the log line */
+	int err;             /* what done() said */
+};
+
+static void pending_free(struct pending_open *po)
+{
+	if (po->list)
+		flight_unref(po->list);
+	free(po->list_url);
+	free(po->h);
+	free(po);
+}
+
+/* Reads the verified hash list: flight_size(list) bytes, malloc'd into *out. */
+static int read_digests(struct flight *list, unsigned char **out)
+{
+	uint64_t size = flight_size(list), got = 0;
+	unsigned char *buf = malloc(size ? size : 1);
+	int fd, rc;
+
+	*out = NULL;
+	if (!buf)
+		return -ENOMEM;
+	rc = flight_hold_spool(list); /* reopens it if it was closed while idle */
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	fd = flight_spool_fd(list);
+	while (got < size && rc == 0) {
+		ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			got += (uint64_t)n;
+	}
+	flight_release_spool(list);
+	if (rc)
+		free(buf);
+	else
+		*out = buf;
+	return rc;
+}
+
+/* The rest of the open, once the hash list's flight answered. Replies; frees po. */
+static void finish(struct pending_open *po)
+{
+	struct fs_session *s = po->s;
+	unsigned char *digests = NULL;
+	struct flight *f = NULL;
+	bool created = false;
+	char shown[512];
+	int rc = po->err;
+
+	if (rc == 0)
+		rc = read_digests(po->list, &digests);
+	if (rc) {
+		util_log(UTIL_LOG_ERROR,
+		         "%s: its hash list from %s could not be fetched or does not match its "
+		         "sha256 (%s): the open fails with EIO",
+		         flight_name(po->list), util_redact_url(po->list_url, shown, sizeof(shown)),
+		         strerror(-rc));
+		fuse_reply_err(po->req, EIO);
+		pending_free(po);
+		return;
+	}
+	rc = fs_open_flight(s, po->ino, &f, &created, &po->h->is_member, &po->h->member, digests);
+	if (rc == FS_OPEN_HASH_LIST)
+		rc = -EIO; /* not reached: with digests it joins or creates */
+	if (rc) {
+		fuse_reply_err(po->req, -rc);
+	} else {
+		fs_open_finish(po->req, s, po->ino, &po->fi, po->h, f, created, digests);
+		po->h = NULL; /* fs_open_finish's now */
+	}
+	free(digests);
+	pending_free(po);
+}
+
+static void opener_run(void *ctx, struct util_worker_job *link)
+{
+	(void)ctx;
+	finish((struct pending_open *)((char *)link - offsetof(struct pending_open, link)));
+}
+
+/* The thread that verified or failed the hash list, no lock held. */
+static void on_list_ready(struct flight_waiter *w, int err)
+{
+	struct pending_open *po = (struct pending_open *)w;
+
+	po->err = err;
+	if (!po->s->opener || !util_worker_queue(po->s->opener, &po->link))
+		finish(po); /* shutting down: answered here */
+}
+
+/* Joins the hash list's flight for file ino into po->list. 0 or -errno. */
+static int join_list(struct fs_session *s, fuse_ino_t ino, struct pending_open *po)
+{
+	struct index_chunks_ref chunks = {0};
+	struct index_node n;
+	struct flight_spec spec;
+	char *key = NULL, path[1024];
+	uint64_t size;
+	bool created;
+	int rc;
+
+	rc = index_get(s->idx, ino, &n);
+	if (rc == 0)
+		rc = index_get_chunks(s->idx, ino, &chunks);
+	if (rc)
+		goto out;
+	/* Its length is what the object's size and chunk size make it: no other is taken. */
+	size = flight_chunk_count(n.size, chunks.chunk_size) * FLIGHT_DIGEST_BYTES;
+	rc = flight_key_build(chunks.sha256, size, chunks.url, "", &key);
+	if (rc)
+		goto out;
+	fs_node_path(s, &n, path, sizeof(path));
+	snprintf(path + strnlen(path, sizeof(path) - 16), 16, " (hash list)");
+	spec = (struct flight_spec){.key = key,
+	                            .url = chunks.url,
+	                            .etag = "",
+	                            .sha256 = chunks.sha256,
+	                            .name = path,
+	                            .size = size,
+	                            .ino = ino};
+	rc = fs_join_object(s, &spec, &po->list, &created);
+	if (rc)
+		goto out;
+	po->list_url = chunks.url;
+	chunks.url = NULL;
+	/* Read in full at once, whatever its size (a sparse flight would wait for a reader). */
+	flight_fetch_whole(po->list);
+	engine_kick(s->engine, po->list);
+out:
+	free(chunks.url);
+	free(key);
+	return rc;
+}
+
+void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                             const struct fuse_file_info *fi, struct fs_handle *h)
+{
+	struct pending_open *po = calloc(1, sizeof(*po));
+	int rc;
+
+	if (!po) {
+		free(h);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	po->req = req;
+	po->s = s;
+	po->ino = ino;
+	po->fi = *fi;
+	po->h = h;
+	rc = join_list(s, ino, po);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		pending_free(po);
+		return;
+	}
+	po->waiter.off = 0;
+	po->waiter.len = flight_size(po->list);
+	po->waiter.done = on_list_ready;
+	rc = flight_park(po->list, &po->waiter);
+	if (rc == 0)
+		return; /* on_list_ready finishes it */
+	po->err = rc == 1 ? 0 : rc;
+	finish(po); /* verified already (or failed): here, on this worker */
+}
+
+int fs_opener_start(struct fs_session *s)
+{
+	return util_worker_start("spoolfs-open", opener_run, s, &s->opener);
+}
+
+void fs_opener_stop(struct fs_session *s)
+{
+	util_worker_stop(s->opener); /* it finishes what was queued before it ends */
+	s->opener = NULL;
+}
