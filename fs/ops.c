@@ -615,7 +615,8 @@ out:
  * while idle may be gone (a tmp cleaner) or replaced: its flight fails and a new one
  * fetches it again. It may also have failed just after the join: the same. Other errors
  * (out of fds) fail this open only, and leave the object cached. On failure *f is
- * unreferenced and NULL; returns 0 or -errno.
+ * unreferenced and NULL; returns 0, -errno, or FS_OPEN_HASH_LIST when a new flight of a
+ * chunked object needs its digests (digests NULL): its hash list comes first.
  */
 static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct flight **f,
                                     bool *created, bool *is_member, struct fs_member *member,
@@ -638,7 +639,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		*f = NULL;
 		rc = fs_open_flight(s, ino, f, created, is_member, member, digests);
 		if (rc == FS_OPEN_HASH_LIST)
-			rc = -EIO; /* a chunked object without the digests it was opened with */
+			return rc; /* its hash list first, as at a first open */
 		if (rc == 0)
 			rc = flight_hold_spool(*f);
 	}
@@ -705,6 +706,10 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	int backing_id, rc;
 
 	rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member, digests);
+	if (rc == FS_OPEN_HASH_LIST) {
+		fs_open_after_hash_list(req, s, ino, fi, h); /* replies, now or later */
+		return;
+	}
 	if (rc)
 		goto fail;
 	h->flight = f;

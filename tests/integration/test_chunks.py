@@ -15,7 +15,8 @@ import threading
 import pytest
 
 from conftest import SLOW, read_file
-from helpers import expected, flight_records, read_until_error, wait_durable, wait_until
+from helpers import (expected, flight_records, mount_with_tmpdir, read_until_error, wait_durable,
+                     wait_until)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream"))
 import chunklist  # noqa: E402
@@ -257,3 +258,31 @@ def test_a_corrupt_chunk_of_a_kept_spool_is_fetched_again_not_served(store, moun
     assert "kept.bin: chunk %d (bytes %d-%d) does not match its sha256, from the cache " \
         "directory; fetching it again" % (k, k * CHUNK, (k + 1) * CHUNK) in log, log
     m2.check_clean_exit()
+
+
+def test_a_chunked_object_whose_idle_spool_was_swept_is_fetched_again(store, mount, tmp_path):
+    """Its complete spool closed while idle and deleted behind the daemon's back (a tmp
+    cleaner): the next open starts a new flight, which needs the digests again, from the
+    hash list (kept: no request for it)."""
+    size = 3 * MiB
+    url = chunked_store(store, {"swept.bin": size})
+    tmpdir = tmp_path / "tmp"
+    m = mount_with_tmpdir(mount, tmpdir, url)
+    want = expected(store, "swept.bin")
+    assert read_file(m.p("swept.bin")) == want
+    spools = [os.path.join(d, n) for d, _, names in os.walk(tmpdir) for n in names
+              if n.endswith(".spool") and os.path.getsize(os.path.join(d, n)) == size]
+    assert len(spools) == 1, spools
+
+    def spool_fd_open():
+        fds = "/proc/%d/fd" % m.proc.pid
+        return any(os.readlink(os.path.join(fds, fd)).startswith(spools[0])
+                   for fd in os.listdir(fds))
+    wait_until(lambda: not spool_fd_open(), "the idle spool's fd stays open")
+    os.unlink(spools[0])
+    with open(m.p("swept.bin"), "rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    assert read_file(m.p("swept.bin")) == want
+    assert store.up.stats("swept.bin")["gets"] == 2
+    assert "its spool file is gone: opening it afresh" in m.stderr()
+    m.check_clean_exit()
