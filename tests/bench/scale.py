@@ -2,7 +2,8 @@
 """Scale: how a published tree of N small files mounts, walks and weighs, with nested
 manifests (spoolfs publish's default) beside one single manifest of the same tree.
 
-    N=100000 python3 tests/bench/scale.py      # also N=1000000 (about 4 GB of inodes: slow)
+    N=100000 python3 tests/bench/scale.py      # also N=1000000 (a million files: minutes)
+    NEST_OVER=10000 N=1000000 python3 tests/bench/scale.py   # another --nest-over
 
 For each layout it prints: publish time, top manifest size, mount time (exec to mounted),
 `find` time over the whole tree (which loads every nested manifest), and the daemon's peak
@@ -24,6 +25,7 @@ from client import Upstream  # noqa: E402
 
 SPOOLFS = os.environ.get("SPOOLFS_BIN", os.path.join(ROOT, "build", "spoolfs"))
 N = int(os.environ.get("N", "100000"))
+NEST_OVER = os.environ.get("NEST_OVER")  # publish's --nest-over for the nested layout
 
 
 def make_tree(src, n):
@@ -85,7 +87,8 @@ def main():
         t0 = time.monotonic()
         make_tree(src, N)
         print("scale: %d files made in %.1f s" % (N, time.monotonic() - t0))
-        for label, args in (("nested", []), ("one manifest", ["--nest-over", "0"])):
+        nested_args = ["--nest-over", NEST_OVER] if NEST_OVER else []
+        for label, args in (("nested", nested_args), ("one manifest", ["--nest-over", "0"])):
             out = os.path.join(work, "out-" + label.replace(" ", "-"))
             t0 = time.monotonic()
             subprocess.run([SPOOLFS, "publish", src, out] + args, check=True,
