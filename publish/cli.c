@@ -15,12 +15,17 @@
 /* About 6 MB of manifest: a nested one loads in well under a second at its first lookup,
  * and a tree of a million files mounts with a top manifest of at most this many. */
 #define DEFAULT_NEST_OVER 50000
+/* The mount's sparse unit: a random 4 KiB read moves one chunk (doc/manifest.md). Files
+ * of a few chunks gain little: their whole hash is checked as fast. */
+#define DEFAULT_CHUNK_SIZE (256u << 10)
+#define DEFAULT_CHUNK_OVER (1u << 20)
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
-	        "                       [--pack-max SIZE] [--nest-over N] [-j N]\n"
+	        "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
+	        "                       [--chunk-size SIZE] [-j N]\n"
 	        "\n"
 	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
 	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
@@ -35,6 +40,10 @@ static void usage(FILE *f)
 	        "  --nest-over N       a directory with more than N entries below it gets a\n"
 	        "                      manifest of its own, loaded at its first lookup\n"
 	        "                      (default 50000; 0: one manifest)\n"
+	        "  --chunk-over SIZE   a file over SIZE gets a chunk hash list, so a mount\n"
+	        "                      verifies each chunk before serving it (default 1M; 0:\n"
+	        "                      none)\n"
+	        "  --chunk-size SIZE   the chunks' size (default 256K; a power of two)\n"
 	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
 	        "  -h, --help          print this and exit\n");
 }
@@ -62,6 +71,8 @@ int publish_main(int argc, char **argv)
 	    {"pack-max", required_argument, NULL, 'x'},
 	    {"jobs", required_argument, NULL, 'j'},
 	    {"nest-over", required_argument, NULL, 'n'},
+	    {"chunk-over", required_argument, NULL, 'c'},
+	    {"chunk-size", required_argument, NULL, 's'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -69,7 +80,9 @@ int publish_main(int argc, char **argv)
 	                            .pack_under = DEFAULT_PACK_UNDER,
 	                            .pack_max = DEFAULT_PACK_MAX,
 	                            .jobs = cpus(),
-	                            .nest_over = DEFAULT_NEST_OVER};
+	                            .nest_over = DEFAULT_NEST_OVER,
+	                            .chunk_over = DEFAULT_CHUNK_OVER,
+	                            .chunk_size = DEFAULT_CHUNK_SIZE};
 	unsigned long jobs;
 	char *end;
 	int c;
@@ -104,6 +117,15 @@ int publish_main(int argc, char **argv)
 			}
 			o.jobs = (unsigned)jobs;
 			break;
+		case 'c':
+		case 's':
+			if (util_parse_size(optarg, c == 'c' ? &o.chunk_over : &o.chunk_size) !=
+			    0) {
+				fprintf(stderr, "spoolfs publish: bad %s '%s' (e.g. 1M, 256K)\n",
+				        c == 'c' ? "--chunk-over" : "--chunk-size", optarg);
+				return 2;
+			}
+			break;
 		case 'n':
 			o.nest_over = strtoull(optarg, &end, 10);
 			if (optarg[0] < '0' || optarg[0] > '9' || *end) {
@@ -124,6 +146,12 @@ int publish_main(int argc, char **argv)
 	}
 	if (argc - optind != 2) {
 		usage(stderr);
+		return 2;
+	}
+	if (o.chunk_size < 4096 || o.chunk_size > (64u << 20) ||
+	    (o.chunk_size & (o.chunk_size - 1))) {
+		fprintf(stderr, "spoolfs publish: --chunk-size must be a power of two from 4K to"
+		                " 64M\n");
 		return 2;
 	}
 	if (o.pack_under > o.pack_max) {

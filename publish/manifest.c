@@ -19,7 +19,7 @@
 
 #include "publish/publish_i.h"
 
-enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_MEMBER, Q_PACK, Q_COUNT };
+enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_CHUNKED, Q_MEMBER, Q_PACK, Q_COUNT };
 
 static const char *const queries[Q_COUNT] = {
     [Q_DIR] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
@@ -31,6 +31,9 @@ static const char *const queries[Q_COUNT] = {
                   " 'mtime', :mtime)",
     [Q_FILE] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
                " 'url', :url, 'mode', :mode, 'mtime', :mtime)",
+    [Q_CHUNKED] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
+                  " 'url', :url, 'mode', :mode, 'mtime', :mtime, 'chunks', json_object('size',"
+                  " :chunk_size, 'sha256', :chunk_sha256, 'url', :chunk_url))",
     [Q_MEMBER] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
                  " 'pack', :pack, 'offset', :offset, 'mode', :mode, 'mtime', :mtime)",
     [Q_PACK] = "SELECT json_object('sha256', :sha256, 'size', :size, 'url', :url)",
@@ -91,6 +94,7 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 	sqlite3_stmt *st = w->q[e->kind == PUB_DIR       ? (e->nested ? Q_NESTED : Q_DIR)
 	                        : e->kind == PUB_SYMLINK ? Q_SYMLINK
 	                        : e->pack                ? Q_MEMBER
+	                        : e->chunks.list         ? Q_CHUNKED
 	                                                 : Q_FILE];
 
 	snprintf(mode, sizeof(mode), "%04o", (unsigned)(e->mode & 0777));
@@ -116,6 +120,13 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 		} else {
 			pub_object_url(e->sha256, url);
 			bind_text(st, ":url", url);
+		}
+		if (e->chunks.list) {
+			pub_hex(e->chunk_list_sha256, hex);
+			pub_object_url(e->chunk_list_sha256, url);
+			bind_text(st, ":chunk_sha256", hex);
+			bind_text(st, ":chunk_url", url);
+			bind_int(st, ":chunk_size", (int64_t)e->chunks.chunk_size);
 		}
 	}
 	return emit(w, st, sep);

@@ -20,6 +20,10 @@ struct publish_options {
 	 * own nested directories) gets a manifest of its own, loaded at its first lookup;
 	 * 0: one manifest for the whole tree. */
 	uint64_t nest_over;
+	/* Files over chunk_over bytes (not packed) get a chunk hash list of chunk_size pieces
+	 * (a power of two, 4 KiB to 64 MiB); chunk_over 0: none do. */
+	uint64_t chunk_over;
+	uint64_t chunk_size;
 };
 
 /*

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <openssl/evp.h>
+
 #include "publish/publish.h"
 
 #define PUB_SHA256_LEN 32
@@ -27,6 +29,14 @@
 enum pub_kind { PUB_DIR, PUB_FILE, PUB_SYMLINK };
 
 struct pub_pack;
+
+/* A file's chunk hash list as it is copied (chunks.c). */
+struct pub_chunker {
+	EVP_MD_CTX *md;      /* the chunk being hashed */
+	unsigned char *list; /* cap digests of PUB_SHA256_LEN bytes; n filled */
+	size_t n, cap;
+	uint64_t chunk_size, in_chunk;
+};
 
 struct pub_entry {
 	char *path;   /* relative to the source, '/'-separated, valid UTF-8; owned */
@@ -43,6 +53,9 @@ struct pub_entry {
 	 * manifest holds this entry (NULL: the top manifest); for a directory that has one,
 	 * that manifest's digest and size once written. */
 	struct pub_entry *owner;
+	/* PUB_FILE over --chunk-over: its chunk hash list, and that list's object's digest. */
+	struct pub_chunker chunks;
+	unsigned char chunk_list_sha256[PUB_SHA256_LEN];
 	bool nested;
 	unsigned char nested_sha256[PUB_SHA256_LEN];
 	uint64_t nested_size;
@@ -126,6 +139,16 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
  */
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
                       bool *stored);
+/* Hashes the object's bytes into c too, chunk by chunk (a file over --chunk-over). Call
+ * after pub_object_begin; c is reset for the file's size. 0 or -errno. */
+int pub_object_chunks(struct pub_object *obj, struct pub_chunker *c, uint64_t chunk_size,
+                      uint64_t file_size);
+
+/* Stores len bytes (a hash list, a nested manifest) as an object; *sha256 its digest.
+ * 0 or -errno, said. */
+int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
+                    unsigned char sha256[PUB_SHA256_LEN]);
+
 /* Removes the temporary file and frees obj. NULL is fine. */
 void pub_object_abort(struct pub_object *obj);
 
@@ -175,6 +198,15 @@ void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256
  */
 int pub_pool_run(size_t n, unsigned threads, int (*run)(void *ctx, size_t i), void *ctx,
                  atomic_bool *stop);
+
+/* The chunker (chunks.c): reset for a file of file_size, fed its bytes in order, done at
+ * its end (-EIO when they were not file_size bytes). 0 or -errno. */
+int pub_chunker_reset(struct pub_chunker *c, uint64_t chunk_size, uint64_t file_size);
+int pub_chunker_feed(struct pub_chunker *c, const unsigned char *p, size_t len);
+int pub_chunker_done(struct pub_chunker *c);
+void pub_chunker_free(struct pub_chunker *c);
+/* Stores each file's chunk hash list as an object. 0 or -errno, said. */
+int pub_chunks_store(struct pub_tree *tree, struct pub_store *st);
 
 /* Writes the top manifest (the entries no nested directory holds) to a temporary file in
  * out, fsyncs it, renames it to name and fsyncs out. 0 or -errno, said; on failure

@@ -62,6 +62,8 @@ static int run_job(void *ctx, size_t i)
 		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;
 		uint64_t *size = j->file ? &j->file->size : &j->pack->size;
 		rc = pub_object_begin(&r->store, probe, &obj);
+		if (rc == 0 && j->file && r->o->chunk_over && j->planned > r->o->chunk_over)
+			rc = pub_object_chunks(obj, &j->file->chunks, r->o->chunk_size, j->planned);
 		if (rc == 0)
 			rc = fill(r, j, obj);
 		if (rc == 0)
@@ -222,6 +224,8 @@ int publish_run(const struct publish_options *o)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	if (rc == 0)
 		rc = pub_pool_run(n_jobs, o->jobs, run_job, &r, &r.store.stop);
+	if (rc == 0)
+		rc = pub_chunks_store(&tree, &r.store);
 	if (rc == 0)
 		rc = pub_nest(&tree, o->nest_over, &r.store);
 	if (rc == 0)

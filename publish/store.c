@@ -34,6 +34,7 @@ struct pub_object {
 	unsigned char *buf;   /* PUB_COPY_BUF bytes, while there is no writer */
 	size_t fill;          /* bytes in buf not written yet */
 	uint64_t size;
+	struct pub_chunker *chunks; /* NULL: no chunk hash list */
 };
 
 void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1])
@@ -274,6 +275,8 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 			rc = -EIO;
 			goto out;
 		}
+		if (obj->chunks && (rc = pub_chunker_feed(obj->chunks, buf, (size_t)n)))
+			goto out;
 		*copied += (uint64_t)n;
 		obj->size += (uint64_t)n;
 		if (!obj->w)
@@ -293,9 +296,44 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 	}
 	if (file_sha256 && EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
 		rc = -EIO;
+	if (rc == 0 && obj->chunks && pub_chunker_done(obj->chunks) != 0) {
+		rc = -EIO;
+		pub_say("", src, rel, "changed size while it was published", false);
+	}
 out:
 	close(fd);
 	return rc;
+}
+
+int pub_object_chunks(struct pub_object *obj, struct pub_chunker *c, uint64_t chunk_size,
+                      uint64_t file_size)
+{
+	obj->chunks = c;
+	return pub_chunker_reset(c, chunk_size, file_size);
+}
+
+int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
+                    unsigned char sha256[PUB_SHA256_LEN])
+{
+	struct pub_object *obj = NULL;
+	uint64_t size;
+	bool stored;
+	int rc = pub_object_begin(st, false, &obj);
+
+	if (rc)
+		return rc;
+	rc = pub_sink_write(&obj->sink, data, len);
+	if (rc) {
+		pub_say("", obj->tmp, "", strerror(-rc), false);
+		pub_object_abort(obj);
+		return rc;
+	}
+	obj->size = len;
+	if (EVP_DigestUpdate(obj->md, data, len) != 1) {
+		pub_object_abort(obj);
+		return -EIO;
+	}
+	return pub_object_commit(obj, sha256, &size, &stored);
 }
 
 /* Counts an object: new (written) or there already. */

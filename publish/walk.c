@@ -335,6 +335,7 @@ void pub_tree_free(struct pub_tree *tree)
 	for (size_t i = 0; i < tree->n_entries; i++) {
 		free(tree->entries[i]->path);
 		free(tree->entries[i]->target);
+		pub_chunker_free(&tree->entries[i]->chunks);
 		free(tree->entries[i]);
 	}
 	for (size_t i = 0; i < tree->n_packs; i++) {

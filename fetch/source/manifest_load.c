@@ -377,7 +377,7 @@ out:
 	return rc;
 }
 
-/* The chunk hashes an entry names (reserved for verification by chunk): checked here so a
+/* The chunk hashes an entry names (each chunk verified before it is served): checked here so a
  * manifest that uses them is right before anything relies on them. */
 static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
                        struct index_build_entry *be, char sha256[65], char **url)

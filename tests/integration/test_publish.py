@@ -19,6 +19,10 @@ MIB = 1024 * KIB
 
 
 def publish(src, out, *args, check=True):
+    # Chunk hash lists are their own test's (test_chunk_hash_lists): the others check
+    # exactly which objects a tree makes.
+    if "--chunk-over" not in args:
+        args = ("--chunk-over", "0") + tuple(args)
     proc = subprocess.run([SPOOLFS, "publish", str(src), str(out)] + [str(a) for a in args],
                           capture_output=True, timeout=300, env=daemon_env())
     err = proc.stderr.decode("utf-8", "replace")
@@ -472,3 +476,31 @@ def test_a_full_disk_fails_and_keeps_the_old_manifest(tmp_path):
         assert not stray_temps(out)
     finally:
         subprocess.run(["umount", str(out)], check=True)
+
+
+def test_chunk_hash_lists(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    os.makedirs(src)
+    data = os.urandom(3 * MIB + 5)
+    (src / "big").write_bytes(data)
+    (src / "mid").write_bytes(os.urandom(MIB))  # not over --chunk-over: hashed whole only
+    _, stdout, _ = publish(src, out, "--chunk-over", "1M", "--chunk-size", "512K")
+    assert "3 new objects" in stdout  # two files and one hash list
+    entries = {e["path"]: e for e in load(out)["entries"]}
+    assert "chunks" not in entries["mid"]
+    chunks = entries["big"]["chunks"]
+    assert chunks["size"] == 512 << 10
+    listed = (out / chunks["url"]).read_bytes()
+    want = b"".join(hashlib.sha256(data[i:i + (512 << 10)]).digest()
+                    for i in range(0, len(data), 512 << 10))
+    assert listed == want and len(listed) == 7 * 32
+    assert hashlib.sha256(listed).hexdigest() == chunks["sha256"]
+    assert chunks["url"] == "objects/%s/%s" % (chunks["sha256"][:2], chunks["sha256"])
+    # Again, unchanged: nothing new. A changed file: its object and its list.
+    _, stdout, _ = publish(src, out, "--chunk-over", "1M", "--chunk-size", "512K")
+    assert "0 new objects" in stdout
+    (src / "big").write_bytes(data[:-1] + b"!")
+    _, stdout, _ = publish(src, out, "--chunk-over", "1M", "--chunk-size", "512K")
+    assert "2 new objects" in stdout
+    rc, _, err = publish(src, out, "--chunk-size", "1000", check=False)
+    assert rc == 2 and "--chunk-size must be a power of two" in err

@@ -109,6 +109,11 @@ def test_the_mount_shows_exactly_the_published_tree(published, mount):
     assert not missing and not extra, (missing[:5], extra[:5])
     assert not differ, [(p, want[p], got[p]) for p in differ[:5]]
     assert len(want) > 2000
+    # The large file carries a chunk hash list: every chunk was verified before it was read.
+    with open(out / "manifest.json") as f:
+        big = next(e for e in json.load(f)["entries"] if e["path"] == "big.bin")
+    assert big["chunks"]["size"] == 256 << 10
+    assert os.path.getsize(out / big["chunks"]["url"]) == 32 * (BIG // (256 << 10))
     r = subprocess.run([m.p("bin/tool"), "x"], capture_output=True, timeout=30)
     assert r.stdout == b"published-tool x\n"
 
