@@ -62,6 +62,12 @@ struct fs_options {
 	char *file_mode_text;
 	char *dir_mode_text;
 	char *metrics_interval_text;
+	char *prefetch_requests_text;
+	char *prefetch_window;      /* "32M": parsed by main */
+	char *prefetch_budget;      /* "2G": parsed by main */
+	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
+	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
+	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
@@ -224,6 +230,13 @@ struct fs_session {
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
 	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
 	struct fs_metrics *metrics;      /* metrics.c's writer; NULL without --metrics-file */
+	/* prefetch.c: the prefetch thread (its own lock) and the record of what was opened
+	 * (its own lock); NULL when off. Set before the loop starts. */
+	struct prefetch *prefetch;
+	struct prefetch_record *reads;
+	uint64_t prefetch_window;
+	uint64_t prefetch_budget;
+	char reads_name[48];    /* the record's name in the cache directory ("" without one) */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
@@ -285,6 +298,26 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 
 /* fuse_reply_open for a passthrough open: libfuse 3.14 cannot send a backing id. */
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
+
+/*
+ * Prefetch (prefetch.c). fs_prefetch_open, before daemonising: checks the options, opens
+ * the list (--prefetch-list, else a record kept in the cache directory). fs_prefetch_start,
+ * once the engine runs: starts the thread. fs_prefetch_stop, after the loop and before the
+ * engine stops: stops it and writes the records of what was opened. 0 or -errno (said).
+ */
+int fs_prefetch_open(struct fs_session *s);
+int fs_prefetch_start(struct fs_session *s);
+void fs_prefetch_stop(struct fs_session *s);
+void fs_prefetch_free(struct fs_session *s);
+/* An open of file ino in directory parent (not a virtual file). */
+void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent);
+/*
+ * Joins (or starts) file ino's flight (ops.c); speculative: started by prefetch, and
+ * -EEXIST when the cache directory holds the object complete (nothing to fetch). *parent
+ * (may be NULL) gets the file's directory. 0 or -errno; *out holds a reference.
+ */
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
+                   bool *created, bool *is_member, struct fs_member *member, uint64_t *parent);
 
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);

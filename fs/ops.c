@@ -518,12 +518,27 @@ static int member_spec(struct fs_session *s, const struct index_node *n, struct 
 	return 0;
 }
 
+/* Whether the cache directory holds key's object complete (an earlier session's). */
+static bool complete_in_cache(struct fs_session *s, const char *key)
+{
+	struct util_ranges ranges;
+	bool complete = false;
+
+	if (!s->opts.cache_dir || !s->records)
+		return false;
+	util_ranges_init(&ranges);
+	if (index_spool_lookup(s->records, key, &complete, &ranges) != 0)
+		complete = false;
+	util_ranges_free(&ranges);
+	return complete;
+}
+
 /*
  * Joins (or starts) the object's flight: a pack member's is its pack's, and *member (when
- * *is_member) says where in it. 0 or -errno; *out holds a reference.
+ * *is_member) says where in it (see fs_i.h).
  */
-static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
-                       bool *is_member, struct fs_member *member)
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
+                   bool *created, bool *is_member, struct fs_member *member, uint64_t *parent)
 {
 	struct index_node n;
 	struct flight_spec spec;
@@ -541,6 +556,8 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 		rc = n.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
 		goto out;
 	}
+	if (parent)
+		*parent = n.parent;
 	rc = member_spec(s, &n, member, &url, sha256, &size);
 	*is_member = rc == 0;
 	if (rc == -ENODATA) {
@@ -555,6 +572,11 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	rc = flight_key_build(sha256, size, url, etag, &key);
 	if (rc)
 		goto out;
+	/* Nothing to fetch: its reader's open finds it there without a request. */
+	if (speculative && complete_in_cache(s, key)) {
+		rc = -EEXIST;
+		goto out;
+	}
 	fs_node_path(s, &n, path, sizeof(path));
 	if (*is_member) /* the pack's log lines name the member that opened it */
 		snprintf(path + strnlen(path, sizeof(path) - 32), 32, " (pack %.12s)", sha256);
@@ -574,7 +596,8 @@ static int open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out
 	                            .name = path,
 	                            .size = size,
 	                            .ino = ino,
-	                            .readers_verify = *is_member};
+	                            .readers_verify = *is_member,
+	                            .speculative = speculative};
 	rc = flight_table_join(s->flights, &spec, out, created);
 	if (rc)
 		goto out;
@@ -615,7 +638,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		}
 		flight_unref(*f);
 		*f = NULL;
-		rc = open_flight(s, ino, f, created, is_member, member);
+		rc = fs_open_flight(s, ino, false, f, created, is_member, member, NULL);
 		if (rc == 0)
 			rc = flight_hold_spool(*f);
 	}
@@ -661,11 +684,17 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fs_handle_free(s, h);
 		return;
 	}
-	rc = open_flight(s, ino, &f, &created, &h->is_member, &h->member);
+	uint64_t parent = 0;
+	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, &parent);
 	if (rc == 0)
 		rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member);
 	if (rc)
 		goto fail;
+	fs_prefetch_note_open(s, ino, parent);
+	/* Held now, a speculative download is this reader's: the engine looks at it again (it
+	 * may still be waiting for a speculative slot). */
+	if (!created && flight_is_speculative(f))
+		engine_kick(s->engine, f);
 	h->flight = f;
 	h->opened_ns = util_monotonic_ns();
 	if (created)

@@ -91,6 +91,12 @@ struct flight_spec {
 	 * for the whole hash (which is still checked at the end: a mismatch fails the flight).
 	 */
 	bool readers_verify;
+	/*
+	 * Started by prefetch, before any reader asked (fetch/prefetch/). Until a handle holds
+	 * it, its request waits for a speculative slot (engine_config.spec_max) and never
+	 * takes one of the readers'.
+	 */
+	bool speculative;
 };
 
 /* The table of flights by identity. Lock: table->lock guards the buckets and in_table. */
@@ -217,7 +223,9 @@ struct flight_info {
 	int handles;
 	unsigned waiters;
 	bool durable;
-	bool whole; /* downloading to the end, else only what readers miss */
+	bool whole;       /* downloading to the end, else only what readers miss */
+	bool speculative; /* started by prefetch (flight_spec) */
+	bool opened;      /* a handle has held it: a reader came */
 };
 
 /*
@@ -245,6 +253,10 @@ uint64_t flight_id(const struct flight *f);
 bool flight_after_failure(const struct flight *f);
 /* Downloading to the end (only ever turns true), else only the ranges readers miss. */
 bool flight_is_whole(struct flight *f);
+/* Started by prefetch (flight_spec.speculative). */
+bool flight_is_speculative(const struct flight *f);
+/* Speculative, and no handle has held it yet: nobody is waiting for it. */
+bool flight_speculation_unclaimed(struct flight *f);
 
 void flight_ref(struct flight *f);
 /* Drops a reference; the last one closes the spool (flight_fail already deleted a failed one). */
