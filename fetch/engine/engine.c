@@ -413,7 +413,7 @@ static void retire_finished(struct engine *e)
 /* Keeps f (a new speculative flight nobody has opened) until a speculative slot is free. */
 static int park_speculative(struct engine *e, struct flight *f)
 {
-	if (e->n_spec_waiting == e->cap_spec_waiting) {
+	if (e->n_spec_waiting == e->cap_spec_waiting && e->spec_head > 0) {
 		/* Drop what was taken from the front before growing. */
 		memmove(e->spec_waiting, e->spec_waiting + e->spec_head,
 		        (e->n_spec_waiting - e->spec_head) * sizeof(*e->spec_waiting));
