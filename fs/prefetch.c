@@ -26,13 +26,20 @@
 /* Walks leave files over this to their readers: one request's worth (design.md). */
 #define WALK_MAX_OBJECT (8u << 20)
 
-/* The kept record's name: "reads-" and the first 128 bits of the source's sha256. */
+/* The kept record's name: "reads-" and the first 128 bits of the sha256 of the source (and
+ * of its --manifest KEY: another manifest in the bucket is another source). */
 static int name_record(struct fs_session *s)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned md_len = 0;
+	char *named = NULL;
 
-	if (!EVP_Digest(s->opts.source, strlen(s->opts.source), md, &md_len, EVP_sha256(), NULL))
+	if (asprintf(&named, "%s%s%s", s->opts.source, s->opts.manifest ? "\n" : "",
+	             s->opts.manifest ? s->opts.manifest : "") < 0)
+		return -ENOMEM;
+	int ok = EVP_Digest(named, strlen(named), md, &md_len, EVP_sha256(), NULL);
+	free(named);
+	if (!ok)
 		return -ENOMEM;
 	int n = snprintf(s->reads_name, sizeof(s->reads_name), "reads-");
 	for (unsigned i = 0; i < 16 && i < md_len; i++)

@@ -71,6 +71,7 @@ int walk_note_open(struct walk *w, uint64_t ino, uint64_t dir)
 	w->run_hits = same_dir ? w->run_hits : 0;
 	w->last_dir = dir;
 	w->last_ino = ino;
+	w->recent[w->n_recent++ % WALK_RECENT] = ino;
 	if (w->active && take_ahead(w, ino)) {
 		/* Predicted: the window grows, as readahead's does. */
 		w->hits++;
@@ -176,6 +177,16 @@ static bool climb(struct walk *w)
  * Appends the plan's next files to out (at most max), scanning at most budget children.
  * Returns how many, or -errno.
  */
+static bool opened_lately(const struct walk *w, uint64_t ino)
+{
+	unsigned n = w->n_recent < WALK_RECENT ? w->n_recent : WALK_RECENT;
+
+	for (unsigned i = 0; i < n; i++)
+		if (w->recent[i] == ino)
+			return true;
+	return false;
+}
+
 static int next_files(struct walk *w, struct walk_item *out, unsigned max, unsigned *budget)
 {
 	unsigned n = 0;
@@ -202,7 +213,8 @@ static int next_files(struct walk *w, struct walk_item *out, unsigned max, unsig
 		if (!fr->dirs_pass) {
 			unsigned i;
 			for (i = 0; i < b.n_files && n < max; i++)
-				if (b.files[i].size <= w->cfg.max_object)
+				if (b.files[i].size <= w->cfg.max_object &&
+				    !opened_lately(w, b.files[i].ino))
 					out[n++] = b.files[i];
 			/* Resume after the last file taken, or after all that were seen. */
 			fr->cookie = i < b.n_files ? b.cookies_files[i - 1] : b.last_cookie;

@@ -27,6 +27,8 @@ struct index;
 /* The window's bytes grow with its files: at most this much per file in it. */
 #define WALK_BYTES_PER_FILE (256u << 10)
 #define WALK_MAX_DEPTH 64
+/* Opens remembered so that the plan does not count them in its window. */
+#define WALK_RECENT 16
 /* walk_fill's max, at most. */
 #define WALK_FILL_MAX 256
 
@@ -60,6 +62,9 @@ struct walk {
 	uint64_t last_ino;
 	unsigned run;
 	unsigned run_hits; /* opens of the run the window predicted */
+	/* The last opens, which the plan passes over: the walk's own first files among them. */
+	uint64_t recent[WALK_RECENT];
+	unsigned n_recent;
 	/* The walk, when active. */
 	bool active;
 	uint64_t dir;            /* where it was seen */
