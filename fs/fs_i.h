@@ -62,6 +62,12 @@ struct fs_options {
 	char *file_mode_text;
 	char *dir_mode_text;
 	char *metrics_interval_text;
+	char *prefetch_requests_text;
+	char *prefetch_window;      /* "32M": parsed by main */
+	char *prefetch_budget;      /* "2G": parsed by main */
+	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
+	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
+	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
 	unsigned stall_timeout_s;
 	unsigned retries;
 	unsigned max_transfers;
@@ -227,6 +233,13 @@ struct fs_session {
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
 	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
 	struct fs_metrics *metrics;      /* metrics.c's writer; NULL without --metrics-file */
+	/* prefetch.c: the prefetch thread (its own lock) and the record of what was opened
+	 * (its own lock); NULL when off. Set before the loop starts. */
+	struct prefetch *prefetch;
+	struct prefetch_record *reads;
+	uint64_t prefetch_window;
+	uint64_t prefetch_budget;
+	char reads_name[48];    /* the record's name in the cache directory ("" without one) */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
@@ -289,6 +302,19 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 /* fuse_reply_open for a passthrough open: libfuse 3.14 cannot send a backing id. */
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id);
 
+/*
+ * Prefetch (prefetch.c). fs_prefetch_open, before daemonising: checks the options, opens
+ * the list (--prefetch-list, else a record kept in the cache directory). fs_prefetch_start,
+ * once the engine runs: starts the thread. fs_prefetch_stop, after the loop and before the
+ * engine stops: stops it and writes the records of what was opened. 0 or -errno (said).
+ */
+int fs_prefetch_open(struct fs_session *s);
+int fs_prefetch_start(struct fs_session *s);
+void fs_prefetch_stop(struct fs_session *s);
+void fs_prefetch_free(struct fs_session *s);
+/* An open of file ino in directory parent (not a virtual file). */
+void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent);
+
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
@@ -333,14 +359,17 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
  * (its mirrors added here; they last the call only), kicking the engine for a new one.
  * fs_open_flight does it for file ino: FS_OPEN_HASH_LIST when the object has chunk hashes,
  * no flight of it runs and digests is NULL: fs_open_after_hash_list fetches its hash list
- * and calls it again with them. fs_open_finish holds the flight's spool for h and replies
- * to the open (takes h and the reference f).
+ * and calls it again with them. speculative: started by prefetch, and -EEXIST when the
+ * cache directory holds the object complete (nothing to fetch). *parent (may be NULL)
+ * gets the file's directory. fs_open_finish holds the flight's spool for h and replies to
+ * the open (takes h and the reference f).
  */
 #define FS_OPEN_HASH_LIST 1
 int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
                    bool *created);
-int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
-                   bool *is_member, struct fs_member *member, const unsigned char *digests);
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
+                   bool *created, bool *is_member, struct fs_member *member,
+                   const unsigned char *digests, uint64_t *parent);
 void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
                     struct fs_handle *h, struct flight *f, bool created,
                     const unsigned char *digests);

@@ -101,7 +101,8 @@ static void finish(struct pending_open *po)
 		pending_free(po);
 		return;
 	}
-	rc = fs_open_flight(s, po->ino, &f, &created, &po->h->is_member, &po->h->member, digests);
+	rc = fs_open_flight(s, po->ino, false, &f, &created, &po->h->is_member, &po->h->member,
+	                    digests, NULL);
 	if (rc == FS_OPEN_HASH_LIST)
 		rc = -EIO; /* not reached: with digests it joins or creates */
 	if (rc) {

@@ -398,6 +398,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.stall_timeout_s = s->opts.stall_timeout_s;
 	cfg.max_tries = s->opts.retries;
 	cfg.max_transfers = s->opts.max_transfers;
+	cfg.spec_max = s->opts.prefetch_requests ? s->opts.prefetch_requests : 16;
 	cfg.net.ca_file = s->opts.ca_file;
 	cfg.net.proxy = s->opts.proxy;
 	cfg.net.netrc_file = s->opts.netrc_file;
@@ -490,6 +491,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		rc = engine_start(s->engine);
 	if (rc == 0 && s->s3)
 		rc = s3_source_start(s->s3);
+	if (rc == 0)
+		rc = fs_prefetch_start(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
@@ -526,6 +529,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 	rc = rc == 0 ? 0 : -EIO;
 	fuse_loop_cfg_destroy(loop);
 out_engine:
+	/* Before the engine: its thread starts flights. Writes the records of what was read. */
+	fs_prefetch_stop(s);
 	/* Answers every parked reader before the session goes away. */
 	engine_stop(s->engine);
 	flight_table_stop_hasher(s->flights);
@@ -677,7 +682,8 @@ int main(int argc, char *argv[])
 	}
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
 	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
-	    (s.opts.metrics_file && fs_metrics_check_path(&s.opts.metrics_file) != 0)) {
+	    (s.opts.metrics_file &&
+	     fs_check_output_path("--metrics-file", &s.opts.metrics_file) != 0)) {
 		status = 2;
 		goto out_args;
 	}
@@ -733,11 +739,16 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		goto out_fetch;
 	}
+	if (fs_prefetch_open(&s) != 0) {
+		status = 2;
+		goto out_fetch;
+	}
 	if (add_mount_options(&args, s.s3 ? s3_source_display(s.s3) : s.opts.source) != 0)
 		goto out_fetch;
 	rc = run_session(&s, &args);
 	status = rc == 0 ? 0 : 1;
 out_fetch:
+	fs_prefetch_free(&s);
 	engine_destroy(s.engine);
 	flight_table_destroy(s.flights);
 out_cache:

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fetch/prefetch/prefetch.h"
 #include "util/log.h"
 #include "util/thread.h"
 
@@ -37,6 +38,7 @@ struct totals {
 	unsigned active;
 	unsigned complete;
 	uint64_t bytes_local;
+	uint64_t spec_unread; /* bytes of speculative flights no reader opened */
 };
 
 static void add_flight(void *ctx, const struct flight_info *info)
@@ -48,6 +50,8 @@ static void add_flight(void *ctx, const struct flight_info *info)
 	else if (info->state == FLIGHT_COMPLETE)
 		t->complete++;
 	t->bytes_local += info->published;
+	if (info->speculative && !info->opened)
+		t->spec_unread += info->written;
 }
 
 static void family(FILE *out, const char *name, const char *type, const char *help)
@@ -121,6 +125,63 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	metric(out, labels, "flights_in_progress", "gauge", "downloads running", t.active);
 	metric(out, labels, "flights_complete", "gauge", "objects fully local and verified",
 	       t.complete);
+	fs_metrics_write_prefetch(s, out, labels, t.spec_unread);
+}
+
+void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
+                               uint64_t spec_unread)
+{
+	const struct engine_stats *es = engine_stats(s->engine);
+
+	metric(out, labels, "speculative_flights_total", "counter",
+	       "downloads prefetch started before a reader opened the object",
+	       atomic_load(&es->spec_flights));
+	metric(out, labels, "speculative_bytes_total", "counter",
+	       "body bytes received for speculative downloads", atomic_load(&es->spec_bytes));
+	metric(out, labels, "speculative_unread_bytes", "gauge",
+	       "bytes of speculative downloads that no reader has opened (yet)", spec_unread);
+	metric(out, labels, "speculative_requests_limit", "gauge",
+	       "speculative requests allowed at once now (halved on 503 and 429)",
+	       atomic_load(&es->spec_limit));
+	metric(out, labels, "upstream_throttled_total", "counter",
+	       "answers of 503 or 429 (the store asking to slow down)",
+	       atomic_load(&es->throttled));
+	if (!s->prefetch)
+		return;
+	const struct prefetch_stats *ps = prefetch_stats(s->prefetch);
+	metric(out, labels, "prefetch_walks_total", "counter", "walks of a directory seen",
+	       atomic_load(&ps->walks));
+	metric(out, labels, "prefetch_walk_started_total", "counter",
+	       "objects a walk started ahead of its reader", atomic_load(&ps->walk_started));
+	metric(out, labels, "prefetch_walk_hits_total", "counter",
+	       "opens that a walk's window had started ahead", atomic_load(&ps->walk_hits));
+	if (!atomic_load(&ps->list_given))
+		return;
+	const struct {
+		const char *name, *help;
+		uint64_t value;
+	} list[] = {
+	    {"entries", "lines read from the prefetch list (blank ones left out)",
+	     atomic_load(&ps->list_entries)},
+	    {"skipped", "prefetch list lines skipped: not a file of the source, or not a path",
+	     atomic_load(&ps->list_bad)},
+	    {"local", "prefetch list objects local or downloading already",
+	     atomic_load(&ps->list_local)},
+	    {"started", "prefetch list objects it started", atomic_load(&ps->list_started)},
+	    {"finished", "prefetch list objects it started that finished",
+	     atomic_load(&ps->list_finished)},
+	    {"over_budget", "prefetch list objects left out: over --prefetch-budget",
+	     atomic_load(&ps->list_over_budget)},
+	    {"bytes", "bytes of the prefetch list objects it started",
+	     atomic_load(&ps->list_bytes)},
+	    {"done", "1 once the prefetch list is read and its objects finished",
+	     atomic_load(&ps->list_done) ? 1 : 0},
+	};
+	char name[64];
+	for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++) {
+		snprintf(name, sizeof(name), "prefetch_list_%s", list[i].name);
+		metric(out, labels, name, "gauge", list[i].help, list[i].value);
+	}
 }
 
 /* One histogram's samples; labels already holds what goes before le. */
@@ -298,7 +359,7 @@ static char *label(const char *name, const char *value)
 	return out;
 }
 
-int fs_metrics_check_path(char **path)
+int fs_check_output_path(const char *option, char **path)
 {
 	const char *slash = strrchr(*path, '/');
 	const char *base = slash ? slash + 1 : *path;
@@ -307,8 +368,7 @@ int fs_metrics_check_path(char **path)
 	int rc = -EINVAL;
 
 	if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-		fprintf(stderr, "spoolfs: --metrics-file %s: name a file, not a directory\n",
-		        *path);
+		fprintf(stderr, "spoolfs: %s %s: name a file, not a directory\n", option, *path);
 		return -EINVAL;
 	}
 	/* "/x" is in "/", "x" in ".". */
@@ -322,8 +382,7 @@ int fs_metrics_check_path(char **path)
 	                  : access(dir_abs, W_OK) != 0 ? strerror(errno)
 	                                               : NULL;
 	if (why) {
-		fprintf(stderr, "spoolfs: --metrics-file %s: its directory %s: %s\n", *path, dir,
-		        why);
+		fprintf(stderr, "spoolfs: %s %s: its directory %s: %s\n", option, *path, dir, why);
 		goto out;
 	}
 	if (asprintf(&full, "%s%s%s", dir_abs, strcmp(dir_abs, "/") ? "/" : "", base) < 0) {

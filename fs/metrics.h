@@ -27,11 +27,15 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
                             uint64_t *misses_floor);
 
 /*
- * --metrics-file as the daemon will write it: its directory must exist and be writable, and
- * a relative path is made absolute (the daemon works in "/"). 0, or -EINVAL after saying
- * why on stderr.
+ * A file the daemon writes (--metrics-file, --record-reads, named by option) as it will write it:
+ * its directory must exist and be writable, and a relative path is made absolute (the daemon works
+ * in "/"). 0, or -EINVAL after saying why on stderr.
  */
-int fs_metrics_check_path(char **path);
+/* The prefetch part of the stats (speculation and the prefetch list). */
+void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
+                               uint64_t spec_unread);
+
+int fs_check_output_path(const char *option, char **path);
 
 /* Writes the file once and starts the writer thread (after daemonising); a no-op without
  * --metrics-file. 0 or -errno. */

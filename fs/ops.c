@@ -518,6 +518,21 @@ static int member_spec(struct fs_session *s, const struct index_node *n, struct 
 	return 0;
 }
 
+/* Whether the cache directory holds key's object complete (an earlier session's). */
+static bool complete_in_cache(struct fs_session *s, const char *key)
+{
+	struct util_ranges ranges;
+	bool complete = false;
+
+	if (!s->opts.cache_dir || !s->records)
+		return false;
+	util_ranges_init(&ranges);
+	if (index_spool_lookup(s->records, key, &complete, &ranges) != 0)
+		complete = false;
+	util_ranges_free(&ranges);
+	return complete;
+}
+
 int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
                    bool *created)
 {
@@ -552,8 +567,9 @@ out:
 	return rc;
 }
 
-int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bool *created,
-                   bool *is_member, struct fs_member *member, const unsigned char *digests)
+int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
+                   bool *created, bool *is_member, struct fs_member *member,
+                   const unsigned char *digests, uint64_t *parent)
 {
 	struct index_node n;
 	struct index_chunks_ref chunks = {0};
@@ -570,6 +586,8 @@ int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bo
 		rc = n.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
 		goto out;
 	}
+	if (parent)
+		*parent = n.parent;
 	rc = member_spec(s, &n, member, &url, sha256, &size);
 	*is_member = rc == 0;
 	if (rc == -ENODATA) {
@@ -586,6 +604,11 @@ int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bo
 	rc = flight_key_build(sha256, size, url, etag, &key);
 	if (rc)
 		goto out;
+	/* Nothing to fetch: its reader's open finds it there without a request. */
+	if (speculative && complete_in_cache(s, key)) {
+		rc = -EEXIST;
+		goto out;
+	}
 	fs_node_path(s, &n, path, sizeof(path));
 	if (*is_member) /* the pack's log lines name the member that opened it */
 		snprintf(path + strnlen(path, sizeof(path) - 32), 32, " (pack %.12s)", sha256);
@@ -598,7 +621,8 @@ int fs_open_flight(struct fs_session *s, fuse_ino_t ino, struct flight **out, bo
 	                            .ino = ino,
 	                            .readers_verify = *is_member,
 	                            .chunk_size = chunks.chunk_size,
-	                            .chunk_digests = digests};
+	                            .chunk_digests = digests,
+	                            .speculative = speculative};
 	rc = fs_join_object(s, &spec, out, created);
 	/* Nothing to join, and no digests: its hash list comes first (hash_list.c). */
 	if (rc == -ENOENT && chunks.chunk_size && !digests)
@@ -637,7 +661,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		}
 		flight_unref(*f);
 		*f = NULL;
-		rc = fs_open_flight(s, ino, f, created, is_member, member, digests);
+		rc = fs_open_flight(s, ino, false, f, created, is_member, member, digests, NULL);
 		if (rc == FS_OPEN_HASH_LIST)
 			return rc; /* its hash list first, as at a first open */
 		if (rc == 0)
@@ -684,7 +708,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fs_handle_free(s, h);
 		return;
 	}
-	rc = fs_open_flight(s, ino, &f, &created, &h->is_member, &h->member, NULL);
+	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL, NULL);
 	if (rc == FS_OPEN_HASH_LIST) {
 		fs_open_after_hash_list(req, s, ino, fi, h); /* replies, now or later */
 		return;
@@ -712,6 +736,13 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	}
 	if (rc)
 		goto fail;
+	struct index_node n; /* a walk is seen in its directory's opens */
+	if (index_get(s->idx, ino, &n) == 0)
+		fs_prefetch_note_open(s, ino, n.parent);
+	/* Held now, a speculative download is this reader's: the engine looks at it again (it
+	 * may still be waiting for a speculative slot). */
+	if (!created && flight_is_speculative(f))
+		engine_kick(s->engine, f);
 	h->flight = f;
 	h->opened_ns = util_monotonic_ns();
 	if (created)

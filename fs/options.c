@@ -95,6 +95,16 @@ static const struct fuse_opt option_spec[] = {
     OPT("metrics_file=%s", metrics_file),
     OPT("--metrics-interval %s", metrics_interval_text),
     OPT("metrics_interval=%s", metrics_interval_text),
+    OPT("--prefetch-requests %s", prefetch_requests_text),
+    OPT("prefetch_requests=%s", prefetch_requests_text),
+    OPT("--prefetch-window %s", prefetch_window),
+    OPT("prefetch_window=%s", prefetch_window),
+    OPT("--prefetch-budget %s", prefetch_budget),
+    OPT("prefetch_budget=%s", prefetch_budget),
+    OPT("--prefetch-list %s", prefetch_list),
+    OPT("prefetch_list=%s", prefetch_list),
+    OPT("--record-reads %s", record_reads),
+    OPT("record_reads=%s", record_reads),
     OPT_FLAG("-h", show_help),
     OPT_FLAG("--help", show_help),
     OPT_FLAG("-V", show_version),
@@ -169,6 +179,21 @@ void fs_options_usage(const char *prog)
 	    "  --retries N            tries in a row without 64 KiB of progress before a read\n"
 	    "                         fails (default 6)\n"
 	    "  --max-transfers N      concurrent upstream transfers (default 16)\n"
+	    "  --prefetch-requests N  speculative requests at once, beside --max-transfers:\n"
+	    "                         files a walk of a directory will open next, and\n"
+	    "                         --prefetch-list's; halved while the store answers 503 or\n"
+	    "                         429, then grown again slowly (default 32; 0: no walk\n"
+	    "                         prefetch)\n"
+	    "  --prefetch-window SIZE bytes a walk fetches ahead of its reader, not yet opened\n"
+	    "                         (default 32M)\n"
+	    "  --prefetch-list FILE   fetch these paths (one a line, in order) in the\n"
+	    "                         background from mount time, objects already local skipped\n"
+	    "  --prefetch-budget SIZE bytes --prefetch-list may fetch, at most (default 4G;\n"
+	    "                         --cache-max-size bounds it too)\n"
+	    "  --record-reads FILE    at unmount, write the paths of the files opened, in the\n"
+	    "                         order first opened (a --prefetch-list for the next run);\n"
+	    "                         with --keep-cache the record is also kept in the cache\n"
+	    "                         directory, and the next mount of the same source uses it\n"
 	    "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
 	    "                         suffixes; default 256M, about 4 million entries)\n"
 	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
@@ -471,6 +496,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	                &opts->max_transfers) != 0 ||
 	    parse_count("--metrics-interval", opts->metrics_interval_text, 1, 3600, 5,
 	                &opts->metrics_interval_s) != 0 ||
+	    parse_count("--prefetch-requests", opts->prefetch_requests_text, 0, 1024, 32,
+	                &opts->prefetch_requests) != 0 ||
 	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
@@ -516,6 +543,11 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->file_mode_text);
 	free(opts->dir_mode_text);
 	free(opts->metrics_interval_text);
+	free(opts->prefetch_requests_text);
+	free(opts->prefetch_window);
+	free(opts->prefetch_budget);
+	free(opts->prefetch_list);
+	free(opts->record_reads);
 	free(opts->metrics_file);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);

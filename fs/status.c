@@ -37,6 +37,18 @@ struct snapshot {
 	double retries;
 	double failures;
 	double bytes_local;
+	/* Prefetch; list_entries is -1 when the mount has no prefetch list. */
+	double spec_flights;
+	double spec_unread;
+	double walks;
+	double list_entries;
+	double list_started;
+	double list_finished;
+	double list_local;
+	double list_skipped;
+	double list_over_budget;
+	double list_bytes;
+	double list_done;
 	struct timespec at;
 };
 
@@ -142,10 +154,22 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	    {"spoolfs_upstream_retries_total", offsetof(struct snapshot, retries)},
 	    {"spoolfs_upstream_failures_total", offsetof(struct snapshot, failures)},
 	    {"spoolfs_bytes_local", offsetof(struct snapshot, bytes_local)},
+	    {"spoolfs_speculative_flights_total", offsetof(struct snapshot, spec_flights)},
+	    {"spoolfs_speculative_unread_bytes", offsetof(struct snapshot, spec_unread)},
+	    {"spoolfs_prefetch_walks_total", offsetof(struct snapshot, walks)},
+	    {"spoolfs_prefetch_list_entries", offsetof(struct snapshot, list_entries)},
+	    {"spoolfs_prefetch_list_started", offsetof(struct snapshot, list_started)},
+	    {"spoolfs_prefetch_list_finished", offsetof(struct snapshot, list_finished)},
+	    {"spoolfs_prefetch_list_local", offsetof(struct snapshot, list_local)},
+	    {"spoolfs_prefetch_list_skipped", offsetof(struct snapshot, list_skipped)},
+	    {"spoolfs_prefetch_list_over_budget", offsetof(struct snapshot, list_over_budget)},
+	    {"spoolfs_prefetch_list_bytes", offsetof(struct snapshot, list_bytes)},
+	    {"spoolfs_prefetch_list_done", offsetof(struct snapshot, list_done)},
 	};
 	char name[128];
 	double value;
 
+	snap->list_entries = -1;
 	for (const char *line = text; line && *line;
 	     line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
 		if (*line == '#' || sscanf(line, "%127s %lf", name, &value) != 2)
@@ -327,6 +351,15 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	       now->n, active, human(now->bytes_local, a, sizeof(a)), now->upstream_requests,
 	       human(now->upstream_bytes, b, sizeof(b)), now->hits, now->misses, now->coalesced,
 	       now->retries, now->failures);
+	printf("prefetch: %.0f walks, %.0f speculative downloads, %s fetched ahead and not"
+	       " opened\n",
+	       now->walks, now->spec_flights, human(now->spec_unread, a, sizeof(a)));
+	if (now->list_entries >= 0)
+		printf("prefetch list: %s; %.0f entries: %.0f of %.0f started finished (%s),"
+		       " %.0f local already, %.0f skipped, %.0f over the budget\n",
+		       now->list_done > 0 ? "done" : "working", now->list_entries,
+		       now->list_finished, now->list_started, human(now->list_bytes, a, sizeof(a)),
+		       now->list_local, now->list_skipped, now->list_over_budget);
 }
 
 int fs_status_main(int argc, char **argv)

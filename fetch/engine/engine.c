@@ -35,6 +35,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->max_transfers = 16;
 	cfg->max_streams_per_flight = 10;
 	cfg->parallel_parts = 8;
+	cfg->spec_max = 32;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
 	cfg->lease_dirfd = -1;
@@ -48,6 +49,8 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
+	spec_limit_init(&e->spec, cfg->spec_max);
+	atomic_store(&e->stats.spec_limit, e->spec.cur);
 	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
 	if (!e->pending_buf)
 		goto fail_engine;
@@ -90,6 +93,20 @@ void engine_kick(struct engine *e, struct flight *f)
 		curl_multi_wakeup(e->multi);
 }
 
+void engine_note_throttled(struct engine *e)
+{
+	unsigned before = e->spec.cur;
+
+	atomic_fetch_add_explicit(&e->stats.throttled, 1, memory_order_relaxed);
+	spec_limit_throttled(&e->spec, now_ms());
+	if (e->spec.cur != before)
+		util_log(UTIL_LOG_INFO,
+		         "upstream asks to slow down (503 or 429): at most %u speculative"
+		         " requests at once now",
+		         e->spec.cur);
+	atomic_store(&e->stats.spec_limit, e->spec.cur);
+}
+
 void engine_fail_flight(struct engine *e, struct flight *f, int err, const char *why)
 {
 	char url[512];
@@ -115,6 +132,8 @@ static int activate(struct engine *e, struct flight *f)
 		e->cap_active = cap;
 	}
 	f->engine_started = true;
+	if (f->speculative)
+		atomic_fetch_add_explicit(&e->stats.spec_flights, 1, memory_order_relaxed);
 	flight_ref(f);
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.records)
@@ -292,6 +311,10 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		/* A reader's range is worth a record at once; pieces of a whole download are
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
+		if (s->speculative) {
+			spec_limit_success(&e->spec);
+			atomic_store(&e->stats.spec_limit, e->spec.cur);
+		}
 		f->failures = 0;
 		f->auth_retried = false;
 		stream_free(e, s);
@@ -405,6 +428,47 @@ static void retire_finished(struct engine *e)
 	e->n_active = kept;
 }
 
+/* Keeps f (a new speculative flight nobody has opened) until a speculative slot is free. */
+static int park_speculative(struct engine *e, struct flight *f)
+{
+	if (e->n_spec_waiting == e->cap_spec_waiting && e->spec_head > 0) {
+		/* Drop what was taken from the front before growing. */
+		memmove(e->spec_waiting, e->spec_waiting + e->spec_head,
+		        (e->n_spec_waiting - e->spec_head) * sizeof(*e->spec_waiting));
+		e->n_spec_waiting -= e->spec_head;
+		e->spec_head = 0;
+	}
+	if (e->n_spec_waiting == e->cap_spec_waiting) {
+		size_t cap = e->cap_spec_waiting ? e->cap_spec_waiting * 2 : 64;
+		struct flight **v = realloc(e->spec_waiting, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		e->spec_waiting = v;
+		e->cap_spec_waiting = cap;
+	}
+	flight_ref(f);
+	e->spec_waiting[e->n_spec_waiting++] = f;
+	return 0;
+}
+
+/* Activates waiting speculative flights while slots are free, in the order they came. */
+static void admit_speculative(struct engine *e)
+{
+	while (e->spec_head < e->n_spec_waiting && e->n_spec < e->spec.cur) {
+		struct flight *f = e->spec_waiting[e->spec_head++];
+		enum flight_state state;
+		flight_progress(f, NULL, NULL, &state);
+		/* A reader's kick may have activated it meanwhile. */
+		if (!f->engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)
+			engine_fail_flight(e, f, -ENOMEM, "out of memory");
+		else if (f->engine_started)
+			schedule_flight(e, f);
+		flight_unref(f);
+	}
+	if (e->spec_head == e->n_spec_waiting)
+		e->spec_head = e->n_spec_waiting = 0;
+}
+
 static void drain_queue(struct engine *e)
 {
 	struct flight *f;
@@ -412,17 +476,27 @@ static void drain_queue(struct engine *e)
 	pthread_mutex_lock(&e->queue_lock);
 	f = e->queue;
 	e->queue = NULL;
-	/* Once unqueued, a flight can be queued again (engine_next rewritten) at any time. */
+	/* Once unqueued, a flight can be queued again (engine_next rewritten) at any time.
+	 * The queue is last-kicked first: reversed, flights start in the order they were
+	 * kicked (prefetch hands them over in the order it wants them fetched). */
+	struct flight *fifo = NULL;
 	for (struct flight *q = f; q; q = q->engine_next) {
 		q->engine_queued = false;
-		q->engine_drain_next = q->engine_next;
+		q->engine_drain_next = fifo;
+		fifo = q;
 	}
+	f = fifo;
 	pthread_mutex_unlock(&e->queue_lock);
 	while (f) {
 		struct flight *next = f->engine_drain_next;
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
-		if (!f->engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)
+		bool wait = !f->engine_started && state == FLIGHT_ACTIVE &&
+		            flight_speculation_unclaimed(f) && e->n_spec >= e->spec.cur;
+		if (wait && park_speculative(e, f) != 0)
+			engine_fail_flight(e, f, -ENOMEM, "out of memory");
+		else if (!wait && !f->engine_started && state == FLIGHT_ACTIVE &&
+		         activate(e, f) != 0)
 			engine_fail_flight(e, f, -ENOMEM, "out of memory");
 		if (f->engine_started)
 			schedule_flight(e, f);
@@ -523,6 +597,7 @@ static void *engine_main(void *arg)
 			end_failed_streams(e);
 		if (e->streams_stopped)
 			end_stopped_streams(e);
+		admit_speculative(e);
 		now = now_ms();
 		/* The flight whose readers have waited longest for room first: a slot freed this
 		 * turn goes to it before the next piece of another object (a reader of a new
@@ -595,6 +670,12 @@ void engine_stop(struct engine *e)
 		flight_unref(queued);
 		queued = next;
 	}
+	for (size_t i = e->spec_head; i < e->n_spec_waiting; i++) {
+		if (!e->spec_waiting[i]->engine_started)
+			flight_stop(e->spec_waiting[i], -EIO);
+		flight_unref(e->spec_waiting[i]);
+	}
+	e->spec_head = e->n_spec_waiting = 0;
 	for (size_t i = 0; i < e->n_active; i++) {
 		enum flight_state state;
 		flight_progress(e->active[i], NULL, NULL, &state);
@@ -627,5 +708,6 @@ void engine_destroy(struct engine *e)
 	pthread_mutex_destroy(&e->queue_lock);
 	free(e->pending_buf);
 	free(e->active);
+	free(e->spec_waiting);
 	free(e);
 }

@@ -28,6 +28,7 @@
 #include <curl/curl.h>
 
 #include "fetch/engine/flight.h"
+#include "fetch/engine/spec_limit.h"
 #include "fetch/http/net.h"
 #include "util/histogram.h"
 
@@ -40,6 +41,10 @@ struct engine_config {
 	unsigned max_transfers; /* concurrent transfers over all flights */
 	unsigned max_streams_per_flight;
 	unsigned parallel_parts; /* ranged requests a large object is fetched with at once */
+	/* Speculative requests at once (flight_spec.speculative), on top of max_transfers so a
+	 * reader never waits for speculation; lowered while the upstream throttles
+	 * (spec_limit.h). 0: speculative flights wait for a reader. */
+	unsigned spec_max;
 	uint64_t backoff_base_ms;
 	uint64_t backoff_cap_ms;
 	struct fetch_net net;
@@ -75,6 +80,12 @@ struct engine_stats {
 	/* New flights found complete in the cache directory (an earlier session's download, or
 	 * another mount's): their opens were counted as misses, and were hits. */
 	atomic_uint_fast64_t restored;
+	/* Prefetch: speculative flights started, body bytes received for them, answers of 503
+	 * or 429 (any request), and the speculative bound now (spec_limit.h). */
+	atomic_uint_fast64_t spec_flights;
+	atomic_uint_fast64_t spec_bytes;
+	atomic_uint_fast64_t throttled;
+	atomic_uint_fast64_t spec_limit;
 	/* Seconds from sending each request until its response's headers, by HTTP status; a
 	 * request that ended without one (refused, stalled, stopped, a file: mirror) is key 0. */
 	struct util_histogram_set latency;

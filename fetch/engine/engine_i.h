@@ -40,6 +40,7 @@ struct stream {
 	bool retryable;         /* the status asked for a retry (5xx, 429, 408) */
 	bool stalled;           /* aborted: no byte for the stall timeout */
 	bool background;        /* fills the object for nobody in particular */
+	bool speculative;       /* counted in n_spec, not n_transfers (spec_limit.h) */
 	bool ranged;            /* asked with Range: a 200 then means the server ignores it */
 	bool answered_short;    /* a 206 with less than asked: end lowered to what it sends */
 	unsigned round;         /* the flight's fail_round when it started */
@@ -88,7 +89,14 @@ struct engine {
 	size_t n_active;
 	size_t cap_active;
 	unsigned n_transfers;
-	unsigned n_background; /* transfers of streams nobody is waiting on */
+	unsigned n_background;  /* transfers of streams nobody is waiting on */
+	unsigned n_spec;        /* speculative transfers, outside n_transfers */
+	struct spec_limit spec; /* how many n_spec may be */
+	/* Speculative flights nobody has opened, waiting for a slot before they are activated
+	 * (an activated flight holds its spool file open: a walk's window of them would hold
+	 * an fd each). Kicked order, from spec_head; each holds a reference. */
+	struct flight **spec_waiting;
+	size_t spec_head, n_spec_waiting, cap_spec_waiting;
 	int64_t last_use_stamp;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
@@ -138,6 +146,9 @@ void engine_avoid_bad_source(struct engine *e, struct flight *f);
 /* How long a flight refused for expired credentials waits for fresh ones before it sends
  * again anyway (and, refused again, counts a failure). */
 #define AUTH_WAIT_MS 30000
+
+/* engine.c. The upstream answered 503 or 429: speculation backs off. */
+void engine_note_throttled(struct engine *e);
 
 /* stream.c */
 /* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */

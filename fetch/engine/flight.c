@@ -56,6 +56,7 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	}
 	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
 	f->readers_verify = spec->readers_verify;
+	f->speculative = spec->speculative;
 	size_t lm_prefix = strlen(VERSION_PIN_LAST_MODIFIED);
 	if (spec->etag && strncmp(spec->etag, VERSION_PIN_LAST_MODIFIED, lm_prefix) == 0) {
 		/* Pinned by an earlier flight whose server sent only a Last-Modified. */
@@ -133,6 +134,16 @@ bool flight_after_failure(const struct flight *f)
 bool flight_is_whole(struct flight *f)
 {
 	return atomic_load(&f->whole);
+}
+
+bool flight_is_speculative(const struct flight *f)
+{
+	return f->speculative;
+}
+
+bool flight_speculation_unclaimed(struct flight *f)
+{
+	return f->speculative && !atomic_load(&f->opened);
 }
 
 void flight_ref(struct flight *f)
@@ -254,8 +265,10 @@ int flight_hold_spool(struct flight *f)
 {
 	int rc = use_spool(f);
 
-	if (rc == 0)
+	if (rc == 0) {
 		atomic_fetch_add(&f->handles, 1);
+		atomic_store(&f->opened, true);
+	}
 	return rc;
 }
 

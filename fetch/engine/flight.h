@@ -99,6 +99,12 @@ struct flight_spec {
 	 */
 	uint64_t chunk_size;
 	const unsigned char *chunk_digests;
+	/*
+	 * Started by prefetch, before any reader asked (fetch/prefetch/). Until a handle holds
+	 * it, its request waits for a speculative slot (engine_config.spec_max) and never
+	 * takes one of the readers'.
+	 */
+	bool speculative;
 };
 
 /* Chunks of chunk_size an object of size bytes has (its hash list has 32 bytes each). */
@@ -243,7 +249,9 @@ struct flight_info {
 	int handles;
 	unsigned waiters;
 	bool durable;
-	bool whole; /* downloading to the end, else only what readers miss */
+	bool whole;       /* downloading to the end, else only what readers miss */
+	bool speculative; /* started by prefetch (flight_spec) */
+	bool opened;      /* a handle has held it: a reader came */
 };
 
 /*
@@ -279,6 +287,10 @@ bool flight_has_chunks(const struct flight *f);
 bool flight_retry_bad_chunks(struct flight *f);
 /* Downloading to the end (only ever turns true), else only the ranges readers miss. */
 bool flight_is_whole(struct flight *f);
+/* Started by prefetch (flight_spec.speculative). */
+bool flight_is_speculative(const struct flight *f);
+/* Speculative, and no handle has held it yet: nobody is waiting for it. */
+bool flight_speculation_unclaimed(struct flight *f);
 
 void flight_ref(struct flight *f);
 /* Drops a reference; the last one closes the spool (flight_fail already deleted a failed one). */

@@ -51,10 +51,12 @@ struct flight {
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
+	bool speculative;   /* flight_spec's: started by prefetch */
 
 	atomic_int refs;
 	atomic_int handles;  /* holders of the spool for an open handle (flight_hold_spool) */
 	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
+	atomic_bool opened;  /* a handle has held its spool (flight_hold_spool): a reader came */
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq_* (below) decide when, under it. */
 	atomic_bool whole;

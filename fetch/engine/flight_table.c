@@ -403,6 +403,8 @@ void flight_table_foreach(struct flight_table *table,
 			pthread_mutex_unlock(&f->lock);
 			info.handles = atomic_load(&f->handles);
 			info.durable = atomic_load(&f->durable);
+			info.speculative = f->speculative;
+			info.opened = atomic_load(&f->opened);
 			fn(ctx, &info);
 		}
 	}

@@ -160,6 +160,30 @@ static int start_demand(struct engine *e, struct flight *f, const struct util_ra
 	return stream_start(e, f, from > gap_start ? from : gap_start, to < gap_end ? to : gap_end);
 }
 
+/*
+ * A speculative flight nobody has opened yet (prefetch): one piece at a time, in a slot of
+ * its own (n_spec, bounded by spec_limit.h) rather than one of the readers', so a reader's
+ * miss never queues behind speculation. A reader who opens it meanwhile joins the stream.
+ */
+static int start_speculative(struct engine *e, struct flight *f, struct util_ranges *claimed)
+{
+	uint64_t gap_start, gap_end;
+	int rc = claimed_ranges(f, claimed);
+
+	if (rc || !util_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
+		return rc;
+	if (!f->no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
+		gap_end = gap_start + PIECE_BYTES;
+	rc = stream_start(e, f, gap_start, gap_end);
+	if (rc == 0) {
+		/* stream_start counted it among the readers' transfers, and put it first. */
+		f->streams->speculative = true;
+		e->n_transfers--;
+		e->n_spec++;
+	}
+	return rc;
+}
+
 /* The earlier of two times, 0 standing for none. */
 static uint64_t earliest(uint64_t a, uint64_t b)
 {
@@ -245,7 +269,8 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			continue;
 		for (struct stream *s = g->streams; s; s = s->next) {
 			uint64_t when = 0, eta;
-			if (s == spare || s->skip > 0)
+			/* A speculative stream holds no reader's slot: stopping it frees none. */
+			if (s == spare || s->skip > 0 || s->speculative)
 				continue;
 			/* A reader's stream whose reader is between two reads, or that another
 			 * mount's readers wait on, is still theirs: stopping it would have readers
@@ -373,7 +398,10 @@ void schedule_flight(struct engine *e, struct flight *f)
 	 * still runs to the end, nearest the first waiting reader first. */
 	/* Called on every turn of the transfer loop: the ranges are copied only while there is
 	 * something left to fetch. */
-	if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
+	if (rc == 0 && whole && written < f->size && flight_speculation_unclaimed(f)) {
+		if (f->n_streams == 0 && e->n_spec < e->spec.cur)
+			rc = start_speculative(e, f, &claimed);
+	} else if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);
 		if (rc == 0)
 			rc = fill_pieces(e, f, &claimed, anchor == UINT64_MAX ? 0 : anchor);

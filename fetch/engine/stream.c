@@ -174,6 +174,8 @@ void stream_check_response(struct stream *s)
 			take_whole_answer(s);
 	} else if (http_status_is_transient(code)) {
 		s->retryable = true;
+		if (code == 503 || code == 429)
+			engine_note_throttled(s->engine);
 		stream_why(s, "HTTP %ld", code);
 		return;
 	} else if (code == 412) {
@@ -334,6 +336,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	if (s->fatal || s->retryable)
 		return CURL_WRITEFUNC_ERROR;
 	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
+	if (s->f->speculative)
+		atomic_fetch_add_explicit(&s->engine->stats.spec_bytes, len, memory_order_relaxed);
 	s->received += len;
 	if (s->skip > 0) {
 		used = len < s->skip ? len : (size_t)s->skip;
@@ -535,7 +539,10 @@ void stream_free(struct engine *e, struct stream *s)
 		}
 	}
 	s->f->n_streams--;
-	e->n_transfers--;
+	if (s->speculative)
+		e->n_spec--;
+	else
+		e->n_transfers--;
 	e->n_background -= s->background;
 	curl_multi_remove_handle(e->multi, s->easy);
 	curl_easy_cleanup(s->easy);

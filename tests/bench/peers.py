@@ -17,7 +17,10 @@ store directory. Each measurement uses a fresh mount and a fresh cache directory
 "cold" read is cold for the system (the upstream's own page cache is warm for everyone).
 """
 
+import hashlib
+import http.client
 import json
+import queue
 import os
 import random
 import shutil
@@ -68,9 +71,14 @@ def config():
         "w4_reads": 200,
         "w5_files": int(os.environ.get("W5_FILES", "2000" if small else "100000")),
         "w5_dirs": int(os.environ.get("W5_DIRS", "20" if small else "1000")),
+        # W7: a cold tree of small files behind a store 10 ms away (issue 22)
+        "w7_files": int(os.environ.get("W7_FILES", "300" if small else "1000")),
+        "w7_dirs": 10,
+        "w7_delay_ms": 10,
+        "w7_parallel": 32,
         "timeout": float(os.environ.get("OP_TIMEOUT", "60" if small else "300")),
         "peers": os.environ.get("PEERS", "spoolfs,rclone,httpdirfs,s3fs").split(","),
-        "workloads": os.environ.get("WORKLOADS", "W1,W2,W2cap,W4,W5").split(","),
+        "workloads": os.environ.get("WORKLOADS", "W1,W2,W2cap,W4,W5,W7").split(","),
     }
     for k in ("W1_SIZE", "W2_SIZE", "CAP_SIZE"):
         if os.environ.get(k):
@@ -112,6 +120,22 @@ def make_store(work, c):
         files.append({"path": rel, "size": size, "url": "tree/" + rel})
     with open(os.path.join(store, "tree.json"), "w") as f:
         json.dump({"version": 1, "files": files}, f)
+    # W7: 1-3 KiB files in 10 directories, with sha256 (a v1 manifest as a build's inputs)
+    rnd = random.Random("%d:cold" % c["seed"])
+    cold = []
+    per = -(-c["w7_files"] // c["w7_dirs"])
+    for i in range(c["w7_files"]):
+        rel = "d%02d/f%05d.c" % (i // per, i)
+        data = rnd.randbytes(rnd.randrange(1024, 3073))
+        os.makedirs(os.path.join(store, "cold", os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(store, "cold", rel), "wb") as f:
+            f.write(data)
+        cold.append({"path": rel, "size": len(data), "url": "cold/" + rel,
+                     "sha256": hashlib.sha256(data).hexdigest()})
+    with open(os.path.join(store, "cold.json"), "w") as f:
+        json.dump({"version": 1, "files": cold}, f)
+    with open(os.path.join(work, "cold.list"), "w") as f:
+        json.dump(sorted([e["path"], e["size"]] for e in cold), f)
     return store
 
 
@@ -177,7 +201,8 @@ def is_mounted(path):
 class Mount:
     """One mount of one system: start, wait until mounted, sample RSS, unmount."""
 
-    def __init__(self, system, work, tag, what, shared_cache=None, durable=False):
+    def __init__(self, system, work, tag, what, shared_cache=None, durable=False,
+                 extra_args=(), server=None):
         self.system, self.work = system, work
         self.mnt = os.path.join(work, "mnt." + tag)
         # Another mount's cache directory is that mount's to create and remove.
@@ -187,7 +212,7 @@ class Mount:
             shutil.rmtree(p, ignore_errors=True)
             os.makedirs(p)
         self.logpath = os.path.join(work, "log." + tag)
-        argv = system.argv(what, self.mnt, self.cache, durable)
+        argv = system.argv(what, self.mnt, self.cache, durable, server) + list(extra_args)
         t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=open(self.logpath, "w"), stderr=subprocess.STDOUT,
@@ -281,8 +306,9 @@ class Spoolfs(System):
     # mounts can share and whose progress is made crash-safe (fdatasync every 64 MiB);
     # W2 measures it too, and W3 through another mount needs it.
 
-    def argv(self, what, mnt, cache, durable=False):
-        argv = [self.b.spoolfs, "-f", "%s/%s.json" % (self.b.http.base, what), mnt]
+    def argv(self, what, mnt, cache, durable=False, server=None):
+        base = (server or self.b.http).base
+        argv = [self.b.spoolfs, "-f", "%s/%s.json" % (base, what), mnt]
         return argv + ["--cache-dir", cache] if durable else argv
 
     def env(self, cache):
@@ -304,7 +330,7 @@ class Rclone(System):
     def missing(self):
         return None if shutil.which("rclone") else "not installed (peers.sh --install)"
 
-    def argv(self, what, mnt, cache, durable=False):
+    def argv(self, what, mnt, cache, durable=False, server=None):
         conf = os.path.join(self.b.work, "rclone.conf")
         open(conf, "a").close()
         return ["rclone", "mount", ":http:", mnt, "--http-url", "%s/%s/" % (self.b.http.base, what),
@@ -323,7 +349,7 @@ class Httpdirfs(System):
     def missing(self):
         return None if shutil.which("httpdirfs") else "not installed (peers.sh --install)"
 
-    def argv(self, what, mnt, cache, durable=False):
+    def argv(self, what, mnt, cache, durable=False, server=None):
         return ["httpdirfs", "-f", "--cache", "--cache-location", cache, "-o", "ro",
                 "%s/%s/" % (self.b.http.base, what), mnt]
 
@@ -345,7 +371,7 @@ class S3fs(System):
             return self.b.s3_reason
         return None
 
-    def argv(self, what, mnt, cache, durable=False):
+    def argv(self, what, mnt, cache, durable=False, server=None):
         return ["s3fs", what, mnt, "-f", "-o",
                 "ro,url=%s,use_path_request_style,public_bucket=1,endpoint=us-east-1,"
                 "use_cache=%s,max_stat_cache_size=200000,stat_cache_expire=86400,"
@@ -513,7 +539,73 @@ def op_shell(cmd, want_lines):
     return {"wall": t, "error": err}
 
 
-OPS = {"readers": op_readers, "seq": op_seq, "random": op_random,
+def op_tree(root, listfile):
+    """Reads every file of the list (sorted, as tar does) under root: open, read, close."""
+    with open(listfile) as f:
+        files = json.load(f)
+    t0 = time.monotonic()
+    for rel, size in files:
+        with open(os.path.join(root, rel), "rb", buffering=0) as f:
+            got = 0
+            while True:
+                b = f.read(1 << 16)
+                if not b:
+                    break
+                got += len(b)
+        if got != size:
+            return {"wall": time.monotonic() - t0, "error": "%s: %d bytes, want %d"
+                    % (rel, got, size)}
+    return {"wall": time.monotonic() - t0, "error": None}
+
+
+def _connect(base):
+    host, port = base.split("//")[1].split(":")
+    return http.client.HTTPConnection(host, int(port), timeout=60)
+
+
+def _get_one(conn, rel, sizes, errors):
+    """GETs one file of the tree on a keep-alive connection, checking its size."""
+    conn.request("GET", "/cold/" + rel)
+    r = conn.getresponse()
+    body = r.read()
+    if r.status != 200 or len(body) != sizes[rel]:
+        errors.append("%s: HTTP %d, %d bytes" % (rel, r.status, len(body)))
+
+
+def op_tree_http(base, listfile, connections):
+    """The tree's files over `connections` keep-alive connections at once, each taking the
+    next file of the sorted list: 1 is the one-round-trip-per-file floor."""
+    with open(listfile) as f:
+        files = json.load(f)
+    sizes = dict((rel, size) for rel, size in files)
+    n = int(connections)
+    work = queue.Queue()
+    for rel, _ in files:
+        work.put(rel)
+    errors = []
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker_conn, args=(base, work, sizes, errors))
+               for _ in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return {"wall": time.monotonic() - t0, "error": errors[0] if errors else None}
+
+
+def worker_conn(base, work, sizes, errors):
+    """One connection of op_tree_http: GETs files from the shared queue until it is empty."""
+    conn = _connect(base)
+    while True:
+        try:
+            rel = work.get_nowait()
+        except queue.Empty:
+            break
+        _get_one(conn, rel, sizes, errors)
+    conn.close()
+
+
+OPS = {"tree": op_tree, "tree_http": op_tree_http, "readers": op_readers, "seq": op_seq, "random": op_random,
        "random_http": op_random_http, "curl": op_curl, "shell": op_shell}
 
 
@@ -780,12 +872,73 @@ class Bench:
             self.put("W6 peak RSS MiB in W5", s.name, m.rss_mib())
             self.unmount(s, m)
 
+    def w7(self, s, run):
+        """A cold tree of small files, each request 10 ms away: a reader reads every file in
+        sorted order; cold (v1 manifest), then the second run of the same job (the first
+        run's record as --prefetch-list, and kept in a --keep-cache directory emptied of
+        objects)."""
+        c, srv = self.c, self.slow
+        listfile = os.path.join(self.work, "cold.list")
+        rows = ("W7 tree read s", "W7 tree read s, second run, --prefetch-list",
+                "W7 tree read s, second run, kept record")
+        if s.name != "spoolfs":
+            for r in rows:
+                self.fail(r, s.name, "not run for W7")
+            return
+        record = os.path.join(self.work, "cold.%d.reads" % run)
+        kept = os.path.join(self.work, "cache.w7kept.%d" % run)
+        cases = (
+            (rows[0], ["--record-reads", record], None),
+            (rows[1], ["--prefetch-list", record], None),
+            (rows[2], ["--cache-dir", kept, "--keep-cache"], "first"),
+            (rows[2], ["--cache-dir", kept, "--keep-cache"], "second"),
+        )
+        for row, extra, phase in cases:
+            srv.reset()
+            try:
+                m = Mount(s, self.work, "spoolfs.w7.%d.%s" % (run, len(extra)), "cold",
+                          extra_args=extra, server=srv)
+            except RuntimeError as e:
+                self.fail(row, s.name, "mount: %s" % e)
+                self.trouble(s, "W7: %s" % e)
+                return
+            try:
+                r = self.op("tree", m.mnt, listfile)
+                if phase != "first":
+                    self.put(row, s.name, r["wall"])
+                    self.put(row + ", 32 connections", s.name, r["wall"])
+                if phase is None and row == rows[0]:
+                    self.put("W7 upstream requests", s.name, srv.requests())
+            except RuntimeError as e:
+                self.fail(row, s.name, str(e)[:60])
+                self.trouble(s, "W7: %s" % e)
+            finally:
+                self.unmount(s, m)
+            if phase == "first":
+                # An ephemeral runner's cache: the objects go, the record stays.
+                shutil.rmtree(os.path.join(kept, "spool"), ignore_errors=True)
+                for n in os.listdir(kept):
+                    if n.startswith("index.db"):
+                        os.unlink(os.path.join(kept, n))
+        shutil.rmtree(kept, ignore_errors=True)
+
+    def w7_baselines(self, run):
+        listfile = os.path.join(self.work, "cold.list")
+        seq = self.op("tree_http", self.slow.base, listfile, 1)["wall"]
+        par = self.op("tree_http", self.slow.base, listfile, self.c["w7_parallel"])["wall"]
+        self.put("W7 tree read s", "baseline", seq)
+        self.put("W7 tree read s, 32 connections", "baseline", par)
+
     def run(self):
         c = self.c
         store = make_store(self.work, c)
         self.http = Server(self.work, "upstream", [
             PYTHON, os.path.join(ROOT, "tests/upstream/upstream.py"), "--root", store,
             "--host", "127.0.0.1", "--port", "0", "--index"])
+        # W7's store is 10 ms away: the same files, every request delayed.
+        self.slow = Server(self.work, "upstream_slow", [
+            PYTHON, os.path.join(ROOT, "tests/upstream/upstream.py"), "--root", store,
+            "--host", "127.0.0.1", "--port", "0", "--delay-ms", str(c["w7_delay_ms"])])
         s3py = os.path.join(ROOT, "tests/upstream/s3_upstream.py")
         systems = []
         for name in c["peers"]:
@@ -806,7 +959,7 @@ class Bench:
                         "--public", "big", "--public", "tree", "--etag", "fast"])
                 except RuntimeError as e:
                     self.s3_reason = "s3_upstream.py did not start: %s" % str(e)[:100]
-        servers = [self.http] + ([self.s3] if self.s3 else [])
+        servers = [self.http, self.slow] + ([self.s3] if self.s3 else [])
         for srv in servers:
             srv.ctl("fault", {"path": "big/w1.bin", "total_rate": c["w1_rate"]})
             srv.ctl("fault", {"path": "big/cap.bin", "rate": c["cap_rate"]})
@@ -821,10 +974,13 @@ class Bench:
         try:
             for run in range(1, c["runs"] + 1):
                 self.baselines(run)
+                if "W7" in c["workloads"]:
+                    self.w7_baselines(run)
                 for s in live:
                     for wname, key, fn in (("W1", "W1", self.w1), ("W2/W3", "W2", self.w2w3),
                                            ("W2 capped", "W2cap", self.w2cap),
-                                           ("W4", "W4", self.w4), ("W5", "W5", self.w5)):
+                                           ("W4", "W4", self.w4), ("W5", "W5", self.w5),
+                                           ("W7", "W7", self.w7)):
                         if key not in c["workloads"]:
                             continue
                         log("run %d/%d: %s %s" % (run, c["runs"], s.name, wname))
@@ -860,6 +1016,11 @@ class Bench:
         ("W5 find s", "find on the local store tree"),
         ("W5 ls -lR s", "ls -lR on the local store tree"),
         ("W5 upstream requests after mount", None),
+        ("W7 tree read s", "sequential GETs, 1 keep-alive connection"),
+        ("W7 tree read s, 32 connections", "32 parallel keep-alive connections"),
+        ("W7 tree read s, second run, --prefetch-list", "W7 32 connections"),
+        ("W7 tree read s, second run, kept record", "W7 32 connections"),
+        ("W7 upstream requests", None),
         ("W6 peak RSS MiB in W1", None), ("W6 peak RSS MiB in W2", None),
         ("W6 peak RSS MiB in W5", None),
     ]
@@ -879,10 +1040,16 @@ class Bench:
         base_of = {"W1x8 wall s": "W1 wall s", "W1x64 wall s": "W1 wall s",
                    "W2 cold read s, no sha256": "W2 cold read s",
                    "W2 cold read s, durable --cache-dir": "W2 cold read s",
-                   "W3 warm read s, another mount of the cache": "W3 warm read s"}
+                   "W3 warm read s, another mount of the cache": "W3 warm read s",
+                   "W7 tree read s, second run, --prefetch-list":
+                       "W7 tree read s, 32 connections",
+                   "W7 tree read s, second run, kept record":
+                       "W7 tree read s, 32 connections"}
         # The peers verify nothing anyway, and share no cache between mounts.
         only_spoolfs = {"W2 cold read s, no sha256", "W2 cold read s, durable --cache-dir",
-                        "W3 warm read s, another mount of the cache"}
+                        "W3 warm read s, another mount of the cache",
+                        "W7 tree read s, second run, --prefetch-list",
+                        "W7 tree read s, second run, kept record"}
         lines = [("figure", "system", "median", "min-max", "x baseline", "note")]
         for row, blabel in self.ROWS:
             bkey = base_of.get(row, row)

@@ -548,11 +548,12 @@ def test_200_concurrent_readers_over_50_objects(store, mount):
           % (fds_start, fds_cold, fds_warm))
     # No handle leaks an fd: a second wave of 200 opens adds nothing.
     assert sum(fds_warm.values()) <= sum(fds_cold.values()), fd_list(pid)
-    # What the cold wave added is bounded: upstream connections (<= --max-transfers),
+    # What the cold wave added is bounded: upstream connections (<= --max-transfers, 16,
+    # plus --prefetch-requests, 32: the readers' opens look like a walk of the directory),
     # libfuse's per-worker splice pipes, and one spool fd per finished object (see
     # test_finished_objects_do_not_pin_fds).
     assert fds_cold["other"] == fds_start["other"], fd_list(pid)
-    assert fds_cold["socket"] <= fds_start["socket"] + 16, fds_cold
+    assert fds_cold["socket"] <= fds_start["socket"] + 16 + 32, fds_cold
     assert fds_cold["spool"] <= n_obj, fds_cold
 
 

@@ -8,7 +8,7 @@ import re
 from conftest import ROOT
 
 LAYERS = ["util", "index", "fetch/http", "fetch/cache", "fetch/s3", "fetch/source",
-          "fetch/engine", "publish", "fs"]
+          "fetch/engine", "fetch/prefetch", "publish", "fs"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^>"]+)[>"]', re.M)
 
 

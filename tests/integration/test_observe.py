@@ -55,7 +55,8 @@ def test_stats_file_counts_requests_hits_and_bytes(store, mount):
     fl = flights(m)
     assert fl == [{"name": "dir/a.bin", "size": 3 * MiB, "written": 3 * MiB, "local": 3 * MiB,
                    "state": "complete", "handles": 0, "waiting_reads": 0,
-                   "durable": False, "access": "whole"}]
+                   "durable": False, "access": "whole", "speculative": False,
+                   "opened": True}]
 
 
 def test_status_shows_a_download_in_progress(store, mount):

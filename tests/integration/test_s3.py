@@ -453,10 +453,12 @@ def test_secret_and_token_never_logged(s3_server, mount):
     for i in range(3):
         s3.put(BUCKET, "d/f%d" % i, content("f%d" % i, 100_000))
     s3.put(BUCKET, "d/denied", b"nope")
+    # Refused from the start: the three reads below are a walk of d/, which fetches
+    # d/denied ahead of its reader.
+    s3.fault(BUCKET + "/d/denied", fail_status=403)
     m = mount_s3(mount, s3, "s3://" + BUCKET, "-d")
     for i in range(3):
         assert read_file(m.p("d/f%d" % i)) == content("f%d" % i, 100_000)
-    s3.fault(BUCKET + "/d/denied", fail_status=403)
     data, err = read_all(m.p("d/denied"))
     assert err == errno.EIO and data == b""
     assert 403 in s3.stats(BUCKET + "/d/denied")["statuses"]
@@ -626,3 +628,27 @@ def test_sha256_checksum_verified(s3_server, mount, kind):
     assert err == errno.EIO
     assert data == bad[:len(data)] and len(data) <= len(bad) - CHUNK  # the tail is withheld
     assert "sha256" in m.stderr().lower()
+
+
+# ---------------------------------------------------------- prefetch of a walk (issue 22)
+
+def test_a_walk_of_a_bucket_is_fetched_ahead_subdirectories_listed_first(s3_server, mount):
+    s3 = s3_server()
+    names = ["d/f%02d" % i for i in range(30)]
+    subs = ["d/sub/g%d" % i for i in range(3)]
+    for key in names + subs:
+        s3.put(BUCKET, key, content(key, 3000))
+    m = mount_s3(mount, s3)
+    for key in names[:3]:
+        assert read_file(m.p(key)) == content(key, 3000)
+    # Objects of the listed directory not opened yet are fetched ahead of the walker.
+    wait_until(lambda: sum(s3.stats(BUCKET + "/" + k)["gets"] for k in names[3:]) >= 4,
+               lambda: [s3.stats(BUCKET + "/" + k)["gets"] for k in names])
+    for key in names[3:]:
+        assert read_file(m.p(key)) == content(key, 3000)
+    # Then its subdirectory: listed by the walk (nobody looked into it), then fetched.
+    wait_until(lambda: all(s3.stats(BUCKET + "/" + k)["gets"] == 1 for k in subs),
+               lambda: [s3.stats(BUCKET + "/" + k) for k in subs])
+    for key in subs:
+        assert read_file(m.p(key)) == content(key, 3000)
+    assert all(s3.stats(BUCKET + "/" + k)["gets"] == 1 for k in names + subs)

@@ -103,10 +103,12 @@ class ServerProcess:
 
 class Upstream(ServerProcess):
     def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0,
-                 tls_cert=None, tls_key=None):
+                 tls_cert=None, tls_key=None, delay_ms=0):
         cmd = [PYTHON, UPSTREAM, "--root", str(root), "--host", host, "--port", str(port)]
         if verbose:
             cmd.append("--verbose")
+        if delay_ms:
+            cmd += ["--delay-ms", str(delay_ms)]
         if tls_cert:
             cmd += ["--tls-cert", str(tls_cert), "--tls-key", str(tls_key)]
         self._start(cmd, root, host, bool(tls_cert), startup_timeout)

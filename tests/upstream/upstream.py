@@ -2,7 +2,7 @@
 """spoolfs test upstream: serves files under --root over HTTP/1.1 with
 byte-precise fault injection and request/byte accounting.
 
-Usage: upstream.py --root DIR [--host 127.0.0.1] [--port 0] [--verbose]
+Usage: upstream.py --root DIR [--host 127.0.0.1] [--port 0] [--verbose] [--delay-ms MS]
                    [--tls-cert CERT.pem --tls-key KEY.pem]
 Prints "PORT <n>" on stdout once listening; exits 0 on SIGTERM/SIGINT.
 With --tls-cert/--tls-key it speaks HTTPS only (control endpoints included); the TLS
@@ -95,6 +95,7 @@ class State:
 STATE = State()
 VERBOSE = False
 ROOT = "."
+DELAY = 0.0  # --delay-ms: every object request waits this long (seconds) before its answer
 INDEX = False  # --index: GET of a directory answers an HTML listing (for crawling peers)
 RATE_NEXT = {}  # path -> monotonic time the next total_rate slot starts; under STATE.lock
 
@@ -464,6 +465,8 @@ class Handler(BaseHTTPRequestHandler):
             self._status(rel, 401)
             return self._simple(401, "authorization required\n", head=head,
                                 extra=[("WWW-Authenticate", 'Basic realm="upstream"')])
+        if DELAY:
+            time.sleep(DELAY)
         if not self._admit(rel):
             return
         try:
@@ -747,7 +750,7 @@ class Server(ThreadingHTTPServer):
 
 
 def main(argv=None):
-    global VERBOSE, ROOT, INDEX
+    global VERBOSE, ROOT, INDEX, DELAY
     ap = argparse.ArgumentParser(description="spoolfs test upstream")
     ap.add_argument("--root", required=True)
     ap.add_argument("--host", default="127.0.0.1")
@@ -755,6 +758,9 @@ def main(argv=None):
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--index", action="store_true",
                     help="answer GET of a directory with an HTML listing of links")
+    ap.add_argument("--delay-ms", type=float, default=0.0,
+                    help="every object request waits this long before its answer (a round"
+                         " trip to a distant store)")
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", help="the certificate's private key (PEM)")
     a = ap.parse_args(argv)
@@ -763,6 +769,7 @@ def main(argv=None):
         return 2
     VERBOSE = a.verbose
     INDEX = a.index
+    DELAY = max(0.0, a.delay_ms) / 1000.0
     ROOT = os.path.realpath(a.root)
     if not os.path.isdir(ROOT):
         sys.stderr.write("upstream: --root %s is not a directory\n" % a.root)

@@ -1,0 +1,264 @@
+/*
+ * The daemon's side of prefetch (fetch/prefetch/): the options, the list it reads at mount,
+ * the flights it starts (speculative opens, through ops.c), and the records of what was
+ * opened, written at unmount: --record-reads FILE, and with --keep-cache a copy in the
+ * cache directory, named by the source, that the next mount of that source reads when no
+ * --prefetch-list is given.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fetch/prefetch/prefetch.h"
+#include "fetch/prefetch/reads.h"
+#include "fs/fs_i.h"
+#include "fs/metrics.h"
+#include "util/log.h"
+#include "util/size.h"
+
+/* Walks leave files over this to their readers: one request's worth (design.md). */
+#define WALK_MAX_OBJECT (8u << 20)
+
+/* The kept record's name: "reads-" and the first 128 bits of the sha256 of the source (and
+ * of its --manifest KEY: another manifest in the bucket is another source). */
+static int name_record(struct fs_session *s)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned md_len = 0;
+	char *named = NULL;
+
+	if (asprintf(&named, "%s%s%s", s->opts.source, s->opts.manifest ? "\n" : "",
+	             s->opts.manifest ? s->opts.manifest : "") < 0)
+		return -ENOMEM;
+	int ok = EVP_Digest(named, strlen(named), md, &md_len, EVP_sha256(), NULL);
+	free(named);
+	if (!ok)
+		return -ENOMEM;
+	int n = snprintf(s->reads_name, sizeof(s->reads_name), "reads-");
+	for (unsigned i = 0; i < 16 && i < md_len; i++)
+		n += snprintf(s->reads_name + n, sizeof(s->reads_name) - (size_t)n, "%02x", md[i]);
+	return 0;
+}
+
+/* The kept record, when the cache directory holds one of ours: its fd, else -1. */
+static int open_kept_record(struct fs_session *s)
+{
+	int dirfd = cache_dir_fd(s->cache);
+	const char *why = index_entry_at_unsafe(dirfd, s->reads_name, S_IFREG);
+	int fd;
+
+	if (why) {
+		util_log(UTIL_LOG_WARN, "%s/%s: not used: %s", cache_dir_path(s->cache),
+		         s->reads_name, why);
+		return -1;
+	}
+	fd = openat(dirfd, s->reads_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0)
+		util_log(UTIL_LOG_INFO,
+		         "prefetching what the last mount of this source opened (%s/%s)",
+		         cache_dir_path(s->cache), s->reads_name);
+	return fd;
+}
+
+static int parse_size_option(const char *name, const char *text, uint64_t fallback, uint64_t *out)
+{
+	if (!text) {
+		*out = fallback;
+		return 0;
+	}
+	if (util_parse_size(text, out) == 0)
+		return 0;
+	fprintf(stderr, "spoolfs: bad %s '%s' (e.g. 512M, 10G)\n", name, text);
+	return -EINVAL;
+}
+
+/* ops: the file's flight, speculative. */
+static int start_flight(void *ctx, uint64_t ino, bool whole, struct flight **out)
+{
+	struct fs_session *s = ctx;
+	struct fs_member member;
+	bool created = false, is_member = false;
+	int rc = fs_open_flight(s, ino, true, out, &created, &is_member, &member, NULL, NULL);
+
+	/* Local already, or chunked: a chunked object's flight starts at a reader's open,
+	 * once its hash list is in (hash_list.c). */
+	if (rc == -EEXIST || rc == FS_OPEN_HASH_LIST)
+		return 0;
+	if (rc)
+		return rc;
+	if (!created) {
+		flight_unref(*out);
+		*out = NULL;
+		return 0;
+	}
+	if (whole && !flight_is_whole(*out)) {
+		flight_fetch_whole(*out);
+		engine_kick(s->engine, *out);
+	}
+	return 1;
+}
+
+static int ensure_listed(void *ctx, uint64_t dir)
+{
+	return fs_ensure_listed(ctx, dir);
+}
+
+int fs_prefetch_open(struct fs_session *s)
+{
+	struct prefetch_config cfg = {.list_fd = -1};
+	int rc;
+
+	if (parse_size_option("--prefetch-window", s->opts.prefetch_window, 32u << 20,
+	                      &s->prefetch_window) != 0 ||
+	    parse_size_option("--prefetch-budget", s->opts.prefetch_budget, 4ull << 30,
+	                      &s->prefetch_budget) != 0)
+		return -EINVAL;
+	if (s->opts.record_reads &&
+	    (rc = fs_check_output_path("--record-reads", &s->opts.record_reads)) != 0)
+		return rc;
+	if (s->opts.keep_cache && (rc = name_record(s)) != 0)
+		return rc;
+	if (s->opts.prefetch_list) {
+		cfg.list_fd = open(s->opts.prefetch_list, O_RDONLY | O_CLOEXEC);
+		if (cfg.list_fd < 0) {
+			fprintf(stderr, "spoolfs: --prefetch-list %s: %s\n", s->opts.prefetch_list,
+			        strerror(errno));
+			return -EINVAL;
+		}
+		cfg.list_name = s->opts.prefetch_list;
+	} else if (s->reads_name[0]) {
+		cfg.list_fd = open_kept_record(s);
+		cfg.list_name = s->reads_name;
+	}
+	if (s->opts.record_reads || s->reads_name[0]) {
+		rc = prefetch_record_create(&s->reads);
+		if (rc)
+			goto fail;
+	}
+	cfg.walk = s->opts.prefetch_requests > 0;
+	/* Enough ahead to keep every speculative request busy while the reader catches up. */
+	cfg.ahead_files = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 0;
+	cfg.window_bytes = s->prefetch_window;
+	cfg.max_object = WALK_MAX_OBJECT;
+	cfg.list_budget = s->prefetch_budget;
+	if (s->cache_max_size && s->cache_max_size < cfg.list_budget)
+		cfg.list_budget = s->cache_max_size;
+	cfg.list_inflight = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 64;
+	if (!cfg.walk && cfg.list_fd < 0)
+		return 0;
+	rc = prefetch_create(
+	    s->idx, &cfg,
+	    &(struct prefetch_ops){.start = start_flight, .ensure_listed = ensure_listed, .ctx = s},
+	    &s->prefetch);
+	cfg.list_fd = -1; /* prefetch_create's now, or closed */
+fail:
+	if (cfg.list_fd >= 0)
+		close(cfg.list_fd);
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot set up prefetch: %s\n", strerror(-rc));
+	return rc;
+}
+
+int fs_prefetch_start(struct fs_session *s)
+{
+	return s->prefetch ? prefetch_start(s->prefetch) : 0;
+}
+
+void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent)
+{
+	if (s->reads)
+		prefetch_record_note(s->reads, ino);
+	if (s->prefetch)
+		prefetch_note_open(s->prefetch, ino, parent);
+}
+
+static void path_of(void *ctx, uint64_t ino, char *buf, size_t len)
+{
+	struct fs_session *s = ctx;
+	struct index_node n;
+
+	buf[0] = '\0';
+	if (index_get(s->idx, ino, &n) == 0)
+		fs_node_path(s, &n, buf, len);
+}
+
+/* The record into a new file in dirfd, renamed over name. 0 or -errno; nothing left over. */
+static int write_record(struct fs_session *s, int dirfd, const char *name, mode_t mode)
+{
+	char tmp[NAME_MAX + 1];
+	size_t left_out = 0;
+	int fd, rc;
+
+	if (snprintf(tmp, sizeof(tmp), ".%.200s.%d.tmp", name, (int)getpid()) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	rc = prefetch_record_write(s->reads, fd, path_of, s, &left_out);
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
+		rc = -errno;
+	if (rc)
+		unlinkat(dirfd, tmp, 0);
+	if (rc == 0 && left_out)
+		util_log(UTIL_LOG_WARN, "%s: %zu paths left out (a name with a newline)", name,
+		         left_out);
+	return rc;
+}
+
+static void write_records(struct fs_session *s)
+{
+	int rc;
+
+	if (s->opts.record_reads) {
+		char *dir = strdup(s->opts.record_reads);
+		char *slash = dir ? strrchr(dir, '/') : NULL;
+		int dirfd = -1;
+		rc = -ENOMEM;
+		if (slash) {
+			*slash = '\0';
+			dirfd = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+			rc = dirfd < 0 ? -errno : write_record(s, dirfd, slash + 1, 0644);
+		}
+		if (dirfd >= 0)
+			close(dirfd);
+		free(dir);
+		if (rc)
+			util_log(UTIL_LOG_ERROR, "--record-reads %s: %s", s->opts.record_reads,
+			         strerror(-rc));
+		else
+			util_log(UTIL_LOG_INFO, "--record-reads %s: %zu paths",
+			         s->opts.record_reads, prefetch_record_count(s->reads));
+	}
+	if (s->reads_name[0] && prefetch_record_count(s->reads) > 0) {
+		rc = write_record(s, cache_dir_fd(s->cache), s->reads_name, 0600);
+		if (rc)
+			util_log(UTIL_LOG_WARN,
+			         "cannot keep the record of what was opened in %s: %s",
+			         cache_dir_path(s->cache), strerror(-rc));
+	}
+}
+
+void fs_prefetch_stop(struct fs_session *s)
+{
+	prefetch_stop(s->prefetch);
+	/* (A mount that opened nothing keeps the record it had in the cache directory.) */
+	if (s->reads)
+		write_records(s);
+}
+
+void fs_prefetch_free(struct fs_session *s)
+{
+	prefetch_destroy(s->prefetch);
+	s->prefetch = NULL;
+	prefetch_record_free(s->reads);
+	s->reads = NULL;
+}

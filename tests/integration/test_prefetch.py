@@ -1,0 +1,215 @@
+"""Prefetch: a walk of a cold directory has the files it will open next fetched ahead of
+it, many at once, in speculative flights that never take a reader's slot and back off when
+the store throttles; a sparse reader and a bare `find` cost (almost) nothing extra; and what
+a session opened can be recorded and fetched ahead by the next one."""
+
+import os
+import random
+import re
+import shutil
+import subprocess
+
+from conftest import SPOOLFS, read_file
+from helpers import expected, flight_records, wait_until
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def stats(m):
+    with open(m.p(".spoolfs/stats")) as f:
+        text = f.read()
+    return {k: float(v) for k, v in re.findall(r"^spoolfs_(\w+) (\S+)$", text, re.M)}
+
+
+def object_gets(up, skip=("manifest.json",)):
+    return {p: s for p, s in up.stats()["paths"].items() if p not in skip and s["gets"]}
+
+
+def walk_tree(store, dirs=("d",), files=60, size=4 * KiB):
+    names = []
+    for d in dirs:
+        for i in range(files):
+            names.append(store.add("%s/f%03d.bin" % (d, i), size))
+    return names
+
+
+def test_walk_fetches_the_rest_of_the_directory_many_at_once(store, mount, upstream):
+    names = walk_tree(store)
+    url = store.write()
+    for name in names[3:]:
+        upstream.fault(name, gate=True)
+    m = mount(url)
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    # Files not opened yet are asked for, several at once, while the walker has not come.
+    wait_until(lambda: sum(s["gated"] for s in upstream.stats()["paths"].values()) >= 4,
+               lambda: upstream.stats()["paths"])
+    specs = [r for r in flight_records(m).values() if r["speculative"]]
+    assert len(specs) >= 4 and not any(r["opened"] for r in specs), specs
+    for name in names[3:]:
+        upstream.release(name)
+    for name in names[3:]:
+        assert read_file(m.p(name)) == expected(store, name)
+    st = stats(m)
+    assert st["prefetch_walks_total"] >= 1 and st["speculative_flights_total"] >= 8, st
+    assert st["prefetch_walk_hits_total"] >= 8, st
+    # One request per object, however it started.
+    assert all(s["gets"] == 1 for s in object_gets(upstream).values())
+
+
+def test_a_readers_miss_goes_ahead_of_gated_speculation(store, mount, upstream):
+    names = walk_tree(store, files=60)
+    other = store.add("other/x.bin", 64 * KiB)
+    url = store.write()
+    for name in names[3:40]:
+        upstream.fault(name, gate=True)
+    m = mount(url, "--max-transfers", "2")
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: sum(s["gated"] for s in upstream.stats()["paths"].values()) >= 4,
+               lambda: upstream.stats()["paths"])
+    # Speculation is stuck at the gates, and the reader's own misses are answered.
+    assert read_file(m.p(other)) == expected(store, other)
+    assert read_file(m.p(names[59])) == expected(store, names[59])
+    assert sum(s["gated"] for s in upstream.stats()["paths"].values()) >= 4
+    upstream.clear()
+
+
+def test_slowdown_makes_speculation_back_off(store, mount, upstream):
+    names = walk_tree(store, files=80)
+    url = store.write()
+    for name in names[3:]:
+        upstream.fault(name, fail_status=503, fail_count=1)
+    m = mount(url, "--prefetch-requests", "32")
+    assert stats(m)["speculative_requests_limit"] == 32
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: stats(m)["upstream_throttled_total"] >= 1, lambda: stats(m))
+    assert stats(m)["speculative_requests_limit"] <= 16
+    for name in names[3:]:
+        assert read_file(m.p(name)) == expected(store, name)
+    st = stats(m)
+    assert st["read_failures_total"] == 0 and st["upstream_failures_total"] == 0, st
+    # It grows back slowly: far from its bound after a walk's worth of successes.
+    assert st["speculative_requests_limit"] < 32, st
+    assert "at most 16 speculative requests at once now" in m.stderr()
+
+
+def test_a_sparse_reader_costs_at_most_2_mib_more(store, mount, upstream):
+    names = walk_tree(store, dirs=["d%d" % i for i in range(10)], files=40, size=64 * KiB)
+    url = store.write()
+    m = mount(url)
+    picked = random.Random(22).sample(names, 20)
+    for name in picked:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: stats(m)["flights_in_progress"] == 0, lambda: stats(m))
+    sent = sum(s["bytes"] for s in object_gets(upstream).values())
+    assert sent - 20 * 64 * KiB <= 2 * MiB, (sent, stats(m))
+
+
+def test_find_and_ls_fetch_no_content(store, mount, upstream):
+    walk_tree(store, dirs=["a", "a/b", "c"], files=20)
+    url = store.write()
+    m = mount(url)
+    subprocess.run(["find", m.p()], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["ls", "-lR", m.p()], check=True, stdout=subprocess.DEVNULL)
+    assert object_gets(upstream) == {}
+    assert stats(m)["speculative_flights_total"] == 0
+
+
+def test_record_reads_writes_paths_in_first_open_order(store, mount, upstream, tmp_path):
+    names = walk_tree(store, dirs=["x", "y"], files=5)
+    url = store.write()
+    record = tmp_path / "reads.txt"
+    m = mount(url, "--record-reads", str(record), "--prefetch-requests", "0")
+    order = [names[7], names[0], names[7], names[3], names[9], names[0]]
+    for name in order:
+        read_file(m.p(name))
+    assert m.unmount() == 0
+    assert record.read_text().splitlines() == [names[7], names[0], names[3], names[9]]
+
+
+def prefetch_done(m):
+    return stats(m).get("prefetch_list_done") == 1
+
+
+def test_prefetch_list_fetches_ahead_and_skips_local_objects(store, mount, upstream, tmp_path):
+    names = walk_tree(store, dirs=["p"], files=6, size=32 * KiB)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", name="first")
+    assert read_file(m.p(names[0])) == expected(store, names[0])
+    wait_until(lambda: flight_records(m).get(names[0], {}).get("durable"), "durable")
+    assert m.unmount() == 0
+    upstream.reset()
+    plist = tmp_path / "list.txt"
+    with open(plist, "wb") as f:
+        f.write(b"\n".join([
+            names[0].encode(),             # local already
+            ("/" + names[1]).encode(),     # absolute: taken as relative
+            b"p/missing.bin",              # not in the source
+            b"p",                          # a directory
+            b"../etc/passwd",              # not a path of the source
+            b"a\x00b",                     # garbage
+            b"x" * 100000,                 # a huge line
+            ("./" + names[2]).encode() + b"\r",
+            names[3].encode(),
+        ]) + b"\n")
+    # (No walk prefetch: reading four files of p below would start the rest.)
+    m = mount(url, "--cache-dir", str(cache), "--prefetch-list", str(plist),
+              "--prefetch-requests", "0", name="second")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    gets = object_gets(upstream)
+    assert set(gets) == {names[1], names[2], names[3]}, gets
+    st = stats(m)
+    assert st["prefetch_list_local"] == 1 and st["prefetch_list_started"] == 3, st
+    assert st["prefetch_list_skipped"] == 5, st
+    log = m.stderr()
+    for why in ("not in the source", "a directory", "longer than 4096 bytes", "NUL byte",
+                '".."'):
+        assert why in log, log
+    # What was fetched ahead is read with no request.
+    for name in names[:4]:
+        assert read_file(m.p(name)) == expected(store, name)
+    assert set(object_gets(upstream)) == {names[1], names[2], names[3]}
+    out = subprocess.run([SPOOLFS, "status", m.p()], check=True, capture_output=True,
+                         text=True).stdout
+    assert "prefetch list: done; 9 entries: 3 of 3 started finished" in out, out
+    assert "1 local already, 5 skipped" in out, out
+
+
+def test_prefetch_list_is_bounded_by_its_budget(store, mount, upstream, tmp_path):
+    names = walk_tree(store, dirs=["p"], files=6, size=256 * KiB)
+    url = store.write()
+    plist = tmp_path / "list.txt"
+    plist.write_text("\n".join(names) + "\n")
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-budget", "600K",
+              "--prefetch-requests", "0")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    assert set(object_gets(upstream)) == set(names[:2])
+    assert stats(m)["prefetch_list_over_budget"] == 4
+
+
+def test_keep_cache_record_makes_the_next_mount_fetch_ahead(store, mount, upstream, tmp_path):
+    names = walk_tree(store, dirs=["k"], files=10)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", "--prefetch-requests", "0",
+              name="first")
+    for name in (names[5], names[1], names[8]):
+        assert read_file(m.p(name)) == expected(store, name)
+    assert m.unmount() == 0
+    kept = [n for n in os.listdir(cache) if n.startswith("reads-")]
+    assert len(kept) == 1
+    # An ephemeral runner's cache: the objects are gone, the record stays.
+    shutil.rmtree(cache / "spool")
+    for n in os.listdir(cache):
+        if n.startswith("index.db"):
+            os.unlink(cache / n)
+    upstream.reset()
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", "--prefetch-requests", "0",
+              name="second")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    assert set(object_gets(upstream)) == {names[5], names[1], names[8]}
+    assert "prefetching what the last mount of this source opened" in m.stderr()
