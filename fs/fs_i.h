@@ -406,6 +406,14 @@ int fs_member_verify(struct fs_session *s, struct flight *f, const struct fs_mem
  * others. Call before the handle's reads_done goes up. */
 uint64_t fs_handle_first_read_ns(struct fs_handle *h);
 
+/*
+ * Answers a read whose range is ready (1: from the spool), failed (-errno) or not there
+ * yet (0: parked). With a member, off is within it (the reply is at member->base + off,
+ * and a parked read waits for, and verifies, the whole member).
+ */
+void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int ready, uint64_t off,
+                    uint64_t len, const struct fs_member *member, uint64_t opened_ns);
+
 /* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
  * parked. Replies always. */
 void fs_member_read(fuse_req_t req, struct fs_session *s, struct fs_handle *h, uint64_t off,

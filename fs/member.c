@@ -102,15 +102,5 @@ void fs_member_read(fuse_req_t req, struct fs_session *s, struct fs_handle *h, u
 	uint64_t opened_ns = fs_handle_first_read_ns(h);
 	/* Done with h: from here on only f, which the handle keeps alive until release. */
 	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
-	if (rc == 1) {
-		fs_reply_spool(req, f, m->base + off, len);
-		if (opened_ns)
-			util_histogram_observe_since(&s->counters.first_byte, opened_ns);
-	} else if (rc < 0) {
-		atomic_fetch_add(&s->counters.reads_failed, 1);
-		fuse_reply_err(req, -rc);
-	} else {
-		atomic_fetch_add(&s->counters.reads_parked, 1);
-		fs_read_wait(req, s, f, off, len, m, opened_ns);
-	}
+	fs_answer_read(req, s, f, rc, off, len, m, opened_ns);
 }

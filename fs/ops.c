@@ -849,16 +849,22 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	/* Done with h: from here on only f, which the handle keeps alive until release. */
 	atomic_fetch_add_explicit(&h->reads_done, 1, memory_order_release);
 	rc = flight_ready(f, (uint64_t)off, len);
-	if (rc == 1) {
-		fs_reply_spool(req, f, (uint64_t)off, len);
+	fs_answer_read(req, s, f, rc, (uint64_t)off, len, NULL, opened_ns);
+}
+
+void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int ready, uint64_t off,
+                    uint64_t len, const struct fs_member *member, uint64_t opened_ns)
+{
+	if (ready == 1) {
+		fs_reply_spool(req, f, member ? member->base + off : off, len);
 		if (opened_ns)
 			util_histogram_observe_since(&s->counters.first_byte, opened_ns);
-	} else if (rc < 0) {
+	} else if (ready < 0) {
 		atomic_fetch_add(&s->counters.reads_failed, 1);
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(req, -ready);
 	} else {
 		atomic_fetch_add(&s->counters.reads_parked, 1);
-		fs_read_wait(req, s, f, (uint64_t)off, len, NULL, opened_ns);
+		fs_read_wait(req, s, f, off, len, member, opened_ns);
 	}
 }
 
