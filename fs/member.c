@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/hex.h"
 #include "util/log.h"
 #include "fs/fs_i.h"
 
@@ -18,7 +19,6 @@
 
 static int member_sha256(int fd, const struct fs_member *m, char hex[65])
 {
-	static const char digits[] = "0123456789abcdef";
 	unsigned char buf[VERIFY_PIECE], md[EVP_MAX_MD_SIZE];
 	unsigned int md_len = 0;
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -48,11 +48,7 @@ static int member_sha256(int fd, const struct fs_member *m, char hex[65])
 		rc = -EIO;
 		goto out;
 	}
-	for (unsigned i = 0; i < 32; i++) {
-		hex[2 * i] = digits[md[i] >> 4];
-		hex[2 * i + 1] = digits[md[i] & 15];
-	}
-	hex[64] = '\0';
+	util_hex_encode(md, 32, hex);
 out:
 	EVP_MD_CTX_free(ctx);
 	return rc;

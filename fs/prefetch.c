@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "fetch/prefetch/reads.h"
 #include "fs/fs_i.h"
 #include "fs/metrics.h"
+#include "util/hex.h"
 #include "util/log.h"
 #include "util/size.h"
 
@@ -30,21 +30,17 @@
  * of its --manifest KEY: another manifest in the bucket is another source). */
 static int name_record(struct fs_session *s)
 {
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned md_len = 0;
-	char *named = NULL;
+	char *named = NULL, hex[UTIL_SHA256_HEX_LEN];
+	int rc;
 
 	if (asprintf(&named, "%s%s%s", s->opts.source, s->opts.manifest ? "\n" : "",
 	             s->opts.manifest ? s->opts.manifest : "") < 0)
 		return -ENOMEM;
-	int ok = EVP_Digest(named, strlen(named), md, &md_len, EVP_sha256(), NULL);
+	rc = util_sha256_hex(named, strlen(named), hex);
 	free(named);
-	if (!ok)
-		return -ENOMEM;
-	int n = snprintf(s->reads_name, sizeof(s->reads_name), "reads-");
-	for (unsigned i = 0; i < 16 && i < md_len; i++)
-		n += snprintf(s->reads_name + n, sizeof(s->reads_name) - (size_t)n, "%02x", md[i]);
-	return 0;
+	if (rc == 0)
+		snprintf(s->reads_name, sizeof(s->reads_name), "reads-%.32s", hex);
+	return rc;
 }
 
 /* The kept record, when the cache directory holds one of ours: its fd, else -1. */

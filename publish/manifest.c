@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/hex.h"
 #include "publish/publish_i.h"
 
 enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_CHUNKED, Q_MEMBER, Q_PACK, Q_COUNT };
@@ -78,7 +79,7 @@ static int emit_pack(struct writer *w, const struct pub_pack *p, const char *sep
 	char hex[2 * PUB_SHA256_LEN + 1], url[PUB_URL_LEN + 1];
 	sqlite3_stmt *st = w->q[Q_PACK];
 
-	pub_hex(p->sha256, hex);
+	util_hex_encode(p->sha256, PUB_SHA256_LEN, hex);
 	pub_object_url(p->sha256, url);
 	bind_text(st, ":sha256", hex);
 	bind_int(st, ":size", (int64_t)p->size);
@@ -100,7 +101,7 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 	snprintf(mode, sizeof(mode), "%04o", (unsigned)(e->mode & 0777));
 	bind_text(st, ":path", e->path + skip);
 	if (e->nested) {
-		pub_hex(e->nested_sha256, hex);
+		util_hex_encode(e->nested_sha256, PUB_SHA256_LEN, hex);
 		pub_object_url(e->nested_sha256, url);
 		bind_text(st, ":sha256", hex);
 		bind_int(st, ":size", (int64_t)e->nested_size);
@@ -110,11 +111,11 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 	bind_int(st, ":mtime", e->mtime);
 	bind_text(st, ":target", e->target);
 	if (e->kind == PUB_FILE) {
-		pub_hex(e->sha256, hex);
+		util_hex_encode(e->sha256, PUB_SHA256_LEN, hex);
 		bind_int(st, ":size", (int64_t)e->size);
 		bind_text(st, ":sha256", hex);
 		if (e->pack) {
-			pub_hex(e->pack->sha256, pack);
+			util_hex_encode(e->pack->sha256, PUB_SHA256_LEN, pack);
 			bind_text(st, ":pack", pack);
 			bind_int(st, ":offset", (int64_t)e->offset);
 		} else {
@@ -122,7 +123,7 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 			bind_text(st, ":url", url);
 		}
 		if (e->chunks.list) {
-			pub_hex(e->chunk_list_sha256, hex);
+			util_hex_encode(e->chunk_list_sha256, PUB_SHA256_LEN, hex);
 			pub_object_url(e->chunk_list_sha256, url);
 			bind_text(st, ":chunk_sha256", hex);
 			bind_text(st, ":chunk_url", url);

@@ -189,7 +189,6 @@ int pub_writer_stop(struct pub_writer *w);
 /* "objects/ab/ab12...": what a manifest's url holds. buf has room for PUB_URL_LEN + 1. */
 #define PUB_URL_LEN (8 + 3 + 2 * PUB_SHA256_LEN)
 void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf);
-void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1]);
 
 /*
  * Runs run(ctx, i) for i in [0, n) on `threads` threads (the caller's own when 1), each

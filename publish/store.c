@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/hex.h"
 #include "publish/publish_i.h"
 
 /* An object this large gets a writer thread (writer.c); smaller ones are written inline. */
@@ -37,22 +38,11 @@ struct pub_object {
 	struct pub_chunker *chunks; /* NULL: no chunk hash list */
 };
 
-void pub_hex(const unsigned char sha256[PUB_SHA256_LEN], char hex[2 * PUB_SHA256_LEN + 1])
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < PUB_SHA256_LEN; i++) {
-		hex[2 * i] = digits[sha256[i] >> 4];
-		hex[2 * i + 1] = digits[sha256[i] & 15];
-	}
-	hex[2 * PUB_SHA256_LEN] = '\0';
-}
-
 void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf)
 {
 	char hex[2 * PUB_SHA256_LEN + 1];
 
-	pub_hex(sha256, hex);
+	util_hex_encode(sha256, PUB_SHA256_LEN, hex);
 	snprintf(buf, PUB_URL_LEN + 1, "objects/%.2s/%s", hex, hex);
 }
 

@@ -6,6 +6,7 @@
  * into a private list and answered after it is dropped, so a reply (a splice into
  * /dev/fuse) never runs under a lock.
  */
+#include "util/hex.h"
 #include "fetch/engine/flight.h"
 
 #include <errno.h>
@@ -812,8 +813,7 @@ static bool hash_matches(struct flight *f)
 
 	if (EVP_DigestFinal_ex(f->hash, digest, &digest_len) != 1 || digest_len != 32)
 		return false;
-	for (unsigned i = 0; i < digest_len; i++)
-		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	util_hex_encode(digest, digest_len, hex);
 	if (strcmp(hex, f->sha256) == 0)
 		return true;
 	util_log(UTIL_LOG_ERROR, "%s: sha256 mismatch: expected %s, got %s", f->name, f->sha256,

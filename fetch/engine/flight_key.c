@@ -2,6 +2,7 @@
  * Flight keys (see flight_key.h): built, taken apart and shown here only, so the format
  * has one home.
  */
+#include "util/hex.h"
 #include "fetch/engine/flight_key.h"
 
 #include <errno.h>
@@ -17,24 +18,11 @@
 #define PREFIX_ETAG "etag:"
 #define PREFIX_URL "url:"
 
-/* The sha256 of text in hex, in hex[2 * EVP_MAX_MD_SIZE + 1]. 0 or -EIO. */
-static int sha256_hex(const char *text, char *hex)
-{
-	unsigned char digest[EVP_MAX_MD_SIZE];
-	unsigned int len = 0;
-
-	if (EVP_Digest(text, strlen(text), digest, &len, EVP_sha256(), NULL) != 1)
-		return -EIO;
-	for (unsigned i = 0; i < len; i++)
-		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-	return 0;
-}
-
 int flight_spool_name(const char *key, char **name)
 {
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
 
-	if (sha256_hex(key, hex) != 0)
+	if (util_sha256_hex(key, strlen(key), hex) != 0)
 		return -EIO;
 	return asprintf(name, "%s.spool", hex) < 0 ? -ENOMEM : 0;
 }
@@ -74,7 +62,7 @@ int flight_key_url(const char *url, char **out)
 	rc = url_without_userinfo(url, &hashed);
 	if (rc)
 		goto out;
-	if (sha256_hex(hashed, hex) != 0)
+	if (util_sha256_hex(hashed, strlen(hashed), hex) != 0)
 		rc = -EIO;
 	else if (asprintf(out, "%s#%s", shown, hex) < 0) {
 		*out = NULL;

@@ -3,6 +3,7 @@
  * with overflow checks and a malformed value is treated as absent or as an error, never
  * guessed at.
  */
+#include "util/hex.h"
 #include "fetch/http/http.h"
 
 #include <ctype.h>
@@ -154,8 +155,7 @@ void http_response_header(struct http_response *resp, const char *line, size_t l
 		/* 32 bytes encode as 44 base64 characters ending in one '='. */
 		if (value_len == 44 && value[43] == '=' &&
 		    EVP_DecodeBlock(digest, (const unsigned char *)value, 44) == 33) {
-			for (int i = 0; i < 32; i++)
-				snprintf(resp->sha256 + 2 * i, 3, "%02x", digest[i]);
+			util_hex_encode(digest, 32, resp->sha256);
 		}
 	} else if (name_len == 17 && strncasecmp(line, "x-amz-meta-sha256", 17) == 0) {
 		bool hex = value_len == 64;

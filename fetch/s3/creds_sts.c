@@ -9,8 +9,8 @@
 #include <time.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
+#include "util/hex.h"
 #include "fetch/s3/creds_chain_i.h"
 #include "fetch/s3/creds_doc.h"
 #include "fetch/s3/creds_http.h"
@@ -65,16 +65,6 @@ static char *sts_endpoint(const struct creds_chain *c, const char *region)
 	return out;
 }
 
-static void sha256_hex(const char *data, size_t len, char hex[65])
-{
-	unsigned char md[32];
-	unsigned int n = 0;
-
-	EVP_Digest(data, len, md, &n, EVP_sha256(), NULL);
-	for (unsigned i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 /*
  * POSTs an STS action (form body) and parses its answer. With `signer` the request is
  * signed with those credentials (AssumeRole); without, it is not (AssumeRoleWithWebIdentity
@@ -101,7 +91,9 @@ static int sts_call(const struct creds_chain *c, const char *region, const char 
 			snprintf(err, err_len, "bad STS endpoint %s", base);
 			goto out;
 		}
-		sha256_hex(body, strlen(body), hash);
+		rc = util_sha256_hex(body, strlen(body), hash);
+		if (rc)
+			goto out;
 		struct sigv4_request req = {
 		    .method = "POST",
 		    .host = host,

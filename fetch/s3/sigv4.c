@@ -7,6 +7,7 @@
  * key, derived keys, the canonical request with a session token) are cleansed before they are
  * freed, including the old block when a buffer grows.
  */
+#include "util/hex.h"
 #include "fetch/s3/sigv4.h"
 
 #include <errno.h>
@@ -122,17 +123,6 @@ static void uri_encode(struct sbuf *b, const char *s, size_t n)
 			sb_add(b, e, 3);
 		}
 	}
-}
-
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hex[in[i] >> 4];
-		out[2 * i + 1] = hex[in[i] & 15];
-	}
-	out[2 * n] = '\0';
 }
 
 /* Encodes path segment by segment; with normalize, resolves dot segments and drops empty ones. */
@@ -449,17 +439,6 @@ static void canon_headers_free(struct canon_header *h, size_t n)
 	free(h);
 }
 
-static int sha256_hex(const char *data, size_t len, char out[65])
-{
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int md_len = 0;
-
-	if (!EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) || md_len != 32)
-		return -EIO;
-	hex_encode(md, 32, out);
-	return 0;
-}
-
 static int hmac(const unsigned char *key, size_t key_len, const char *data, size_t len,
                 unsigned char out[32])
 {
@@ -494,7 +473,7 @@ static int compute_signature(const char *secret, const char *date, const char *r
 	if (rc == 0)
 		rc = hmac(k2, 32, sts, strlen(sts), sig);
 	if (rc == 0)
-		hex_encode(sig, 32, sig_hex);
+		util_hex_encode(sig, 32, sig_hex);
 out:
 	OPENSSL_cleanse(k1, sizeof(k1));
 	OPENSSL_cleanse(k2, sizeof(k2));
@@ -624,7 +603,7 @@ int sigv4_sign(const struct sigv4_request *req, struct sigv4_signed *out)
 	sb_adds(&creq, out->content_sha256);
 	if (creq.failed || signed_names.failed)
 		goto fail;
-	rc = sha256_hex(creq.p, creq.len, creq_hash);
+	rc = util_sha256_hex(creq.p, creq.len, creq_hash);
 	if (rc < 0)
 		goto fail;
 

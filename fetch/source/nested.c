@@ -3,30 +3,14 @@
  * checked whole against the digest its parent gave before a byte of it is parsed: a
  * nested manifest is the parent's snapshot, not whatever the server holds now.
  */
+#include "util/hex.h"
 #include "fetch/source/nested.h"
 #include "util/log.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int sha256_hex(const char *data, size_t len, char hex[65])
-{
-	static const char digits[] = "0123456789abcdef";
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int md_len = 0;
-
-	if (EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) != 1 || md_len != 32)
-		return -ENOMEM;
-	for (unsigned i = 0; i < 32; i++) {
-		hex[2 * i] = digits[md[i] >> 4];
-		hex[2 * i + 1] = digits[md[i] & 15];
-	}
-	hex[64] = '\0';
-	return 0;
-}
 
 int source_nested_list(struct index *idx, uint64_t dir, const struct source_options *src,
                        const char *base_url, struct manifest_load_options *opts, char *err,
@@ -46,7 +30,7 @@ int source_nested_list(struct index *idx, uint64_t dir, const struct source_opti
 	rc = source_manifest_read(ref.url, &bounded, &text, &len, &where, &mtime, err, err_len);
 	if (rc)
 		goto out;
-	rc = sha256_hex(text, len, got);
+	rc = util_sha256_hex(text, len, got);
 	if (rc)
 		goto out;
 	if (len != ref.size || strcmp(got, ref.sha256) != 0) {

@@ -165,3 +165,25 @@ def keep_in_cache(store, mount, url, cache, path):
     wait_durable(m, path)
     m.check_clean_exit()
     assert "warn" not in m.stderr(), m.stderr()  # a first fetch is not news
+
+
+def sha256_file(path):
+    """The sha256 of a file's bytes, read 1 MiB at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def publish_tree(src, out, *args, check=True, timeout=300):
+    """Runs `spoolfs publish src out args...`: (exit status, stdout, stderr). A sanitizer's
+    report fails the test either way; with check, so does a failed publish."""
+    proc = subprocess.run([SPOOLFS, "publish", str(src), str(out)] + [str(a) for a in args],
+                          capture_output=True, timeout=timeout * SLOW, env=daemon_env())
+    err = proc.stderr.decode("utf-8", "replace")
+    for mark in ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer", "runtime error:"):
+        assert mark not in err, err
+    if check:
+        assert proc.returncode == 0, err
+    return proc.returncode, proc.stdout.decode(), err

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from conftest import SPOOLFS, daemon_env
+from helpers import publish_tree, sha256_file
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -23,27 +24,12 @@ def publish(src, out, *args, check=True):
     # exactly which objects a tree makes.
     if "--chunk-over" not in args:
         args = ("--chunk-over", "0") + tuple(args)
-    proc = subprocess.run([SPOOLFS, "publish", str(src), str(out)] + [str(a) for a in args],
-                          capture_output=True, timeout=300, env=daemon_env())
-    err = proc.stderr.decode("utf-8", "replace")
-    for mark in ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer", "runtime error:"):
-        assert mark not in err, err
-    if check:
-        assert proc.returncode == 0, err
-    return proc.returncode, proc.stdout.decode(), err
+    return publish_tree(src, out, *args, check=check)
 
 
 def load(out, name="manifest.json"):
     with open(os.path.join(out, name), "rb") as f:
         return json.loads(f.read())
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def objects(out):

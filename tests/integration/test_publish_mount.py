@@ -12,26 +12,12 @@ import subprocess
 
 import pytest
 
-from conftest import SLOW, SPOOLFS, daemon_env, read_file
+from conftest import SLOW, read_file
 from client import Upstream
+from helpers import publish_tree, sha256_file
 
 # The 100 MiB file: smaller under the sanitizers (the same code runs at any size).
 BIG = (100 << 20) if SLOW == 1 else (8 << 20)
-
-
-def publish(src, out, *args):
-    r = subprocess.run([SPOOLFS, "publish", str(src), str(out), *args], env=daemon_env(),
-                       capture_output=True, timeout=600 * SLOW)
-    assert r.returncode == 0, r.stderr.decode()
-    return r
-
-
-def digest(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def snapshot(root):
@@ -48,7 +34,7 @@ def snapshot(root):
                 out[rel] = ("dir", stat.S_IMODE(st.st_mode) & 0o555, None, None,
                             int(st.st_mtime))
             else:
-                out[rel] = ("file", stat.S_IMODE(st.st_mode) & 0o555, st.st_size, digest(full),
+                out[rel] = ("file", stat.S_IMODE(st.st_mode) & 0o555, st.st_size, sha256_file(full),
                             int(st.st_mtime))
     return out
 
@@ -92,7 +78,7 @@ def published(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     make_tree(src)
-    publish(src, out)
+    publish_tree(src, out)
     up = Upstream(out)
     yield src, out, up
     up.stop()
@@ -122,7 +108,7 @@ def test_nested_manifests_show_the_same_tree(published, mount, tmp_path):
     src, _, _ = published
     out = tmp_path / "out-nested"
     # Each small/dN (200 files) gets a manifest of its own.
-    publish(src, out, "--nest-over", "150")
+    publish_tree(src, out, "--nest-over", "150")
     up = Upstream(out)
     try:
         m = mount(up.url("manifest.json"), name="mnt-nested")
@@ -178,7 +164,7 @@ def test_a_published_bare_git_repository_clones(tmp_path, mount):
     # A bare repository's empty refs/tags (and refs/heads after packing) must exist.
     git("pack-refs", "--all", cwd=src)
     assert (src / "refs/tags").is_dir() and not os.listdir(src / "refs/tags")
-    publish(src, out)
+    publish_tree(src, out)
     up = Upstream(out)
     try:
         m = mount(up.url("manifest.json"))

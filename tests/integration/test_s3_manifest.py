@@ -7,23 +7,21 @@ leads to another key of the bucket is refused.
 import json
 import os
 import shutil
-import subprocess
 
-from conftest import SLOW, SPOOLFS, daemon_env, read_file
+from conftest import read_file
 from client import Upstream
+from helpers import publish_tree
 from test_s3 import BUCKET, aws_env, failed_mount, s3_server  # noqa: F401 (fixtures)
 
 
-def publish_tree(tmp_path):
+def published_tree(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     (src / "inc").mkdir(parents=True)
     for i in range(20):
         (src / ("inc/h%02d.h" % i)).write_bytes(b"#define H%d %d\n" % (i, i) * (i + 1))
     (src / "big.bin").write_bytes(os.urandom(3 << 20))
     os.symlink("big.bin", src / "big-link")
-    r = subprocess.run([SPOOLFS, "publish", str(src), str(out)], env=daemon_env(),
-                       capture_output=True, timeout=120 * SLOW)
-    assert r.returncode == 0, r.stderr
+    publish_tree(src, out)
     return src, out
 
 
@@ -34,7 +32,7 @@ def upload(s3, out, prefix):
 
 def test_a_published_tree_in_a_private_bucket(s3_server, mount, tmp_path):
     s3 = s3_server()
-    src, out = publish_tree(tmp_path)
+    src, out = published_tree(tmp_path)
     upload(s3, out, "rel/v1")
     m = mount("s3://%s/rel/v1" % BUCKET, "--manifest", "manifest.json",
               "--endpoint", s3.endpoint)
@@ -96,7 +94,7 @@ def test_a_url_to_another_key_of_the_bucket_is_refused(s3_server, tmp_path):
 def test_without_credentials_the_manifest_is_refused_with_one_line(s3_server, tmp_path,
                                                                   monkeypatch):
     s3 = s3_server()
-    src, out = publish_tree(tmp_path)
+    src, out = published_tree(tmp_path)
     upload(s3, out, "rel")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
     code, err = failed_mount(tmp_path, "s3://%s/rel" % BUCKET, "--manifest", "manifest.json",

@@ -19,6 +19,7 @@
 
 #include "index/digest_sizes.h"
 #include "util/hash.h"
+#include "util/hex.h"
 #include "index/path_table.h"
 
 /* OpenSSL's SipHash of data under key, 8 bytes out, read little-endian. */
@@ -185,10 +186,27 @@ static void test_digest_sizes_with_made_up_digests(void **state)
 	digest_sizes_free(&t);
 }
 
+/* The one hex writer every digest goes through: lower case, NUL-ended, FIPS 180-2's "abc". */
+static void test_sha256_hex_is_lower_case_and_ended(void **state)
+{
+	char hex[UTIL_SHA256_HEX_LEN];
+	const unsigned char bytes[] = {0x00, 0x0f, 0xa5, 0xff};
+	char short_hex[2 * sizeof(bytes) + 1];
+
+	(void)state;
+	memset(hex, 'x', sizeof(hex));
+	assert_int_equal(util_sha256_hex("abc", 3, hex), 0);
+	assert_string_equal(hex,
+	                    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	util_hex_encode(bytes, sizeof(bytes), short_hex);
+	assert_string_equal(short_hex, "000fa5ff");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_the_hash_is_siphash),
+	    cmocka_unit_test(test_sha256_hex_is_lower_case_and_ended),
 	    cmocka_unit_test(test_two_tables_get_two_keys),
 	    cmocka_unit_test(test_the_path_table_works_when_every_key_collides),
 	    cmocka_unit_test(test_old_collisions_spread_over_the_table),
