@@ -67,6 +67,25 @@ static void metric(FILE *out, const char *labels, const char *name, const char *
 	        labels ? labels : "", labels ? "}" : "", v);
 }
 
+/* One family of a table: its name after "spoolfs_", its type and help, and its value now. */
+struct metric_row {
+	const char *name, *type, *help;
+	uint64_t value;
+};
+
+static void metric_rows(FILE *out, const char *labels, const char *prefix,
+                        const struct metric_row *rows, size_t n)
+{
+	char name[96];
+
+	for (size_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "%s%s", prefix, rows[i].name);
+		metric(out, labels, name, rows[i].type, rows[i].help, rows[i].value);
+	}
+}
+
+#define ROWS(rows) (rows), sizeof(rows) / sizeof((rows)[0])
+
 void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
                             uint64_t *misses_floor)
 {
@@ -74,23 +93,10 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	struct totals t = {0};
 
 	flight_table_foreach(s->flights, add_flight, &t);
-	metric(out, labels, "upstream_requests_total", "counter", "HTTP requests sent upstream",
-	       atomic_load(&es->requests));
-	metric(out, labels, "upstream_bytes_total", "counter", "body bytes received from upstream",
-	       atomic_load(&es->bytes));
-	metric(out, labels, "upstream_retries_total", "counter", "transfer attempts retried",
-	       atomic_load(&es->retries));
-	metric(out, labels, "upstream_failures_total", "counter", "objects whose download failed",
-	       atomic_load(&es->failures));
 	/* An open that started a flight the cache directory then served whole was a hit. */
 	uint64_t started = atomic_load(&s->counters.opens_new),
 	         restored = atomic_load(&es->restored);
 	restored = restored < started ? restored : started;
-	metric(out, labels, "cache_hits_total", "counter", "opens of objects already local",
-	       atomic_load(&s->counters.opens_local) + restored);
-	metric(out, labels, "passthrough_opens_total", "counter",
-	       "opens of complete objects that the kernel reads from the spool itself",
-	       atomic_load(&s->counters.opens_passthrough));
 	/* A miss turns into a hit when the engine finds its object complete in the cache
 	 * directory, which may be after the open counted it: misses could go down. A file that
 	 * a collector reads must never show a counter going down, so it keeps its last value
@@ -100,31 +106,49 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 		misses = misses > *misses_floor ? misses : *misses_floor;
 		*misses_floor = misses;
 	}
-	metric(out, labels, "cache_misses_total", "counter", "opens that started a download",
-	       misses);
-	metric(out, labels, "coalesced_opens_total", "counter",
-	       "opens that joined a running download", atomic_load(&s->counters.opens_joined));
-	metric(out, labels, "coalesced_waits_total", "counter",
-	       "reads parked until their bytes arrived", atomic_load(&s->counters.reads_parked));
-	metric(out, labels, "read_failures_total", "counter", "reads answered with an error",
-	       atomic_load(&s->counters.reads_failed));
-	metric(out, labels, "page_cache_dropped_bytes_total", "counter",
-	       "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
-	       atomic_load(&s->counters.pages_dropped_bytes));
-	metric(out, labels, "page_cache_drops_pending", "gauge",
-	       "page cache drops queued, not yet done",
-	       atomic_load(&s->counters.page_drops_pending));
-	metric(out, labels, "pack_member_hash_failures_total", "counter",
-	       "pack members whose bytes did not match their sha256 (their pack is fetched again)",
-	       atomic_load(&s->counters.member_hash_failures));
-	metric(out, labels, "virtual_snapshots_total", "counter",
-	       "contents of /.spoolfs files built, one per open",
-	       atomic_load(&s->counters.virtual_snapshots));
-	metric(out, labels, "bytes_local", "gauge", "bytes readable from the spool now",
-	       t.bytes_local);
-	metric(out, labels, "flights_in_progress", "gauge", "downloads running", t.active);
-	metric(out, labels, "flights_complete", "gauge", "objects fully local and verified",
-	       t.complete);
+	const struct metric_row rows[] = {
+	    {"upstream_requests_total", "counter", "HTTP requests sent upstream",
+	     atomic_load(&es->requests)},
+	    {"upstream_bytes_total", "counter", "body bytes received from upstream",
+	     atomic_load(&es->bytes)},
+	    {"upstream_connections_total", "counter",
+	     "connections downloads opened (each reused while the server keeps it open)",
+	     atomic_load(&es->connections)},
+	    {"upstream_http2_responses_total", "counter",
+	     "responses that came over HTTP/2 (many share one connection)",
+	     atomic_load(&es->http2_responses)},
+	    {"upstream_retries_total", "counter", "transfer attempts retried",
+	     atomic_load(&es->retries)},
+	    {"upstream_failures_total", "counter", "objects whose download failed",
+	     atomic_load(&es->failures)},
+	    {"cache_hits_total", "counter", "opens of objects already local",
+	     atomic_load(&s->counters.opens_local) + restored},
+	    {"passthrough_opens_total", "counter",
+	     "opens of complete objects that the kernel reads from the spool itself",
+	     atomic_load(&s->counters.opens_passthrough)},
+	    {"cache_misses_total", "counter", "opens that started a download", misses},
+	    {"coalesced_opens_total", "counter", "opens that joined a running download",
+	     atomic_load(&s->counters.opens_joined)},
+	    {"coalesced_waits_total", "counter", "reads parked until their bytes arrived",
+	     atomic_load(&s->counters.reads_parked)},
+	    {"read_failures_total", "counter", "reads answered with an error",
+	     atomic_load(&s->counters.reads_failed)},
+	    {"page_cache_dropped_bytes_total", "counter",
+	     "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
+	     atomic_load(&s->counters.pages_dropped_bytes)},
+	    {"page_cache_drops_pending", "gauge", "page cache drops queued, not yet done",
+	     atomic_load(&s->counters.page_drops_pending)},
+	    {"pack_member_hash_failures_total", "counter",
+	     "pack members whose bytes did not match their sha256 (their pack is fetched again)",
+	     atomic_load(&s->counters.member_hash_failures)},
+	    {"virtual_snapshots_total", "counter",
+	     "contents of /.spoolfs files built, one per open",
+	     atomic_load(&s->counters.virtual_snapshots)},
+	    {"bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local},
+	    {"flights_in_progress", "gauge", "downloads running", t.active},
+	    {"flights_complete", "gauge", "objects fully local and verified", t.complete},
+	};
+	metric_rows(out, labels, "", ROWS(rows));
 	fs_metrics_write_prefetch(s, out, labels, t.spec_unread);
 }
 
@@ -132,56 +156,54 @@ void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labe
                                uint64_t spec_unread)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
-
-	metric(out, labels, "speculative_flights_total", "counter",
-	       "downloads prefetch started before a reader opened the object",
-	       atomic_load(&es->spec_flights));
-	metric(out, labels, "speculative_bytes_total", "counter",
-	       "body bytes received for speculative downloads", atomic_load(&es->spec_bytes));
-	metric(out, labels, "speculative_unread_bytes", "gauge",
-	       "bytes of speculative downloads that no reader has opened (yet)", spec_unread);
-	metric(out, labels, "speculative_requests_limit", "gauge",
-	       "speculative requests allowed at once now (halved on 503 and 429)",
-	       atomic_load(&es->spec_limit));
-	metric(out, labels, "upstream_throttled_total", "counter",
-	       "answers of 503 or 429 (the store asking to slow down)",
-	       atomic_load(&es->throttled));
+	const struct metric_row speculation[] = {
+	    {"speculative_flights_total", "counter",
+	     "downloads prefetch started before a reader opened the object",
+	     atomic_load(&es->spec_flights)},
+	    {"speculative_bytes_total", "counter", "body bytes received for speculative downloads",
+	     atomic_load(&es->spec_bytes)},
+	    {"speculative_unread_bytes", "gauge",
+	     "bytes of speculative downloads that no reader has opened (yet)", spec_unread},
+	    {"speculative_requests_limit", "gauge",
+	     "speculative requests allowed at once now (halved on 503 and 429)",
+	     atomic_load(&es->spec_limit)},
+	    {"upstream_throttled_total", "counter",
+	     "answers of 503 or 429 (the store asking to slow down)", atomic_load(&es->throttled)},
+	};
+	metric_rows(out, labels, "", ROWS(speculation));
 	if (!s->prefetch)
 		return;
 	const struct prefetch_stats *ps = prefetch_stats(s->prefetch);
-	metric(out, labels, "prefetch_walks_total", "counter", "walks of a directory seen",
-	       atomic_load(&ps->walks));
-	metric(out, labels, "prefetch_walk_started_total", "counter",
-	       "objects a walk started ahead of its reader", atomic_load(&ps->walk_started));
-	metric(out, labels, "prefetch_walk_hits_total", "counter",
-	       "opens that a walk's window had started ahead", atomic_load(&ps->walk_hits));
+	const struct metric_row walks[] = {
+	    {"walks_total", "counter", "walks of a directory seen", atomic_load(&ps->walks)},
+	    {"walk_started_total", "counter", "objects a walk started ahead of its reader",
+	     atomic_load(&ps->walk_started)},
+	    {"walk_hits_total", "counter", "opens that a walk's window had started ahead",
+	     atomic_load(&ps->walk_hits)},
+	};
+	metric_rows(out, labels, "prefetch_", ROWS(walks));
 	if (!atomic_load(&ps->list_given))
 		return;
-	const struct {
-		const char *name, *help;
-		uint64_t value;
-	} list[] = {
-	    {"entries", "lines read from the prefetch list (blank ones left out)",
+	const struct metric_row list[] = {
+	    {"entries", "gauge", "lines read from the prefetch list (blank ones left out)",
 	     atomic_load(&ps->list_entries)},
-	    {"skipped", "prefetch list lines skipped: not a file of the source, or not a path",
+	    {"skipped", "gauge",
+	     "prefetch list lines skipped: not a file of the source, or not a path",
 	     atomic_load(&ps->list_bad)},
-	    {"local", "prefetch list objects local or downloading already",
+	    {"local", "gauge", "prefetch list objects local or downloading already",
 	     atomic_load(&ps->list_local)},
-	    {"started", "prefetch list objects it started", atomic_load(&ps->list_started)},
-	    {"finished", "prefetch list objects it started that finished",
+	    {"started", "gauge", "prefetch list objects it started",
+	     atomic_load(&ps->list_started)},
+	    {"finished", "gauge", "prefetch list objects it started that finished",
 	     atomic_load(&ps->list_finished)},
-	    {"over_budget", "prefetch list objects left out: over --prefetch-budget",
+	    {"over_budget", "gauge", "prefetch list objects left out: over --prefetch-budget",
 	     atomic_load(&ps->list_over_budget)},
-	    {"bytes", "bytes of the prefetch list objects it started",
+	    {"bytes", "gauge", "bytes of the prefetch list objects it started",
 	     atomic_load(&ps->list_bytes)},
-	    {"done", "1 once the prefetch list is read and its objects finished",
+	    {"done", "gauge", "1 once the prefetch list is read and its objects finished",
 	     atomic_load(&ps->list_done) ? 1 : 0},
 	};
-	char name[64];
-	for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++) {
-		snprintf(name, sizeof(name), "prefetch_list_%s", list[i].name);
-		metric(out, labels, name, "gauge", list[i].help, list[i].value);
-	}
+	metric_rows(out, labels, "prefetch_list_", ROWS(list));
 }
 
 /* One histogram's samples; labels already holds what goes before le. */

@@ -31,6 +31,8 @@ struct snapshot {
 	size_t n;
 	double upstream_requests;
 	double upstream_bytes;
+	double upstream_connections;
+	double upstream_http2;
 	double hits;
 	double misses;
 	double coalesced;
@@ -148,6 +150,8 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	} fields[] = {
 	    {"spoolfs_upstream_requests_total", offsetof(struct snapshot, upstream_requests)},
 	    {"spoolfs_upstream_bytes_total", offsetof(struct snapshot, upstream_bytes)},
+	    {"spoolfs_upstream_connections_total", offsetof(struct snapshot, upstream_connections)},
+	    {"spoolfs_upstream_http2_responses_total", offsetof(struct snapshot, upstream_http2)},
 	    {"spoolfs_cache_hits_total", offsetof(struct snapshot, hits)},
 	    {"spoolfs_cache_misses_total", offsetof(struct snapshot, misses)},
 	    {"spoolfs_coalesced_opens_total", offsetof(struct snapshot, coalesced)},
@@ -346,9 +350,11 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 		       fraction * 100, c, r->handles, state, r->waiting ? " (reads waiting)" : "");
 		active += strcmp(state, "active") == 0;
 	}
-	printf("totals: %zu objects (%zu downloading), %s local; upstream %.0f requests, %s;"
+	printf("totals: %zu objects (%zu downloading), %s local; upstream %.0f requests over %.0f"
+	       " connections (%.0f answers by HTTP/2), %s;"
 	       " opens: %.0f local, %.0f started, %.0f joined; %.0f retries, %.0f failures\n",
 	       now->n, active, human(now->bytes_local, a, sizeof(a)), now->upstream_requests,
+	       now->upstream_connections, now->upstream_http2,
 	       human(now->upstream_bytes, b, sizeof(b)), now->hits, now->misses, now->coalesced,
 	       now->retries, now->failures);
 	printf("prefetch: %.0f walks, %.0f speculative downloads, %s fetched ahead and not"

@@ -86,6 +86,10 @@ struct engine_stats {
 	atomic_uint_fast64_t spec_bytes;
 	atomic_uint_fast64_t throttled;
 	atomic_uint_fast64_t spec_limit;
+	/* Connections the downloads opened (a reused one counts once), and responses that came
+	 * over HTTP/2: with h2 many downloads share one connection. */
+	atomic_uint_fast64_t connections;
+	atomic_uint_fast64_t http2_responses;
 	/* Seconds from sending each request until its response's headers, by HTTP status; a
 	 * request that ended without one (refused, stalled, stopped, a file: mirror) is key 0. */
 	struct util_histogram_set latency;
