@@ -26,9 +26,48 @@
 /* The sha256 of no bytes. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
+/* The parameters of ins_sql, in the order ins_params names them. */
+enum ins_param {
+	P_PARENT,
+	P_NAME,
+	P_IS_DIR,
+	P_KIND,
+	P_MODE,
+	P_SIZE,
+	P_MTIME,
+	P_EXECUTABLE,
+	P_SHA256,
+	P_URL,
+	P_ETAG,
+	P_TARGET,
+	P_PACK,
+	P_OFFSET,
+	P_CHUNK_SIZE,
+	P_CHUNK_SHA256,
+	P_CHUNK_URL,
+	P_NESTED_SHA256,
+	P_NESTED_SIZE,
+	P_NESTED_URL,
+	P_LISTED,
+	P_COUNT
+};
+static const char *const ins_params[P_COUNT] = {
+    ":parent",      ":name",       ":is_dir",     ":kind",         ":mode",      ":size",
+    ":mtime",       ":executable", ":sha256",     ":url",          ":etag",      ":target",
+    ":pack",        ":offset",     ":chunk_size", ":chunk_sha256", ":chunk_url", ":nested_sha256",
+    ":nested_size", ":nested_url", ":listed"};
+
 struct index_builder {
 	struct index *idx;
 	sqlite3_stmt *st_ins, *st_dir, *st_pack_find, *st_pack_ins;
+	/* st_ins's parameter numbers, looked up once: by name, the lookups were a tenth of a
+	 * large load (sqlite compares the name with each parameter's in turn). */
+	int ins_at[P_COUNT];
+	/* The pack last found (members of one pack come one after another): its sha256
+	 * ("" for none), id and size. Packs are only ever added during a build. */
+	char last_pack[INDEX_SHA256_HEX + 1];
+	int64_t last_pack_id;
+	uint64_t last_pack_size;
 	struct path_table pt;
 	struct digest_sizes digests;
 	bool sha256_indexed; /* node(sha256) has an index: see check_other_size */
@@ -93,9 +132,22 @@ const char *index_check_path(const char *path, size_t len, bool at_root, char *b
 	return check_path_at(path, len, at_root, buf, cap);
 }
 
-static int bind_text_or_null(sqlite3_stmt *st, const char *name, const char *s, int len)
+static int bind_i64(struct index_builder *b, enum ins_param p, int64_t v)
 {
-	return s ? index_db_bind_text(st, name, s, len) : index_db_bind_null(st, name);
+	return index_db_errno(sqlite3_bind_int64(b->st_ins, b->ins_at[p], v));
+}
+
+static int bind_null(struct index_builder *b, enum ins_param p)
+{
+	return index_db_errno(sqlite3_bind_null(b->st_ins, b->ins_at[p]));
+}
+
+/* s (len bytes, -1 for up to its NUL) or NULL, bound SQLITE_STATIC: see index_db_bind_text. */
+static int bind_text(struct index_builder *b, enum ins_param p, const char *s, int len)
+{
+	if (!s)
+		return bind_null(b, p);
+	return index_db_errno(sqlite3_bind_text(b->st_ins, b->ins_at[p], s, len, SQLITE_STATIC));
 }
 
 /* Inserts one node row (an implied directory when e is NULL; pack_id -1 when no member);
@@ -105,68 +157,60 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 {
 	static const struct index_build_entry implied_dir = {.kind = INDEX_KIND_DIR};
 	const struct index_build_entry *a = e ? e : &implied_dir;
-	sqlite3_stmt *st = b->st_ins;
 	bool is_file = a->kind == INDEX_KIND_FILE, is_link = a->kind == INDEX_KIND_SYMLINK;
-	int rc = index_db_bind_int64(st, ":parent", parent);
+	bool chunked = is_file && a->chunk_size;
+	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
+	int rc = bind_i64(b, P_PARENT, parent);
 
 	if (rc == 0)
-		rc = index_db_bind_text(st, ":name", name, (int)name_len);
+		rc = bind_text(b, P_NAME, name, (int)name_len);
 	if (rc == 0)
-		rc = index_db_bind_int64(st, ":is_dir", a->kind == INDEX_KIND_DIR);
+		rc = bind_i64(b, P_IS_DIR, a->kind == INDEX_KIND_DIR);
 	if (rc == 0)
-		rc = index_db_bind_int64(st, ":kind", a->kind);
+		rc = bind_i64(b, P_KIND, a->kind);
 	if (rc == 0)
-		rc = a->has_mode ? index_db_bind_int64(st, ":mode", a->mode & 0555)
-		                 : index_db_bind_null(st, ":mode");
+		rc = a->has_mode ? bind_i64(b, P_MODE, a->mode & 0555) : bind_null(b, P_MODE);
 	if (rc == 0) /* a symlink's size is its target's length, as lstat gives it */
-		rc = index_db_bind_int64(st, ":size",
-		                         is_file   ? (int64_t)a->size
-		                         : is_link ? (int64_t)a->target_len
-		                                   : 0);
+		rc = bind_i64(b, P_SIZE,
+		              is_file   ? (int64_t)a->size
+		              : is_link ? (int64_t)a->target_len
+		                        : 0);
 	if (rc == 0)
-		rc = index_db_bind_int64(st, ":mtime",
-		                         a->has_mtime ? a->mtime : b->idx->default_mtime);
+		rc = bind_i64(b, P_MTIME, a->has_mtime ? a->mtime : b->idx->default_mtime);
 	if (rc == 0)
-		rc = index_db_bind_int64(st, ":executable",
-		                         is_file && a->has_mode && (a->mode & 0111));
+		rc = bind_i64(b, P_EXECUTABLE, is_file && a->has_mode && (a->mode & 0111));
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":sha256", is_file ? a->sha256 : NULL, INDEX_SHA256_HEX);
+		rc = bind_text(b, P_SHA256, is_file ? a->sha256 : NULL, INDEX_SHA256_HEX);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":url", is_file ? a->url : NULL, -1);
+		rc = bind_text(b, P_URL, is_file ? a->url : NULL, -1);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":etag", is_file ? a->etag : NULL, -1);
+		rc = bind_text(b, P_ETAG, is_file ? a->etag : NULL, -1);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":target", is_link ? a->target : NULL,
-		                       (int)a->target_len);
+		rc = bind_text(b, P_TARGET, is_link ? a->target : NULL, (int)a->target_len);
 	if (rc == 0)
-		rc = pack_id >= 0 ? index_db_bind_int64(st, ":pack", pack_id)
-		                  : index_db_bind_null(st, ":pack");
+		rc = pack_id >= 0 ? bind_i64(b, P_PACK, pack_id) : bind_null(b, P_PACK);
 	if (rc == 0)
-		rc = pack_id >= 0 ? index_db_bind_int64(st, ":offset", (int64_t)a->offset)
-		                  : index_db_bind_null(st, ":offset");
+		rc = pack_id >= 0 ? bind_i64(b, P_OFFSET, (int64_t)a->offset)
+		                  : bind_null(b, P_OFFSET);
 	if (rc == 0)
-		rc = is_file && a->chunk_size
-		         ? index_db_bind_int64(st, ":chunk_size", (int64_t)a->chunk_size)
-		         : index_db_bind_null(st, ":chunk_size");
+		rc = chunked ? bind_i64(b, P_CHUNK_SIZE, (int64_t)a->chunk_size)
+		             : bind_null(b, P_CHUNK_SIZE);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":chunk_sha256",
-		                       is_file && a->chunk_size ? a->chunk_sha256 : NULL, -1);
+		rc = bind_text(b, P_CHUNK_SHA256, chunked ? a->chunk_sha256 : NULL, -1);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":chunk_url",
-		                       is_file && a->chunk_size ? a->chunk_url : NULL, -1);
-	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
+		rc = bind_text(b, P_CHUNK_URL, chunked ? a->chunk_url : NULL, -1);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":nested_sha256", nested ? a->nested_sha256 : NULL, -1);
+		rc = bind_text(b, P_NESTED_SHA256, nested ? a->nested_sha256 : NULL, -1);
 	if (rc == 0)
-		rc = nested ? index_db_bind_int64(st, ":nested_size", (int64_t)a->nested_size)
-		            : index_db_bind_null(st, ":nested_size");
+		rc = nested ? bind_i64(b, P_NESTED_SIZE, (int64_t)a->nested_size)
+		            : bind_null(b, P_NESTED_SIZE);
 	if (rc == 0)
-		rc = bind_text_or_null(st, ":nested_url", nested ? a->nested_url : NULL, -1);
+		rc = bind_text(b, P_NESTED_URL, nested ? a->nested_url : NULL, -1);
 	/* Its entries come with its own manifest, at its first lookup. */
 	if (rc == 0)
-		rc = index_db_bind_int64(st, ":listed", !nested);
+		rc = bind_i64(b, P_LISTED, !nested);
 	if (rc == 0)
-		rc = index_db_exec(st);
+		rc = index_db_exec(b->st_ins);
 	if (rc < 0)
 		return rc;
 	return sqlite3_last_insert_rowid(b->idx->db);
@@ -357,16 +401,26 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
 	/* A member is checked by its own digest as its range of the pack arrives. */
 	if (!e->sha256)
 		return why_is(why, why_len, "a pack member needs its own sha256");
-	rc = index_db_bind_text(b->st_pack_find, ":sha256", e->pack_sha256, -1);
-	if (rc == 0)
-		rc = index_db_step(b->st_pack_find);
-	if (rc == 1) {
-		*pack_id = sqlite3_column_int64(b->st_pack_find, 0);
-		size = (uint64_t)sqlite3_column_int64(b->st_pack_find, 1);
+	if (strcmp(e->pack_sha256, b->last_pack) == 0) {
+		*pack_id = b->last_pack_id;
+		size = b->last_pack_size;
+	} else {
+		rc = index_db_bind_text(b->st_pack_find, ":sha256", e->pack_sha256, -1);
+		if (rc == 0)
+			rc = index_db_step(b->st_pack_find);
+		if (rc == 1) {
+			*pack_id = sqlite3_column_int64(b->st_pack_find, 0);
+			size = (uint64_t)sqlite3_column_int64(b->st_pack_find, 1);
+		}
+		rc = index_db_reset_keep(b->st_pack_find, rc);
+		if (rc < 0)
+			return rc;
+		if (*pack_id >= 0 && strlen(e->pack_sha256) == INDEX_SHA256_HEX) {
+			memcpy(b->last_pack, e->pack_sha256, INDEX_SHA256_HEX + 1);
+			b->last_pack_id = *pack_id;
+			b->last_pack_size = size;
+		}
 	}
-	rc = index_db_reset_keep(b->st_pack_find, rc);
-	if (rc < 0)
-		return rc;
 	if (*pack_id < 0)
 		return why_is(why, why_len, "pack %.16s... is not in \"packs\"", e->pack_sha256);
 	if (e->offset > size || e->size > size - e->offset)
@@ -512,6 +566,11 @@ static int build_begin(struct index *idx, uint64_t root_ino, bool subtree,
 	began = rc == 0;
 	if (rc == 0)
 		rc = index_db_prepare(idx->db, ins_sql, &b->st_ins);
+	for (int p = 0; rc == 0 && p < P_COUNT; p++) {
+		b->ins_at[p] = sqlite3_bind_parameter_index(b->st_ins, ins_params[p]);
+		if (b->ins_at[p] <= 0)
+			rc = -EINVAL; /* ins_params and ins_sql disagree */
+	}
 	if (rc == 0)
 		rc = index_db_prepare(idx->db, dir_sql, &b->st_dir);
 	if (rc == 0)
