@@ -70,7 +70,9 @@ struct entry {
 struct load {
 	sqlite3 *db; /* private, in memory: only for sqlite's JSON functions */
 	struct index_builder *b;
-	sqlite3_stmt *st_top, *st_each, *st_packs, *st_chunks;
+	sqlite3_stmt *st_keys, *st_top, *st_each, *st_packs, *st_chunks;
+	char *packs;    /* owned: the "packs" array's text, as st_keys gave it; NULL: none */
+	bool has_packs; /* a version 2 manifest with "packs" (an array, check_top says) */
 	struct manifest_base base;
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
@@ -81,6 +83,15 @@ struct load {
 	char *err;
 	size_t err_len;
 };
+
+/*
+ * The top level in one pass, which is one parse of the whole text: each of top_sql's
+ * functions and json_each(:json, '$.packs') parsed it again (a sixth of a large load). A
+ * manifest this pass does not find well formed goes through top_sql, for its message.
+ */
+static const char keys_sql[] =
+    "SELECT t.key, t.type, t.atom, CASE WHEN t.key = 'packs' AND t.type = 'array'"
+    " THEN t.value END FROM json_each(:json) AS t";
 
 static const char top_sql[] =
     "SELECT json_valid(:json),"
@@ -115,7 +126,8 @@ static const char packs_sql[] =
     " json_type(" PACK_OBJECT ", '$.size'), json_extract(" PACK_OBJECT ", '$.size'),"
     " json_type(" PACK_OBJECT ", '$.url'), json_extract(" PACK_OBJECT ", '$.url'),"
     " " PACK_OBJECT " -> '$.url'"
-    " FROM json_each(:json, '$.packs') AS p";
+    " FROM json_each(coalesce(:packs, :json), CASE WHEN :packs IS NULL THEN '$.packs'"
+    " ELSE '$' END) AS p";
 
 static const char chunks_sql[] =
     "SELECT json_type(:c, '$.size'), json_extract(:c, '$.size'),"
@@ -712,6 +724,75 @@ static int load_packs(struct load *ld)
 	return rc;
 }
 
+/* The fields of the top level that check_top reads, as keys_sql gave them. */
+struct top_keys {
+	bool version_int; /* "version" is an integer (version holds it) */
+	int64_t version;
+	const char *type[3]; /* json_type of "files", "entries", "packs"; NULL: absent */
+	bool seen[4];        /* version, files, entries, packs: the first of each counts */
+};
+
+/*
+ * check_top in one parse: 1 when the manifest is well formed (ld->version, ld->array and
+ * ld->packs set), 0 when check_top must say why not (or the pass could not tell), -ENOMEM.
+ */
+static int check_top_fast(struct load *ld)
+{
+	static const char *const names[4] = {"version", "files", "entries", "packs"};
+	sqlite3_stmt *st = ld->st_keys;
+	struct top_keys k = {0};
+	char types[3][8] = {"", "", ""};
+	bool object = true, any = false;
+	int rc = 0, step;
+
+	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+		any = true;
+		/* A scalar gives a NULL key, an array's elements integer ones. */
+		if (sqlite3_column_type(st, 0) != SQLITE_TEXT) {
+			object = false;
+			break;
+		}
+		const char *key = (const char *)sqlite3_column_text(st, 0);
+		const char *type = (const char *)sqlite3_column_text(st, 1);
+		for (int n = 0; key && type && n < 4; n++) {
+			if (k.seen[n] || strcmp(key, names[n]) != 0)
+				continue;
+			k.seen[n] = true;
+			if (n == 0) {
+				k.version_int = strcmp(type, "integer") == 0 &&
+				                sqlite3_column_type(st, 2) == SQLITE_INTEGER;
+				k.version = sqlite3_column_int64(st, 2);
+				break;
+			}
+			snprintf(types[n - 1], sizeof(types[n - 1]), "%s", type);
+			k.type[n - 1] = types[n - 1];
+			if (n == 3 && sqlite3_column_type(st, 3) == SQLITE_TEXT) {
+				free(ld->packs);
+				ld->packs = strdup((const char *)sqlite3_column_text(st, 3));
+				if (!ld->packs)
+					rc = -ENOMEM;
+			}
+			break;
+		}
+	}
+	if (step == SQLITE_NOMEM)
+		rc = -ENOMEM;
+	sqlite3_reset(st); /* a JSON error is top_sql's to name */
+	if (rc < 0 || !object || !any || (step != SQLITE_DONE && step != SQLITE_ROW))
+		return rc;
+	if (!k.version_int || k.version < 1 || k.version > MANIFEST_VERSION_MAX)
+		return 0;
+	const char *atype = k.type[k.version == 1 ? 0 : 1], *ptype = k.type[2];
+	if (!atype || strcmp(atype, "array") != 0)
+		return 0;
+	if (k.version >= 2 && ptype && (strcmp(ptype, "array") != 0 || !ld->packs))
+		return 0;
+	ld->version = (int)k.version;
+	ld->array = k.version == 1 ? "files" : "entries";
+	ld->has_packs = k.version >= 2 && ptype;
+	return 1;
+}
+
 /* Checks the manifest's outer shape: valid JSON, an object, a known version, and its
  * arrays. Sets ld->version and ld->array. */
 static int check_top(struct load *ld)
@@ -740,6 +821,9 @@ static int check_top(struct load *ld)
 	} else {
 		ld->version = (int)version;
 		ld->array = version == 1 ? "files" : "entries";
+		/* load_packs reads "packs" from the whole text (ld->packs is NULL). */
+		free(ld->packs);
+		ld->packs = NULL;
 		const char *atype = (const char *)sqlite3_column_text(st, version == 1 ? 5 : 6);
 		const char *ptype = (const char *)sqlite3_column_text(st, 7);
 		if (!atype)
@@ -750,6 +834,7 @@ static int check_top(struct load *ld)
 			rc = load_error(ld, "manifest \"packs\" is not an array");
 		else
 			rc = 0;
+		ld->has_packs = version >= 2 && ptype;
 	}
 out:
 	if (sqlite3_reset(st) != SQLITE_OK && rc == 0)
@@ -759,8 +844,9 @@ out:
 
 static int prepare_load(struct load *ld)
 {
-	static const char *const sql[] = {top_sql, each_sql, packs_sql, chunks_sql};
-	sqlite3_stmt **st[] = {&ld->st_top, &ld->st_each, &ld->st_packs, &ld->st_chunks};
+	static const char *const sql[] = {keys_sql, top_sql, each_sql, packs_sql, chunks_sql};
+	sqlite3_stmt **st[] = {&ld->st_keys, &ld->st_top, &ld->st_each, &ld->st_packs,
+	                       &ld->st_chunks};
 	int rc =
 	    sqlite3_open_v2(":memory:", &ld->db,
 	                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY | SQLITE_OPEN_NOMUTEX, NULL);
@@ -773,7 +859,9 @@ static int prepare_load(struct load *ld)
 	/* sqlite copies a text value that it does not know to be NUL-terminated each time a
 	 * JSON function reads it (15 MB per call for 100,000 entries); a bound C string is read
 	 * in place. ld->json outlives the statements. */
-	rc = bind_text(ld->st_top, ":json", ld->json);
+	rc = bind_text(ld->st_keys, ":json", ld->json);
+	if (rc == 0)
+		rc = bind_text(ld->st_top, ":json", ld->json);
 	if (rc == 0)
 		rc = bind_text(ld->st_each, ":json", ld->json);
 	if (rc == 0)
@@ -855,10 +943,17 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 		rc = load_error(&ld, "manifest is not valid JSON");
 		goto out;
 	}
-	rc = check_top(&ld);
+	rc = check_top_fast(&ld);
+	if (rc == 0)
+		rc = check_top(&ld);
+	else if (rc == 1)
+		rc = 0;
 	if (rc == 0)
 		rc = bind_text(ld.st_each, ":array", ld.version == 1 ? "$.files" : "$.entries");
-	if (rc == 0 && ld.version >= 2)
+	/* Unbound (NULL), :packs makes packs_sql read the whole text (see check_top). */
+	if (rc == 0 && ld.has_packs && ld.packs)
+		rc = bind_text(ld.st_packs, ":packs", ld.packs);
+	if (rc == 0 && ld.has_packs)
 		rc = load_packs(&ld);
 	if (rc == 0)
 		rc = load_entries(&ld);
@@ -873,6 +968,7 @@ out:
 		snprintf(err, err_len, "cannot load the manifest: %s",
 		         strerror_r(-rc, buf, sizeof(buf)));
 	}
+	sqlite3_finalize(ld.st_keys);
 	sqlite3_finalize(ld.st_top);
 	sqlite3_finalize(ld.st_each);
 	sqlite3_finalize(ld.st_packs);
@@ -880,6 +976,7 @@ out:
 	sqlite3_close(ld.db);
 	manifest_base_free(&ld.base);
 	free(ld.json_copy);
+	free(ld.packs);
 	return rc;
 }
 
