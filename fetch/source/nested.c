@@ -8,6 +8,7 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,5 +50,12 @@ out:
 	free(text);
 	free(where);
 	free(ref.url);
+#ifdef __GLIBC__
+	/* A load's text and parse (several times the manifest's size) are freed by now, but
+	 * glibc keeps freed memory in the arena of the thread that freed it, and each nested
+	 * load runs on whichever FUSE worker looked the directory up: a `find` over ten nested
+	 * manifests of 100,000 entries peaked at 395 MiB instead of 194 MiB. */
+	malloc_trim(0);
+#endif
 	return rc;
 }
