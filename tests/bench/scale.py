@@ -4,6 +4,8 @@ manifests (spoolfs publish's default) beside one single manifest of the same tre
 
     N=100000 python3 tests/bench/scale.py      # also N=1000000 (a million files: minutes)
     NEST_OVER=10000 N=1000000 python3 tests/bench/scale.py   # another --nest-over
+    KEEP=/var/tmp/scale-1m N=1000000 python3 tests/bench/scale.py  # publish once, reuse
+    KEEP=/var/tmp/scale-1m SPOOLFS_BIN=/other/spoolfs ... # the same trees, another build
 
 For each layout it prints: publish time, top manifest size, mount time (exec to mounted),
 `find` time over the whole tree (which loads every nested manifest), and the daemon's peak
@@ -26,6 +28,7 @@ from client import Upstream  # noqa: E402
 SPOOLFS = os.environ.get("SPOOLFS_BIN", os.path.join(ROOT, "build", "spoolfs"))
 N = int(os.environ.get("N", "100000"))
 NEST_OVER = os.environ.get("NEST_OVER")  # publish's --nest-over for the nested layout
+KEEP = os.environ.get("KEEP")  # a directory kept for the next run: the trees published once
 
 
 def make_tree(src, n):
@@ -81,22 +84,36 @@ def measure(label, out, work):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="spoolfs-scale-", dir="/var/tmp")
+    if KEEP:
+        work = KEEP
+        os.makedirs(work, exist_ok=True)
+        for old in os.listdir(work):
+            if old.startswith("mnt-"):
+                os.rmdir(os.path.join(work, old))
+    else:
+        work = tempfile.mkdtemp(prefix="spoolfs-scale-", dir="/var/tmp")
     try:
         src = os.path.join(work, "src")
-        t0 = time.monotonic()
-        make_tree(src, N)
-        print("scale: %d files made in %.1f s" % (N, time.monotonic() - t0))
+        if not os.path.exists(os.path.join(work, "src.done")):
+            shutil.rmtree(src, ignore_errors=True)
+            t0 = time.monotonic()
+            make_tree(src, N)
+            open(os.path.join(work, "src.done"), "w").close()
+            print("scale: %d files made in %.1f s" % (N, time.monotonic() - t0))
         nested_args = ["--nest-over", NEST_OVER] if NEST_OVER else []
         for label, args in (("nested", nested_args), ("one manifest", ["--nest-over", "0"])):
             out = os.path.join(work, "out-" + label.replace(" ", "-"))
-            t0 = time.monotonic()
-            subprocess.run([SPOOLFS, "publish", src, out] + args, check=True,
-                           stdout=subprocess.DEVNULL)
-            print("%-16s published in %.1f s" % (label, time.monotonic() - t0))
+            if not os.path.exists(out + ".done"):
+                shutil.rmtree(out, ignore_errors=True)
+                t0 = time.monotonic()
+                subprocess.run([SPOOLFS, "publish", src, out] + args, check=True,
+                               stdout=subprocess.DEVNULL)
+                open(out + ".done", "w").close()
+                print("%-16s published in %.1f s" % (label, time.monotonic() - t0))
             measure(label.replace(" ", "-"), out, work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not KEEP:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
