@@ -4,9 +4,12 @@
  *
  * The JSON is read with sqlite's own JSON functions (no parser of ours) on a private
  * in-memory connection; each entry goes to the namespace through index_build_add, which
- * applies the namespace's own rules, in one transaction: every entry or nothing.
+ * applies the namespace's own rules, in one transaction: every entry or nothing. A large
+ * manifest's entries are added on a builder thread (load_pipe.h), in their order, while
+ * this thread reads and checks the next ones.
  */
 #include "fetch/source/manifest_load.h"
+#include "fetch/source/load_pipe.h"
 #include "fetch/source/manifest_url.h"
 
 #include <errno.h>
@@ -23,6 +26,9 @@
 /* Chunk sizes a manifest may name: a power of two in this range (doc/manifest.md). */
 #define CHUNK_SIZE_MIN 4096
 #define CHUNK_SIZE_MAX (64 << 20)
+/* From this size of manifest on, its entries are added to the namespace on a thread of
+ * their own while this one reads on (load_pipe.h); below, a thread costs more than it saves. */
+#define PIPE_OVER (1 << 20)
 
 /* The fields of an entry that mean something; other keys are ignored. Version 1 reads the
  * first F_V1_COUNT only. */
@@ -80,6 +86,9 @@ struct load {
 	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
 	struct manifest_load_options *opts; /* never NULL here */
 	bool at_root; /* the paths start at the mount's root, not in a nested directory */
+	/* The builder thread, for a large manifest; NULL: entries are added here. It reads b
+	 * and array, which stay as they are while it runs. */
+	struct load_pipe *pipe;
 	char *err;
 	size_t err_len;
 };
@@ -170,20 +179,48 @@ __attribute__((format(printf, 2, 3))) static int load_error(struct load *ld, con
 	return -EINVAL;
 }
 
-/* Writes `files[I] "PATH": reason` (or `files[I]: reason` when there is no path). */
+/* Writes `files[I] "PATH": reason` (or `files[I]: reason` when there is no path) into
+ * err (the builder thread's own, or the loader's). -EINVAL. */
+static int name_entry(char *err, size_t err_len, const char *array, int64_t i, const char *path,
+                      size_t path_len, const char *reason)
+{
+	char quoted[ERR_PATH_MAX * 4 + 16];
+
+	if (!err || !err_len)
+		return -EINVAL;
+	if (!path) {
+		snprintf(err, err_len, "%s[%" PRId64 "]: %s", array, i, reason);
+		return -EINVAL;
+	}
+	quote_path(quoted, sizeof(quoted), path, path_len);
+	snprintf(err, err_len, "%s[%" PRId64 "] \"%s\": %s", array, i, quoted, reason);
+	return -EINVAL;
+}
+
 __attribute__((format(printf, 5, 6))) static int
 entry_error(struct load *ld, int64_t i, const char *path, size_t path_len, const char *fmt, ...)
 {
-	char reason[320], quoted[ERR_PATH_MAX * 4 + 16];
+	char reason[320];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	if (!path)
-		return load_error(ld, "%s[%" PRId64 "]: %s", ld->array, i, reason);
-	quote_path(quoted, sizeof(quoted), path, path_len);
-	return load_error(ld, "%s[%" PRId64 "] \"%s\": %s", ld->array, i, quoted, reason);
+	return name_entry(ld->err, ld->err_len, ld->array, i, path, path_len, reason);
+}
+
+/* Adds a checked entry to the namespace (index/'s rules), naming it in err when they
+ * refuse it: on the builder thread, or on the loader's for a small manifest. */
+static int add_entry(void *ctx, int64_t i, const struct index_build_entry *be, char *err,
+                     size_t err_len)
+{
+	struct load *ld = ctx;
+	char why[320];
+	int rc = index_build_add(ld->b, be, why, sizeof(why));
+
+	if (rc == -EINVAL)
+		rc = name_entry(err, err_len, ld->array, i, be->path, be->path_len, why);
+	return rc;
 }
 
 /* Whether a raw JSON string literal (as `->` returns it) holds an escaped NUL. Escapes are
@@ -629,11 +666,9 @@ static int load_entry(struct load *ld, const struct entry *e)
 		ld->opts->hidden_symlinks++;
 		return 0;
 	}
-	if (rc == 0) {
-		rc = index_build_add(ld->b, &be, why, sizeof(why));
-		if (rc == -EINVAL)
-			rc = entry_error(ld, e->i, path, len, "%s", why);
-	}
+	if (rc == 0)
+		rc = ld->pipe ? load_pipe_put(ld->pipe, e->i, &be)
+		              : add_entry(ld, e->i, &be, ld->err, ld->err_len);
 	free(url);
 	free(chunk_url);
 	return rc;
@@ -895,6 +930,16 @@ bool manifest_symlink_leaves(const char *path, size_t path_len, const char *targ
 	return false;
 }
 
+/* Whether to add entries on a thread of their own. SPOOLFS_TEST_LOAD_PIPE=1 sends the unit
+ * suites' small manifests through it too. */
+static bool use_pipe(size_t json_len)
+{
+	/* NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment at run time */
+	const char *test = getenv("SPOOLFS_TEST_LOAD_PIPE");
+
+	return json_len >= PIPE_OVER || (test && strcmp(test, "1") == 0);
+}
+
 /* json[json_len] is '\0' when `terminated`; otherwise the text is copied to make it so. */
 static int load_manifest(struct index *idx, uint64_t dir, const char *json, size_t json_len,
                          bool terminated, const char *base_url, struct manifest_load_options *opts,
@@ -955,8 +1000,18 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 		rc = bind_text(ld.st_packs, ":packs", ld.packs);
 	if (rc == 0 && ld.has_packs)
 		rc = load_packs(&ld);
+	/* A builder thread that cannot start leaves the adding to this one (ld.pipe NULL). */
+	if (rc == 0 && use_pipe(json_len))
+		(void)load_pipe_start(&ld.pipe, add_entry, &ld);
 	if (rc == 0)
 		rc = load_entries(&ld);
+	if (ld.pipe) {
+		/* The builder's failure is of an entry before any this thread refused. */
+		int brc = load_pipe_finish(ld.pipe, ld.err, ld.err_len);
+		ld.pipe = NULL;
+		if (brc < 0)
+			rc = brc;
+	}
 	if (rc == 0) {
 		rc = index_build_commit(ld.b);
 		ld.b = NULL;

@@ -1055,6 +1055,85 @@ static void test_urls_resolve_as_curl_would(void **state)
 	}
 }
 
+/*
+ * A version 1 manifest of n files "d/fNNNNNNN-xxx..." of 1 byte, over 1 MiB, so that its
+ * entries are added on the builder thread (fetch/source/load_pipe.h). Entry dup_at (if < n)
+ * repeats entry 0's path (refused by index/), entry neg_at (if < n) has size -1 (refused
+ * by the reader). The caller frees it.
+ */
+/* What makes each path of big_manifest long. */
+static const char big_pad[] =
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+    "xxxxxxxxxxxxxxxxxxxxxxxxxx";
+
+static char *big_manifest(size_t n, size_t dup_at, size_t neg_at)
+{
+	size_t cap = 64 + n * (sizeof(big_pad) + 48), len = 0;
+	char *json = malloc(cap);
+
+	assert_non_null(json);
+	len += (size_t)snprintf(json + len, cap - len, "{\"version\":1,\"files\":[");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(json + len, cap - len,
+		                        "%s{\"path\":\"d/f%07zu-%s\",\"size\":%d}", i ? "," : "",
+		                        i == dup_at ? 0 : i, big_pad, i == neg_at ? -1 : 1);
+	snprintf(json + len, cap - len, "]}");
+	assert_true(strlen(json) > (1u << 20));
+	return json;
+}
+
+/* The builder thread adds entries in the manifest's order: inodes as one thread gives them
+ * (the implied "d" is 2, entry i is 3 + i), so a manifest gets the same ones every time. */
+static void test_large_manifest_keeps_its_order(void **state)
+{
+	struct fixture *f = *state;
+	char *json = big_manifest(9000, SIZE_MAX, SIZE_MAX), name[160];
+	uint64_t files = 0, dirs = 0, bytes = 0;
+	struct index_node n;
+
+	if (load(f, json) != 0)
+		fail_msg("load: %s", f->err);
+	assert_int_equal(index_totals(f->idx, &files, &dirs, &bytes), 0);
+	assert_int_equal(files, 9000);
+	assert_int_equal(dirs, 2);
+	uint64_t d = lookup_ino(f, INDEX_ROOT_INO, "d");
+	assert_int_equal(d, 2);
+	for (size_t i = 0; i < 9000; i += 1237) {
+		snprintf(name, sizeof(name), "f%07zu-%s", i, big_pad);
+		assert_int_equal(index_lookup(f->idx, d, name, &n), 0);
+		assert_int_equal(n.ino, 3 + i);
+	}
+	free(json);
+}
+
+/* Whichever thread refuses, the message names the first bad entry, as one thread would,
+ * and nothing is loaded: a clash the builder finds before an entry the reader refuses, the
+ * other way round, and a clash in the last, partly filled batch. */
+static void test_large_manifest_names_its_first_bad_entry(void **state)
+{
+	struct fixture *f = *state;
+	static const struct {
+		size_t dup_at, neg_at;
+		const char *want, *why;
+	} cases[] = {
+	    {5000, 7000, "files[5000] \"d/f0000000-", "duplicate path"},
+	    {6000, 3000, "files[3000] \"d/f0003000-", "size is negative"},
+	    {8999, SIZE_MAX, "files[8999] \"d/f0000000-", "duplicate path"},
+	    {SIZE_MAX, 8999, "files[8999] \"d/f0008999-", "size is negative"},
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char *json = big_manifest(9000, cases[c].dup_at, cases[c].neg_at);
+		int rc = load(f, json);
+
+		if (rc != -EINVAL || !strstr(f->err, cases[c].want) ||
+		    !strstr(f->err, cases[c].why))
+			fail_msg("case %zu: %d \"%s\"", c, rc, f->err);
+		assert_namespace_empty(f);
+		free(json);
+	}
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1080,6 +1159,8 @@ int main(void)
 	    T(test_json_length_is_honoured),
 	    T(test_terminated_text_is_read_in_place),
 	    T(test_escaped_backslash_is_not_nul),
+	    T(test_large_manifest_keeps_its_order),
+	    T(test_large_manifest_names_its_first_bad_entry),
 	    cmocka_unit_test(test_check_segment),
 	    T(test_refuse_malformed_json),
 	    T(test_refuse_not_an_object),
