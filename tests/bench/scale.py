@@ -7,9 +7,9 @@ manifests (spoolfs publish's default) beside one single manifest of the same tre
     KEEP=/var/tmp/scale-1m N=1000000 python3 tests/bench/scale.py  # publish once, reuse
     KEEP=/var/tmp/scale-1m SPOOLFS_BIN=/other/spoolfs ... # the same trees, another build
 
-For each layout it prints: publish time, top manifest size, mount time (exec to mounted),
-`find` time over the whole tree (which loads every nested manifest), and the daemon's peak
-RSS (VmHWM) after the find. Times are printed, never asserted. The tree: N files of 1-40
+For each layout it prints: publish time, top manifest size, mount time (exec to mounted)
+and the daemon's peak RSS (VmHWM) then, `find` time over the whole tree (which loads every
+nested manifest), and the peak RSS after the find. Times are printed, never asserted. The tree: N files of 1-40
 bytes in directories of 1,000, 100 directories to a parent.
 """
 
@@ -67,6 +67,7 @@ def measure(label, out, work):
                 raise RuntimeError("spoolfs exited with %d" % proc.returncode)
             time.sleep(0.005)
         mount_s = time.monotonic() - t0
+        rss_mounted = hwm_kb(proc.pid) / 1024
         t0 = time.monotonic()
         found = subprocess.run(["find", mnt], capture_output=True, check=True).stdout.count(b"\n")
         find_s = time.monotonic() - t0
@@ -78,8 +79,9 @@ def measure(label, out, work):
             proc.wait(60)
         up.stop()
     top = os.path.getsize(os.path.join(out, "manifest.json"))
-    print("%-16s top manifest %8.1f KiB  mount %6.2f s  find %6.2f s (%d names, %d requests)"
-          "  peak RSS %6.1f MiB" % (label, top / 1024, mount_s, find_s, found, gets, rss))
+    print("%-16s top manifest %8.1f KiB  mount %6.2f s (peak RSS %6.1f MiB)  find %6.2f s"
+          " (%d names, %d requests)  peak RSS %6.1f MiB"
+          % (label, top / 1024, mount_s, rss_mounted, find_s, found, gets, rss))
     sys.stdout.flush()
 
 
