@@ -65,8 +65,10 @@ int index_set_default_mtime(struct index *idx, int64_t mtime);
  * names are implied by the paths below them and take the newest mtime beneath; a directory
  * entry gives one its own mode and mtime, and makes an empty one.
  *
- * Lock: each call takes idx->lock for its statements. The builder belongs to the one
- * thread that loads, before the namespace is served: nobody reads a namespace mid-build.
+ * Lock: each call takes idx->lock for its statements. The builder belongs to the thread
+ * that began it, which ends it (commit or abort); index_build_add may be called from
+ * another thread, one call at a time. One build runs at a time in the process: a second
+ * index_build_begin* waits until the first ends.
  */
 struct index_builder;
 

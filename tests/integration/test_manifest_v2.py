@@ -261,6 +261,44 @@ def test_nested_manifests_load_at_first_lookup(upstream, mount):
     assert upstream.stats("objects/m-deeper")["gets"] == 1
 
 
+def test_two_directories_listed_at_once_both_load(upstream, mount):
+    """The first lookups in two directories with manifests of their own, at once: both load
+    (one after the other: a load is one transaction on the namespace), neither fails with
+    EIO. b's manifest is held back until a's has been sent whole, so b's load begins while
+    a's 40,000 entries (over 1 MiB: added on the builder thread) are still going in."""
+    root = upstream.root
+    os.makedirs(os.path.join(root, "objects"), exist_ok=True)
+    many = [{"path": "f%05d" % i, "size": 1} for i in range(40000)]
+    a = nested_manifest(root, "m-a", many)
+    assert a["size"] > 1 << 20
+    b = nested_manifest(root, "m-b", [{"path": "only", "size": 1}])
+    v2_store(root, [{"path": "a", "type": "directory", "manifest": a},
+                    {"path": "b", "type": "directory", "manifest": b}])
+    m = mount(upstream.url("manifest.json"))
+    upstream.fault("objects/m-b", gate=True)
+    got = {}
+
+    def listdir(name):
+        try:
+            got[name] = len(os.listdir(m.p(name)))
+        except OSError as e:
+            got[name] = e.errno
+
+    tb = threading.Thread(target=listdir, args=("b",))
+    tb.start()
+    upstream.wait_for(lambda s: s["gated"] == 1, path="objects/m-b")
+    ta = threading.Thread(target=listdir, args=("a",))
+    ta.start()
+    # a's manifest is all here: its load has begun, or is about to.
+    upstream.wait_for(lambda s: s["gets"] == 1 and s["active"] == 0, path="objects/m-a",
+                      timeout=30)
+    upstream.release("objects/m-b")
+    ta.join(60)
+    tb.join(60)
+    assert got == {"a": 40000, "b": 1}
+    assert "failed" not in m.stderr()
+
+
 def test_a_nested_manifest_that_is_not_the_one_named_fails_its_directory(upstream, mount):
     root = upstream.root
     os.makedirs(os.path.join(root, "objects"), exist_ok=True)
