@@ -22,6 +22,7 @@
 
 #include "fetch/engine/flight_i.h"
 #include "fetch/cache/lease.h"
+#include "util/fd_room.h"
 #include "util/log.h"
 #include "fetch/engine/version_pins.h"
 #include "index/records.h"
@@ -239,8 +240,10 @@ static int use_spool(struct flight *f)
 		return rc;
 	/* Not under the lock: an open may wait for the disk. */
 	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
+	if (fd < 0) {
 		rc = -errno;
+		util_fd_note_short(rc); /* speculation backs off (engine.c) */
+	}
 	/* Before it is installed: a reader may use it, and another mount's eviction must see
 	 * it in use by then. Advisory, as in install_spool. */
 	if (rc == 0 && f->table->spools_shared)
@@ -585,6 +588,7 @@ int flight_open_spool(struct flight *f)
 	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0) {
 		rc = -errno;
+		util_fd_note_short(rc);
 		goto fail;
 	}
 	/* Reserve the space now: a cache dir that cannot hold the object fails it at once. */
