@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "fetch/engine/flight_i.h"
+#include "fetch/engine/spool_reserve.h"
 #include "fetch/cache/lease.h"
 #include "util/fd_room.h"
 #include "util/log.h"
@@ -585,9 +586,16 @@ int flight_open_spool(struct flight *f)
 		rc = -errno;
 		goto fail;
 	}
-	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* One made ahead when there is one (spool_reserve.h): the same file, made sooner. */
+	fd = spool_reserve_take(f->table->reserve, name);
+	if (fd == -EAGAIN) {
+		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			fd = -errno;
+	}
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
+		fd = -1;
 		util_fd_note_short(rc);
 		goto fail;
 	}
