@@ -259,3 +259,22 @@ def test_a_reader_under_a_low_fd_limit_never_fails_for_a_walk(store, mount, upst
     st = stats(m)
     assert st["read_failures_total"] == 0, st
     assert "download failed" not in m.stderr(), m.stderr()[-3000:]
+
+
+def test_speculative_bytes_nobody_read_are_shown(store, mount, upstream):
+    """/.spoolfs/flights marks speculative flights, and the stats count the bytes they
+    brought that no reader has opened (yet): what speculation cost for nothing so far."""
+    names = walk_tree(store, files=40)
+    url = store.write()
+    m = mount(url)
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: stats(m)["speculative_flights_total"] >= 8 and
+               stats(m)["flights_in_progress"] == 0, lambda: stats(m))
+    recs = flight_records(m)
+    unread = sum(r["size"] for r in recs.values() if r["speculative"] and not r["opened"])
+    assert unread >= 8 * 4 * KiB, recs
+    assert stats(m)["speculative_unread_bytes"] == unread, (stats(m), recs)
+    for name in names[3:]:
+        assert read_file(m.p(name)) == expected(store, name)
+    assert stats(m)["speculative_unread_bytes"] == 0, stats(m)
