@@ -31,11 +31,12 @@
  * would leave fewer (a reader's open needs one for its spool and its own request may need a
  * connection; --max-transfers is 16 by default). Each speculative flight takes about
  * SPEC_FDS_EACH (its spool file and a connection); the count is looked at again at most
- * every SPEC_FD_LOOK_MS, and while a flight waits for fds.
+ * every SPEC_FD_LOOK_MS, and every SPEC_FD_WAIT_MS while a flight waits for fds.
  */
 #define SPEC_FD_HEADROOM 32
 #define SPEC_FDS_EACH 2
 #define SPEC_FD_LOOK_MS 5
+#define SPEC_FD_WAIT_MS 50
 
 void engine_config_defaults(struct engine_config *cfg)
 {
@@ -658,11 +659,10 @@ static void *engine_main(void *arg)
 		if (e->streams_stopped)
 			end_stopped_streams(e);
 		admit_speculative(e);
-		/* Waiting for fds, not for a slot: nothing else wakes it when readers close some.
-		 */
+		/* Waiting for fds, not a slot: nothing wakes it when readers close some. */
 		if (e->spec_fd_blocked && e->spec_head < e->n_spec_waiting &&
-		    timeout > SPEC_FD_LOOK_MS)
-			timeout = SPEC_FD_LOOK_MS;
+		    timeout > SPEC_FD_WAIT_MS)
+			timeout = SPEC_FD_WAIT_MS;
 		now = now_ms();
 		/* The flight whose readers have waited longest for room first: a slot freed this
 		 * turn goes to it before the next piece of another object (a reader of a new
