@@ -20,11 +20,23 @@
 #include "fetch/s3/s3_list.h"
 #include "util/log.h"
 #include "fetch/engine/recorder.h"
+#include "util/fd_room.h"
 #include "util/thread.h"
 #include "index/records.h"
 
 /* What a failed attempt must have brought to count as progress, not as a failure. */
 #define RESUME_PROGRESS_BYTES (64u << 10)
+/*
+ * File descriptors left to readers under RLIMIT_NOFILE: speculation starts no flight that
+ * would leave fewer (a reader's open needs one for its spool and its own request may need a
+ * connection; --max-transfers is 16 by default). Each speculative flight takes about
+ * SPEC_FDS_EACH (its spool file and a connection); the count is looked at again at most
+ * every SPEC_FD_LOOK_MS, and every SPEC_FD_WAIT_MS while a flight waits for fds.
+ */
+#define SPEC_FD_HEADROOM 32
+#define SPEC_FDS_EACH 2
+#define SPEC_FD_LOOK_MS 5
+#define SPEC_FD_WAIT_MS 50
 
 void engine_config_defaults(struct engine_config *cfg)
 {
@@ -93,18 +105,65 @@ void engine_kick(struct engine *e, struct flight *f)
 		curl_multi_wakeup(e->multi);
 }
 
-void engine_note_throttled(struct engine *e)
+/* Speculation backs off (spec_limit.h), saying why when the bound moved. */
+static void cut_speculation(struct engine *e, const char *why)
 {
 	unsigned before = e->spec.cur;
 
-	atomic_fetch_add_explicit(&e->stats.throttled, 1, memory_order_relaxed);
 	spec_limit_throttled(&e->spec, now_ms());
 	if (e->spec.cur != before)
-		util_log(UTIL_LOG_INFO,
-		         "upstream asks to slow down (503 or 429): at most %u speculative"
-		         " requests at once now",
+		util_log(UTIL_LOG_INFO, "%s: at most %u speculative requests at once now", why,
 		         e->spec.cur);
 	atomic_store(&e->stats.spec_limit, e->spec.cur);
+}
+
+void engine_note_throttled(struct engine *e)
+{
+	atomic_fetch_add_explicit(&e->stats.throttled, 1, memory_order_relaxed);
+	cut_speculation(e, "upstream asks to slow down (503 or 429)");
+}
+
+/* Fds ran short somewhere in the process (an open failed with EMFILE or ENFILE): speculation
+ * backs off as on a 503, once per burst. */
+static void note_fds_short(struct engine *e)
+{
+	unsigned shorts = util_fd_shorts();
+
+	if (shorts == e->fd_shorts_seen)
+		return;
+	e->fd_shorts_seen = shorts;
+	e->spec_fd_checked_ms = 0; /* count again before the next one starts */
+	cut_speculation(e, "out of file descriptors (EMFILE or ENFILE)");
+}
+
+/* Whether one more speculative flight may start now: a slot free under the bound, and fds
+ * to spare for it above what readers keep. Takes its share of the fds when it may. */
+static bool spec_may_start(struct engine *e)
+{
+	uint64_t now;
+
+	if (e->n_spec >= e->spec.cur)
+		return false;
+	now = now_ms();
+	if (e->spec_fd_checked_ms == 0 || now - e->spec_fd_checked_ms >= SPEC_FD_LOOK_MS) {
+		e->spec_fd_left = util_fd_room() - SPEC_FD_HEADROOM;
+		e->spec_fd_checked_ms = now;
+	}
+	if (e->spec_fd_left < SPEC_FDS_EACH) {
+		e->spec_fd_blocked = true;
+		return false;
+	}
+	e->spec_fd_left -= SPEC_FDS_EACH;
+	return true;
+}
+
+void engine_drop_speculation(struct engine *e, struct flight *f, int err)
+{
+	util_log(UTIL_LOG_INFO, "%s: not fetched ahead: %s", f->name, strerror(-err));
+	note_fds_short(e); /* flight_open_spool counted the shortage */
+	while (f->streams)
+		stream_free(e, f->streams);
+	flight_fail(f, err);
 }
 
 void engine_fail_flight(struct engine *e, struct flight *f, int err, const char *why)
@@ -454,7 +513,7 @@ static int park_speculative(struct engine *e, struct flight *f)
 /* Activates waiting speculative flights while slots are free, in the order they came. */
 static void admit_speculative(struct engine *e)
 {
-	while (e->spec_head < e->n_spec_waiting && e->n_spec < e->spec.cur) {
+	while (e->spec_head < e->n_spec_waiting && spec_may_start(e)) {
 		struct flight *f = e->spec_waiting[e->spec_head++];
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
@@ -492,7 +551,7 @@ static void drain_queue(struct engine *e)
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
 		bool wait = !f->engine_started && state == FLIGHT_ACTIVE &&
-		            flight_speculation_unclaimed(f) && e->n_spec >= e->spec.cur;
+		            flight_speculation_unclaimed(f) && !spec_may_start(e);
 		if (wait && park_speculative(e, f) != 0)
 			engine_fail_flight(e, f, -ENOMEM, "out of memory");
 		else if (!wait && !f->engine_started && state == FLIGHT_ACTIVE &&
@@ -582,6 +641,8 @@ static void *engine_main(void *arg)
 		long timeout = 1000;
 		uint64_t now;
 
+		note_fds_short(e);
+		e->spec_fd_blocked = false;
 		drain_queue(e);
 		curl_multi_perform(e->multi, &running);
 		(void)stream_flush_pending(
@@ -598,6 +659,10 @@ static void *engine_main(void *arg)
 		if (e->streams_stopped)
 			end_stopped_streams(e);
 		admit_speculative(e);
+		/* Waiting for fds, not a slot: nothing wakes it when readers close some. */
+		if (e->spec_fd_blocked && e->spec_head < e->n_spec_waiting &&
+		    timeout > SPEC_FD_WAIT_MS)
+			timeout = SPEC_FD_WAIT_MS;
 		now = now_ms();
 		/* The flight whose readers have waited longest for room first: a slot freed this
 		 * turn goes to it before the next piece of another object (a reader of a new

@@ -231,6 +231,11 @@ void cache_start_owned(struct engine *e, struct flight *f)
 		}
 	}
 	rc = flight_open_spool(f);
+	/* Out of fds for speculation nobody asked for yet: that is its cue to back off. */
+	if ((rc == -EMFILE || rc == -ENFILE) && flight_speculation_unclaimed(f)) {
+		engine_drop_speculation(e, f, rc);
+		return;
+	}
 	if (rc) {
 		char why[128];
 		snprintf(why, sizeof(why), "%s: %s",

@@ -97,6 +97,13 @@ struct engine {
 	 * an fd each). Kicked order, from spec_head; each holds a reference. */
 	struct flight **spec_waiting;
 	size_t spec_head, n_spec_waiting, cap_spec_waiting;
+	/* Transfer thread only: fds speculation may still take before it looks again (what
+	 * util_fd_room leaves above SPEC_FD_HEADROOM), when it last looked, whether a flight
+	 * waits for fds, and the fd shortages (util_fd_shorts) already answered with a cut. */
+	int spec_fd_left;
+	uint64_t spec_fd_checked_ms;
+	bool spec_fd_blocked;
+	unsigned fd_shorts_seen;
 	int64_t last_use_stamp;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
@@ -149,6 +156,12 @@ void engine_avoid_bad_source(struct engine *e, struct flight *f);
 
 /* engine.c. The upstream answered 503 or 429: speculation backs off. */
 void engine_note_throttled(struct engine *e);
+/*
+ * engine.c. A speculative flight nobody has opened could not get an fd for its spool
+ * (err: -EMFILE or -ENFILE): it is dropped without a word to any reader (the next open
+ * starts afresh) and speculation backs off, as on a 503.
+ */
+void engine_drop_speculation(struct engine *e, struct flight *f, int err);
 
 /* stream.c */
 /* Starts a request for [start, end) of f. Fails with -ENOMEM, -EIO, or the signer's error. */

@@ -21,7 +21,9 @@
 #include <unistd.h>
 
 #include "fetch/engine/flight_i.h"
+#include "fetch/engine/spool_reserve.h"
 #include "fetch/cache/lease.h"
+#include "util/fd_room.h"
 #include "util/log.h"
 #include "fetch/engine/version_pins.h"
 #include "index/records.h"
@@ -239,8 +241,10 @@ static int use_spool(struct flight *f)
 		return rc;
 	/* Not under the lock: an open may wait for the disk. */
 	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
+	if (fd < 0) {
 		rc = -errno;
+		util_fd_note_short(rc); /* speculation backs off (engine.c) */
+	}
 	/* Before it is installed: a reader may use it, and another mount's eviction must see
 	 * it in use by then. Advisory, as in install_spool. */
 	if (rc == 0 && f->table->spools_shared)
@@ -582,9 +586,17 @@ int flight_open_spool(struct flight *f)
 		rc = -errno;
 		goto fail;
 	}
-	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* One made ahead when there is one (spool_reserve.h): the same file, made sooner. */
+	fd = spool_reserve_take(f->table->reserve, name);
+	if (fd == -EAGAIN) {
+		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			fd = -errno;
+	}
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
+		fd = -1;
+		util_fd_note_short(rc);
 		goto fail;
 	}
 	/* Reserve the space now: a cache dir that cannot hold the object fails it at once. */

@@ -162,6 +162,7 @@ static inline bool flight_hash_names_version(const struct flight *f)
 
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
 #define TABLE_BUCKETS 1024
+struct spool_reserve;
 struct tainted_key;
 struct table_entry;
 struct version_pins;
@@ -184,6 +185,7 @@ struct flight_table {
 	bool spools_shared;              /* a cache directory: reopened spools are marked in use */
 	struct flight_hasher *hasher;    /* NULL: hash inline in flight_deliver */
 	struct util_worker *chunk_pool;  /* chunk hashes (chunks.c); NULL: inline */
+	struct spool_reserve *reserve;   /* spool files made ahead; NULL: made when needed */
 	atomic_bool chunk_pool_stopping; /* what the pool still runs is dropped */
 	void (*on_refetch)(void *ctx, struct flight *f);
 	void *on_refetch_ctx;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fetch/engine/spool_reserve.h"
 #include "fetch/engine/flight_i.h"
 #include "fetch/cache/lease.h"
 #include "util/log.h"
@@ -99,7 +100,10 @@ int flight_table_start_hasher(struct flight_table *table)
 {
 	int rc = flight_hasher_start(&table->hasher);
 
-	if (rc == 0 && (rc = flight_chunk_pool_start(table)) != 0) {
+	if (rc == 0 && (rc = flight_chunk_pool_start(table)) == 0 &&
+	    (rc = spool_reserve_start(table->spool_dirfd, &table->reserve)) != 0)
+		flight_chunk_pool_stop(table);
+	if (rc) {
 		flight_hasher_stop(table->hasher);
 		table->hasher = NULL;
 	}
@@ -108,6 +112,8 @@ int flight_table_start_hasher(struct flight_table *table)
 
 void flight_table_stop_hasher(struct flight_table *table)
 {
+	spool_reserve_stop(table->reserve);
+	table->reserve = NULL;
 	flight_chunk_pool_stop(table);
 	flight_hasher_stop(table->hasher);
 	table->hasher = NULL;

@@ -306,13 +306,32 @@ class Spoolfs(System):
     # mounts can share and whose progress is made crash-safe (fdatasync every 64 MiB);
     # W2 measures it too, and W3 through another mount needs it.
 
+    def binary(self):
+        return self.b.spoolfs
+
     def argv(self, what, mnt, cache, durable=False, server=None):
         base = (server or self.b.http).base
-        argv = [self.b.spoolfs, "-f", "%s/%s.json" % (base, what), mnt]
+        if what.startswith("s3://"):  # a public bucket of s3_upstream.py
+            argv = [self.binary(), "-f", what, mnt, "--endpoint", base, "--no-sign"]
+        else:
+            argv = [self.binary(), "-f", "%s/%s.json" % (base, what), mnt]
         return argv + ["--cache-dir", cache] if durable else argv
 
     def env(self, cache):
         return {**super().env(cache), "TMPDIR": cache}
+
+
+class SpoolfsBase(Spoolfs):
+    # Another build of spoolfs (SPOOLFS_BASE_BIN, e.g. main before a change), beside the
+    # one measured, in the same run: a before-and-after with the same baselines.
+    name = "spoolfs-base"
+
+    def binary(self):
+        return os.environ["SPOOLFS_BASE_BIN"]
+
+    def missing(self):
+        b = os.environ.get("SPOOLFS_BASE_BIN")
+        return None if b and os.access(b, os.X_OK) else "SPOOLFS_BASE_BIN is not set"
 
 
 class Rclone(System):
@@ -333,7 +352,8 @@ class Rclone(System):
     def argv(self, what, mnt, cache, durable=False, server=None):
         conf = os.path.join(self.b.work, "rclone.conf")
         open(conf, "a").close()
-        return ["rclone", "mount", ":http:", mnt, "--http-url", "%s/%s/" % (self.b.http.base, what),
+        base = (server or self.b.http).base
+        return ["rclone", "mount", ":http:", mnt, "--http-url", "%s/%s/" % (base, what),
                 "--config", conf, "--read-only", "--vfs-cache-mode", "full",
                 "--cache-dir", cache, "--dir-cache-time", "1000h", "--attr-timeout", "1000h",
                 "--poll-interval", "0", "--no-modtime", "--no-checksum", "--log-level", "NOTICE"]
@@ -375,10 +395,10 @@ class S3fs(System):
         return ["s3fs", what, mnt, "-f", "-o",
                 "ro,url=%s,use_path_request_style,public_bucket=1,endpoint=us-east-1,"
                 "use_cache=%s,max_stat_cache_size=200000,stat_cache_expire=86400,"
-                "enable_noobj_cache" % (self.b.s3.base, cache)]
+                "enable_noobj_cache" % ((server or self.b.s3).base, cache)]
 
 
-SYSTEMS = {c.name: c for c in (Spoolfs, Rclone, Httpdirfs, S3fs)}
+SYSTEMS = {c.name: c for c in (Spoolfs, SpoolfsBase, Rclone, Httpdirfs, S3fs)}
 
 
 # --------------------------------------------------------------------------- operations
@@ -645,7 +665,7 @@ class Bench:
         return r
 
     def trouble(self, system, msg):
-        (self.problems if system.name == "spoolfs" else self.notes).append(
+        (self.problems if system.name.startswith("spoolfs") else self.notes).append(
             "%s %s" % (system.name, msg))
 
     def server_for(self, system):
@@ -755,7 +775,7 @@ class Bench:
                 self.trouble(s, "W2/W3: %s" % e)
         finally:
             self.unmount(s, m)
-        if s.name == "spoolfs":
+        if isinstance(s, Spoolfs):
             self.w2_unverified(s, run)
             self.w2_durable(s, run)
 
@@ -872,42 +892,57 @@ class Bench:
             self.put("W6 peak RSS MiB in W5", s.name, m.rss_mib())
             self.unmount(s, m)
 
+    W7_ROWS = ("W7 tree read s", "W7 tree read s, second run, --prefetch-list",
+               "W7 tree read s, second run, kept record", "W7 S3 tree read s")
+
     def w7(self, s, run):
         """A cold tree of small files, each request 10 ms away: a reader reads every file in
-        sorted order; cold (v1 manifest), then the second run of the same job (the first
+        sorted order. spoolfs: cold (v1 manifest), the second run of the same job (the first
         run's record as --prefetch-list, and kept in a --keep-cache directory emptied of
-        objects)."""
-        c, srv = self.c, self.slow
+        objects), and cold from an S3 bucket; rclone over HTTP listings, s3fs from the
+        bucket."""
         listfile = os.path.join(self.work, "cold.list")
-        rows = ("W7 tree read s", "W7 tree read s, second run, --prefetch-list",
-                "W7 tree read s, second run, kept record")
-        if s.name != "spoolfs":
+        rows = self.W7_ROWS
+        if isinstance(s, Spoolfs):
+            record = os.path.join(self.work, "cold.%s.%d.reads" % (s.name, run))
+            kept = os.path.join(self.work, "cache.w7kept.%s.%d" % (s.name, run))
+            cases = [
+                (rows[0], "cold", ["--record-reads", record], None, self.slow),
+                (rows[1], "cold", ["--prefetch-list", record], None, self.slow),
+                (rows[2], "cold", ["--cache-dir", kept, "--keep-cache"], "first", self.slow),
+                (rows[2], "cold", ["--cache-dir", kept, "--keep-cache"], "second", self.slow),
+            ]
+            if self.slow_s3:
+                cases.append((rows[3], "s3://cold", [], None, self.slow_s3))
+            else:
+                self.fail(rows[3], s.name, self.s3_reason or "no S3 server")
+        elif s.name == "rclone":
+            cases = [(rows[0], "cold", [], None, self.slow)]
+            for r in (rows[3], rows[3] + ", 32 connections"):
+                self.fail(r, s.name, "runs W7 over HTTP listings (the rows above)")
+        elif s.name == "s3fs" and self.slow_s3:
+            cases = [(rows[3], "cold", [], None, self.slow_s3)]
+            for r in (rows[0], rows[0] + ", 32 connections"):
+                self.fail(r, s.name, "S3 only: see W7 S3")
+        else:
             for r in rows:
                 self.fail(r, s.name, "not run for W7")
             return
-        record = os.path.join(self.work, "cold.%d.reads" % run)
-        kept = os.path.join(self.work, "cache.w7kept.%d" % run)
-        cases = (
-            (rows[0], ["--record-reads", record], None),
-            (rows[1], ["--prefetch-list", record], None),
-            (rows[2], ["--cache-dir", kept, "--keep-cache"], "first"),
-            (rows[2], ["--cache-dir", kept, "--keep-cache"], "second"),
-        )
-        for row, extra, phase in cases:
+        for n, (row, what, extra, phase, srv) in enumerate(cases):
             srv.reset()
             try:
-                m = Mount(s, self.work, "spoolfs.w7.%d.%s" % (run, len(extra)), "cold",
+                m = Mount(s, self.work, "%s.w7.%d.%d" % (s.name, run, n), what,
                           extra_args=extra, server=srv)
             except RuntimeError as e:
                 self.fail(row, s.name, "mount: %s" % e)
                 self.trouble(s, "W7: %s" % e)
-                return
+                continue
             try:
                 r = self.op("tree", m.mnt, listfile)
                 if phase != "first":
                     self.put(row, s.name, r["wall"])
                     self.put(row + ", 32 connections", s.name, r["wall"])
-                if phase is None and row == rows[0]:
+                if phase is None and n == 0:
                     self.put("W7 upstream requests", s.name, srv.requests())
             except RuntimeError as e:
                 self.fail(row, s.name, str(e)[:60])
@@ -917,17 +952,22 @@ class Bench:
             if phase == "first":
                 # An ephemeral runner's cache: the objects go, the record stays.
                 shutil.rmtree(os.path.join(kept, "spool"), ignore_errors=True)
-                for n in os.listdir(kept):
-                    if n.startswith("index.db"):
-                        os.unlink(os.path.join(kept, n))
-        shutil.rmtree(kept, ignore_errors=True)
+                for f in os.listdir(kept):
+                    if f.startswith("index.db"):
+                        os.unlink(os.path.join(kept, f))
+        if isinstance(s, Spoolfs):
+            shutil.rmtree(kept, ignore_errors=True)
 
     def w7_baselines(self, run):
+        """The floors, over HTTP and over the S3 API (the same paths: /cold/KEY)."""
         listfile = os.path.join(self.work, "cold.list")
-        seq = self.op("tree_http", self.slow.base, listfile, 1)["wall"]
-        par = self.op("tree_http", self.slow.base, listfile, self.c["w7_parallel"])["wall"]
-        self.put("W7 tree read s", "baseline", seq)
-        self.put("W7 tree read s, 32 connections", "baseline", par)
+        for row, srv in (("W7 tree read s", self.slow), ("W7 S3 tree read s", self.slow_s3)):
+            if srv is None:
+                continue
+            seq = self.op("tree_http", srv.base, listfile, 1)["wall"]
+            par = self.op("tree_http", srv.base, listfile, self.c["w7_parallel"])["wall"]
+            self.put(row, "baseline", seq)
+            self.put(row + ", 32 connections", "baseline", par)
 
     def run(self):
         c = self.c
@@ -935,11 +975,22 @@ class Bench:
         self.http = Server(self.work, "upstream", [
             PYTHON, os.path.join(ROOT, "tests/upstream/upstream.py"), "--root", store,
             "--host", "127.0.0.1", "--port", "0", "--index"])
-        # W7's store is 10 ms away: the same files, every request delayed.
+        # W7's store is 10 ms away: the same files, every request delayed (with HTML
+        # listings for rclone's http remote), and the same over the S3 API.
         self.slow = Server(self.work, "upstream_slow", [
             PYTHON, os.path.join(ROOT, "tests/upstream/upstream.py"), "--root", store,
-            "--host", "127.0.0.1", "--port", "0", "--delay-ms", str(c["w7_delay_ms"])])
+            "--host", "127.0.0.1", "--port", "0", "--delay-ms", str(c["w7_delay_ms"]),
+            "--index"])
         s3py = os.path.join(ROOT, "tests/upstream/s3_upstream.py")
+        self.slow_s3 = None
+        if "W7" in c["workloads"]:
+            try:
+                self.slow_s3 = Server(self.work, "s3_upstream_slow", [
+                    PYTHON, s3py, "--root", store, "--host", "127.0.0.1", "--port", "0",
+                    "--public", "cold", "--etag", "fast", "--delay-ms",
+                    str(c["w7_delay_ms"])])
+            except RuntimeError as e:
+                self.s3_reason = "s3_upstream.py did not start: %s" % str(e)[:100]
         systems = []
         for name in c["peers"]:
             if name not in SYSTEMS:
@@ -959,7 +1010,7 @@ class Bench:
                         "--public", "big", "--public", "tree", "--etag", "fast"])
                 except RuntimeError as e:
                     self.s3_reason = "s3_upstream.py did not start: %s" % str(e)[:100]
-        servers = [self.http, self.slow] + ([self.s3] if self.s3 else [])
+        servers = [self.http, self.slow] + [x for x in (self.s3, self.slow_s3) if x]
         for srv in servers:
             srv.ctl("fault", {"path": "big/w1.bin", "total_rate": c["w1_rate"]})
             srv.ctl("fault", {"path": "big/cap.bin", "rate": c["cap_rate"]})
@@ -1021,6 +1072,8 @@ class Bench:
         ("W7 tree read s, second run, --prefetch-list", "W7 32 connections"),
         ("W7 tree read s, second run, kept record", "W7 32 connections"),
         ("W7 upstream requests", None),
+        ("W7 S3 tree read s", "sequential GETs from the bucket, 1 keep-alive connection"),
+        ("W7 S3 tree read s, 32 connections", "32 parallel keep-alive connections"),
         ("W6 peak RSS MiB in W1", None), ("W6 peak RSS MiB in W2", None),
         ("W6 peak RSS MiB in W5", None),
     ]
@@ -1059,7 +1112,7 @@ class Bench:
                 lines.append((row, "baseline", fmt(bmed), "%s-%s" % (fmt(min(bvals)),
                               fmt(max(bvals))), "1.00", blabel))
             for n in names:
-                if row in only_spoolfs and n != "spoolfs":
+                if row in only_spoolfs and not n.startswith("spoolfs"):
                     continue
                 v = self.vals.get((row, n))
                 why = self.na.get((row, n)) or self.na.get(("*", n))

@@ -16,11 +16,14 @@
 # Env: SCALE (full|small), RUNS, PEERS (default spoolfs,rclone,httpdirfs,s3fs),
 # WORKLOADS (default W1,W2,W2cap,W4,W5,W7; W3 runs with W2, W6 with each),
 # OP_TIMEOUT (s per measured operation), SEED, SPOOLFS_BIN (default: built in build-bench/),
-# W1_SIZE, W2_SIZE, CAP_SIZE, W5_FILES, W5_DIRS, W7_FILES, KEEP=1 (keep the work dir).
+# W1_SIZE, W2_SIZE, CAP_SIZE, W5_FILES, W5_DIRS, W7_FILES, KEEP=1 (keep the work dir),
+# SPOOLFS_BASE_BIN (another spoolfs build, run as the system "spoolfs-base" when PEERS
+# names it: a before-and-after in the same run).
 # W7 (issue 22): a cold tree of 1,000 files of 1-3 KiB in 10 directories, every request
 # delayed 10 ms, read in sorted order; baselines: sequential GETs on 1 connection, 32
-# parallel connections; spoolfs cold (v1 manifest) and its second run (--prefetch-list of
-# the first run's --record-reads, and the record kept in an emptied --keep-cache dir).
+# parallel connections, over HTTP and over the S3 API; spoolfs cold (v1 manifest) and its
+# second run (--prefetch-list of the first run's --record-reads, and the record kept in an
+# emptied --keep-cache dir), and cold from the S3 bucket; rclone (HTTP listings), s3fs.
 # A benchmark, not a test: timings are never asserted. Exit status 1 only when something
 # does not work (a mount fails, wrong or short bytes, a daemon exits non-zero).
 # Needs root (or fuse access), fusermount3, curl, python3.
@@ -42,7 +45,7 @@ for a in "$@"; do
 	case $a in
 	--install) INSTALL=1 ;;
 	-h | --help)
-		sed -n '2,25p' "$0"
+		sed -n '2,29p' "$0"
 		exit 0
 		;;
 	*) die "unknown argument $a (try --help)" ;;

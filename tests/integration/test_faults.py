@@ -493,7 +493,9 @@ def fd_kinds(pid):
     kinds = {"spool": 0, "socket": 0, "pipe": 0, "other": 0}
     for target in fd_list(pid):
         t = target.split("->", 1)[1]
-        kind = ("spool" if t.endswith(".spool") else "socket" if t.startswith("socket:")
+        # A spool file made ahead has no name yet (fetch/engine/spool_reserve.h).
+        ahead = "/spool/#" in t and t.endswith(" (deleted)")
+        kind = ("spool" if t.endswith(".spool") or ahead else "socket" if t.startswith("socket:")
                 else "pipe" if t.startswith("pipe:") else "other")
         kinds[kind] += 1
     return kinds
@@ -550,11 +552,11 @@ def test_200_concurrent_readers_over_50_objects(store, mount):
     assert sum(fds_warm.values()) <= sum(fds_cold.values()), fd_list(pid)
     # What the cold wave added is bounded: upstream connections (<= --max-transfers, 16,
     # plus --prefetch-requests, 32: the readers' opens look like a walk of the directory),
-    # libfuse's per-worker splice pipes, and one spool fd per finished object (see
-    # test_finished_objects_do_not_pin_fds).
+    # libfuse's per-worker splice pipes, one spool fd per finished object (see
+    # test_finished_objects_do_not_pin_fds), and up to 64 spool files made ahead.
     assert fds_cold["other"] == fds_start["other"], fd_list(pid)
     assert fds_cold["socket"] <= fds_start["socket"] + 16 + 32, fds_cold
-    assert fds_cold["spool"] <= n_obj, fds_cold
+    assert fds_cold["spool"] <= n_obj + 64, fds_cold
 
 
 def test_finished_objects_do_not_pin_fds(store, mount):
@@ -564,9 +566,8 @@ def test_finished_objects_do_not_pin_fds(store, mount):
     import resource
     n_obj = 120
     paths = [store.add("many/%03d.bin" % i, 1000 + i, hashed=(i % 2 == 0)) for i in range(n_obj)]
-    # Walk prefetch would hold spool fds of its own (up to --prefetch-requests): this
-    # bound, scaled down from 1024, is about the reader's objects.
-    m = mount(store.write(), "--prefetch-requests", "0")
+    # Walk prefetch runs too: its spool fds must never be what a reader's open lacks.
+    m = mount(store.write())
     pid = m.proc.pid
     os.listdir(m.p("many"))
     start = fd_count(pid)

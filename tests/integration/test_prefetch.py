@@ -213,3 +213,68 @@ def test_keep_cache_record_makes_the_next_mount_fetch_ahead(store, mount, upstre
     wait_until(lambda: prefetch_done(m), lambda: stats(m))
     assert set(object_gets(upstream)) == {names[5], names[1], names[8]}
     assert "prefetching what the last mount of this source opened" in m.stderr()
+
+
+def test_a_reader_under_a_low_fd_limit_never_fails_for_a_walk(store, mount, upstream):
+    """Speculation holds spool fds and connections of its own; under a low RLIMIT_NOFILE it
+    must leave the fds to readers (it backs off on EMFILE as on 503), so a reader's open
+    never fails because a walk is in progress."""
+    import resource
+    names = walk_tree(store, files=80)
+    others = walk_tree(store, dirs=["o"], files=30)
+    url = store.write()
+    for name in names[3:]:
+        upstream.fault(name, gate=True)  # speculation stays in flight, holding its fds
+    m = mount(url)
+    pid = m.proc.pid
+    os.listdir(m.p("d"))
+    os.listdir(m.p("o"))
+    limit = len(os.listdir("/proc/%d/fd" % pid)) + 40
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, old[1]))
+    failed = []
+    try:
+        for name in names[:3]:
+            assert read_file(m.p(name)) == expected(store, name)
+        wait_until(lambda: sum(s["gated"] for s in upstream.stats()["paths"].values()) >= 2,
+                   lambda: upstream.stats()["paths"])
+        # A walk of d is in flight, stuck at the gates: another walk's reader reads on.
+        for name in others:
+            try:
+                if read_file(m.p(name)) != expected(store, name):
+                    failed.append((name, "wrong bytes"))
+            except OSError as e:
+                failed.append((name, e))
+        upstream.clear()
+        for name in names[3:]:
+            try:
+                if read_file(m.p(name)) != expected(store, name):
+                    failed.append((name, "wrong bytes"))
+            except OSError as e:
+                failed.append((name, e))
+    finally:
+        upstream.clear()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    assert not failed, (failed[:5], len(failed), stats(m))
+    st = stats(m)
+    assert st["read_failures_total"] == 0, st
+    assert "download failed" not in m.stderr(), m.stderr()[-3000:]
+
+
+def test_speculative_bytes_nobody_read_are_shown(store, mount, upstream):
+    """/.spoolfs/flights marks speculative flights, and the stats count the bytes they
+    brought that no reader has opened (yet): what speculation cost for nothing so far."""
+    names = walk_tree(store, files=40)
+    url = store.write()
+    m = mount(url)
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: stats(m)["speculative_flights_total"] >= 8 and
+               stats(m)["flights_in_progress"] == 0, lambda: stats(m))
+    recs = flight_records(m)
+    unread = sum(r["size"] for r in recs.values() if r["speculative"] and not r["opened"])
+    assert unread >= 8 * 4 * KiB, recs
+    assert stats(m)["speculative_unread_bytes"] == unread, (stats(m), recs)
+    for name in names[3:]:
+        assert read_file(m.p(name)) == expected(store, name)
+    assert stats(m)["speculative_unread_bytes"] == 0, stats(m)

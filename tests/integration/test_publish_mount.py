@@ -145,6 +145,23 @@ def test_a_cold_walk_of_small_files_costs_a_request_per_pack(published, mount):
     assert up.stats()["total_gets"] == 0
 
 
+def test_sparse_reads_of_a_packed_tree_cost_at_most_a_pack_each(published, mount):
+    """20 members read across the tree, not a walk: at most one pack fetched per member read
+    (issue 22), never the rest of the tree."""
+    import random
+    src, out, up = published
+    m = mount(up.url("manifest.json"))
+    up.reset()
+    names = ["small/d%d/%s" % (d, n) for d in range(10)
+             for n in sorted(os.listdir(src / ("small/d%d" % d)))]
+    picked = random.Random(22).sample(names, 20)
+    for path in picked:
+        assert read_file(m.p(path)) == (src / path).read_bytes()
+    asked = {p: s["gets"] for p, s in up.stats()["paths"].items() if s["gets"]}
+    assert sum(asked.values()) <= len(picked), asked
+    assert all(n == 1 for n in asked.values()), asked
+
+
 def test_a_published_bare_git_repository_clones(tmp_path, mount):
     work, src, out = tmp_path / "work", tmp_path / "src", tmp_path / "out"
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org",

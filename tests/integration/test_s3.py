@@ -652,3 +652,19 @@ def test_a_walk_of_a_bucket_is_fetched_ahead_subdirectories_listed_first(s3_serv
     for key in subs:
         assert read_file(m.p(key)) == content(key, 3000)
     assert all(s3.stats(BUCKET + "/" + k)["gets"] == 1 for k in names + subs)
+
+
+def test_find_and_ls_of_a_bucket_fetch_listings_and_no_content(s3_server, mount):
+    """A bare `find` or `ls -lR` of a bucket lists its prefixes and asks for no object:
+    only opens start a walk (issue 22)."""
+    s3 = s3_server()
+    keys = ["a/f%02d" % i for i in range(20)] + ["a/b/g%d" % i for i in range(5)] + ["c/h0"]
+    for key in keys:
+        s3.put(BUCKET, key, content(key, 3000))
+    m = mount_s3(mount, s3)
+    subprocess.run(["find", m.path], check=True, stdout=subprocess.DEVNULL, timeout=60 * SLOW)
+    subprocess.run(["ls", "-lR", m.path], check=True, stdout=subprocess.DEVNULL,
+                   timeout=60 * SLOW)
+    assert [k for k in keys if s3.stats(BUCKET + "/" + k)["gets"]] == []
+    with open(m.p(".spoolfs/stats")) as f:
+        assert "spoolfs_speculative_flights_total 0\n" in f.read()

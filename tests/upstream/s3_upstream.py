@@ -7,7 +7,7 @@ the C code it checks).
 Usage: s3_upstream.py --root DIR [--host 127.0.0.1] [--port 0] [--region R]
            [--region-error 400|301] [--verify-sigv4 AK:SECRET]... [--session-token T]
            [--public BUCKET]... [--max-skew SECONDS] [--etag md5|fast]
-           [--tls-cert CERT.pem --tls-key KEY.pem] [--verbose]
+           [--tls-cert CERT.pem --tls-key KEY.pem] [--delay-ms MS] [--verbose]
 Prints "PORT <n>" on stdout once listening; exits 0 on SIGTERM/SIGINT.
 
 Buckets: every top-level directory of --root is a bucket; every regular file
@@ -997,6 +997,8 @@ class S3Handler(up.Handler):
             return ce.handle_container(self)
         if plain == "/_oidc/token" and method == "GET":
             return ce.handle_oidc(self, raw_query)
+        if up.DELAY:  # --delay-ms: a store this far away, listings and objects alike
+            time.sleep(up.DELAY)
         try:
             bucket, key, q, raw_path, raw_query = self._target()
         except S3Error as e:
@@ -1340,6 +1342,8 @@ def main(argv=None):
     ap.add_argument("--tls-key", help="the certificate's private key (PEM)")
     ap.add_argument("--creds-lifetime", type=int, default=3,
                     help="seconds the temporary credentials it issues live")
+    ap.add_argument("--delay-ms", type=float, default=0.0,
+                    help="every S3 request (not /_ctl/) waits this long before its answer")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     if bool(a.tls_cert) != bool(a.tls_key):
@@ -1349,6 +1353,7 @@ def main(argv=None):
         sys.stderr.write("s3_upstream: this upstream.py has no TLS support\n")
         return 2
     up.VERBOSE = a.verbose
+    up.DELAY = max(0.0, a.delay_ms) / 1000.0
     CFG.root = os.path.realpath(a.root)
     if not os.path.isdir(CFG.root):
         sys.stderr.write("s3_upstream: --root %s is not a directory\n" % a.root)
