@@ -75,8 +75,10 @@ def test_sigkill_then_remount_reuses_finished_objects(store, mount, tmp_path):
         ["cat", m.p(partial)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     reader.start()
     store.up.wait_for(lambda s: s["bytes"] >= 4 * MiB, timeout=30 * SLOW, path=partial)
-    m.proc.send_signal(signal.SIGKILL)
+    serving = m.serving_pid()
+    m.proc.send_signal(signal.SIGKILL)  # the supervisor first: it would start another
     m.proc.wait(10 * SLOW)
+    os.kill(serving, signal.SIGKILL)
     subprocess.run(["fusermount3", "-u", "-z", m.path], check=False)
     reader.join(30 * SLOW)
     m.unmounted = True

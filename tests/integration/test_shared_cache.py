@@ -169,9 +169,10 @@ def spool_fds(m, cache):
     """How many spool files of cache the daemon of m holds open (not the spool directory
     itself, which it holds for the mount's life)."""
     n = 0
-    for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+    serving = m.serving_pid()
+    for fd in os.listdir("/proc/%d/fd" % serving):
         try:
-            n += os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)).startswith(str(cache / "spool") + "/")
+            n += os.readlink("/proc/%d/fd/%s" % (serving, fd)).startswith(str(cache / "spool") + "/")
         except OSError:
             pass
     return n

@@ -1,0 +1,266 @@
+"""Issue 26: the mount outlives its serving process (doc/survive.md).
+
+`spoolfs` keeps the FUSE device in a supervisor (m.proc) and serves from a child
+(m.serving_pid()). A serving process killed with SIGKILL, at any moment, is replaced on
+the same connection: readers mid-stream, a reader parked on a gated object and a `find`
+of a big tree all finish with the right bytes and counts, and nobody sees ENOTCONN. A
+crash loop ends in a clean unmount with one line; so does a death on a kernel that cannot
+resend (the fallback, forced with SPOOLFS_TEST_NO_RESEND). `spoolfs reload` hands over to
+the binary on disk, and rolls back to the running one when that one cannot start.
+
+Threads are ordered with the upstream's gates and counters, never with sleeps.
+"""
+
+import errno
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+
+import pytest
+
+from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, Mount, daemon_env, is_mounted
+from helpers import expected, sha, wait_until
+
+MiB = 1 << 20
+
+
+def sha_of(path, out, key, block=256 * 1024):
+    """Reads path whole into a sha256; out[key] = hex digest, or the OSError."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                b = f.read(block)
+                if not b:
+                    break
+                h.update(b)
+        out[key] = h.hexdigest()
+    except OSError as e:
+        out[key] = e
+
+
+def start_readers(paths):
+    out, threads = {}, []
+    for i, p in enumerate(paths):
+        t = threading.Thread(target=sha_of, args=(p, out, i), daemon=True)
+        t.start()
+        threads.append(t)
+    return out, threads
+
+
+def join_all(threads, timeout):
+    for t in threads:
+        t.join(timeout * SLOW)
+        assert not t.is_alive(), "a reader hangs"
+
+
+def kill_serving(m):
+    pid = m.serving_pid()
+    assert pid != m.proc.pid, "no serving process under the supervisor"
+    os.kill(pid, signal.SIGKILL)
+    # The supervisor starts another: wait until it serves (its stats name it), so the next
+    # kill finds the new one, and a kill never lands before it started (a crash loop).
+    wait_until(lambda: m.serving_pid() not in (pid, m.proc.pid), "no new serving process")
+    new = m.serving_pid()
+    wait_until(lambda: stat_line(m, "spoolfs_serving_pid") == str(new), "it never served")
+    return pid
+
+
+def stat_line(m, name):
+    with open(m.p(".spoolfs/stats")) as f:
+        for line in f:
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return line.split()[-1]
+    return None
+
+
+def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
+    size = 96 * MiB
+    big = store.add("big.bin", size)
+    parked = store.add("parked.bin", 3 * MiB)
+    url = store.write()
+    m = mount(url, "--cache-dir", str(tmp_path / "cache"))
+    store.up.fault(big, rate=24 * MiB)
+    store.up.fault(parked, gate=True)
+    out, threads = start_readers([m.p(big)] * 8)
+    pout, pthreads = start_readers([m.p(parked)])
+    # Mid-stream for the 8, and the parked reader's request is at the upstream's gate.
+    store.up.wait_for(lambda s: s["bytes"] >= 16 * MiB, timeout=30 * SLOW, path=big)
+    store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=parked)
+    first = kill_serving(m)
+    store.up.release(parked)
+    join_all(threads + pthreads, 120)
+    want = sha(expected(store, big))
+    for i in range(8):
+        assert out[i] == want, "reader %d: %r" % (i, out[i])
+    assert pout[0] == sha(expected(store, parked)), pout[0]
+    log = m.stderr()
+    assert "serving process %d killed by signal 9" % first in log, log
+    assert stat_line(m, "spoolfs_restarts_total") == "1"
+    # The spool's recorded ranges are adopted: at most the unrecorded part is fetched again.
+    got = store.up.stats(big)["bytes"]
+    print("upstream bytes for the %d MiB object: %.2fx" % (size // MiB, got / size))
+    assert got <= 2 * size, got
+
+
+def test_kill9_during_find_of_10000_files(store, mount):
+    for d in range(100):
+        for f in range(100):
+            store.add("t/%02d/%03d.txt" % (d, f), 10)
+    m = mount(store.write())
+    find = subprocess.Popen(["find", m.p("t")], stdout=subprocess.PIPE, text=True)
+    lines = []
+    # Killed once find is well under way: after its 2,000th name.
+    for line in find.stdout:
+        lines.append(line)
+        if len(lines) == 2000:
+            kill_serving(m)
+    assert find.wait(60 * SLOW) == 0
+    assert len(lines) == 1 + 100 + 10000, len(lines)
+    ls = subprocess.run(["ls", "-lR", m.p("t")], capture_output=True, text=True)
+    assert ls.returncode == 0, ls.stderr
+    assert sum(1 for l in ls.stdout.splitlines() if l.startswith("-")) == 10000
+
+
+def test_ten_kills_in_a_row_during_a_build_like_workload(store, mount):
+    small = [store.add("src/%03d.c" % i, 2000 + i) for i in range(300)]
+    big = store.add("toolchain.bin", 48 * MiB)
+    m = mount(store.write())
+    store.up.fault(big, rate=32 * MiB)
+    errors, done = [], [0]
+
+    def build():
+        for rnd in range(4):
+            for p in small:
+                done[0] += 1
+                try:
+                    with open(m.p(p), "rb") as f:
+                        if f.read() != expected(store, p):
+                            errors.append("%s: wrong bytes" % p)
+                except OSError as e:
+                    errors.append("%s: %s" % (p, e))
+
+    out, threads = start_readers([m.p(big)] * 2)
+    builder = threading.Thread(target=build, daemon=True)
+    builder.start()
+    rng = random.Random(26)
+    for _ in range(10):
+        # At a random point of the build: 5 to 60 files after the last kill.
+        target = done[0] + rng.randint(5, 60)
+        wait_until(lambda: done[0] >= target or not builder.is_alive(), "the build stalls")
+        kill_serving(m)
+    builder.join(120 * SLOW)
+    assert not builder.is_alive(), "the build hangs"
+    join_all(threads, 120)
+    assert not errors, errors[:5]
+    for i in range(2):
+        assert out[i] == sha(expected(store, big)), out[i]
+    assert is_mounted(m.path)
+    assert stat_line(m, "spoolfs_restarts_total") == "10"
+
+
+def test_crash_loop_ends_in_a_clean_unmount_with_one_line(store, tmp_path):
+    path = store.add("a.bin", 5000)
+    env = daemon_env()
+    env["SPOOLFS_TEST_SERVE_EXIT"] = "1"  # every serving process after the first dies at once
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
+    try:
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        os.kill(m.serving_pid(), signal.SIGKILL)
+        assert m.proc.wait(30 * SLOW) == 1
+        m.unmounted = True
+        assert not is_mounted(m.path)
+        log = m.stderr()
+        ends = [l for l in log.splitlines() if "unmounting" in l]
+        assert len(ends) == 1, log
+        assert "in a row died before serving" in ends[0], log
+        assert not any(mark in log for mark in SANITIZER_MARKS), log
+    finally:
+        m.kill()
+
+
+def test_without_resend_a_death_unmounts_cleanly(store, tmp_path):
+    path = store.add("a.bin", 4 * MiB)
+    env = daemon_env()
+    env["SPOOLFS_TEST_NO_RESEND"] = "1"  # as on a kernel before 6.9
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
+    try:
+        store.up.fault(path, gate=True)
+        out, threads = start_readers([m.p(path)])
+        store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=path)
+        os.kill(m.serving_pid(), signal.SIGKILL)
+        assert m.proc.wait(30 * SLOW) == 1
+        m.unmounted = True
+        # The parked reader is answered (an error), never left waiting.
+        join_all(threads, 30)
+        assert isinstance(out[0], OSError) and out[0].errno in (errno.ENOTCONN, errno.EIO,
+                                                                 errno.ECONNABORTED), out[0]
+        assert not is_mounted(m.path)
+        log = m.stderr()
+        ends = [l for l in log.splitlines() if "unmounting" in l]
+        assert len(ends) == 1 and "cannot resend" in ends[0], log
+        assert not any(mark in log for mark in SANITIZER_MARKS), log
+    finally:
+        store.up.release(path)
+        m.kill()
+
+
+def test_reload_during_reads(store, mount):
+    big = store.add("big.bin", 64 * MiB)
+    m = mount(store.write())
+    store.up.fault(big, rate=24 * MiB)
+    out, threads = start_readers([m.p(big)] * 8)
+    store.up.wait_for(lambda s: s["bytes"] >= 8 * MiB, timeout=30 * SLOW, path=big)
+    old = m.serving_pid()
+    r = subprocess.run([SPOOLFS, "reload", m.path], capture_output=True, text=True,
+                       timeout=90 * SLOW)
+    assert r.returncode == 0, r.stderr
+    assert "replaced by" in r.stdout
+    join_all(threads, 120)
+    for i in range(8):
+        assert out[i] == sha(expected(store, big)), out[i]
+    assert m.serving_pid() != old
+    assert stat_line(m, "spoolfs_reloads_total") == "1"
+    assert stat_line(m, "spoolfs_restarts_total") == "0"
+    status = subprocess.run([SPOOLFS, "status", m.path], capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert "serving PID %d" % m.serving_pid() in status.stdout, status.stdout
+    assert "supervisor PID %d" % m.proc.pid in status.stdout, status.stdout
+
+
+def test_reload_to_a_broken_binary_rolls_back(store, tmp_path):
+    path = store.add("a.bin", 5000)
+    binary = tmp_path / "spoolfs"
+    shutil.copy(SPOOLFS, binary)
+    env = daemon_env()
+    m = Mount.__new__(Mount)
+    # Mounted by a copy, so that the file on disk can become a broken upgrade.
+    import conftest
+    saved = conftest.SPOOLFS
+    conftest.SPOOLFS = str(binary)
+    try:
+        m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
+    finally:
+        conftest.SPOOLFS = saved
+    try:
+        old = m.serving_pid()
+        os.unlink(binary)
+        with open(binary, "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(binary, 0o755)
+        r = subprocess.run([SPOOLFS, "reload", m.path], capture_output=True, text=True,
+                           timeout=90 * SLOW)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "did not start" in r.stderr, r.stderr
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        assert m.serving_pid() != old
+        assert "rolled back" in m.stderr()
+        m.check_clean_exit()
+    finally:
+        m.kill()
