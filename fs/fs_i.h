@@ -24,6 +24,7 @@
 #include "fetch/engine/flight.h"
 #include "fetch/source/listing_flight.h"
 #include "util/histogram.h"
+#include "util/ledger.h"
 #include "util/worker.h"
 #include "index/index.h"
 #include "index/records.h"
@@ -163,6 +164,10 @@ struct fs_handle {
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
 	/* Its fh (handles.c), set by fs_handle_track or fs_handle_adopt and fixed after. */
 	uint64_t id;
+	uint64_t ino; /* the inode it opens; fixed at open */
+	/* A passthrough open of an inode an earlier serving process left open passthrough:
+	 * the kernel's backing id is that process's (fs_passthrough_inherited). No flight. */
+	bool inherited_passthrough;
 	/* In fs_session.open_handles and by_id; guarded by fs_session.handles_lock. */
 	struct fs_handle *prev;
 	struct fs_handle *next;
@@ -251,6 +256,10 @@ struct fs_session {
 	int run_dir_fd;
 	char *run_dir;
 	int ctl_fd;
+	/* Per inode, the passthrough backing id the kernel holds and how many passthrough files
+	 * of it are open, for this and the serving processes after it (util/ledger.h); NULL
+	 * without a run directory. Its own lock. */
+	struct util_ledger *ledger;
 	/* Guards objects, their fields and the handles' passthrough and run_* fields. */
 	pthread_mutex_t passthrough_lock;
 	struct fs_object
@@ -314,6 +323,16 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
 /* True when h was the last handle of a complete (verified) object open through the page
  * cache: then fs_page_drop_released. */
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
+/*
+ * A later serving process's open of ino: when files of ino that an earlier process opened
+ * passthrough are still open, the kernel lets this open be passthrough only, with their
+ * backing id: returns it (>0, the open counted in the ledger), else 0. Any process's
+ * release of such a file: fs_passthrough_inherited_release (closes the backing id with
+ * the last one).
+ */
+int fs_passthrough_inherited(struct fs_session *s, uint64_t ino);
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino);
+
 /* Counts a handle rebuilt for an earlier serving process's open (ops.c) as one through
  * the page cache, which it is. 0 or -ENOMEM. */
 int fs_passthrough_adopt(struct fs_session *s, struct fs_handle *h);

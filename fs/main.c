@@ -526,7 +526,7 @@ static int shown_argc;
  * nothing else. Returns 0 in the child; the parent returns only when its exec failed.
  */
 static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
-                            const char *cwd)
+                            const char *cwd, int ledger_fd)
 {
 	const char *head[FS_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
 	const char **strings = calloc(FS_RUN_ARGV + argc_copy, sizeof(*strings));
@@ -581,8 +581,8 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
-	int fds[4] = {fuse_session_fd(s->se), memfd, ctl[0], exe};
-	rc = util_fds_place(fds, 4, FS_RUN_FD_DEV);
+	int fds[5] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd};
+	rc = util_fds_place(fds, 5, FS_RUN_FD_DEV);
 	if (rc == 0) {
 		fexecve(FS_RUN_FD_EXE, argv, environ);
 		rc = -errno;
@@ -607,8 +607,9 @@ out:
 }
 
 /* A later serving process takes the connection over (handover.c): INIT is replayed, and
- * the kernel resends what the dead one had read. Passthrough stays off: the kernel's I/O
- * mode per inode, and the backing ids the dead process opened, are not known here. */
+ * the kernel resends what the dead one had read. Passthrough stays off for new opens: the
+ * kernel's page-cache opens of the dead process are not known here (its passthrough ones
+ * are, in the ledger: fs_passthrough_inherited). */
 static int take_over(struct fs_session *s)
 {
 	int rc = fs_handover_load(s);
@@ -629,7 +630,7 @@ static int take_over(struct fs_session *s)
 }
 
 static int run_session(struct fs_session *s, struct fuse_args *args, char **argv_copy,
-                       size_t argc_copy, const char *cwd)
+                       size_t argc_copy, const char *cwd, int ledger_fd)
 {
 	struct fuse_loop_config *loop = NULL;
 	int rc = -EIO, abort_rc;
@@ -675,7 +676,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		if (fuse_daemonize(s->opts.foreground) != 0)
 			goto out_unmount;
 		if (s->mount_path && s->run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
-			rc = start_supervisor(s, argv_copy, argc_copy, cwd);
+			rc = start_supervisor(s, argv_copy, argc_copy, cwd, ledger_fd);
 			if (rc)
 				util_log(
 				    UTIL_LOG_WARN,
@@ -844,6 +845,9 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 
 	close(FS_RUN_FD_STRINGS);
 	close(FS_RUN_FD_EXE);
+	if (rc == 0 && util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger) != 0)
+		s->ledger = NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
+	close(FS_RUN_FD_LEDGER);
 	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
 	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
@@ -882,7 +886,7 @@ int main(int argc, char *argv[])
 	struct fs_session s;
 	char **strings = NULL, cwd[PATH_MAX] = "";
 	size_t n_strings = 0;
-	int rc, status = 1;
+	int rc, status = 1, ledger_fd = -1;
 
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
@@ -1023,6 +1027,12 @@ int main(int argc, char *argv[])
 	}
 	if (!s.generation && make_run_dir(&s) != 0)
 		goto out_args;
+	/* Shared with the serving processes to come: which inodes the kernel holds open
+	 * passthrough, with which backing id. */
+	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
+		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
+		goto out_args;
+	}
 	raise_fd_limit();
 	drop_root_features(&s);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -1057,7 +1067,7 @@ int main(int argc, char *argv[])
 	if (s.generation && chdir("/") != 0) /* relative options are resolved: hold no directory */
 		goto out_fetch;
 	rc = run_session(&s, &args, s.generation ? NULL : strings, s.generation ? 0 : n_strings,
-	                 cwd);
+	                 cwd, ledger_fd);
 	status = rc == 0 ? 0 : 1;
 out_fetch:
 	fs_prefetch_free(&s);
@@ -1085,6 +1095,9 @@ out_cache:
 	if (s.run_dir_fd >= 0)
 		close(s.run_dir_fd);
 	free(s.run_dir);
+	util_ledger_unmap(s.ledger);
+	if (ledger_fd >= 0)
+		close(ledger_fd);
 	free(s.init_req);
 	free(s.init_reply);
 	free(s.manifest_dir);

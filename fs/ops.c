@@ -646,13 +646,32 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
 	struct fs_handle *h = NULL;
-	int rc;
+	int backing_id, rc;
 
 	fs_tune_readahead_once(s);
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		rc = -EROFS;
 		goto fail;
+	}
+	backing_id = fs_passthrough_inherited(s, ino);
+	if (backing_id > 0) {
+		/* Open passthrough by an earlier serving process: this open must be one too, with
+		 * its backing id. The kernel reads the file it named; no flight here. */
+		h = calloc(1, sizeof(*h));
+		if (!h) {
+			fs_passthrough_inherited_release(s, ino);
+			rc = -ENOMEM;
+			goto fail;
+		}
+		h->ino = ino;
+		h->inherited_passthrough = h->passthrough = true;
+		fi->fh = fs_handle_track(s, h);
+		if (fs_passthrough_reply_open(req, fi, backing_id) != 0) {
+			fs_passthrough_inherited_release(s, ino);
+			fs_handle_free(s, h);
+		}
+		return;
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
@@ -720,6 +739,7 @@ static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h
 		engine_kick(s->engine, f);
 	h->flight = f;
 	h->opened_ns = util_monotonic_ns();
+	h->ino = ino;
 	return 0;
 }
 
@@ -926,9 +946,13 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fs_session *s = session_of(req);
 	struct fs_handle *h = fs_handle_find(s, fi->fh);
 
-	if (!h) {
-		/* An earlier serving process's, never used here: nothing of ours to free. Its
-		 * passthrough backing (if any) stays registered until the unmount. */
+	if (!h || h->inherited_passthrough) {
+		/* An earlier serving process's, never used here: nothing of ours to free but
+		 * a passthrough open's count (its backing id goes with the inode's last one). */
+		if (h || (fi->fh & FS_FH_PASSTHROUGH))
+			fs_passthrough_inherited_release(s, ino);
+		if (h)
+			fs_handle_free(s, h);
 		fuse_reply_err(req, 0);
 		return;
 	}

@@ -295,6 +295,10 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 		o->pt_cached_handles++;
 	h->passthrough = id > 0;
 	h->object = o;
+	/* Before the reply: a process that replaces this one must know the kernel's file. */
+	if (id > 0 && s->ledger && h->ino && util_ledger_add(s->ledger, h->ino, id) < 0)
+		util_log(UTIL_LOG_WARN, "passthrough ledger full: a restart may fail opens of %s",
+		         flight_name(f));
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return id;
@@ -343,10 +347,44 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 			util_log(UTIL_LOG_WARN, "closing passthrough backing %d: %s", close_id,
 			         strerror(errno));
 	}
+	if (h->passthrough && s->ledger && h->ino) {
+		int64_t id;
+		(void)util_ledger_sub(s->ledger, h->ino, &id, NULL); /* the backing: above */
+	}
 	object_leave_locked(s, h);
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return last_cached;
+}
+
+int fs_passthrough_inherited(struct fs_session *s, uint64_t ino)
+{
+	int64_t id, ignored;
+
+	if (!s->ledger || !s->generation)
+		return 0;
+	/* Counted first, found after, in one step: a release cannot close it in between. */
+	id = util_ledger_add(s->ledger, ino, 0);
+	if (id > 0)
+		return (int)id;
+	if (id == 0)
+		(void)util_ledger_sub(s->ledger, ino, &ignored, NULL); /* none: this entry goes */
+	return 0;
+}
+
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino)
+{
+	int64_t id = 0;
+	bool last = false;
+
+	if (!s->ledger || util_ledger_sub(s->ledger, ino, &id, &last) != 0 || id <= 0 || !last)
+		return;
+	/* The last passthrough file of ino, and no other inode's names its backing id (an
+	 * earlier process opened one per object): the id goes. */
+	uint32_t close_id = (uint32_t)id;
+	if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &close_id) != 0)
+		util_log(UTIL_LOG_WARN, "closing inherited passthrough backing %u: %s", close_id,
+		         strerror(errno));
 }
 
 void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h)

@@ -109,7 +109,7 @@ static int start_child(struct supervisor *sv, int exe)
 	if (pid == 0) {
 		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
 		char **argv = sv->shown;
-		int fds[4] = {sv->dev_fd, sv->args_fd, ctl[1], exe};
+		int fds[5] = {sv->dev_fd, sv->args_fd, ctl[1], exe, FS_RUN_FD_LEDGER};
 		sigset_t none;
 
 		sigemptyset(&none);
@@ -119,7 +119,7 @@ static int start_child(struct supervisor *sv, int exe)
 		argv[0] = arg0;
 		argv[1] = arg1;
 		argv[2] = gen;
-		if (util_fds_place(fds, 4, 3) != 0)
+		if (util_fds_place(fds, 5, FS_RUN_FD_DEV) != 0)
 			_exit(127);
 		/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
 		fcntl(6, F_SETFD, FD_CLOEXEC);
@@ -423,6 +423,7 @@ int fs_supervisor_main(int argc, char **argv)
 	fcntl(4, F_SETFD, FD_CLOEXEC);
 	fcntl(5, F_SETFD, FD_CLOEXEC);
 	fcntl(6, F_SETFD, FD_CLOEXEC);
+	fcntl(FS_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
 	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
 	    sv.n_strings < FS_RUN_ARGV)
 		return 2;

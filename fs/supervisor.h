@@ -22,6 +22,7 @@ enum fs_run_string {
 #define FS_RUN_FD_STRINGS 4
 #define FS_RUN_FD_CTL 5
 #define FS_RUN_FD_EXE 6
+#define FS_RUN_FD_LEDGER 7 /* the passthrough ledger (util/ledger.h) */
 
 /* What the supervisor says of itself (its file "supervisor" in the run directory). */
 struct fs_session;

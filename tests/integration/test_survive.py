@@ -264,3 +264,35 @@ def test_reload_to_a_broken_binary_rolls_back(store, tmp_path):
         m.check_clean_exit()
     finally:
         m.kill()
+
+
+def test_a_file_held_open_passthrough_across_a_kill_opens_again(store, mount, tmp_path):
+    """The kernel pins an inode open passthrough to one backing id: a serving process that
+    replaces a dead one opens it passthrough with the dead one's id (the ledger), or the
+    kernel fails the open with EIO; the id goes with the inode's last file."""
+    from test_passthrough import metric, why_no_passthrough
+    if why_no_passthrough() is not None:
+        pytest.skip(str(why_no_passthrough()))
+    path = store.add("kept.bin", 3 * MiB + 7)
+    other = store.add("other.bin", MiB)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    want = expected(store, path)
+    with open(m.p(path), "rb") as f:
+        assert f.read() == want
+    wait_until(lambda: metric(m, "passthrough_opens_total") == 0 and
+               open(m.p(path), "rb").close() is None and
+               metric(m, "passthrough_opens_total") >= 1, "no passthrough open")
+    held = open(m.p(path), "rb", buffering=0)
+    try:
+        kill_serving(m)
+        # Opened again while the old passthrough file is open: the same backing id.
+        with open(m.p(path), "rb") as again:
+            assert again.read() == want
+        assert held.read() == want
+        assert open(m.p(other), "rb").read() == expected(store, other)
+    finally:
+        held.close()
+    # Every passthrough file of it closed: the inherited id went; opens still work.
+    with open(m.p(path), "rb") as f:
+        assert f.read() == want
+    assert "closing inherited passthrough backing" not in m.stderr(), m.stderr()

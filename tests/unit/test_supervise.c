@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "index/index.h"
+#include "util/ledger.h"
 #include "util/supervise.h"
 
 #define SEC 1000000000ULL
@@ -231,6 +232,68 @@ static void test_index_file_reopens(void **state)
 	assert_int_equal(util_remove_tree(AT_FDCWD, dir), 0);
 }
 
+/* Counted entries shared with a child process, as a serving process and its successor. */
+static void test_ledger_is_shared_and_counted(void **state)
+{
+	struct util_ledger *l = NULL, *again = NULL;
+	int64_t value = 0;
+	bool last = false;
+	int fd = -1, status;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(util_ledger_create(&fd, &l), 0);
+	assert_int_equal(util_ledger_add(l, 42, 7), 7);
+	assert_int_equal(util_ledger_add(l, 42, 9), 7); /* the entry keeps its value */
+	assert_int_equal(util_ledger_add(l, 43, 7), 7); /* another key, the same value */
+	assert_int_equal(util_ledger_add(l, 0, 1), -EINVAL);
+	pid = fork();
+	if (pid == 0) {
+		struct util_ledger *child = NULL;
+		int ok = util_ledger_map(fd, &child) == 0 && util_ledger_add(child, 44, 5) == 5 &&
+		         util_ledger_get(child, 42, &value) == 2 && value == 7;
+		_exit(ok ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(util_ledger_map(fd, &again), 0);
+	assert_int_equal(util_ledger_get(again, 44, &value), 1);
+	assert_int_equal(value, 5);
+	assert_int_equal(util_ledger_sub(again, 42, &value, &last), 1);
+	assert_false(last);
+	assert_int_equal(util_ledger_sub(again, 42, &value, &last), 0);
+	assert_int_equal(value, 7);
+	assert_false(last); /* 43 still names 7 */
+	assert_int_equal(util_ledger_get(l, 42, &value), 0);
+	assert_int_equal(util_ledger_sub(l, 43, &value, &last), 0);
+	assert_true(last);
+	assert_int_equal(util_ledger_sub(l, 43, &value, &last), -ENOENT);
+	/* Past freed slots (tombstones), a key is still found and added. */
+	for (uint64_t k = 1000; k < 1100; k++)
+		assert_int_equal(util_ledger_add(l, k, (int64_t)k), (int64_t)k);
+	for (uint64_t k = 1000; k < 1100; k += 2)
+		assert_int_equal(util_ledger_sub(l, k, &value, NULL), 0);
+	for (uint64_t k = 1001; k < 1100; k += 2)
+		assert_int_equal(util_ledger_get(l, k, &value), 1);
+	util_ledger_unmap(again);
+	util_ledger_unmap(l);
+	close(fd);
+}
+
+static void test_ledger_full(void **state)
+{
+	struct util_ledger *l = NULL;
+	int fd = -1;
+
+	(void)state;
+	assert_int_equal(util_ledger_create(&fd, &l), 0);
+	for (uint64_t k = 1; k <= UTIL_LEDGER_SLOTS; k++)
+		assert_int_equal(util_ledger_add(l, k, 1), 1);
+	assert_int_equal(util_ledger_add(l, UTIL_LEDGER_SLOTS + 1, 1), -ENOSPC);
+	util_ledger_unmap(l);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -242,6 +305,8 @@ int main(void)
 	    cmocka_unit_test(test_fds_place),
 	    cmocka_unit_test(test_remove_tree),
 	    cmocka_unit_test(test_index_file_reopens),
+	    cmocka_unit_test(test_ledger_is_shared_and_counted),
+	    cmocka_unit_test(test_ledger_full),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
