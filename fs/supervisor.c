@@ -392,6 +392,9 @@ void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 
 	memset(out, 0, sizeof(*out));
+	/* Its parent, whether or not it has written its file yet (a moment after the mount). */
+	if (s->ctl_fd >= 0)
+		out->supervisor_pid = (uint64_t)getppid();
 	if (!f) {
 		if (fd >= 0)
 			close(fd);
@@ -401,7 +404,6 @@ void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
 	           "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%llu,\"reloads\":%llu,"
 	           "\"generation\":%llu}",
 	           &sup, &serving, &restarts, &reloads, &generation) == 5) {
-		out->supervisor_pid = (uint64_t)sup;
 		out->restarts = restarts;
 		out->reloads = reloads;
 	}

@@ -24,6 +24,7 @@ import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, Mount, daemon_env, is_mounted
 from helpers import expected, sha, wait_until
+from test_s3 import BUCKET, aws_env, listings_of, mount_s3, s3_server  # noqa: F401 (fixtures)
 
 MiB = 1 << 20
 
@@ -107,10 +108,14 @@ def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
     assert got <= 2 * size, got
 
 
-def test_kill9_during_find_of_10000_files(store, mount):
+def test_kill9_during_find_and_during_ls_lR_of_10000_files(store, mount):
+    # (the test store's maker is quadratic: 10,000 files for find, 2,000 for ls -lR)
     for d in range(100):
         for f in range(100):
             store.add("t/%02d/%03d.txt" % (d, f), 10)
+    for d in range(40):
+        for f in range(50):
+            store.add("u/%02d/%03d.txt" % (d, f), 10)
     m = mount(store.write())
     find = subprocess.Popen(["find", m.p("t")], stdout=subprocess.PIPE, text=True)
     lines = []
@@ -121,9 +126,15 @@ def test_kill9_during_find_of_10000_files(store, mount):
             kill_serving(m)
     assert find.wait(60 * SLOW) == 0
     assert len(lines) == 1 + 100 + 10000, len(lines)
-    ls = subprocess.run(["ls", "-lR", m.p("t")], capture_output=True, text=True)
-    assert ls.returncode == 0, ls.stderr
-    assert sum(1 for l in ls.stdout.splitlines() if l.startswith("-")) == 10000
+    # The other tree, which the kernel has not cached: ls -lR asks the daemon as it goes.
+    ls = subprocess.Popen(["ls", "-lR", m.p("u")], stdout=subprocess.PIPE, text=True)
+    files = 0
+    for n, line in enumerate(ls.stdout):
+        files += line.startswith("-")
+        if n == 1000:
+            kill_serving(m)
+    assert ls.wait(60 * SLOW) == 0
+    assert files == 2000, files
 
 
 def test_ten_kills_in_a_row_during_a_build_like_workload(store, mount):
@@ -296,3 +307,26 @@ def test_a_file_held_open_passthrough_across_a_kill_opens_again(store, mount, tm
     with open(m.p(path), "rb") as f:
         assert f.read() == want
     assert "closing inherited passthrough backing" not in m.stderr(), m.stderr()
+
+
+def test_kill9_keeps_an_s3_listing_and_lists_the_rest_once(s3_server, mount):
+    """A lazily listed bucket: what was listed before the kill is served from the kept
+    namespace (never listed again); a directory first used after it is listed once, by the
+    new serving process."""
+    s3 = s3_server()
+    s3.put(BUCKET, "top", b"t")
+    s3.put(BUCKET, "a/x", b"ax")
+    s3.put(BUCKET, "b/y", b"by")
+    m = mount_s3(mount, s3)
+    assert sorted(os.listdir(m.p("a"))) == ["x"]
+    with open(m.p("a/x"), "rb") as f:
+        assert f.read() == b"ax"
+    kill_serving(m)
+    assert sorted(os.listdir(m.path)) == ["a", "b", "top"]
+    assert sorted(os.listdir(m.p("a"))) == ["x"]
+    assert sorted(os.listdir(m.p("b"))) == ["y"]
+    with open(m.p("b/y"), "rb") as f:
+        assert f.read() == b"by"
+    assert listings_of(s3, "") == [200]
+    assert listings_of(s3, "a/") == [200]
+    assert listings_of(s3, "b/") == [200]
