@@ -422,7 +422,7 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h);
  * file was answered, so the handle stays valid for the request that found it. */
 struct fs_handle *fs_handle_find(struct fs_session *s, uint64_t fh);
 /* Links h, rebuilt for an earlier process's fh, under that fh; when another thread adopted
- * one first, frees h and returns that one. */
+ * one first, frees h and returns that one. Counts the handles linked (handles_adopted). */
 struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uint64_t fh);
 /* Bit 63 of an fh: a passthrough open (the kernel reads it itself; only RELEASE comes). */
 #define FS_FH_PASSTHROUGH (1ULL << 63)

@@ -81,8 +81,10 @@ struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uin
 		link_locked(s, h);
 	}
 	pthread_mutex_unlock(&s->handles_lock);
-	if (!found)
+	if (!found) {
+		atomic_fetch_add(&s->counters.handles_adopted, 1);
 		return h;
+	}
 	/* Another read of the same file rebuilt it first: that one stays. */
 	h->id = 0;
 	fs_handle_free(s, h);

@@ -844,7 +844,6 @@ static void adopt_and_read(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	atomic_fetch_add(&s->counters.handles_adopted, 1);
 	h = fs_handle_adopt(s, h, fi->fh);
 	read_handle(req, s, ino, h, read->size, read->off);
 }

@@ -13,6 +13,7 @@ Threads are ordered with the upstream's gates and counters, never with sleeps.
 
 import errno
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -22,10 +23,11 @@ import threading
 
 import pytest
 
-from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, Mount, daemon_env, is_mounted
+from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, Mount, daemon_env, is_mounted, read_file
 from helpers import expected, sha, wait_until
 from test_s3 import BUCKET, aws_env, listings_of, mount_s3, s3_server  # noqa: F401 (fixtures)
 
+KiB = 1 << 10
 MiB = 1 << 20
 
 
@@ -330,3 +332,121 @@ def test_kill9_keeps_an_s3_listing_and_lists_the_rest_once(s3_server, mount):
     assert listings_of(s3, "") == [200]
     assert listings_of(s3, "a/") == [200]
     assert listings_of(s3, "b/") == [200]
+
+
+def hash_list_urls(root):
+    """{path: its hash list's URL} of the chunked files of root's manifest."""
+    with open(os.path.join(root, "manifest.json")) as f:
+        entries = json.load(f)["entries"]
+    return {e["path"]: e["chunks"]["url"] for e in entries if "chunks" in e}
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["no-cache-dir", "cache-dir"])
+def test_kill9_while_readers_read_a_chunked_object_and_an_open_waits_for_its_hash_list(
+        store, mount, tmp_path, cache):
+    """Chunk hashes: readers mid-stream of a chunked object, and opens of another parked on
+    its hash list (the open finishes on another thread), when the serving process dies. The
+    new one rebuilds each reader's handle through the hash list (fetched again without a
+    cache directory; adopted from one, with the chunks recorded there), the resent opens
+    fetch theirs, and every byte is verified."""
+    from test_chunks import chunked_store
+    size = 40 * MiB
+    url = chunked_store(store, {"big.bin": size, "held.bin": 2 * MiB + 5})
+    lists = hash_list_urls(store.root)
+    m = mount(url, *(["--cache-dir", str(tmp_path / "cache")] if cache else []))
+    store.up.fault("big.bin", rate=8 * MiB)
+    store.up.fault(lists["held.bin"], gate=True)
+    out, threads = start_readers([m.p("big.bin")] * 4)
+    store.up.wait_for(lambda s: s["bytes"] >= 6 * MiB, timeout=30 * SLOW, path="big.bin")
+    hout, hthreads = start_readers([m.p("held.bin")] * 2)
+    store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=lists["held.bin"])
+    kill_serving(m)
+    store.up.release(lists["held.bin"])
+    join_all(threads + hthreads, 120)
+    for i in range(4):
+        assert out[i] == sha(expected(store, "big.bin")), "reader %d: %r" % (i, out[i])
+    for i in range(2):
+        assert hout[i] == sha(expected(store, "held.bin")), "reader %d: %r" % (i, hout[i])
+    assert stat_line(m, "spoolfs_restarts_total") == "1"
+    # Each hash list once per serving process that needed it, never once per reader.
+    assert store.up.stats(lists["big.bin"])["gets"] == (1 if cache else 2), \
+        store.up.stats(lists["big.bin"])
+    got = store.up.stats("big.bin")["bytes"]
+    print("upstream bytes for the chunked object: %.2fx" % (got / size))
+    assert got <= 2 * size, got
+    assert store.up.stats(lists["held.bin"])["gets"] <= 2, store.up.stats(lists["held.bin"])
+    adopted = int(stat_line(m, "spoolfs_handles_adopted_total") or 0)
+    assert 1 <= adopted <= 4, adopted
+    log = m.stderr()
+    assert "does not match" not in log, log
+    m.check_clean_exit()
+
+
+def publish_tree(src, out, *args):
+    r = subprocess.run([SPOOLFS, "publish", str(src), str(out), *args], env=daemon_env(),
+                       capture_output=True, timeout=300 * SLOW)
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path):
+    """A published tree (small files in packs, a manifest per directory, a chunked file):
+    a walk reads it while walk prefetch fetches ahead (slowed, so speculative downloads are
+    running) and the serving process dies. Every file reads right; a directory's manifest
+    loaded before the kill is not fetched again (the namespace file has it); the record of
+    --record-reads is written at unmount by the last serving process."""
+    from client import Upstream
+    src, out, record = tmp_path / "src", tmp_path / "out", tmp_path / "reads.txt"
+    names = []
+    for d in range(6):
+        os.makedirs(src / ("d%d" % d))
+        for i in range(120):
+            name = "d%d/f%03d.txt" % (d, i)
+            (src / name).write_bytes((b"%d-%d " % (d, i)) * (50 + (i * 37) % 500))
+            names.append(name)
+    with open(src / "d5/big.bin", "wb") as f:
+        f.write(os.urandom(3 * MiB))
+    names.append("d5/big.bin")
+    # Packs of 64 KiB (several per directory, so a walk has some to fetch ahead), and a
+    # manifest of its own for each directory.
+    publish_tree(src, out, "--pack-max", "64K", "--nest-over", "100")
+    with open(out / "manifest.json") as f:
+        nested = [e["manifest"]["url"] for e in json.load(f)["entries"] if "manifest" in e]
+    assert len(nested) == 6, nested
+    up = Upstream(out)
+    try:
+        m = mount(up.url("manifest.json"), "--record-reads", str(record))
+        for dirpath, _, files in os.walk(out / "objects"):
+            for n in files:
+                rel = os.path.relpath(os.path.join(dirpath, n), out)
+                if rel not in nested:
+                    up.fault(rel, rate=512 * KiB)
+        got, errors, done = {}, [], [0]
+
+        def walk():
+            for name in names:
+                try:
+                    got[name] = sha(read_file(m.p(name)))
+                except OSError as e:
+                    errors.append("%s: %s" % (name, e))
+                done[0] += 1
+
+        walker = threading.Thread(target=walk, daemon=True)
+        walker.start()
+        # Into the third directory: two nested manifests loaded, a walk fetching ahead.
+        wait_until(lambda: done[0] >= 250 or not walker.is_alive(), "the walk stalls")
+        assert int(stat_line(m, "spoolfs_prefetch_walks_total") or 0) >= 1
+        kill_serving(m)
+        walker.join(180 * SLOW)
+        assert not walker.is_alive(), "the walk hangs"
+        assert not errors, errors[:5]
+        bad = [n for n in names if got.get(n) != sha((src / n).read_bytes())]
+        assert not bad, bad[:5]
+        assert stat_line(m, "spoolfs_restarts_total") == "1"
+        assert all(up.stats(u)["gets"] == 1 for u in nested), [up.stats(u) for u in nested]
+        assert m.unmount() == 0
+        # What the dead process opened may be lost; what the last one opened is there.
+        kept = record.read_text().splitlines()
+        assert names[-1] in kept and names[-2] in kept, kept[-5:]
+        assert set(kept) <= set(names), sorted(set(kept) - set(names))[:5]
+    finally:
+        up.stop()
