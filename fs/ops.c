@@ -695,6 +695,11 @@ fail:
 	fuse_reply_err(req, -rc);
 }
 
+/*
+ * Joins file ino's flight for the new handle h, its hash list first when it needs one, and
+ * goes on in fs_open_finish: the open (or with read, the read that rebuilds h) is
+ * answered, now or from the opener thread. Takes h.
+ */
 static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
                         struct fuse_file_info *fi, struct fs_handle *h,
                         const struct fs_adopting_read *read)
@@ -758,12 +763,12 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	if (rc)
 		goto fail;
 	f = h->flight;
-	if (created)
-		fs_passthrough_settle(s, f);
 	if (read) {
 		adopt_and_read(req, s, ino, fi, h, read);
 		return;
 	}
+	if (created)
+		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
 	atomic_fetch_add(created                    ? &s->counters.opens_new
 	                 : state == FLIGHT_COMPLETE ? &s->counters.opens_local
