@@ -435,7 +435,15 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         # Into the third directory: two nested manifests loaded, a walk fetching ahead.
         wait_until(lambda: done[0] >= 250 or not walker.is_alive(), "the walk stalls")
         assert int(stat_line(m, "spoolfs_prefetch_walks_total") or 0) >= 1
+        # A pack member held open across the kill: its handle is rebuilt at its next read.
+        held = os.open(m.p(names[10]), os.O_RDONLY)
+        member = (src / names[10]).read_bytes()
+        assert os.pread(held, len(member), 0) == member
         kill_serving(m)
+        os.posix_fadvise(held, 0, 0, os.POSIX_FADV_DONTNEED)  # the next read asks spoolfs
+        assert os.pread(held, len(member), 0) == member
+        os.close(held)
+        assert int(stat_line(m, "spoolfs_handles_adopted_total") or 0) >= 1
         walker.join(180 * SLOW)
         assert not walker.is_alive(), "the walk hangs"
         assert not errors, errors[:5]
