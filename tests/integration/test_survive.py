@@ -24,7 +24,7 @@ import threading
 import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, Mount, daemon_env, is_mounted, read_file
-from helpers import expected, sha, wait_until
+from helpers import expected, publish_tree, sha, wait_until
 from test_s3 import BUCKET, aws_env, listings_of, mount_s3, s3_server  # noqa: F401 (fixtures)
 
 KiB = 1 << 10
@@ -380,12 +380,6 @@ def test_kill9_while_readers_read_a_chunked_object_and_an_open_waits_for_its_has
     log = m.stderr()
     assert "does not match" not in log, log
     m.check_clean_exit()
-
-
-def publish_tree(src, out, *args):
-    r = subprocess.run([SPOOLFS, "publish", str(src), str(out), *args], env=daemon_env(),
-                       capture_output=True, timeout=300 * SLOW)
-    assert r.returncode == 0, r.stderr.decode()
 
 
 def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path):
