@@ -102,9 +102,10 @@ def measure(label, out, work):
                 raise RuntimeError("spoolfs exited with %d" % proc.returncode)
             time.sleep(0.005)
         mount_s = time.monotonic() - t0
-        rss_mounted = hwm_kb(proc.pid) / 1024
-        cpu_mounted = cpu_s(proc.pid)
+        cpu_mounted = cpu_s(proc.pid)  # the load: an exec keeps the task's times
         serving = serving_pid(mnt, proc.pid)
+        # The serving child inherited what was loaded; the supervisor's exec dropped it.
+        rss_mounted = hwm_kb(serving) / 1024
         cpu_before = cpu_s(serving)
         t0 = time.monotonic()
         found = subprocess.run(["find", mnt], capture_output=True, check=True).stdout.count(b"\n")
