@@ -24,6 +24,7 @@
 #include "fetch/engine/flight.h"
 #include "fetch/source/listing_flight.h"
 #include "util/histogram.h"
+#include "util/ledger.h"
 #include "util/worker.h"
 #include "index/index.h"
 #include "index/records.h"
@@ -100,6 +101,7 @@ struct fs_counters {
 	atomic_uint_fast64_t opens_passthrough; /* ... and the kernel reads its spool itself */
 	atomic_uint_fast64_t opens_new;         /* the open started a download */
 	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
+	atomic_uint_fast64_t handles_adopted;   /* an earlier serving process's, rebuilt here */
 	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
 	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
@@ -160,14 +162,24 @@ struct fs_handle {
 	uint64_t opened_ns;           /* util_monotonic_ns() at the open, for first_byte */
 	atomic_bool first_read_taken; /* a read of it has claimed the first_byte observation */
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
-	/* In fs_session.open_handles; guarded by fs_session.handles_lock. */
+	/* Its fh (handles.c), set by fs_handle_track or fs_handle_adopt and fixed after. */
+	uint64_t id;
+	uint64_t ino; /* the inode it opens; fixed at open */
+	/* A passthrough open of an inode an earlier serving process left open passthrough:
+	 * the kernel's backing id is that process's (fs_passthrough_inherited). No flight. */
+	bool inherited_passthrough;
+	/* In fs_session.open_handles and by_id; guarded by fs_session.handles_lock. */
 	struct fs_handle *prev;
 	struct fs_handle *next;
+	struct fs_handle *id_next;
 	/* This handle's sequential run (page_drop.c); guarded by passthrough_lock. */
 	uint64_t run_start;  /* where the run began */
 	uint64_t run_end;    /* the furthest read request's end in it */
 	uint64_t dropped_to; /* the kernel's cached pages of the run below it are dropped */
 };
+
+/* Buckets of the open-handle table (handles.c). */
+#define FS_HANDLE_BUCKETS 1024
 
 /* --mirror options: with the manifest's own URL, a flight's FLIGHT_MAX_URLS. */
 #define FS_MAX_MIRRORS (FLIGHT_MAX_URLS - 1u)
@@ -227,6 +239,27 @@ struct fs_session {
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */
+	/* The INIT exchange (handover.c): the request as read (or replayed) and, in a later
+	 * serving process, the reply the first one sent. Written before other requests are
+	 * read (see handover.c), read-only after. */
+	void *init_req;
+	size_t init_req_len;
+	void *init_reply;
+	size_t init_reply_len;
+	bool init_resend;      /* the kernel offered FUSE_HAS_RESEND */
+	atomic_bool init_seen; /* the first process read INIT and has not replied yet */
+	atomic_int replay;     /* handover.c's enum replay */
+	pthread_mutex_t handover_lock;
+	pthread_cond_t handover_cond; /* replay reached REPLAY_DONE; with handover_lock */
+	/* The mount's private run directory (doc/survive.md): the namespace database and the
+	 * INIT record; -1 and NULL when there is none. ctl_fd: the pipe to the supervisor. */
+	int run_dir_fd;
+	char *run_dir;
+	int ctl_fd;
+	/* Per inode, the passthrough backing id the kernel holds and how many passthrough files
+	 * of it are open, for this and the serving processes after it (util/ledger.h); NULL
+	 * without a run directory. Its own lock. */
+	struct util_ledger *ledger;
 	/* Guards objects, their fields and the handles' passthrough and run_* fields. */
 	pthread_mutex_t passthrough_lock;
 	struct fs_object
@@ -244,7 +277,12 @@ struct fs_session {
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
 	pthread_mutex_t handles_lock;
-	struct fs_handle *open_handles; /* guarded by handles_lock */
+	struct fs_handle *open_handles;             /* guarded by handles_lock */
+	struct fs_handle *by_id[FS_HANDLE_BUCKETS]; /* by fh; guarded by handles_lock */
+	atomic_uint_least64_t handle_serial;        /* the last fh serial given (handles.c) */
+	/* This serving process's place in the mount's line of them (doc/survive.md): 0 for
+	 * the first, one more per restart or reload. Fixed before the loop. */
+	uint64_t generation;
 };
 
 enum fs_passthrough {
@@ -255,10 +293,25 @@ enum fs_passthrough {
 };
 
 /*
- * Routes the session's device I/O through passthrough.c's hooks; call right after
- * fuse_session_mount. With --no-passthrough it only records that it is off. 0 or -errno.
+ * Routes the session's device I/O through handover.c's hooks; call right after
+ * fuse_session_mount. With --no-passthrough it also records that passthrough is off.
+ * 0 or -errno.
  */
 int fs_passthrough_install(struct fs_session *s);
+/* INIT as the kernel sent it: whether it offers passthrough. */
+void fs_passthrough_note_init(struct fs_session *s, const void *req, size_t n);
+/* INIT's reply on its way out: asks for passthrough when offered. */
+struct iovec;
+void fs_passthrough_amend_init(struct fs_session *s, struct iovec *iov, int count);
+
+/* The device hooks (handover.c). */
+int fs_handover_install(struct fs_session *s);
+/* A later serving process: loads the first one's INIT exchange from the run directory, to
+ * be replayed at its first read. 0, -ENOENT (the kernel will resend INIT itself), -errno. */
+int fs_handover_load(struct fs_session *s);
+/* Asks the kernel to send again what the dead process had read (when INIT offered it);
+ * before the loop reads anything. 0 or -errno. */
+int fs_handover_resend(struct fs_session *s);
 
 /*
  * Decides how a new handle of an object opens, counting it in the object's entry (h->object):
@@ -270,6 +323,19 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
 /* True when h was the last handle of a complete (verified) object open through the page
  * cache: then fs_page_drop_released. */
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
+/*
+ * A later serving process's open of ino: when files of ino that an earlier process opened
+ * passthrough are still open, the kernel lets this open be passthrough only, with their
+ * backing id: returns it (>0, the open counted in the ledger), else 0. Any process's
+ * release of such a file: fs_passthrough_inherited_release (closes the backing id with
+ * the last one).
+ */
+int fs_passthrough_inherited(struct fs_session *s, uint64_t ino);
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino);
+
+/* Counts a handle rebuilt for an earlier serving process's open (ops.c) as one through
+ * the page cache, which it is. 0 or -ENOMEM. */
+int fs_passthrough_adopt(struct fs_session *s, struct fs_handle *h);
 /* For a handle the kernel never released (the loop ended first): uncounts it, with no call
  * to the kernel. A no-op once released. */
 void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h);
@@ -315,6 +381,9 @@ void fs_prefetch_free(struct fs_session *s);
 /* An open of file ino in directory parent (not a virtual file). */
 void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent);
 
+/* --log-level NAME (or -d) for util_log. */
+void fs_set_log_level(const char *name, bool debug);
+
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
@@ -343,10 +412,20 @@ int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir);
 /* The node's path from the mount root ("a/b/c.bin", "" for the root). */
 void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len);
 
-/* Links a new handle into s->open_handles; fs_handle_free unlinks and frees it (its flight
- * reference or its snapshot). */
-void fs_handle_track(struct fs_session *s, struct fs_handle *h);
+/* Gives a new handle its fh (returned; h->passthrough decided before) and links it into
+ * the session's tables; fs_handle_free unlinks and frees it (its flight reference or its
+ * snapshot). */
+uint64_t fs_handle_track(struct fs_session *s, struct fs_handle *h);
 void fs_handle_free(struct fs_session *s, struct fs_handle *h);
+/* The handle with fh, or NULL: none of this process's (an earlier serving process opened
+ * it, or it was released). The kernel sends RELEASE only after every other request of the
+ * file was answered, so the handle stays valid for the request that found it. */
+struct fs_handle *fs_handle_find(struct fs_session *s, uint64_t fh);
+/* Links h, rebuilt for an earlier process's fh, under that fh; when another thread adopted
+ * one first, frees h and returns that one. Counts the handles linked (handles_adopted). */
+struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uint64_t fh);
+/* Bit 63 of an fh: a passthrough open (the kernel reads it itself; only RELEASE comes). */
+#define FS_FH_PASSTHROUGH (1ULL << 63)
 /* After the FUSE loop and every thread that reads handles have stopped. */
 void fs_handles_free_all(struct fs_session *s);
 
@@ -362,7 +441,9 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
  * and calls it again with them. speculative: started by prefetch, and -EEXIST when the
  * cache directory holds the object complete (nothing to fetch). *parent (may be NULL)
  * gets the file's directory. fs_open_finish holds the flight's spool for h and replies to
- * the open (takes h and the reference f).
+ * the open (takes h and the reference f). With read, h is rebuilt for a read of an earlier
+ * serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh, and the read
+ * is answered, not an open.
  */
 #define FS_OPEN_HASH_LIST 1
 int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
@@ -370,18 +451,24 @@ int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight
 int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
                    bool *created, bool *is_member, struct fs_member *member,
                    const unsigned char *digests, uint64_t *parent);
+struct fs_adopting_read {
+	off_t off;
+	size_t size;
+};
 void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
                     struct fs_handle *h, struct flight *f, bool created,
-                    const unsigned char *digests);
+                    const unsigned char *digests, const struct fs_adopting_read *read);
 /*
  * hash_list.c: the first open of an object with chunk hashes fetches its hash list (a flight
  * of its own, keyed by its sha256 and verified whole, which every opener joins), then joins
  * the object's flight with its digests and replies; a hash list that cannot be fetched or
  * does not match fails the open with EIO. Replies always, maybe later, from the opener
- * thread. Takes h.
+ * thread. Takes h. With read (copied), the read of an earlier process's fh that rebuilds h
+ * is answered instead (fs_open_finish).
  */
 void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
-                             const struct fuse_file_info *fi, struct fs_handle *h);
+                             const struct fuse_file_info *fi, struct fs_handle *h,
+                             const struct fs_adopting_read *read);
 int fs_opener_start(struct fs_session *s);
 void fs_opener_stop(struct fs_session *s);
 

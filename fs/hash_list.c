@@ -32,6 +32,9 @@ struct pending_open {
 	fuse_ino_t ino;
 	struct fuse_file_info fi; /* a copy: the request's is gone once the open is deferred */
 	struct fs_handle *h;
+	/* Set for the read of an earlier serving process's fh that rebuilds h (ops.c). */
+	bool adopting;
+	struct fs_adopting_read read;
 	struct flight *list; /* the hash list's flight, a reference */
 	char *list_url;      /* for the log line */
 	int err;             /* what done() said */
@@ -108,7 +111,8 @@ static void finish(struct pending_open *po)
 	if (rc) {
 		fuse_reply_err(po->req, -rc);
 	} else {
-		fs_open_finish(po->req, s, po->ino, &po->fi, po->h, f, created, digests);
+		fs_open_finish(po->req, s, po->ino, &po->fi, po->h, f, created, digests,
+		               po->adopting ? &po->read : NULL);
 		po->h = NULL; /* fs_open_finish's now */
 	}
 	free(digests);
@@ -176,7 +180,8 @@ out:
 }
 
 void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
-                             const struct fuse_file_info *fi, struct fs_handle *h)
+                             const struct fuse_file_info *fi, struct fs_handle *h,
+                             const struct fs_adopting_read *read)
 {
 	struct pending_open *po = calloc(1, sizeof(*po));
 	int rc;
@@ -191,6 +196,10 @@ void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t in
 	po->ino = ino;
 	po->fi = *fi;
 	po->h = h;
+	if (read) {
+		po->adopting = true;
+		po->read = *read;
+	}
 	rc = join_list(s, ino, po);
 	if (rc) {
 		fuse_reply_err(req, -rc);

@@ -18,8 +18,10 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +33,9 @@
 #include "fs/fs_i.h"
 #include "fs/metrics.h"
 #include "fs/notify.h"
+#include "fs/supervisor.h"
 #include "publish/publish.h"
+#include "util/supervise.h"
 
 /*
  * Every object read in the session keeps its spool file open (readers splice from it), so
@@ -135,6 +139,20 @@ static void forget_unversioned_spools(struct fs_session *s)
 }
 
 /*
+ * The namespace database, in the run directory: made by the first serving process,
+ * reopened as it is by the later ones (index_open_file).
+ */
+static int open_namespace(struct fs_session *s)
+{
+	char path[PATH_MAX];
+
+	if (!s->run_dir)
+		return index_open(&s->idx);
+	snprintf(path, sizeof(path), "%s/namespace.db", s->run_dir);
+	return index_open_file(path, s->generation == 0, &s->idx);
+}
+
+/*
  * The cache directory (fetch/cache/cache_dir.h), then the index in it. While this is the only
  * mount of the directory it holds the directory's lock exclusive: no other mount can start
  * until forget_unversioned_spools is done.
@@ -145,11 +163,14 @@ static int open_cache(struct fs_session *s)
 	char err[4200] = "";
 	int rc;
 
+	/* The session's own goes in its run directory, which the supervisor removes whole. */
 	if (s->opts.cache_dir)
 		rc = cache_dir_open(s->opts.cache_dir, true, &s->cache, err, sizeof(err));
 	else
-		rc = cache_dir_open(tmp && *tmp ? tmp : "/var/tmp", false, &s->cache, err,
-		                    sizeof(err));
+		rc = cache_dir_open(s->run_dir    ? s->run_dir
+		                    : tmp && *tmp ? tmp
+		                                  : "/var/tmp",
+		                    false, &s->cache, err, sizeof(err));
 	if (rc)
 		goto refused;
 	rc = index_records_open_at(cache_dir_fd(s->cache), cache_dir_path(s->cache), &s->records,
@@ -158,7 +179,7 @@ static int open_cache(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
-	rc = index_open(&s->idx);
+	rc = open_namespace(s);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot open the namespace: %s\n", strerror(-rc));
 		return rc;
@@ -191,6 +212,65 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 }
 
 /*
+ * Object URLs under the manifest's directory are the ones a mirror also has, and the only
+ * ones of its bucket a manifest in a bucket may name: sets s->manifest_dir from the
+ * manifest's URL (after redirects) and the confinement rules. 0 or -ENOMEM.
+ */
+static int manifest_context(struct fs_session *s, const char *base_url,
+                            struct manifest_load_options *load_opts)
+{
+	size_t dir_len = strcspn(base_url, "?#");
+
+	while (dir_len > 0 && base_url[dir_len - 1] != '/')
+		dir_len--;
+	s->manifest_dir = strndup(base_url, dir_len);
+	if (!s->manifest_dir)
+		return -ENOMEM;
+	if (s->s3) {
+		load_opts->confine_origin = s3_source_origin(s->s3);
+		load_opts->confine_dir = s->manifest_dir;
+	}
+	return 0;
+}
+
+/* Nested manifests are fetched as this one was, under its rules, at first lookup. Takes
+ * *base_url. */
+static int keep_nested_rules(struct fs_session *s, const struct source_options *src,
+                             const struct manifest_load_options *load_opts, char **base_url)
+{
+	s->nested_src = *src;
+	s->nested_src.max_bytes = 0;
+	s->nested_rules = *load_opts;
+	s->nested_rules.hidden_symlinks = 0;
+	s->manifest_url = *base_url;
+	*base_url = NULL;
+	return listing_flights_create(&s->listings);
+}
+
+/* What a manifest's session needs, for a later serving process: the namespace is in the
+ * database already, never fetched again; only the manifest's URL (kept there) matters. */
+static int restore_manifest(struct fs_session *s)
+{
+	struct source_options src = {.net = blocking_net(s)};
+	struct manifest_load_options load_opts = {
+	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
+	char *base_url = NULL;
+	int rc;
+
+	if (s->s3) {
+		src.sign = s3_source_sign;
+		src.sign_ctx = s->s3;
+	}
+	rc = index_meta_get(s->idx, "manifest_url", &base_url);
+	if (rc == 0)
+		rc = manifest_context(s, base_url, &load_opts);
+	if (rc == 0)
+		rc = keep_nested_rules(s, &src, &load_opts, &base_url);
+	free(base_url);
+	return rc;
+}
+
+/*
  * Reads the manifest and loads it. In a private bucket (s->s3 open, --manifest KEY) the
  * manifest is the object KEY under the source's prefix, fetched with a signed request,
  * and its objects must lie under its own prefix there (they are signed too).
@@ -218,20 +298,9 @@ static int load_manifest(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
-	/* Object URLs under the manifest's directory are the ones a mirror also has, and the
-	 * only ones of its bucket a manifest in a bucket may name. */
-	size_t dir_len = strcspn(base_url, "?#");
-	while (dir_len > 0 && base_url[dir_len - 1] != '/')
-		dir_len--;
-	s->manifest_dir = strndup(base_url, dir_len);
-	if (!s->manifest_dir) {
-		rc = -ENOMEM;
+	rc = manifest_context(s, base_url, &load_opts);
+	if (rc)
 		goto out;
-	}
-	if (s->s3) {
-		load_opts.confine_origin = s3_source_origin(s->s3);
-		load_opts.confine_dir = s->manifest_dir;
-	}
 	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
 	if (rc)
@@ -246,14 +315,9 @@ static int load_manifest(struct fs_session *s)
 		         "%u symlinks lead out of the mount: left out "
 		         "(--outside-symlinks=hide)",
 		         load_opts.hidden_symlinks);
-	/* Nested manifests are fetched as this one was, under its rules, at first lookup. */
-	s->nested_src = src;
-	s->nested_src.max_bytes = 0;
-	s->nested_rules = load_opts;
-	s->nested_rules.hidden_symlinks = 0;
-	s->manifest_url = base_url;
-	base_url = NULL;
-	rc = listing_flights_create(&s->listings);
+	rc = index_meta_put(s->idx, "manifest_url", base_url);
+	if (rc == 0)
+		rc = keep_nested_rules(s, &src, &load_opts, &base_url);
 out:
 	free(key_url);
 	free(base_url);
@@ -287,12 +351,16 @@ static int open_bucket(struct fs_session *s)
 		return rc;
 	}
 	if (s->opts.manifest) /* a manifest in the bucket: no listing */
-		return load_manifest(s);
+		return s->generation ? restore_manifest(s) : load_manifest(s);
 	rc = listing_flights_create(&s->listings);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		return rc;
 	}
+	/* A later serving process: what was listed is in the database; the rest is listed
+	 * when first used, as before. */
+	if (s->generation)
+		return 0;
 	/* A listing dates its objects (LastModified), not its directories: those show the mount. */
 	rc = index_set_default_mtime(s->idx, (int64_t)time(NULL));
 	if (rc == 0)
@@ -313,7 +381,9 @@ static int load_namespace(struct fs_session *s)
 	                 strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing"
 	                                                                               : "fetching",
 	                 util_redact_url(s->opts.source, shown, sizeof(shown)));
-	return strncmp(s->opts.source, "s3://", 5) == 0 ? open_bucket(s) : load_manifest(s);
+	if (strncmp(s->opts.source, "s3://", 5) == 0)
+		return open_bucket(s);
+	return s->generation ? restore_manifest(s) : load_manifest(s);
 }
 
 /*
@@ -417,7 +487,7 @@ static int start_fetching(struct fs_session *s)
 	return engine_create(&cfg, &s->engine);
 }
 
-static void set_log_level(const char *name, bool debug)
+void fs_set_log_level(const char *name, bool debug)
 {
 	if (debug || (name && strcmp(name, "debug") == 0))
 		util_log_set_level(UTIL_LOG_DEBUG);
@@ -445,36 +515,176 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
 }
 
-static int run_session(struct fs_session *s, struct fuse_args *args)
+/* The command line as the process shows it once scrubbed (main), for the supervisor's. */
+static char **shown_argv;
+static int shown_argc;
+
+/*
+ * The mount is up: this process splits. The child goes on as the first serving process
+ * (generation 0, with everything loaded); this one execs the supervisor (supervisor.c),
+ * which keeps the device's descriptor and restarts serving processes on it, and holds
+ * nothing else. Returns 0 in the child; the parent returns only when its exec failed.
+ */
+static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
+                            const char *cwd, int ledger_fd)
+{
+	const char *head[FS_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
+	const char **strings = calloc(FS_RUN_ARGV + argc_copy, sizeof(*strings));
+	int ctl[2] = {-1, -1}, memfd = -1, exe = -1, rc = -ENOMEM;
+	char pid_text[32], arg0[] = "spoolfs", arg1[] = "__supervise";
+	char **argv = calloc((size_t)shown_argc + 3, sizeof(*argv));
+	sigset_t block, old;
+	pid_t pid;
+
+	if (!strings || !argv)
+		goto out;
+	/* ps shows the supervisor with the command line as scrubbed (no secret), for operators. */
+	argv[0] = arg0;
+	argv[1] = arg1;
+	argv[2] = pid_text;
+	for (int i = 1; i < shown_argc; i++)
+		argv[2 + i] = shown_argv[i];
+	memcpy(strings, head, sizeof(head));
+	for (size_t i = 0; i < argc_copy; i++)
+		strings[FS_RUN_ARGV + i] = argv_copy[i];
+	/* The command line, secrets included, goes to each serving process on a descriptor:
+	 * never in an argv, which every local user can read. */
+	memfd = memfd_create("spoolfs-args", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (memfd < 0 || pipe2(ctl, O_CLOEXEC) != 0) {
+		rc = -errno;
+		goto out;
+	}
+	rc = util_strings_write(memfd, strings, FS_RUN_ARGV + argc_copy);
+	if (rc)
+		goto out;
+	fcntl(memfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+	exe = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	if (exe < 0) {
+		rc = -errno;
+		goto out;
+	}
+	/* The supervisor's signals are blocked from before the fork until its signalfd takes
+	 * them (exec keeps the mask and what is pending): a stop sent meanwhile is not lost. */
+	fs_supervisor_signals(&block);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		goto out;
+	}
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		s->ctl_fd = ctl[1];
+		ctl[1] = -1;
+		rc = 0;
+		goto out;
+	}
+	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
+	int fds[5] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd};
+	rc = util_fds_place(fds, 5, FS_RUN_FD_DEV);
+	if (rc == 0) {
+		fexecve(FS_RUN_FD_EXE, argv, environ);
+		rc = -errno;
+	}
+	/* No supervisor: the child serves on, as a mount without one did. */
+	util_log(UTIL_LOG_ERROR, "cannot start the supervisor: %s", strerror(-rc));
+	int status = 0;
+	waitpid(pid, &status, 0);
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+out:
+	if (ctl[0] >= 0)
+		close(ctl[0]);
+	if (ctl[1] >= 0)
+		close(ctl[1]);
+	if (memfd >= 0)
+		close(memfd);
+	if (exe >= 0)
+		close(exe);
+	free(strings);
+	free(argv);
+	return rc;
+}
+
+/* A later serving process takes the connection over (handover.c): INIT is replayed, and
+ * the kernel resends what the dead one had read. Passthrough stays off for new opens: the
+ * kernel's page-cache opens of the dead process are not known here (its passthrough ones
+ * are, in the ledger: fs_passthrough_inherited). */
+static int take_over(struct fs_session *s)
+{
+	int rc = fs_handover_load(s);
+
+	atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
+	if (rc && rc != -ENOENT) {
+		util_log(UTIL_LOG_ERROR, "cannot read the recorded INIT: %s", strerror(-rc));
+		return rc;
+	}
+	/* Without a record the first process died before replying to INIT: the kernel
+	 * resends it too (where it can resend at all). */
+	if (rc == -ENOENT)
+		s->init_resend = true;
+	rc = fs_handover_resend(s);
+	if (rc)
+		util_log(UTIL_LOG_WARN, "the kernel refused to resend requests: %s", strerror(-rc));
+	return 0;
+}
+
+static int run_session(struct fs_session *s, struct fuse_args *args, char **argv_copy,
+                       size_t argc_copy, const char *cwd, int ledger_fd)
 {
 	struct fuse_loop_config *loop = NULL;
 	int rc = -EIO, abort_rc;
+	char device[32];
 
 	s->se = fuse_session_new(args, &fs_ops, sizeof(fs_ops), s);
 	if (!s->se)
 		goto out;
 	if (fuse_set_signal_handlers(s->se) != 0)
 		goto out_session;
-	/* Canonical before the mount: afterwards, resolving it would ask this daemon. */
-	s->mount_path = realpath(s->opts.mountpoint, NULL);
-	if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
-		goto out_signals;
-	s->was_mounted = true;
-	/* Now, while this mount is surely the one on top: see fs_abort_connection. */
-	if (!s->mount_path || fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
-		s->mount_dev[0] = '\0';
-		util_log(UTIL_LOG_WARN,
-		         "%s is not in the mount table: a stop cannot abort "
-		         "requests still queued in the kernel",
-		         s->opts.mountpoint);
+	if (s->generation) {
+		/* The mount exists: its descriptor is ours from the supervisor. */
+		snprintf(device, sizeof(device), "/dev/fd/%d", FS_RUN_FD_DEV);
+		if (fuse_session_mount(s->se, device) != 0)
+			goto out_signals;
+		s->was_mounted = true;
+	} else {
+		/* Canonical before the mount: afterwards, resolving it would ask this daemon. */
+		s->mount_path = realpath(s->opts.mountpoint, NULL);
+		if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
+			goto out_signals;
+		s->was_mounted = true;
+		/* Now, while this mount is surely the one on top: see fs_abort_connection. */
+		if (!s->mount_path ||
+		    fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
+			s->mount_dev[0] = '\0';
+			util_log(UTIL_LOG_WARN,
+			         "%s is not in the mount table: a stop cannot abort "
+			         "requests still queued in the kernel",
+			         s->opts.mountpoint);
+		}
 	}
 	rc = fs_passthrough_install(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot route FUSE device I/O: %s", strerror(-rc));
 		goto out_unmount;
 	}
-	if (fuse_daemonize(s->opts.foreground) != 0)
-		goto out_unmount;
+	if (s->generation) {
+		rc = take_over(s);
+		if (rc)
+			goto out_unmount;
+	} else {
+		if (fuse_daemonize(s->opts.foreground) != 0)
+			goto out_unmount;
+		if (s->mount_path && s->run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
+			rc = start_supervisor(s, argv_copy, argc_copy, cwd, ledger_fd);
+			if (rc)
+				util_log(
+				    UTIL_LOG_WARN,
+				    "cannot start the supervisor (%s): this mount ends with its"
+				    " process",
+				    strerror(-rc));
+		}
+	}
 	/* Daemonised, stderr is /dev/null: operators look in the journal (or the log file). */
 	if (!s->opts.foreground && !s->opts.log_file)
 		util_log_use_syslog();
@@ -502,7 +712,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args)
 		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
 		goto out_engine;
 	}
-	util_log(UTIL_LOG_INFO, "mounted on %s", s->opts.mountpoint);
+	if (s->generation)
+		util_log(UTIL_LOG_INFO, "serving %s (generation %llu)", s->opts.mountpoint,
+		         (unsigned long long)s->generation);
+	else
+		util_log(UTIL_LOG_INFO, "mounted on %s", s->opts.mountpoint);
 	loop = fuse_loop_cfg_create();
 	if (!loop) {
 		rc = -ENOMEM;
@@ -600,6 +814,66 @@ static void drop_root_features(struct fs_session *s)
 	util_log(UTIL_LOG_INFO, "readahead stays at the kernel's default: raising it needs root");
 }
 
+/*
+ * The mount's private run directory: 0700, in $TMPDIR or /var/tmp (where the session's
+ * own spool went before), holding the namespace database, the INIT record and the
+ * session's own cache directory; the supervisor removes it at unmount.
+ */
+static int make_run_dir(struct fs_session *s)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/spoolfs-run.XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
+	if (!mkdtemp(path) || !(s->run_dir = strdup(path))) {
+		fprintf(stderr, "spoolfs: cannot make a run directory in %s: %s\n",
+		        tmp && *tmp ? tmp : "/var/tmp", strerror(errno));
+		return -errno;
+	}
+	s->run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return s->run_dir_fd < 0 ? -errno : 0;
+}
+
+/*
+ * `spoolfs __serve GENERATION`, started by the supervisor: the run directory, the mount
+ * and the command line come on FS_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
+ */
+static int take_run_strings(struct fs_session *s, const char *generation, char ***strings,
+                            size_t *n)
+{
+	int rc = util_strings_read(FS_RUN_FD_STRINGS, strings, n);
+
+	close(FS_RUN_FD_STRINGS);
+	close(FS_RUN_FD_EXE);
+	if (rc == 0 && util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger) != 0)
+		s->ledger = NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
+	close(FS_RUN_FD_LEDGER);
+	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
+	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
+	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
+		rc = -EINVAL;
+	if (rc) {
+		fprintf(stderr, "spoolfs: serving process: bad start-up strings: %s\n",
+		        strerror(-rc));
+		return rc;
+	}
+	s->generation = strtoull(generation, NULL, 10);
+	s->ctl_fd = FS_RUN_FD_CTL;
+	s->run_dir = strdup((*strings)[FS_RUN_DIR]);
+	s->mount_path = strdup((*strings)[FS_RUN_MOUNT_PATH]);
+	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[FS_RUN_MOUNT_DEV]);
+	if (!s->run_dir || !s->mount_path || s->generation == 0)
+		return -ENOMEM;
+	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Relative options name files from where the mount was started. */
+	if (s->run_dir_fd < 0 ||
+	    ((*strings)[FS_RUN_CWD][0] && chdir((*strings)[FS_RUN_CWD]) != 0)) {
+		fprintf(stderr, "spoolfs: serving process: %s\n", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
 static void on_sigusr1(int sig)
 {
 	(void)sig;
@@ -610,15 +884,48 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fs_session s;
-	int rc, status = 1;
+	char **strings = NULL, cwd[PATH_MAX] = "";
+	size_t n_strings = 0;
+	int rc, status = 1, ledger_fd = -1;
 
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "publish") == 0)
 		return publish_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "reload") == 0)
+		return fs_reload_main(argc, argv);
+	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
+		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
+	s.run_dir_fd = s.ctl_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
+	pthread_mutex_init(&s.handover_lock, NULL);
+	pthread_cond_init(&s.handover_cond, NULL);
+	if (argc > 2 && strcmp(argv[1], "__serve") == 0) {
+		/* Tests: a serving process that dies as it starts (a crash loop). */
+		if (getenv("SPOOLFS_TEST_SERVE_EXIT"))
+			_exit(1);
+		/* A later serving process: its command line comes from the supervisor. */
+		if (take_run_strings(&s, argv[2], &strings, &n_strings) != 0)
+			goto out_args;
+		args = (struct fuse_args)FUSE_ARGS_INIT((int)(n_strings - FS_RUN_ARGV),
+		                                        strings + FS_RUN_ARGV);
+		argc = args.argc;
+		argv = args.argv;
+	} else {
+		/* Kept as given (before the scrub below) for the serving processes to come. */
+		if (!getcwd(cwd, sizeof(cwd)))
+			cwd[0] = '\0';
+		strings = calloc((size_t)argc + 1, sizeof(*strings));
+		for (int i = 0; strings && i < argc; i++)
+			if ((strings[i] = strdup(argv[i])) != NULL)
+				n_strings++;
+		if (!strings || n_strings != (size_t)argc) {
+			fprintf(stderr, "spoolfs: out of memory\n");
+			goto out_args;
+		}
+	}
 
 	s.uid = getuid();
 	s.gid = getgid();
@@ -638,6 +945,8 @@ int main(int argc, char *argv[])
 		         " this process's command line now, but other users could read it while"
 		         " the mount started; use --netrc-file for passwords and the https_proxy"
 		         " or http_proxy variable for a proxy's");
+	shown_argv = argv;
+	shown_argc = argc;
 	if (s.opts.show_help) {
 		fs_options_usage(argv[0]);
 		status = 0;
@@ -687,7 +996,7 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
-	set_log_level(s.opts.log_level, s.opts.debug);
+	fs_set_log_level(s.opts.log_level, s.opts.debug);
 	if (s.opts.log_file && (rc = util_log_use_file(s.opts.log_file)) != 0) {
 		fprintf(stderr, "spoolfs: --log-file %s: %s\n", s.opts.log_file, strerror(-rc));
 		status = 2;
@@ -702,16 +1011,26 @@ int main(int argc, char *argv[])
 		         s.opts.asked_dev ? "dev" : "",
 		         s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
 		         s.opts.asked_suid ? "suid" : "");
-	/* Before the stat below: a dead mount there fails it with ENOTCONN. */
-	if (fs_mountpoint_prepare(s.opts.mountpoint) != 0)
+	/* Before the stat below: a dead mount there fails it with ENOTCONN. A later serving
+	 * process must not look: the mount there is its own, waiting for it. */
+	if (!s.generation && fs_mountpoint_prepare(s.opts.mountpoint) != 0)
 		goto out_args;
 	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
 	struct stat mountpoint;
-	const char *unusable = stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
-	                       : !S_ISDIR(mountpoint.st_mode)            ? "not a directory"
-	                                                                 : NULL;
+	const char *unusable = s.generation                                ? NULL
+	                       : stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
+	                       : !S_ISDIR(mountpoint.st_mode)              ? "not a directory"
+	                                                                   : NULL;
 	if (unusable) {
 		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
+		goto out_args;
+	}
+	if (!s.generation && make_run_dir(&s) != 0)
+		goto out_args;
+	/* Shared with the serving processes to come: which inodes the kernel holds open
+	 * passthrough, with which backing id. */
+	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
+		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
 		goto out_args;
 	}
 	raise_fd_limit();
@@ -745,7 +1064,10 @@ int main(int argc, char *argv[])
 	}
 	if (add_mount_options(&args, s.s3 ? s3_source_display(s.s3) : s.opts.source) != 0)
 		goto out_fetch;
-	rc = run_session(&s, &args);
+	if (s.generation && chdir("/") != 0) /* relative options are resolved: hold no directory */
+		goto out_fetch;
+	rc = run_session(&s, &args, s.generation ? NULL : strings, s.generation ? 0 : n_strings,
+	                 cwd, ledger_fd);
 	status = rc == 0 ? 0 : 1;
 out_fetch:
 	fs_prefetch_free(&s);
@@ -759,17 +1081,31 @@ out_cache:
 	listing_flights_destroy(s.listings);
 	pthread_mutex_destroy(&s.passthrough_lock);
 	pthread_mutex_destroy(&s.handles_lock);
+	pthread_mutex_destroy(&s.handover_lock);
+	pthread_cond_destroy(&s.handover_cond);
 
 	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
 	 * a named directory that was there: what an earlier session kept stays. */
 	cache_dir_close(s.cache, s.opts.keep_cache ||
 	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
 	free(s.mount_path);
+	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
+	if (s.run_dir && !s.generation && s.ctl_fd < 0)
+		util_remove_tree(AT_FDCWD, s.run_dir);
+	if (s.run_dir_fd >= 0)
+		close(s.run_dir_fd);
+	free(s.run_dir);
+	util_ledger_unmap(s.ledger);
+	if (ledger_fd >= 0)
+		close(ledger_fd);
+	free(s.init_req);
+	free(s.init_reply);
 	free(s.manifest_dir);
 	free(s.manifest_url);
 	curl_global_cleanup();
 out_args:
 	fs_options_free(&s.opts);
-	fuse_opt_free_args(&args);
+	fuse_opt_free_args(&args); /* frees only what option parsing made */
+	util_strings_free(strings, n_strings);
 	return status;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "fetch/prefetch/prefetch.h"
+#include "fs/supervisor.h"
 #include "util/log.h"
 #include "util/thread.h"
 
@@ -129,6 +130,9 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	    {"cache_misses_total", "counter", "opens that started a download", misses},
 	    {"coalesced_opens_total", "counter", "opens that joined a running download",
 	     atomic_load(&s->counters.opens_joined)},
+	    {"handles_adopted_total", "counter",
+	     "open files of an earlier serving process rebuilt here at their first read",
+	     atomic_load(&s->counters.handles_adopted)},
 	    {"coalesced_waits_total", "counter", "reads parked until their bytes arrived",
 	     atomic_load(&s->counters.reads_parked)},
 	    {"read_failures_total", "counter", "reads answered with an error",
@@ -149,6 +153,21 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	    {"flights_complete", "gauge", "objects fully local and verified", t.complete},
 	};
 	metric_rows(out, labels, "", ROWS(rows));
+	/* The processes of the mount (doc/survive.md). */
+	struct fs_supervision sup = {0};
+	fs_supervision_read(s, &sup);
+	const struct metric_row processes[] = {
+	    {"serving_pid", "gauge", "the process serving the mount now", (uint64_t)getpid()},
+	    {"supervisor_pid", "gauge", "the supervisor holding the mount's FUSE device (0: none)",
+	     sup.supervisor_pid},
+	    {"restarts_total", "counter", "serving processes started after one died", sup.restarts},
+	    {"reloads_total", "counter",
+	     "serving processes replaced by the binary on disk (spoolfs reload)", sup.reloads},
+	};
+	metric_rows(out, labels, "", ROWS(processes));
+	/* The mount's own file has no labels: the version is a comment there (spoolfs status). */
+	if (!labels)
+		fprintf(out, "# version %s\n", SPOOLFS_VERSION);
 	fs_metrics_write_prefetch(s, out, labels, t.spec_unread);
 }
 

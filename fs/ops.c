@@ -81,51 +81,6 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 	node_to_stat(s, n, &e->attr);
 }
 
-void fs_handle_track(struct fs_session *s, struct fs_handle *h)
-{
-	pthread_mutex_lock(&s->handles_lock);
-	h->prev = NULL;
-	h->next = s->open_handles;
-	if (h->next)
-		h->next->prev = h;
-	s->open_handles = h;
-	pthread_mutex_unlock(&s->handles_lock);
-}
-
-void fs_handle_free(struct fs_session *s, struct fs_handle *h)
-{
-	pthread_mutex_lock(&s->handles_lock);
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		s->open_handles = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
-	pthread_mutex_unlock(&s->handles_lock);
-	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
-	if (h->flight) {
-		fs_passthrough_forget(s, h); /* released already, unless the loop ended first */
-		flight_release_spool(h->flight);
-		flight_unref(h->flight);
-	}
-	free(h->text);
-	free(h);
-}
-
-void fs_handles_free_all(struct fs_session *s)
-{
-	struct fs_handle *h;
-
-	for (;;) {
-		pthread_mutex_lock(&s->handles_lock);
-		h = s->open_handles;
-		pthread_mutex_unlock(&s->handles_lock);
-		if (!h)
-			break;
-		fs_handle_free(s, h);
-	}
-}
-
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* Not SPLICE_MOVE: see fs_reply_spool. */
@@ -216,8 +171,8 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	if (fs_virtual_ino(ino)) {
 		/* fi names an open handle when the kernel asks on behalf of one (lseek). */
-		rc = fs_virtual_getattr(
-		    s, ino, fi && fi->fh ? (const struct fs_handle *)(uintptr_t)fi->fh : NULL, &st);
+		rc = fs_virtual_getattr(s, ino, fi && fi->fh ? fs_handle_find(s, fi->fh) : NULL,
+		                        &st);
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
@@ -678,19 +633,45 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 	return rc;
 }
 
+static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                        struct fuse_file_info *fi, struct fs_handle *h,
+                        const struct fs_adopting_read *read);
+static void adopt_and_read(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                           const struct fuse_file_info *fi, struct fs_handle *h,
+                           const struct fs_adopting_read *read);
+static void read_handle(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fs_handle *h,
+                        size_t size, off_t off);
+
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
 	struct fs_handle *h = NULL;
-	struct flight *f = NULL;
-	bool created = false;
-	int rc;
+	int backing_id, rc;
 
 	fs_tune_readahead_once(s);
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		rc = -EROFS;
 		goto fail;
+	}
+	backing_id = fs_passthrough_inherited(s, ino);
+	if (backing_id > 0) {
+		/* Open passthrough by an earlier serving process: this open must be one too, with
+		 * its backing id. The kernel reads the file it named; no flight here. */
+		h = calloc(1, sizeof(*h));
+		if (!h) {
+			fs_passthrough_inherited_release(s, ino);
+			rc = -ENOMEM;
+			goto fail;
+		}
+		h->ino = ino;
+		h->inherited_passthrough = h->passthrough = true;
+		fi->fh = fs_handle_track(s, h);
+		if (fs_passthrough_reply_open(req, fi, backing_id) != 0) {
+			fs_passthrough_inherited_release(s, ino);
+			fs_handle_free(s, h);
+		}
+		return;
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
@@ -702,49 +683,90 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (rc)
 			goto fail;
 		fi->direct_io = 1;
-		fi->fh = (uint64_t)(uintptr_t)h;
-		fs_handle_track(s, h);
+		fi->fh = fs_handle_track(s, h);
 		if (fuse_reply_open(req, fi) != 0)
 			fs_handle_free(s, h);
 		return;
 	}
-	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL, NULL);
-	if (rc == FS_OPEN_HASH_LIST) {
-		fs_open_after_hash_list(req, s, ino, fi, h); /* replies, now or later */
-		return;
-	}
-	if (rc)
-		goto fail;
-	fs_open_finish(req, s, ino, fi, h, f, created, NULL);
+	open_object(req, s, ino, fi, h, NULL);
 	return;
 fail:
 	free(h);
 	fuse_reply_err(req, -rc);
 }
 
-void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
-                    struct fs_handle *h, struct flight *f, bool created,
-                    const unsigned char *digests)
+/*
+ * Joins file ino's flight for the new handle h, its hash list first when it needs one, and
+ * goes on in fs_open_finish: the open (or with read, the read that rebuilds h) is
+ * answered, now or from the opener thread. Takes h.
+ */
+static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                        struct fuse_file_info *fi, struct fs_handle *h,
+                        const struct fs_adopting_read *read)
 {
-	enum flight_state state;
-	int backing_id, rc;
+	struct flight *f = NULL;
+	bool created = false;
+	int rc;
 
-	rc = hold_spool_or_start_over(s, ino, &f, &created, &h->is_member, &h->member, digests);
+	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL, NULL);
 	if (rc == FS_OPEN_HASH_LIST) {
-		fs_open_after_hash_list(req, s, ino, fi, h); /* replies, now or later */
+		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
 		return;
 	}
+	if (rc) {
+		free(h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fs_open_finish(req, s, ino, fi, h, f, created, NULL, read);
+}
+
+/*
+ * Makes f, joined for the new handle h of ino, h's: holds its spool (or starts over), lets
+ * a walk be seen in its directory's opens, and makes a speculative download this reader's.
+ * 0, FS_OPEN_HASH_LIST (a new flight needs its hash list first), or -errno; f is h's or
+ * unreferenced.
+ */
+static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h, struct flight *f,
+                       bool *created, const unsigned char *digests)
+{
+	struct index_node n;
+	int rc;
+
+	rc = hold_spool_or_start_over(s, ino, &f, created, &h->is_member, &h->member, digests);
 	if (rc)
-		goto fail;
-	struct index_node n; /* a walk is seen in its directory's opens */
+		return rc;
 	if (index_get(s->idx, ino, &n) == 0)
 		fs_prefetch_note_open(s, ino, n.parent);
 	/* Held now, a speculative download is this reader's: the engine looks at it again (it
 	 * may still be waiting for a speculative slot). */
-	if (!created && flight_is_speculative(f))
+	if (!*created && flight_is_speculative(f))
 		engine_kick(s->engine, f);
 	h->flight = f;
 	h->opened_ns = util_monotonic_ns();
+	h->ino = ino;
+	return 0;
+}
+
+void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
+                    struct fs_handle *h, struct flight *f, bool created,
+                    const unsigned char *digests, const struct fs_adopting_read *read)
+{
+	enum flight_state state;
+	int backing_id, rc;
+
+	rc = take_flight(s, ino, h, f, &created, digests);
+	if (rc == FS_OPEN_HASH_LIST) {
+		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
+		return;
+	}
+	if (rc)
+		goto fail;
+	f = h->flight;
+	if (read) {
+		adopt_and_read(req, s, ino, fi, h, read);
+		return;
+	}
 	if (created)
 		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
@@ -752,7 +774,6 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	                 : state == FLIGHT_COMPLETE ? &s->counters.opens_local
 	                                            : &s->counters.opens_joined,
 	                 1);
-	fi->fh = (uint64_t)(uintptr_t)h;
 	/*
 	 * Content cannot change within the session, so cached pages stay valid across opens,
 	 * except after a failed flight (a bad hash): the first open of its successor drops
@@ -766,11 +787,11 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	backing_id = h->is_member ? 0 : fs_passthrough_open(s, h);
 	if (backing_id < 0) {
 		rc = backing_id;
-		goto fail_flight;
+		goto fail;
 	}
 	if (backing_id > 0)
 		atomic_fetch_add(&s->counters.opens_passthrough, 1);
-	fs_handle_track(s, h);
+	fi->fh = fs_handle_track(s, h);
 	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
 	                    : fuse_reply_open(req, fi)) != 0) {
 		/* The open was interrupted: no release will come. */
@@ -778,12 +799,58 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 		fs_handle_free(s, h);
 	}
 	return;
-fail_flight:
-	flight_release_spool(f);
-	flight_unref(f);
 fail:
-	free(h);
+	fs_handle_free(s, h); /* not tracked: frees its flight reference, if any */
 	fuse_reply_err(req, -rc);
+}
+
+/*
+ * A read of fi->fh, which an earlier serving process opened (doc/survive.md): the handle is
+ * rebuilt from the inode, as an open would make it (a chunked object's hash list first, on
+ * another thread), counted as a page-cache open (the kernel reads through its page cache:
+ * passthrough handles send no reads), and the read is answered then.
+ */
+static void adopt(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
+                  off_t off, size_t size)
+{
+	const struct fs_adopting_read read = {.off = off, .size = size};
+	struct fs_handle *h = calloc(1, sizeof(*h));
+	int rc;
+
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (!fs_virtual_ino(ino)) {
+		open_object(req, s, ino, fi, h, &read);
+		return;
+	}
+	rc = fs_virtual_read_all(s, ino, &h->text, &h->len);
+	if (rc) {
+		free(h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	adopt_and_read(req, s, ino, fi, h, &read);
+}
+
+/* Links h, rebuilt for an earlier serving process's fi->fh, under that fh, and answers the
+ * read that found it missing. */
+static void adopt_and_read(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
+                           const struct fuse_file_info *fi, struct fs_handle *h,
+                           const struct fs_adopting_read *read)
+{
+	int rc = 0;
+
+	if (h->flight && !h->is_member)
+		rc = fs_passthrough_adopt(s, h);
+	if (rc) {
+		fs_handle_free(s, h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	h = fs_handle_adopt(s, h, fi->fh);
+	read_handle(req, s, ino, h, read->size, read->off);
 }
 
 /*
@@ -819,7 +886,17 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct fs_handle *h = fs_handle_find(s, fi->fh);
+
+	if (h)
+		read_handle(req, s, ino, h, size, off);
+	else
+		adopt(req, s, ino, fi, off, size); /* an earlier serving process's */
+}
+
+static void read_handle(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fs_handle *h,
+                        size_t size, off_t off)
+{
 	struct flight *f = h->flight;
 	uint64_t len;
 	int rc;
@@ -871,8 +948,18 @@ void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = session_of(req);
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct fs_handle *h = fs_handle_find(s, fi->fh);
 
+	if (!h || h->inherited_passthrough) {
+		/* An earlier serving process's, never used here: nothing of ours to free but
+		 * a passthrough open's count (its backing id goes with the inode's last one). */
+		if (h || (fi->fh & FS_FH_PASSTHROUGH))
+			fs_passthrough_inherited_release(s, ino);
+		if (h)
+			fs_handle_free(s, h);
+		fuse_reply_err(req, 0);
+		return;
+	}
 	/* Only the handle's reference goes: the download finishes for the object's sake. */
 	if (fs_passthrough_release(s, h))
 		fs_page_drop_released(s, h->flight, ino);

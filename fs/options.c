@@ -141,6 +141,7 @@ void fs_options_usage(const char *prog)
 	printf(
 	    "usage: %s [options] SOURCE MOUNTPOINT\n"
 	    "       %s status MOUNTPOINT [--watch] [--interval SEC]\n"
+	    "       %s reload MOUNTPOINT  (a new serving process from the binary on disk)\n"
 	    "       %s publish SRC_DIR OUT_DIR [options]  (%s publish --help)\n"
 	    "\n"
 	    "Mounts a read-only object store. SOURCE is a JSON manifest (an http(s) URL or a\n"
@@ -241,7 +242,7 @@ void fs_options_usage(const char *prog)
 	    "  --no-sign              public bucket: send no credentials\n"
 	    "  -h, --help             this help\n"
 	    "  -V, --version          the version\n",
-	    prog, prog, prog, prog);
+	    prog, prog, prog, prog, prog);
 }
 
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)

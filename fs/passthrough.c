@@ -7,10 +7,10 @@
  * The kernel offers passthrough from Linux 6.9 (FUSE_PASSTHROUGH in INIT's flags2);
  * libfuse supports it from 3.16, but Debian 12 has 3.14, whose INIT reply cannot ask for
  * it and whose open reply cannot carry a backing id. So the session's device I/O goes
- * through libfuse's custom-io hooks: reading INIT tells whether the kernel offers it, and
- * the INIT reply is amended on its way out (FUSE_INIT_EXT, FUSE_PASSTHROUGH, a stack depth
- * of 1). Open replies that use it are sent whole by fs_passthrough_reply_open. Any of
- * these missing (old kernel, not root, --no-passthrough) and every open is a plain one.
+ * through libfuse's custom-io hooks (handover.c): reading INIT tells whether the kernel
+ * offers it, and the INIT reply is amended on its way out (FUSE_INIT_EXT, FUSE_PASSTHROUGH, a stack
+ * depth of 1). Open replies that use it are sent whole by fs_passthrough_reply_open. Any of these
+ * missing (old kernel, not root, --no-passthrough) and every open is a plain one.
  *
  * The kernel keeps one I/O mode per inode: while a file is open through the page cache, a
  * passthrough open fails with EIO, and the other way round; and all passthrough opens of
@@ -63,39 +63,31 @@ struct fuse_backing_map {
 #endif
 #define PASSTHROUGH_FLAG2 ((uint32_t)(FUSE_PASSTHROUGH >> 32))
 
-static ssize_t device_read(int fd, void *buf, size_t len, void *userdata)
+void fs_passthrough_note_init(struct fs_session *s, const void *req, size_t n)
 {
-	struct fs_session *s = userdata;
-	ssize_t n = read(fd, buf, len);
+	const struct fuse_in_header *in = req;
+	const struct fuse_init_in *init = (const void *)(in + 1);
 
-	if (n >= (ssize_t)sizeof(struct fuse_in_header) &&
-	    atomic_load(&s->passthrough) == FS_PASSTHROUGH_UNKNOWN) {
-		const struct fuse_in_header *in = buf;
-		const struct fuse_init_in *init = (const void *)(in + 1);
-
-		if (in->opcode == FUSE_INIT) {
-			/* Kernels before 5.17 send a shorter INIT, without flags2. */
-			bool offered = n >= (ssize_t)(sizeof(*in) + sizeof(*init)) &&
-			               init->major == 7 && (init->flags & FUSE_INIT_EXT) &&
-			               (init->flags2 & PASSTHROUGH_FLAG2);
-			s->init_unique = in->unique;
-			atomic_store(&s->passthrough,
-			             offered ? FS_PASSTHROUGH_OFFERED : FS_PASSTHROUGH_OFF);
-		}
-	}
-	return n;
+	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_UNKNOWN)
+		return;
+	/* Kernels before 5.17 send a shorter INIT, without flags2. */
+	bool offered = n >= sizeof(*in) + sizeof(*init) && init->major == 7 &&
+	               (init->flags & FUSE_INIT_EXT) && (init->flags2 & PASSTHROUGH_FLAG2);
+	atomic_store(&s->passthrough, offered ? FS_PASSTHROUGH_OFFERED : FS_PASSTHROUGH_OFF);
 }
 
-/* Asks for passthrough in the INIT reply: the first reply to carry INIT's unique. */
-static void amend_init_reply(struct fs_session *s, struct iovec *iov, int count)
+/* Asks for passthrough in the INIT reply. */
+void fs_passthrough_amend_init(struct fs_session *s, struct iovec *iov, int count)
 {
 	const struct fuse_out_header *out;
 	struct fuse_init_out *init;
 
+	if (atomic_load(&s->passthrough) != FS_PASSTHROUGH_OFFERED)
+		return;
 	if (count < 2 || iov[0].iov_len != sizeof(*out) || iov[1].iov_len < sizeof(*init))
 		return;
 	out = iov[0].iov_base;
-	if (out->unique != s->init_unique || out->error != 0)
+	if (out->error != 0)
 		return;
 	init = iov[1].iov_base;
 	init->flags |= FUSE_INIT_EXT;
@@ -105,36 +97,11 @@ static void amend_init_reply(struct fs_session *s, struct iovec *iov, int count)
 	atomic_store(&s->passthrough, FS_PASSTHROUGH_ON);
 }
 
-static ssize_t device_writev(int fd, struct iovec *iov, int count, void *userdata)
-{
-	struct fs_session *s = userdata;
-
-	if (atomic_load(&s->passthrough) == FS_PASSTHROUGH_OFFERED)
-		amend_init_reply(s, iov, count);
-	return writev(fd, iov, count);
-}
-
-static ssize_t device_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
-                             unsigned int flags, void *userdata)
-{
-	(void)userdata;
-	return splice(fdin, offin, fdout, offout, len, flags);
-}
-
 int fs_passthrough_install(struct fs_session *s)
 {
-	/* No splice_receive: requests are read, as without custom io (no write_buf op). */
-	static const struct fuse_custom_io io = {
-	    .read = device_read,
-	    .writev = device_writev,
-	    .splice_send = device_splice,
-	};
-
-	if (s->opts.no_passthrough) {
+	if (s->opts.no_passthrough)
 		atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
-		return 0;
-	}
-	return fuse_session_custom_io(s->se, &io, fuse_session_fd(s->se));
+	return fs_handover_install(s);
 }
 
 static struct fs_object **bucket_of(struct fs_session *s, uint64_t flight_id)
@@ -328,9 +295,27 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 		o->pt_cached_handles++;
 	h->passthrough = id > 0;
 	h->object = o;
+	/* Before the reply: a process that replaces this one must know the kernel's file. */
+	if (id > 0 && s->ledger && h->ino && util_ledger_add(s->ledger, h->ino, id) < 0)
+		util_log(UTIL_LOG_WARN, "passthrough ledger full: a restart may fail opens of %s",
+		         flight_name(f));
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return id;
+}
+
+int fs_passthrough_adopt(struct fs_session *s, struct fs_handle *h)
+{
+	struct fs_object *o;
+
+	pthread_mutex_lock(&s->passthrough_lock);
+	o = object_get_locked(s, h->flight);
+	if (o) {
+		o->pt_cached_handles++;
+		h->object = o;
+	}
+	pthread_mutex_unlock(&s->passthrough_lock);
+	return o ? 0 : -ENOMEM;
 }
 
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
@@ -362,10 +347,44 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 			util_log(UTIL_LOG_WARN, "closing passthrough backing %d: %s", close_id,
 			         strerror(errno));
 	}
+	if (h->passthrough && s->ledger && h->ino) {
+		int64_t id;
+		(void)util_ledger_sub(s->ledger, h->ino, &id, NULL); /* the backing: above */
+	}
 	object_leave_locked(s, h);
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return last_cached;
+}
+
+int fs_passthrough_inherited(struct fs_session *s, uint64_t ino)
+{
+	int64_t id, ignored;
+
+	if (!s->ledger || !s->generation)
+		return 0;
+	/* Counted first, found after, in one step: a release cannot close it in between. */
+	id = util_ledger_add(s->ledger, ino, 0);
+	if (id > 0)
+		return (int)id;
+	if (id == 0)
+		(void)util_ledger_sub(s->ledger, ino, &ignored, NULL); /* none: this entry goes */
+	return 0;
+}
+
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino)
+{
+	int64_t id = 0;
+	bool last = false;
+
+	if (!s->ledger || util_ledger_sub(s->ledger, ino, &id, &last) != 0 || id <= 0 || !last)
+		return;
+	/* The last passthrough file of ino, and no other inode's names its backing id (an
+	 * earlier process opened one per object): the id goes. */
+	uint32_t close_id = (uint32_t)id;
+	if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &close_id) != 0)
+		util_log(UTIL_LOG_WARN, "closing inherited passthrough backing %u: %s", close_id,
+		         strerror(errno));
 }
 
 void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h)

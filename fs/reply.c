@@ -45,11 +45,27 @@ struct read_wait {
 void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len)
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(len);
+	int fd;
 
+	/*
+	 * Held while libfuse reads it: once the reply is out, the reader may close the file and
+	 * its release close an idle spool. The kernel orders that after our read, but only a
+	 * hold (the flight's lock) shows the order to a thread sanitizer. The reference keeps f
+	 * for the release of the hold after the handle's own went.
+	 */
+	flight_ref(f);
+	fd = flight_hold_spool_to_record(f);
+	if (fd < 0) {
+		fuse_reply_err(req, EIO);
+		goto out;
+	}
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = flight_spool_fd(f);
+	buf.buf[0].fd = fd;
 	buf.buf[0].pos = (off_t)off;
 	fuse_reply_data(req, &buf, 0);
+	flight_release_spool_recorded(f);
+out:
+	flight_unref(f);
 }
 
 static void read_wait_free(struct read_wait *rw)

@@ -51,6 +51,11 @@ struct snapshot {
 	double list_over_budget;
 	double list_bytes;
 	double list_done;
+	double serving_pid;
+	double supervisor_pid;
+	double restarts;
+	double reloads;
+	char version[64];
 	struct timespec at;
 };
 
@@ -169,6 +174,10 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	    {"spoolfs_prefetch_list_over_budget", offsetof(struct snapshot, list_over_budget)},
 	    {"spoolfs_prefetch_list_bytes", offsetof(struct snapshot, list_bytes)},
 	    {"spoolfs_prefetch_list_done", offsetof(struct snapshot, list_done)},
+	    {"spoolfs_serving_pid", offsetof(struct snapshot, serving_pid)},
+	    {"spoolfs_supervisor_pid", offsetof(struct snapshot, supervisor_pid)},
+	    {"spoolfs_restarts_total", offsetof(struct snapshot, restarts)},
+	    {"spoolfs_reloads_total", offsetof(struct snapshot, reloads)},
 	};
 	char name[128];
 	double value;
@@ -176,6 +185,8 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	snap->list_entries = -1;
 	for (const char *line = text; line && *line;
 	     line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+		if (sscanf(line, "# version %63s", snap->version) == 1)
+			continue;
 		if (*line == '#' || sscanf(line, "%127s %lf", name, &value) != 2)
 			continue;
 		for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
@@ -366,6 +377,15 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 		       now->list_done > 0 ? "done" : "working", now->list_entries,
 		       now->list_finished, now->list_started, human(now->list_bytes, a, sizeof(a)),
 		       now->list_local, now->list_skipped, now->list_over_budget);
+	if (now->supervisor_pid > 0)
+		printf(
+		    "processes: serving PID %.0f, supervisor PID %.0f; %.0f restarts, %.0f reloads;"
+		    " version %s\n",
+		    now->serving_pid, now->supervisor_pid, now->restarts, now->reloads,
+		    now->version[0] ? now->version : "?");
+	else
+		printf("processes: serving PID %.0f, no supervisor; version %s\n", now->serving_pid,
+		       now->version[0] ? now->version : "?");
 }
 
 int fs_status_main(int argc, char **argv)

@@ -7,8 +7,11 @@
  * of the program: nothing here calls out while holding it, except index_readdir's callback,
  * which must not call back in.
  *
- * The namespace is a private temporary database ("" to sqlite, deleted when closed, so two
- * mounts never see each other's and a crash leaves none behind):
+ * The namespace is this session's alone: a private temporary database ("" to sqlite, deleted
+ * when closed, so two mounts never see each other's and a crash leaves none behind), or a
+ * file in the session's private run directory (index_open_file), which the next serving
+ * process of the same mount reopens after a crash or an upgrade, so that it serves exactly
+ * the snapshot the kernel knows (doc/survive.md):
  *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, kind, mode, size, mtime, executable,
  *        sha256, url, etag, listed, target, pack, pack_offset, chunk_size, chunk_sha256,
  *        chunk_url, nested_sha256, nested_size, nested_url)
@@ -24,6 +27,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256, kind, mode"
 
@@ -56,6 +61,7 @@ static const char namespace_schema_sql[] =
     " sha256 TEXT NOT NULL UNIQUE,"
     " size INTEGER NOT NULL,"
     " url TEXT NOT NULL);"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
 
 int index_namespace_indexes(struct index *idx)
@@ -80,11 +86,63 @@ int index_set_default_mtime(struct index *idx, int64_t mtime)
 	/* The root is made with the namespace, before anyone knew the time to give it. Once, at
 	 * start-up: not worth a statement kept for the session. */
 	rc = index_db_errno(sqlite3_prepare_v2(
-	    idx->db, "UPDATE node SET mtime = :mtime WHERE ino = 1", -1, &st, NULL));
+	    idx->db, "UPDATE node SET mtime = :mtime WHERE ino = 1;", -1, &st, NULL));
 	if (rc == 0)
 		rc = index_db_bind_int64(st, ":mtime", mtime);
 	if (rc == 0)
 		rc = index_db_exec(st);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	if (rc == 0) {
+		/* Kept with the namespace: a listing the next serving process adds dates the same.
+		 */
+		char text[24];
+		snprintf(text, sizeof(text), "%lld", (long long)mtime);
+		rc = index_meta_put(idx, "default_mtime", text);
+	}
+	return rc;
+}
+
+int index_meta_put(struct index *idx, const char *key, const char *value)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	pthread_mutex_lock(&idx->lock);
+	rc = index_db_errno(sqlite3_prepare_v2(
+	    idx->db, "INSERT OR REPLACE INTO meta(key, value) VALUES(:key, :value)", -1, &st,
+	    NULL));
+	if (rc == 0)
+		rc = index_db_bind_text(st, ":key", key, -1);
+	if (rc == 0)
+		rc = index_db_bind_text(st, ":value", value, -1);
+	if (rc == 0)
+		rc = index_db_exec(st);
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
+int index_meta_get(struct index *idx, const char *key, char **value)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	*value = NULL;
+	pthread_mutex_lock(&idx->lock);
+	rc = index_db_errno(
+	    sqlite3_prepare_v2(idx->db, "SELECT value FROM meta WHERE key = :key", -1, &st, NULL));
+	if (rc == 0)
+		rc = index_db_bind_text(st, ":key", key, -1);
+	if (rc == 0)
+		rc = index_db_step(st);
+	if (rc == 1) {
+		const unsigned char *text = sqlite3_column_text(st, 0);
+		*value = strdup(text ? (const char *)text : "");
+		rc = *value ? 0 : -ENOMEM;
+	} else if (rc == 0) {
+		rc = -ENOENT;
+	}
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
@@ -155,7 +213,45 @@ static const char *const namespace_pragmas[] = {
     "PRAGMA cache_size = -65536",
 };
 
+/*
+ * A namespace in a file outlives its process, never the machine (the mount goes with it):
+ * a serving process killed in a write must leave a file the next one can open, so the
+ * journal is on disk (synchronous OFF: the kernel has the writes once write() returned,
+ * which a process's death does not undo). EXCLUSIVE as above: one serving process at a
+ * time uses it, and the lock goes with the process that dies.
+ */
+static const char *const namespace_file_pragmas[] = {
+    "PRAGMA locking_mode = EXCLUSIVE",
+    "PRAGMA journal_mode = TRUNCATE",
+    "PRAGMA synchronous = OFF",
+    "PRAGMA cache_size = -65536",
+};
+
+static int open_at(const char *path, bool fresh, struct index **out);
+
 int index_open(struct index **out)
+{
+	return open_at(NULL, true, out);
+}
+
+int index_open_file(const char *path, bool fresh, struct index **out)
+{
+	return open_at(path, fresh, out);
+}
+
+/* A reopened namespace's default mtime, as index_set_default_mtime kept it. */
+static int load_default_mtime(struct index *idx)
+{
+	char *text = NULL;
+	int rc = index_meta_get(idx, "default_mtime", &text);
+
+	if (rc == 0)
+		idx->default_mtime = strtoll(text, NULL, 10);
+	free(text);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+static int open_at(const char *path, bool fresh, struct index **out)
 {
 	struct index *idx = calloc(1, sizeof(*idx));
 	struct index_db_stmt defs[NAMESPACE_STMTS];
@@ -168,22 +264,35 @@ int index_open(struct index **out)
 	if (rc < 0)
 		goto err_free;
 	namespace_stmts(idx, defs);
-	rc = index_db_open("", 0, &idx->db);
-	if (rc == 0)
+	if (path && fresh && unlink(path) != 0 && errno != ENOENT) {
+		rc = -errno;
+		goto err_lock;
+	}
+	rc = index_db_open(path ? path : "", 0, &idx->db);
+	if (rc == 0 && path)
+		rc = index_db_pragmas(idx->db, namespace_file_pragmas,
+		                      sizeof(namespace_file_pragmas) /
+		                          sizeof(namespace_file_pragmas[0]));
+	else if (rc == 0)
 		rc = index_db_pragmas(idx->db, namespace_pragmas,
 		                      sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
-	if (rc == 0)
+	if (rc == 0 && fresh)
 		rc = index_db_exec_sql(idx->db, namespace_schema_sql);
 	if (rc == 0)
 		rc = index_db_prepare_all(idx->db, defs, NAMESPACE_STMTS);
 	if (rc < 0)
 		goto err_close;
 	*out = idx;
-	return 0;
+	if (!fresh && (rc = load_default_mtime(idx)) != 0) {
+		index_close(idx);
+		*out = NULL;
+	}
+	return rc;
 
 err_close:
 	index_db_finalize_all(defs, NAMESPACE_STMTS);
 	sqlite3_close(idx->db);
+err_lock:
 	pthread_mutex_destroy(&idx->lock);
 err_free:
 	free(idx);

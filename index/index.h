@@ -48,7 +48,19 @@ struct index_node {
 /* Opens a fresh, empty namespace of this session's alone. *out is owned by the caller
  * (index_close). */
 int index_open(struct index **out);
+/*
+ * The namespace in the file at path (0600), for a mount whose serving process may be
+ * replaced (doc/survive.md): fresh makes it anew (what was there goes); otherwise it is the
+ * one an earlier process of the same session built, reopened as it was (listings and
+ * nested manifests loaded since included), never rebuilt. One process at a time.
+ */
+int index_open_file(const char *path, bool fresh, struct index **out);
 void index_close(struct index *idx);
+
+/* Small facts kept with the namespace for the next serving process (the manifest's URL
+ * after redirects): put replaces; get gives a malloc'd copy, or -ENOENT. */
+int index_meta_put(struct index *idx, const char *key, const char *value);
+int index_meta_get(struct index *idx, const char *key, char **value);
 
 /*
  * The mtime of what its source gives none: a manifest entry without "mtime", a listed

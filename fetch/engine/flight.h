@@ -164,7 +164,8 @@ int flight_hold_spool(struct flight *f);
 void flight_release_spool(struct flight *f);
 
 /*
- * The recorder's hold on f's spool while it syncs and seals it: as flight_hold_spool (an
+ * The recorder's hold on f's spool while it syncs and seals it, and a reply's while libfuse
+ * reads from it (fs/reply.c): as flight_hold_spool (an
  * idle one is reopened by name and must still be the file f closed: same device, inode and
  * change time), but no handle. Returns the fd, valid until flight_release_spool_recorded,
  * or -errno (nothing held): -ESTALE when f failed or the name is another file's now,

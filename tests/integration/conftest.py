@@ -78,6 +78,34 @@ class Mount:
     def p(self, rel=""):
         return os.path.join(self.path, rel)
 
+    def kill_daemons(self):
+        """Both processes die (a dead mount, as a killed daemon left before there were
+        two): the supervisor is stopped so that it starts no other, its serving process
+        killed, then the supervisor, whose exit closes the device's last descriptor."""
+        os.listdir(self.path)  # INIT answered: the kill lands on a mount that served
+        serving = self.serving_pid()
+        self.proc.send_signal(signal.SIGSTOP)
+        if serving != self.proc.pid:
+            os.kill(serving, signal.SIGKILL)
+        self.proc.kill()
+        self.proc.wait()
+
+    def serving_pid(self, timeout=20.0):
+        """The process serving the mount: the supervisor's (m.proc's) one child
+        (doc/survive.md); m.proc itself when it runs none."""
+        deadline = time.monotonic() + timeout * SLOW
+        while True:
+            try:
+                with open("/proc/%d/task/%d/children" % (self.proc.pid, self.proc.pid)) as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                children = []
+            if children:
+                return children[0]
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return self.proc.pid
+            time.sleep(0.01)
+
     def stderr(self):
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")

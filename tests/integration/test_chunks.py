@@ -275,7 +275,7 @@ def test_a_chunked_object_whose_idle_spool_was_swept_is_fetched_again(store, mou
     assert len(spools) == 1, spools
 
     def spool_fd_open():
-        fds = "/proc/%d/fd" % m.proc.pid
+        fds = "/proc/%d/fd" % m.serving_pid()
         return any(os.readlink(os.path.join(fds, fd)).startswith(spools[0])
                    for fd in os.listdir(fds))
     wait_until(lambda: not spool_fd_open(), "the idle spool's fd stays open")

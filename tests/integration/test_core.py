@@ -410,7 +410,8 @@ def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
     path = store.add("queued.bin", 4 * MiB)
     m = mount(store.write())
     assert path in os.listdir(m.path)  # INIT is answered: the daemon serves requests
-    m.proc.send_signal(signal.SIGSTOP)
+    serving = m.serving_pid()  # the supervisor (m.proc) forwards the stop to it
+    os.kill(serving, signal.SIGSTOP)
     reader = subprocess.Popen(["cat", m.p(path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
     try:
@@ -420,7 +421,7 @@ def test_sigterm_fails_requests_the_daemon_never_read(store, mount):
                            "/proc/%d/wchan" % reader.pid).read())
             m.proc.send_signal(signal.SIGTERM)
         finally:
-            m.proc.send_signal(signal.SIGCONT)
+            os.kill(serving, signal.SIGCONT)
         out, err = reader.communicate(timeout=30 * SLOW)
     finally:
         reader.kill()

@@ -506,7 +506,7 @@ def test_200_concurrent_readers_over_50_objects(store, mount):
     paths = [store.add("c/%02d.bin" % i, 96 * 1024 + 4099 * i, hashed=(i % 2 == 0))
              for i in range(n_obj)]
     m = mount(store.write())
-    pid = m.proc.pid
+    pid = m.serving_pid()
     os.listdir(m.path)
     fds_start = fd_kinds(pid)
     want = {p: sha(expected(store, p)) for p in paths}
@@ -568,7 +568,7 @@ def test_finished_objects_do_not_pin_fds(store, mount):
     paths = [store.add("many/%03d.bin" % i, 1000 + i, hashed=(i % 2 == 0)) for i in range(n_obj)]
     # Walk prefetch runs too: its spool fds must never be what a reader's open lacks.
     m = mount(store.write())
-    pid = m.proc.pid
+    pid = m.serving_pid()
     os.listdir(m.p("many"))
     start = fd_count(pid)
     # A CI box with the default soft limit of 1024 and a 5000-file toolchain, scaled down.
@@ -604,7 +604,7 @@ def fd_list(pid):
 def test_10000_open_read_close_cycles(store, mount):
     path = store.add("hot.bin", 64 * 1024)
     m = mount(store.write())
-    pid = m.proc.pid
+    pid = m.serving_pid()
     want = expected(store, path)
     target = m.p(path)
 
@@ -648,7 +648,7 @@ def test_an_idle_spool_removed_behind_the_daemons_back_is_fetched_again(store, m
     assert len(spools) == 1, spools
 
     def spool_fd_open():
-        return any(t.split("->", 1)[1].startswith(spools[0]) for t in fd_list(m.proc.pid))
+        return any(t.split("->", 1)[1].startswith(spools[0]) for t in fd_list(m.serving_pid()))
     wait_until(lambda: not spool_fd_open(), "the idle spool's fd stays open")
     os.unlink(spools[0])
     subprocess.run(["sync"], check=True)

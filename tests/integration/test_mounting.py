@@ -70,6 +70,14 @@ def spoolfs_pids(mountpoint):
     return pids
 
 
+def parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout * SLOW
     while not pred():
@@ -101,8 +109,12 @@ def assert_ready_and_backgrounded(mnt, store, path):
     """Right after mount(8) returned: mounted, readable at once, daemon in the background."""
     assert is_mounted(mnt), "mount returned but %s is not mounted" % mnt
     assert read_file(os.path.join(str(mnt), path)) == store.content(path)
-    pids = spoolfs_pids(mnt)
-    assert len(pids) == 1, "expected one daemon for %s, found %r" % (mnt, pids)
+    # The supervisor and its serving process (doc/survive.md): one daemon, the one whose
+    # parent is not a spoolfs process of this mount.
+    found = spoolfs_pids(mnt)
+    pids = [p for p in found if parent_of(p) not in found]
+    assert len(pids) == 1 and len(found) == 2, \
+        "expected one supervisor and one serving process for %s, found %r" % (mnt, found)
     with open("/proc/%d/stat" % pids[0]) as f:
         ppid = int(f.read().rsplit(")", 1)[1].split()[1])
     assert ppid != os.getpid(), "the daemon is still a child of the test"
@@ -563,8 +575,7 @@ def test_a_dead_mount_is_cleared_and_mounted_over(store, tmp_path):
     url = store.write()
     path = str(tmp_path / "mnt")
     dead = Mount(url, path, tmp_path / "dead.log")
-    dead.proc.kill()
-    dead.proc.wait()
+    dead.kill_daemons()
     log_path = tmp_path / "mnt.log"
     proc = None
     try:

@@ -147,8 +147,7 @@ def test_status_shows_names_a_terminal_can_take(store, mount):
 def test_status_of_a_mount_whose_daemon_died_says_so(store, mount):
     store.add("a.bin", 16)
     m = mount(store.write())
-    m.proc.kill()
-    m.proc.wait(30 * SLOW)
+    m.kill_daemons()
     out = subprocess.run([SPOOLFS, "status", m.path, "--interval", "0.1"],
                          capture_output=True, text=True, timeout=30 * SLOW)
     m.kill()

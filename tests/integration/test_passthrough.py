@@ -67,7 +67,8 @@ def read_while_frozen(m, path):
     """Opens path, freezes the daemon, reads it whole; (bytes, error) or raises on a hang."""
     result = {}
     with open(m.p(path), "rb", buffering=0) as f:
-        m.proc.send_signal(signal.SIGSTOP)
+        serving = m.serving_pid()
+        os.kill(serving, signal.SIGSTOP)
         try:
             def run():
                 try:
@@ -79,7 +80,7 @@ def read_while_frozen(m, path):
             reader.join(10 * SLOW)
             hung = reader.is_alive()
         finally:
-            m.proc.send_signal(signal.SIGCONT)
+            os.kill(serving, signal.SIGCONT)
         reader.join(30 * SLOW)
     assert not hung, "the read waited for the frozen daemon: not passthrough"
     assert "error" not in result, result.get("error")

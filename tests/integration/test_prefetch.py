@@ -226,7 +226,7 @@ def test_a_reader_under_a_low_fd_limit_never_fails_for_a_walk(store, mount, upst
     for name in names[3:]:
         upstream.fault(name, gate=True)  # speculation stays in flight, holding its fds
     m = mount(url)
-    pid = m.proc.pid
+    pid = m.serving_pid()
     os.listdir(m.p("d"))
     os.listdir(m.p("o"))
     limit = len(os.listdir("/proc/%d/fd" % pid)) + 40

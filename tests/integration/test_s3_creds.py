@@ -458,8 +458,10 @@ def test_secrets_never_leak(tmp_path, env, mount):
         m = mount("s3://" + BUCKET, "--endpoint", srv.endpoint, "-d", "--cache-dir",
                   str(cache), "--keep-cache")
         assert read_file(m.p("a.bin")) == content("a.bin", 3000)
-        with open("/proc/%d/cmdline" % m.proc.pid, "rb") as f:
-            argv = f.read()
+        argv = b""
+        for pid in {m.proc.pid, m.serving_pid()}:  # the supervisor's and the serving one's
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv += f.read()
         spoolfs_files = b""
         for name in os.listdir(m.p(".spoolfs")):
             spoolfs_files += read_file(m.p(".spoolfs/" + name))

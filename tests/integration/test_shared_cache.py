@@ -170,9 +170,10 @@ def spool_fds(m, cache):
     itself, which it holds for the mount's life, nor the unnamed files it made ahead for
     objects to come: fetch/engine/spool_reserve.h)."""
     n = 0
-    for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+    serving = m.serving_pid()
+    for fd in os.listdir("/proc/%d/fd" % serving):
         try:
-            t = os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd))
+            t = os.readlink("/proc/%d/fd/%s" % (serving, fd))
         except OSError:
             continue
         ahead = t.startswith(str(cache / "spool") + "/#") and t.endswith(" (deleted)")

@@ -1,0 +1,517 @@
+/*
+ * The supervisor (doc/survive.md): the process `spoolfs` becomes once the mount is up. It
+ * holds the FUSE device's descriptor and nothing big: it reads no request, fetches nothing
+ * and keeps no namespace. It runs one serving process at a time on that descriptor, and
+ * when one dies (any signal, any non-zero exit) it starts another, so the kernel never
+ * sees the connection close. A reload (`spoolfs reload MOUNTPOINT`, or SIGUSR2) replaces the
+ * serving process with one of the binary now on disk, and rolls back to the binary that
+ * was running when the new one dies before it serves.
+ *
+ * What a serving process is told: fd 3 the device, fd 4 a sealed list of strings (the run
+ * directory, the mountpoint, its mount's device numbers, the start-up directory and the
+ * command line, secrets included, which never go into argv), fd 5 a pipe on which it says
+ * it serves ('R': the kernel can resend requests; 'N': it cannot).
+ *
+ * Single-threaded: everything here runs in the main thread, woken by a signalfd and the
+ * pipe. Restarts are bounded (util/supervise.h); the end of the line is a clean unmount
+ * with one line in the log.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+#include "fs/supervisor.h"
+#include "util/log.h"
+#include "util/supervise.h"
+
+/* A new binary that has not said it serves within this long is rolled back. */
+#define START_TIMEOUT_MS 30000
+/* Bounds (util/supervise.h): three failed starts in a row, 30 restarts a minute. */
+#define MAX_FAILED_STARTS 3
+#define MAX_RESTARTS 30
+#define RESTART_WINDOW_S 60
+
+struct supervisor {
+	int dev_fd;
+	int args_fd;
+	char **strings; /* FS_RUN_* then the command line */
+	size_t n_strings;
+	int running_exe; /* the binary the serving process runs (fexecve), O_RDONLY */
+	int tried_exe;   /* a reload's new binary until it serves, else -1 */
+	pid_t child;
+	int ctl_fd;  /* read end of the current child's pipe; -1 when none */
+	bool ready;  /* the child said it serves */
+	bool resend; /* the last child that served said the kernel can resend */
+	uint64_t generation;
+	uint64_t reloads;
+	bool stopping;
+	bool reload_asked;
+	struct util_restarts restarts;
+	uint64_t started_ns;
+	char **shown; /* the supervisor's own argv: [0..2] replaced for each child */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The supervisor's own record for `spoolfs status` (the serving process shows it too). */
+static void write_state(struct supervisor *sv)
+{
+	char path[4200], tmp[4200];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/supervisor", sv->strings[FS_RUN_DIR]);
+	snprintf(tmp, sizeof(tmp), "%s/supervisor.tmp", sv->strings[FS_RUN_DIR]);
+	f = fopen(tmp, "we");
+	if (!f)
+		return;
+	fprintf(f,
+	        "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%" PRIu64
+	        ",\"reloads\":%" PRIu64 ",\"generation\":%" PRIu64 "}\n",
+	        (long)getpid(), (long)sv->child, sv->restarts.total, sv->reloads, sv->generation);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+}
+
+/* Starts a serving process of binary exe (an fd), generation sv->generation. */
+static int start_child(struct supervisor *sv, int exe)
+{
+	int ctl[2];
+	pid_t pid;
+
+	if (pipe2(ctl, O_CLOEXEC) != 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		int rc = -errno;
+		close(ctl[0]);
+		close(ctl[1]);
+		return rc;
+	}
+	if (pid == 0) {
+		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
+		char **argv = sv->shown;
+		int fds[5] = {sv->dev_fd, sv->args_fd, ctl[1], exe, FS_RUN_FD_LEDGER};
+		sigset_t none;
+
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		snprintf(gen, sizeof(gen), "%" PRIu64, sv->generation);
+		/* As ps shows the supervisor: the scrubbed command line after the generation. */
+		argv[0] = arg0;
+		argv[1] = arg1;
+		argv[2] = gen;
+		if (util_fds_place(fds, 5, FS_RUN_FD_DEV) != 0)
+			_exit(127);
+		/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
+		fcntl(6, F_SETFD, FD_CLOEXEC);
+		fexecve(6, argv, environ);
+		_exit(127);
+	}
+	close(ctl[1]);
+	sv->child = pid;
+	sv->ctl_fd = ctl[0];
+	sv->ready = false;
+	sv->started_ns = now_ns();
+	util_log(UTIL_LOG_INFO, "serving process %ld started (generation %" PRIu64 ")", (long)pid,
+	         sv->generation);
+	write_state(sv);
+	return 0;
+}
+
+static bool connection_gone(const struct supervisor *sv)
+{
+	struct pollfd device = {.fd = sv->dev_fd};
+
+	return poll(&device, 1, 0) == 1 && (device.revents & POLLERR);
+}
+
+/* The end: the mount goes (if it is still there and ours), then the device. */
+static void unmount(struct supervisor *sv)
+{
+	const char *path = sv->strings[FS_RUN_MOUNT_PATH];
+	char dev[32];
+
+	if (!connection_gone(sv) && fs_mount_device(path, dev, sizeof(dev)) == 0 &&
+	    strcmp(dev, sv->strings[FS_RUN_MOUNT_DEV]) == 0) {
+		if (geteuid() == 0) {
+			if (umount2(path, MNT_FORCE | MNT_DETACH) != 0)
+				util_log(UTIL_LOG_WARN, "cannot unmount %s: %s", path,
+				         strerror(errno));
+		} else {
+			pid_t pid = fork();
+			if (pid == 0) {
+				execlp("fusermount3", "fusermount3", "-u", "-z", path,
+				       (char *)NULL);
+				_exit(127);
+			}
+			if (pid > 0)
+				waitpid(pid, NULL, 0);
+		}
+	}
+	close(sv->dev_fd);
+	sv->dev_fd = -1;
+}
+
+/* The session's own spool directories in the run directory (spoolfs-XXXXXX), when no
+ * serving process runs: a new one makes its own. */
+static void remove_spool_dirs(struct supervisor *sv)
+{
+	DIR *d = opendir(sv->strings[FS_RUN_DIR]);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, "spoolfs-", 8) == 0)
+			util_remove_tree(dirfd(d), e->d_name);
+	closedir(d);
+}
+
+/* Logs where the mount's command line said: its --log-file, else stderr in the foreground,
+ * else syslog. */
+static void log_setup(struct supervisor *sv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fs_options opts;
+
+	memset(&opts, 0, sizeof(opts));
+	for (size_t i = FS_RUN_ARGV; i < sv->n_strings; i++)
+		if (fuse_opt_add_arg(&args, sv->strings[i]) != 0)
+			goto out;
+	if (fs_options_parse(&args, &opts) != 0)
+		goto out;
+	fs_set_log_level(opts.log_level, opts.debug);
+	if (opts.log_file)
+		util_log_use_file(opts.log_file);
+	else if (!opts.foreground)
+		util_log_use_syslog();
+out:
+	fs_options_free(&opts);
+	fuse_opt_free_args(&args);
+}
+
+static int reopen_exe(const char *path)
+{
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* The child is gone: start the next, roll back, or end. Returns 0 to go on, 1 to end the
+ * loop (a stop, an unmount), 2 to end it for a failure (said). */
+static int child_ended(struct supervisor *sv, int status)
+{
+	char how[128], why[160];
+	pid_t pid = sv->child;
+	bool was_ready = sv->ready;
+
+	sv->child = 0;
+	if (sv->ctl_fd >= 0)
+		close(sv->ctl_fd);
+	sv->ctl_fd = -1;
+	util_describe_exit(status, how, sizeof(how));
+	if (sv->stopping || connection_gone(sv) ||
+	    (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		util_log(UTIL_LOG_DEBUG, "serving process %ld %s: the mount ends", (long)pid, how);
+		return 1;
+	}
+	if (sv->tried_exe >= 0 && !was_ready) {
+		/* A reload's binary that never served: back to the one that did. */
+		util_log(UTIL_LOG_ERROR,
+		         "the new binary's serving process %ld %s before it served: rolled back",
+		         (long)pid, how);
+		close(sv->tried_exe);
+		sv->tried_exe = -1;
+		sv->generation++;
+		return start_child(sv, sv->running_exe) == 0 ? 0 : 2;
+	}
+	if (sv->reload_asked) {
+		/* The old one, killed for the reload: the new binary starts. */
+		sv->reload_asked = false;
+		sv->generation++;
+		remove_spool_dirs(sv);
+		return start_child(sv, sv->tried_exe) == 0 ? 0 : 2;
+	}
+	if (!sv->resend && was_ready) {
+		util_log(
+		    UTIL_LOG_ERROR,
+		    "serving process %ld %s; this kernel cannot resend the requests it had taken"
+		    " (FUSE_NOTIFY_RESEND needs Linux 6.9): unmounting %s",
+		    (long)pid, how, sv->strings[FS_RUN_MOUNT_PATH]);
+		return 2;
+	}
+	if (util_restarts_note(&sv->restarts, now_ns(), was_ready, why, sizeof(why)) != 0) {
+		util_log(UTIL_LOG_ERROR, "serving process %ld %s; %s: unmounting %s", (long)pid,
+		         how, why, sv->strings[FS_RUN_MOUNT_PATH]);
+		return 2;
+	}
+	util_log(UTIL_LOG_WARN, "serving process %ld %s: starting another (restart %" PRIu64 ")",
+	         (long)pid, how, sv->restarts.total);
+	sv->generation++;
+	remove_spool_dirs(sv);
+	return start_child(sv, sv->running_exe) == 0 ? 0 : 2;
+}
+
+static void start_reload(struct supervisor *sv)
+{
+	char self[4200];
+	ssize_t n;
+	int exe;
+
+	if (sv->tried_exe >= 0 || sv->reload_asked || !sv->child) {
+		util_log(UTIL_LOG_WARN, "reload asked while one is under way: ignored");
+		return;
+	}
+	/* The path the running binary had: after an upgrade, the new file there. */
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0) {
+		util_log(UTIL_LOG_ERROR, "reload: cannot find the binary: %s", strerror(errno));
+		return;
+	}
+	self[n] = '\0';
+	if (n > 10 && strcmp(self + n - 10, " (deleted)") == 0)
+		self[n - 10] = '\0';
+	exe = reopen_exe(self);
+	if (exe < 0) {
+		util_log(UTIL_LOG_ERROR, "reload: cannot open %s: %s", self, strerror(errno));
+		return;
+	}
+	util_log(UTIL_LOG_INFO, "reload: replacing serving process %ld with %s", (long)sv->child,
+	         self);
+	sv->tried_exe = exe;
+	sv->reload_asked = true;
+	kill(sv->child, SIGKILL); /* its requests in flight are resent to the next */
+}
+
+static void read_ctl(struct supervisor *sv)
+{
+	char c;
+	ssize_t n = read(sv->ctl_fd, &c, 1);
+
+	if (n == 1) {
+		sv->ready = true;
+		sv->resend = c == 'R';
+		if (sv->tried_exe >= 0) {
+			/* The new binary serves: it is the running one from now on. */
+			close(sv->running_exe);
+			sv->running_exe = sv->tried_exe;
+			sv->tried_exe = -1;
+			sv->reloads++;
+			util_log(UTIL_LOG_INFO, "reload: serving process %ld serves",
+			         (long)sv->child);
+		}
+		write_state(sv);
+	} else {
+		/* Closed: the child is dying; SIGCHLD follows. */
+		close(sv->ctl_fd);
+		sv->ctl_fd = -1;
+	}
+}
+
+static int loop(struct supervisor *sv, int sig_fd)
+{
+	for (;;) {
+		struct pollfd fds[2] = {{.fd = sig_fd, .events = POLLIN},
+		                        {.fd = sv->ctl_fd, .events = POLLIN}};
+		int timeout = sv->tried_exe >= 0 && !sv->ready ? 1000 : -1;
+
+		if (poll(fds, sv->ctl_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
+			return -errno;
+		if (sv->ctl_fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP)))
+			read_ctl(sv);
+		if (sv->tried_exe >= 0 && !sv->ready && sv->child &&
+		    now_ns() - sv->started_ns > START_TIMEOUT_MS * 1000000ULL) {
+			util_log(UTIL_LOG_ERROR,
+			         "reload: the new serving process did not serve within"
+			         " %d s",
+			         START_TIMEOUT_MS / 1000);
+			kill(sv->child, SIGKILL);
+		}
+		if (!(fds[0].revents & POLLIN))
+			continue;
+		struct signalfd_siginfo info;
+		if (read(sig_fd, &info, sizeof(info)) != sizeof(info))
+			continue;
+		if (info.ssi_signo == SIGCHLD) {
+			int status;
+			pid_t pid;
+			while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+				int end = pid == sv->child ? child_ended(sv, status) : 0;
+				if (end)
+					return end == 1 ? 0 : -EIO;
+			}
+			write_state(sv);
+		} else if (info.ssi_signo == SIGUSR2) {
+			start_reload(sv);
+		} else if (info.ssi_signo == SIGUSR1) {
+			util_log_reopen();
+			if (sv->child)
+				kill(sv->child, SIGUSR1);
+		} else {
+			/* SIGTERM, SIGINT, SIGHUP: a stop; the serving process unmounts. */
+			sv->stopping = true;
+			if (!sv->child)
+				return 0;
+			kill(sv->child, SIGTERM);
+		}
+	}
+}
+
+void fs_supervisor_signals(sigset_t *set)
+{
+	static const int taken[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+
+	sigemptyset(set);
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+		sigaddset(set, taken[i]);
+}
+
+void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
+{
+	long sup = 0, serving = 0;
+	unsigned long long restarts = 0, reloads = 0, generation = 0;
+	int fd =
+	    s->run_dir_fd >= 0 ? openat(s->run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC) : -1;
+	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+
+	memset(out, 0, sizeof(*out));
+	/* Its parent, whether or not it has written its file yet (a moment after the mount). */
+	if (s->ctl_fd >= 0)
+		out->supervisor_pid = (uint64_t)getppid();
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	if (fscanf(f,
+	           "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%llu,\"reloads\":%llu,"
+	           "\"generation\":%llu}",
+	           &sup, &serving, &restarts, &reloads, &generation) == 5) {
+		out->restarts = restarts;
+		out->reloads = reloads;
+	}
+	fclose(f);
+}
+
+int fs_supervisor_main(int argc, char **argv)
+{
+	struct supervisor sv = {.dev_fd = 3, .args_fd = 4, .ctl_fd = 5, .tried_exe = -1};
+	sigset_t sigs;
+	int sig_fd, rc;
+
+	if (argc < 3)
+		return 2;
+	sv.child = (pid_t)strtol(argv[2], NULL, 10);
+	sv.shown = argv; /* a child's copy of it is changed, never ours */
+	sv.running_exe = 6;
+	fcntl(3, F_SETFD, FD_CLOEXEC);
+	fcntl(4, F_SETFD, FD_CLOEXEC);
+	fcntl(5, F_SETFD, FD_CLOEXEC);
+	fcntl(6, F_SETFD, FD_CLOEXEC);
+	fcntl(FS_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
+	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
+	    sv.n_strings < FS_RUN_ARGV)
+		return 2;
+	log_setup(&sv);
+	util_restarts_init(&sv.restarts, MAX_FAILED_STARTS, MAX_RESTARTS, RESTART_WINDOW_S);
+	fs_supervisor_signals(&sigs);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
+	if (sig_fd < 0)
+		return 1;
+	write_state(&sv);
+	/* The first child may have ended before the mask was set: look once. */
+	int status, end = 0;
+	if (waitpid(sv.child, &status, WNOHANG) == sv.child)
+		end = child_ended(&sv, status);
+	rc = end == 1 ? 0 : end == 2 ? -EIO : loop(&sv, sig_fd);
+	if (sv.child) {
+		/* Out of the loop with a child: an error here; it must not outlive us. */
+		kill(sv.child, SIGKILL);
+		waitpid(sv.child, NULL, 0);
+	}
+	unmount(&sv);
+	util_remove_tree(AT_FDCWD, sv.strings[FS_RUN_DIR]);
+	util_strings_free(sv.strings, sv.n_strings);
+	close(sig_fd);
+	return rc == 0 ? 0 : 1;
+}
+
+/* The mount's supervisor, from its stats file: 0 or -errno. */
+static int find_supervisor(const char *mountpoint, long *sup, long *serving, long *reloads)
+{
+	char path[4200], line[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.spoolfs/stats", mountpoint);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	*sup = *serving = *reloads = -1;
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "spoolfs_supervisor_pid %ld", sup);
+		sscanf(line, "spoolfs_serving_pid %ld", serving);
+		sscanf(line, "spoolfs_reloads_total %ld", reloads);
+	}
+	fclose(f);
+	return *sup > 0 ? 0 : -ESRCH;
+}
+
+int fs_reload_main(int argc, char **argv)
+{
+	long sup, serving, reloads, now_sup, now_serving, now_reloads;
+	int rc;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: spoolfs reload MOUNTPOINT\n");
+		return 2;
+	}
+	rc = find_supervisor(argv[2], &sup, &serving, &reloads);
+	if (rc) {
+		fprintf(stderr, "spoolfs reload: %s: %s\n", argv[2],
+		        rc == -ESRCH ? "no supervisor (a mount of an older spoolfs?)"
+		                     : strerror(-rc));
+		return 1;
+	}
+	if (kill((pid_t)sup, SIGUSR2) != 0) {
+		fprintf(stderr, "spoolfs reload: supervisor %ld: %s\n", sup, strerror(errno));
+		return 1;
+	}
+	/* Until another process serves: the new binary, or the old one rolled back. */
+	for (int i = 0; i < 600; i++) {
+		struct timespec tick = {0, 100000000L};
+		nanosleep(&tick, NULL);
+		if (find_supervisor(argv[2], &now_sup, &now_serving, &now_reloads) != 0 ||
+		    now_serving == serving)
+			continue;
+		if (now_reloads > reloads) {
+			printf("spoolfs reload: %s: serving process %ld replaced by %ld\n", argv[2],
+			       serving, now_serving);
+			return 0;
+		}
+		fprintf(stderr,
+		        "spoolfs reload: %s: the new binary did not start; serving process %ld runs"
+		        " the previous one (see the log)\n",
+		        argv[2], now_serving);
+		return 1;
+	}
+	fprintf(stderr, "spoolfs reload: %s: no new serving process within 60 s\n", argv[2]);
+	return 1;
+}
