@@ -404,7 +404,8 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
     # manifest of its own for each directory.
     publish_tree(src, out, "--pack-max", "64K", "--nest-over", "100")
     with open(out / "manifest.json") as f:
-        nested = [e["manifest"]["url"] for e in json.load(f)["entries"] if "manifest" in e]
+        nested = {e["path"]: e["manifest"]["url"] for e in json.load(f)["entries"]
+                  if "manifest" in e}
     assert len(nested) == 6, nested
     up = Upstream(out)
     try:
@@ -412,7 +413,7 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         for dirpath, _, files in os.walk(out / "objects"):
             for n in files:
                 rel = os.path.relpath(os.path.join(dirpath, n), out)
-                if rel not in nested:
+                if rel not in nested.values():
                     up.fault(rel, rate=512 * KiB)
         got, errors, done = {}, [], [0]
 
@@ -433,6 +434,9 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         held = os.open(m.p(names[10]), os.O_RDONLY)
         member = (src / names[10]).read_bytes()
         assert os.pread(held, len(member), 0) == member
+        # A directory a file was read from before the kill had its manifest loaded: the
+        # namespace file has it. One whose load the kill cut short may be fetched again.
+        loaded = {n.split("/")[0] for n in names[:done[0]]}
         kill_serving(m)
         os.posix_fadvise(held, 0, 0, os.POSIX_FADV_DONTNEED)  # the next read asks spoolfs
         assert os.pread(held, len(member), 0) == member
@@ -444,7 +448,9 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         bad = [n for n in names if got.get(n) != sha((src / n).read_bytes())]
         assert not bad, bad[:5]
         assert stat_line(m, "spoolfs_restarts_total") == "1"
-        assert all(up.stats(u)["gets"] == 1 for u in nested), [up.stats(u) for u in nested]
+        gets = {d: up.stats(u)["gets"] for d, u in nested.items()}
+        assert all(gets[d] == 1 for d in loaded), (loaded, gets)
+        assert all(1 <= g <= 2 for g in gets.values()), gets
         assert m.unmount() == 0
         # What the dead process opened may be lost; what the last one opened is there.
         kept = record.read_text().splitlines()
