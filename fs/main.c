@@ -574,10 +574,15 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	if (pid == 0) {
+		char err[512];
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		s->ctl_fd = ctl[1];
 		ctl[1] = -1;
-		rc = 0;
+		/* The records' sqlite locks stayed with the parent, which execs the supervisor. */
+		rc = index_records_reopen_at(s->records, cache_dir_fd(s->cache),
+		                             cache_dir_path(s->cache), err, sizeof(err));
+		if (rc)
+			util_log(UTIL_LOG_ERROR, "%s", err);
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);

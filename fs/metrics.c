@@ -163,6 +163,8 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	    {"restarts_total", "counter", "serving processes started after one died", sup.restarts},
 	    {"reloads_total", "counter",
 	     "serving processes replaced by the binary on disk (spoolfs reload)", sup.reloads},
+	    {"reloads_failed_total", "counter",
+	     "reloads refused or rolled back to the running binary", sup.reloads_failed},
 	};
 	metric_rows(out, labels, "", ROWS(processes));
 	/* The mount's own file has no labels: the version is a comment there (spoolfs status). */

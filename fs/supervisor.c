@@ -57,6 +57,7 @@ struct supervisor {
 	bool resend; /* the last child that served said the kernel can resend */
 	uint64_t generation;
 	uint64_t reloads;
+	uint64_t reloads_failed; /* what `spoolfs reload` waits on when no reload happens */
 	bool stopping;
 	bool reload_asked;
 	struct util_restarts restarts;
@@ -85,8 +86,10 @@ static void write_state(struct supervisor *sv)
 		return;
 	fprintf(f,
 	        "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%" PRIu64
-	        ",\"reloads\":%" PRIu64 ",\"generation\":%" PRIu64 "}\n",
-	        (long)getpid(), (long)sv->child, sv->restarts.total, sv->reloads, sv->generation);
+	        ",\"reloads\":%" PRIu64 ",\"generation\":%" PRIu64 ",\"reloads_failed\":%" PRIu64
+	        "}\n",
+	        (long)getpid(), (long)sv->child, sv->restarts.total, sv->reloads, sv->generation,
+	        sv->reloads_failed);
 	if (fclose(f) == 0)
 		rename(tmp, path);
 }
@@ -239,6 +242,8 @@ static int child_ended(struct supervisor *sv, int status)
 		         (long)pid, how);
 		close(sv->tried_exe);
 		sv->tried_exe = -1;
+		sv->reload_asked = false;
+		sv->reloads_failed++;
 		sv->generation++;
 		return start_child(sv, sv->running_exe) == 0 ? 0 : 2;
 	}
@@ -275,15 +280,25 @@ static void start_reload(struct supervisor *sv)
 	ssize_t n;
 	int exe;
 
-	if (sv->tried_exe >= 0 || sv->reload_asked || !sv->child) {
-		util_log(UTIL_LOG_WARN, "reload asked while one is under way: ignored");
-		return;
+	if (sv->tried_exe >= 0 || sv->reload_asked || !sv->child || !sv->ready) {
+		util_log(UTIL_LOG_WARN,
+		         "reload asked while a serving process is starting: ignored");
+		goto refused;
+	}
+	/* The old process is killed with requests it has read: only a kernel that resends
+	 * them lets the next one answer. Elsewhere a reload would leave its readers hung. */
+	if (!sv->resend) {
+		util_log(
+		    UTIL_LOG_ERROR,
+		    "reload refused: this kernel cannot resend the requests the serving process"
+		    " has taken (FUSE_NOTIFY_RESEND needs Linux 6.9); remount to upgrade");
+		goto refused;
 	}
 	/* The path the running binary had: after an upgrade, the new file there. */
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0) {
 		util_log(UTIL_LOG_ERROR, "reload: cannot find the binary: %s", strerror(errno));
-		return;
+		goto refused;
 	}
 	self[n] = '\0';
 	if (n > 10 && strcmp(self + n - 10, " (deleted)") == 0)
@@ -291,13 +306,17 @@ static void start_reload(struct supervisor *sv)
 	exe = reopen_exe(self);
 	if (exe < 0) {
 		util_log(UTIL_LOG_ERROR, "reload: cannot open %s: %s", self, strerror(errno));
-		return;
+		goto refused;
 	}
 	util_log(UTIL_LOG_INFO, "reload: replacing serving process %ld with %s", (long)sv->child,
 	         self);
 	sv->tried_exe = exe;
 	sv->reload_asked = true;
 	kill(sv->child, SIGKILL); /* its requests in flight are resent to the next */
+	return;
+refused:
+	sv->reloads_failed++;
+	write_state(sv);
 }
 
 static void read_ctl(struct supervisor *sv)
@@ -362,7 +381,9 @@ static int loop(struct supervisor *sv, int sig_fd)
 			start_reload(sv);
 		} else if (info.ssi_signo == SIGUSR1) {
 			util_log_reopen();
-			if (sv->child)
+			/* Before it says it serves, its handler may not be there yet: the default
+			 * action would kill it. */
+			if (sv->child && sv->ready)
 				kill(sv->child, SIGUSR1);
 		} else {
 			/* SIGTERM, SIGINT, SIGHUP: a stop; the serving process unmounts. */
@@ -386,28 +407,28 @@ void fs_supervisor_signals(sigset_t *set)
 void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
 {
 	long sup = 0, serving = 0;
-	unsigned long long restarts = 0, reloads = 0, generation = 0;
+	unsigned long long restarts = 0, reloads = 0, generation = 0, failed = 0;
 	int fd =
 	    s->run_dir_fd >= 0 ? openat(s->run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC) : -1;
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 
 	memset(out, 0, sizeof(*out));
-	/* Its parent, whether or not it has written its file yet (a moment after the mount). */
-	if (s->ctl_fd >= 0)
-		out->supervisor_pid = (uint64_t)getppid();
-	if (!f) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	if (fscanf(f,
-	           "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%llu,\"reloads\":%llu,"
-	           "\"generation\":%llu}",
-	           &sup, &serving, &restarts, &reloads, &generation) == 5) {
+	if (f && fscanf(f,
+	                "{\"supervisor_pid\":%ld,\"serving_pid\":%ld,\"restarts\":%llu,"
+	                "\"reloads\":%llu,\"generation\":%llu,\"reloads_failed\":%llu}",
+	                &sup, &serving, &restarts, &reloads, &generation, &failed) == 6) {
 		out->restarts = restarts;
 		out->reloads = reloads;
+		out->reloads_failed = failed;
 	}
-	fclose(f);
+	if (f)
+		fclose(f);
+	else if (fd >= 0)
+		close(fd);
+	/* Its parent, whether or not it has written its file yet (a moment after the mount);
+	 * once the supervisor died, the parent is init or a subreaper, never named as it. */
+	if (s->ctl_fd >= 0 && (sup <= 0 || getppid() == (pid_t)sup))
+		out->supervisor_pid = (uint64_t)getppid();
 }
 
 int fs_supervisor_main(int argc, char **argv)
@@ -455,7 +476,12 @@ int fs_supervisor_main(int argc, char **argv)
 }
 
 /* The mount's supervisor, from its stats file: 0 or -errno. */
-static int find_supervisor(const char *mountpoint, long *sup, long *serving, long *reloads)
+/* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */
+struct supervision_seen {
+	long sup, serving, reloads, failed;
+};
+
+static int find_supervisor(const char *mountpoint, struct supervision_seen *seen)
 {
 	char path[4200], line[256];
 	FILE *f;
@@ -464,54 +490,58 @@ static int find_supervisor(const char *mountpoint, long *sup, long *serving, lon
 	f = fopen(path, "re");
 	if (!f)
 		return -errno;
-	*sup = *serving = *reloads = -1;
+	seen->sup = seen->serving = seen->reloads = seen->failed = -1;
 	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "spoolfs_supervisor_pid %ld", sup);
-		sscanf(line, "spoolfs_serving_pid %ld", serving);
-		sscanf(line, "spoolfs_reloads_total %ld", reloads);
+		sscanf(line, "spoolfs_supervisor_pid %ld", &seen->sup);
+		sscanf(line, "spoolfs_serving_pid %ld", &seen->serving);
+		sscanf(line, "spoolfs_reloads_total %ld", &seen->reloads);
+		sscanf(line, "spoolfs_reloads_failed_total %ld", &seen->failed);
 	}
 	fclose(f);
-	return *sup > 0 ? 0 : -ESRCH;
+	return seen->sup > 0 ? 0 : -ESRCH;
 }
 
 int fs_reload_main(int argc, char **argv)
 {
-	long sup, serving, reloads, now_sup, now_serving, now_reloads;
+	struct supervision_seen before, now;
 	int rc;
 
 	if (argc != 3) {
 		fprintf(stderr, "usage: spoolfs reload MOUNTPOINT\n");
 		return 2;
 	}
-	rc = find_supervisor(argv[2], &sup, &serving, &reloads);
+	rc = find_supervisor(argv[2], &before);
 	if (rc) {
 		fprintf(stderr, "spoolfs reload: %s: %s\n", argv[2],
 		        rc == -ESRCH ? "no supervisor (a mount of an older spoolfs?)"
 		                     : strerror(-rc));
 		return 1;
 	}
-	if (kill((pid_t)sup, SIGUSR2) != 0) {
-		fprintf(stderr, "spoolfs reload: supervisor %ld: %s\n", sup, strerror(errno));
+	if (kill((pid_t)before.sup, SIGUSR2) != 0) {
+		fprintf(stderr, "spoolfs reload: supervisor %ld: %s\n", before.sup,
+		        strerror(errno));
 		return 1;
 	}
-	/* Until another process serves: the new binary, or the old one rolled back. */
+	/* Until the supervisor counts the outcome: a reload, or one refused or rolled back. */
 	for (int i = 0; i < 600; i++) {
 		struct timespec tick = {0, 100000000L};
 		nanosleep(&tick, NULL);
-		if (find_supervisor(argv[2], &now_sup, &now_serving, &now_reloads) != 0 ||
-		    now_serving == serving)
+		if (find_supervisor(argv[2], &now) != 0)
 			continue;
-		if (now_reloads > reloads) {
+		if (now.reloads > before.reloads) {
 			printf("spoolfs reload: %s: serving process %ld replaced by %ld\n", argv[2],
-			       serving, now_serving);
+			       before.serving, now.serving);
 			return 0;
 		}
-		fprintf(stderr,
-		        "spoolfs reload: %s: the new binary did not start; serving process %ld runs"
-		        " the previous one (see the log)\n",
-		        argv[2], now_serving);
-		return 1;
+		if (now.failed > before.failed) {
+			fprintf(
+			    stderr,
+			    "spoolfs reload: %s: not reloaded (refused, or the new binary did not"
+			    " start); serving process %ld serves on (see the log)\n",
+			    argv[2], now.serving);
+			return 1;
+		}
 	}
-	fprintf(stderr, "spoolfs reload: %s: no new serving process within 60 s\n", argv[2]);
+	fprintf(stderr, "spoolfs reload: %s: no outcome within 60 s\n", argv[2]);
 	return 1;
 }

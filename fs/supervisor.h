@@ -30,6 +30,7 @@ struct fs_supervision {
 	uint64_t supervisor_pid; /* 0: no supervisor */
 	uint64_t restarts;
 	uint64_t reloads;
+	uint64_t reloads_failed; /* refused, or rolled back to the running binary */
 };
 void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out);
 

@@ -42,6 +42,17 @@ int index_records_open(const char *db_path, struct index_records **out);
 int index_records_open_at(int dirfd, const char *dir_path, struct index_records **out, char *err,
                           size_t err_len);
 
+/*
+ * After a fork, in the child that goes on using rec: the connection is replaced by one of
+ * the child's own, opened as index_records_open_at opens it. sqlite's locks are POSIX locks,
+ * which a fork does not pass on: the inherited connection believes it holds locks that are
+ * the parent's, and once the parent exits another process sharing the cache directory
+ * would find the database unused and reset or checkpoint it under this one. Call before
+ * any other thread uses rec. 0, or -errno with a line in err (rec unchanged).
+ */
+int index_records_reopen_at(struct index_records *rec, int dirfd, const char *dir_path, char *err,
+                            size_t err_len);
+
 /* Finalizes every statement and closes the connection. NULL is fine. */
 void index_records_close(struct index_records *rec);
 

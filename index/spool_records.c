@@ -296,6 +296,25 @@ int index_records_open_at(int dirfd, const char *dir_path, struct index_records 
 	return rc;
 }
 
+int index_records_reopen_at(struct index_records *rec, int dirfd, const char *dir_path, char *err,
+                            size_t err_len)
+{
+	struct index_records *fresh = NULL;
+	int rc = index_records_open_at(dirfd, dir_path, &fresh, err, err_len);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&rec->lock);
+	finalize_all(rec);
+	sqlite3_close(rec->db);
+	rec->db = fresh->db;
+	memcpy(rec->st, fresh->st, sizeof(rec->st));
+	pthread_mutex_unlock(&rec->lock);
+	pthread_mutex_destroy(&fresh->lock);
+	free(fresh);
+	return 0;
+}
+
 void index_records_close(struct index_records *rec)
 {
 	if (!rec)

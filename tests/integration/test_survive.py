@@ -197,15 +197,27 @@ def test_crash_loop_ends_in_a_clean_unmount_with_one_line(store, tmp_path):
         m.kill()
 
 
-def test_without_resend_a_death_unmounts_cleanly(store, tmp_path):
-    path = store.add("a.bin", 4 * MiB)
+def parked_reader_without_resend(store, tmp_path, path):
+    """A mount as on a kernel before 6.9 (no FUSE_NOTIFY_RESEND), with one reader of path
+    parked at the upstream's gate: (mount, out, threads)."""
     env = daemon_env()
-    env["SPOOLFS_TEST_NO_RESEND"] = "1"  # as on a kernel before 6.9
+    env["SPOOLFS_TEST_NO_RESEND"] = "1"
     m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
     try:
         store.up.fault(path, gate=True)
         out, threads = start_readers([m.p(path)])
         store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=path)
+    except BaseException:
+        store.up.release(path)
+        m.kill()
+        raise
+    return m, out, threads
+
+
+def test_without_resend_a_death_unmounts_cleanly(store, tmp_path):
+    path = store.add("a.bin", 4 * MiB)
+    m, out, threads = parked_reader_without_resend(store, tmp_path, path)
+    try:
         os.kill(m.serving_pid(), signal.SIGKILL)
         assert m.proc.wait(30 * SLOW) == 1
         m.unmounted = True
@@ -218,6 +230,31 @@ def test_without_resend_a_death_unmounts_cleanly(store, tmp_path):
         ends = [l for l in log.splitlines() if "unmounting" in l]
         assert len(ends) == 1 and "cannot resend" in ends[0], log
         assert not any(mark in log for mark in SANITIZER_MARKS), log
+    finally:
+        store.up.release(path)
+        m.kill()
+
+
+def test_without_resend_a_reload_is_refused_and_the_mount_serves_on(store, tmp_path):
+    """On a kernel before 6.9, killing the serving process for a reload would leave the
+    requests it had read unanswered: the reload is refused, the reader parked at the
+    upstream's gate is answered by the same process, and the mount stays up."""
+    path = store.add("a.bin", 1 << 20)
+    m, out, threads = parked_reader_without_resend(store, tmp_path, path)
+    try:
+        serving = m.serving_pid()
+        r = subprocess.run([SPOOLFS, "reload", m.path], capture_output=True, text=True,
+                           timeout=90 * SLOW)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "not reloaded" in r.stderr, r.stderr
+        assert "reload refused" in m.stderr() and "Linux 6.9" in m.stderr(), m.stderr()
+        store.up.release(path)
+        join_all(threads, 60)
+        assert out[0] == sha(expected(store, path)), out[0]
+        assert m.serving_pid() == serving
+        assert stat_line(m, "spoolfs_reloads_failed_total") == "1"
+        assert stat_line(m, "spoolfs_reloads_total") == "0"
+        m.check_clean_exit()
     finally:
         store.up.release(path)
         m.kill()
@@ -269,7 +306,7 @@ def test_reload_to_a_broken_binary_rolls_back(store, tmp_path):
         r = subprocess.run([SPOOLFS, "reload", m.path], capture_output=True, text=True,
                            timeout=90 * SLOW)
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "did not start" in r.stderr, r.stderr
+        assert "not reloaded" in r.stderr, r.stderr
         with open(m.p(path), "rb") as f:
             assert f.read() == expected(store, path)
         assert m.serving_pid() != old
