@@ -164,7 +164,8 @@ struct fs_handle {
 	bool passthrough; /* the kernel reads the spool itself; guarded by passthrough_lock */
 	/* Its fh (handles.c), set by fs_handle_track or fs_handle_adopt and fixed after. */
 	uint64_t id;
-	uint64_t ino; /* the inode it opens; fixed at open */
+	uint64_t ino;    /* the inode it opens; fixed at open */
+	uint64_t parent; /* its directory, as fs_open_flight read it: for walk prefetch */
 	/* A passthrough open of an inode an earlier serving process left open passthrough:
 	 * the kernel's backing id is that process's (fs_passthrough_inherited). No flight. */
 	bool inherited_passthrough;

@@ -94,10 +94,10 @@ struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uin
 void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 {
 	pthread_mutex_lock(&s->handles_lock);
-	if (h->id && find_locked(s, h->id) == h) {
-		struct fs_handle **pp = bucket_of(s, h->id);
-		while (*pp != h)
-			pp = &(*pp)->id_next;
+	struct fs_handle **pp = h->id ? bucket_of(s, h->id) : NULL;
+	while (pp && *pp && *pp != h)
+		pp = &(*pp)->id_next;
+	if (pp && *pp) { /* linked: out of its bucket and the open list */
 		*pp = h->id_next;
 		if (h->prev)
 			h->prev->next = h->next;

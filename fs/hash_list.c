@@ -105,7 +105,7 @@ static void finish(struct pending_open *po)
 		return;
 	}
 	rc = fs_open_flight(s, po->ino, false, &f, &created, &po->h->is_member, &po->h->member,
-	                    digests, NULL);
+	                    digests, &po->h->parent);
 	if (rc == FS_OPEN_HASH_LIST)
 		rc = -EIO; /* not reached: with digests it joins or creates */
 	if (rc) {

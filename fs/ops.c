@@ -708,7 +708,8 @@ static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
 	bool created = false;
 	int rc;
 
-	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL, NULL);
+	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL,
+	                    &h->parent);
 	if (rc == FS_OPEN_HASH_LIST) {
 		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
 		return;
@@ -730,14 +731,12 @@ static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
 static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h, struct flight *f,
                        bool *created, const unsigned char *digests)
 {
-	struct index_node n;
 	int rc;
 
 	rc = hold_spool_or_start_over(s, ino, &f, created, &h->is_member, &h->member, digests);
 	if (rc)
 		return rc;
-	if (index_get(s->idx, ino, &n) == 0)
-		fs_prefetch_note_open(s, ino, n.parent);
+	fs_prefetch_note_open(s, ino, h->parent);
 	/* Held now, a speculative download is this reader's: the engine looks at it again (it
 	 * may still be waiting for a speculative slot). */
 	if (!*created && flight_is_speculative(f))

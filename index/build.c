@@ -10,9 +10,9 @@
  * table of every path seen (path_table.c) finds parents, duplicates and clashes without a
  * query per segment.
  *
- * Lock: build_lock (below), then idx->lock. Each call takes idx->lock for its statements;
- * the builder's own fields belong to the one loading thread (index_build_add may run on
- * another, one at a time).
+ * Lock: idx->build_lock (index_i.h) for the whole build, then idx->lock, which each call
+ * takes for its statements; the builder's own fields belong to the one loading thread
+ * (index_build_add may run on another, one at a time).
  */
 #include "index/digest_sizes.h"
 #include "index/path_table.h"
@@ -23,16 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/*
- * One build at a time: held from index_build_begin* to index_build_commit or _abort, by the
- * thread that began the build. A build is one transaction on its namespace's connection,
- * and a connection has one at a time: the first lookups in two directories with nested
- * manifests, at once, made one listing and failed the others with EIO ("cannot start a
- * transaction within a transaction"). Now the others wait for it. A process has one
- * namespace (tests open more, and build them one after another).
- */
-static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The sha256 of no bytes. */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -566,7 +556,7 @@ static int build_begin(struct index *idx, uint64_t root_ino, bool subtree,
 	b->idx = idx;
 	b->root = root_ino;
 	b->subtree = subtree;
-	pthread_mutex_lock(&build_lock);
+	pthread_mutex_lock(&idx->build_lock);
 	pthread_mutex_lock(&idx->lock);
 	rc = path_table_init(&b->pt);
 	if (rc == 0)
@@ -606,7 +596,7 @@ out:
 		index_rollback(idx);
 	pthread_mutex_unlock(&idx->lock);
 	if (rc < 0) {
-		pthread_mutex_unlock(&build_lock);
+		pthread_mutex_unlock(&idx->build_lock);
 		builder_free(b);
 	}
 	return rc;
@@ -670,7 +660,7 @@ int index_build_commit(struct index_builder *b)
 		index_rollback(idx);
 	}
 	pthread_mutex_unlock(&idx->lock);
-	pthread_mutex_unlock(&build_lock);
+	pthread_mutex_unlock(&idx->build_lock);
 	builder_free(b);
 	return rc;
 }
@@ -682,6 +672,6 @@ void index_build_abort(struct index_builder *b)
 	pthread_mutex_lock(&b->idx->lock);
 	index_rollback(b->idx);
 	pthread_mutex_unlock(&b->idx->lock);
-	pthread_mutex_unlock(&build_lock);
+	pthread_mutex_unlock(&b->idx->build_lock);
 	builder_free(b);
 }

@@ -263,6 +263,11 @@ static int open_at(const char *path, bool fresh, struct index **out)
 	rc = -pthread_mutex_init(&idx->lock, NULL);
 	if (rc < 0)
 		goto err_free;
+	rc = -pthread_mutex_init(&idx->build_lock, NULL);
+	if (rc < 0) {
+		pthread_mutex_destroy(&idx->lock);
+		goto err_free;
+	}
 	namespace_stmts(idx, defs);
 	if (path && fresh && unlink(path) != 0 && errno != ENOENT) {
 		rc = -errno;
@@ -293,6 +298,7 @@ err_close:
 	index_db_finalize_all(defs, NAMESPACE_STMTS);
 	sqlite3_close(idx->db);
 err_lock:
+	pthread_mutex_destroy(&idx->build_lock);
 	pthread_mutex_destroy(&idx->lock);
 err_free:
 	free(idx);
@@ -308,6 +314,7 @@ void index_close(struct index *idx)
 	namespace_stmts(idx, defs);
 	index_db_finalize_all(defs, NAMESPACE_STMTS);
 	sqlite3_close(idx->db);
+	pthread_mutex_destroy(&idx->build_lock);
 	pthread_mutex_destroy(&idx->lock);
 	free(idx);
 }

@@ -17,6 +17,14 @@
 #include <sqlite3.h>
 
 struct index {
+	/*
+	 * One build at a time (build.c): held from index_build_begin* to its commit or abort by
+	 * the thread that began it, taken before lock. A build is one transaction on db, and a
+	 * connection has one at a time: two first lookups of directories with nested manifests
+	 * at once made one listing and failed the other with EIO ("cannot start a transaction
+	 * within a transaction"); the second now waits for the first.
+	 */
+	pthread_mutex_t build_lock;
 	pthread_mutex_t lock;
 	/* Everything below is guarded by lock. */
 	sqlite3 *db;

@@ -42,28 +42,38 @@ struct spool_reserve {
 static void *run(void *arg)
 {
 	struct spool_reserve *r = arg;
+	/* Files this thread may make before it counts the free fds again: counting reads all
+	 * of /proc/self/fd, so it is done once per refill (at most RESERVE_MAX files, well
+	 * inside RESERVE_FD_ROOM), not once per file. */
+	int budget = 0;
 
 	pthread_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		if (r->disabled || r->idle || r->n >= r->target) {
+			budget = 0; /* readers may have taken fds while it waited */
 			pthread_cond_wait(&r->wake, &r->lock);
 			continue;
 		}
 		pthread_mutex_unlock(&r->lock);
 		int fd = -1, err = 0;
-		if (util_fd_room() > RESERVE_FD_ROOM) {
+		if (budget <= 0)
+			budget = util_fd_room() - RESERVE_FD_ROOM;
+		if (budget > 0) {
+			budget--;
 			fd = openat(r->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 			err = fd < 0 ? errno : 0;
 		}
+		bool unsupported = fd < 0 && err != 0 && err != EMFILE && err != ENFILE &&
+		                   err != ENOSPC && err != EDQUOT && err != EINTR;
+		if (unsupported) /* EOPNOTSUPP, EISDIR (an old kernel), EINVAL... */
+			util_log(UTIL_LOG_DEBUG, "spool files are not made ahead here: %s",
+			         strerror(err));
 		pthread_mutex_lock(&r->lock);
 		if (fd >= 0 && r->n < RESERVE_MAX) {
 			r->fds[r->n++] = fd;
 			fd = -1;
-		} else if (fd < 0 && err != 0 && err != EMFILE && err != ENFILE && err != ENOSPC &&
-		           err != EDQUOT && err != EINTR) {
-			r->disabled = true; /* EOPNOTSUPP, EISDIR (an old kernel), EINVAL... */
-			util_log(UTIL_LOG_DEBUG, "spool files are not made ahead here: %s",
-			         strerror(err));
+		} else if (unsupported) {
+			r->disabled = true;
 		} else if (fd < 0) {
 			r->idle = true;
 		}
