@@ -601,7 +601,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
                                     bool *created, bool *is_member, struct fs_member *member,
                                     const unsigned char *digests)
 {
-	int rc = flight_hold_spool(*f);
+	int rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
 
 	if (rc == -ENOENT || rc == -ESTALE) {
 		/* Failed meanwhile: out of the table already. Else its idle spool was closed,
@@ -620,7 +620,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		if (rc == FS_OPEN_HASH_LIST)
 			return rc; /* its hash list first, as at a first open */
 		if (rc == 0)
-			rc = flight_hold_spool(*f);
+			rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
 	}
 	if (rc && *f) {
 		util_log(UTIL_LOG_WARN, "%s: cannot open its spool file again: %s", flight_name(*f),

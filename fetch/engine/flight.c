@@ -222,15 +222,16 @@ static int same_spool_locked(const struct flight *f, int fd)
 	return 0;
 }
 
-/* Counts a user of f's spool, reopening an idle one by name. 0 or -errno (not counted). */
-static int use_spool(struct flight *f)
+/* Counts a user of f's spool, reopening an idle one by name. 0 or -errno (not counted).
+ * With failed_too a failed f is counted too (its users read its error). */
+static int use_spool(struct flight *f, bool failed_too)
 {
 	bool reopen;
 	int fd = -1, rc = 0;
 
 	pthread_mutex_lock(&f->lock);
 	/* Counted before the lock goes: no idle close can come between here and the reopen. */
-	if (f->state == FLIGHT_FAILED)
+	if (f->state == FLIGHT_FAILED && !failed_too)
 		rc = -ESTALE;
 	else
 		f->spool_users++;
@@ -266,15 +267,25 @@ static int use_spool(struct flight *f)
 	return rc;
 }
 
-int flight_hold_spool(struct flight *f)
+static int hold_spool(struct flight *f, bool failed_too)
 {
-	int rc = use_spool(f);
+	int rc = use_spool(f, failed_too);
 
 	if (rc == 0) {
 		atomic_fetch_add(&f->handles, 1);
 		atomic_store(&f->opened, true);
 	}
 	return rc;
+}
+
+int flight_hold_spool(struct flight *f)
+{
+	return hold_spool(f, false);
+}
+
+int flight_hold_spool_created(struct flight *f)
+{
+	return hold_spool(f, true);
 }
 
 void flight_release_spool(struct flight *f)
@@ -285,7 +296,7 @@ void flight_release_spool(struct flight *f)
 
 int flight_hold_spool_to_record(struct flight *f)
 {
-	int rc = use_spool(f);
+	int rc = use_spool(f, false);
 
 	if (rc)
 		return rc;

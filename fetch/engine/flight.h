@@ -161,6 +161,12 @@ void flight_table_forget(struct flight *f);
  * Pair a success with flight_release_spool.
  */
 int flight_hold_spool(struct flight *f);
+/*
+ * flight_hold_spool for the open that created f: a failure of f is held too, so that the
+ * open's reads get f's error, never a reason to fetch again (that made a second request
+ * whenever an answer failing at once, a 404 or a refused redirect, beat the open to it).
+ */
+int flight_hold_spool_created(struct flight *f);
 void flight_release_spool(struct flight *f);
 
 /*
