@@ -893,6 +893,8 @@ int main(int argc, char *argv[])
 	size_t n_strings = 0;
 	int rc, status = 1, ledger_fd = -1;
 
+	/* Before anything opens a database; a failure only costs speed. */
+	(void)index_init_process();
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return fs_status_main(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "publish") == 0)

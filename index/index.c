@@ -64,6 +64,11 @@ static const char namespace_schema_sql[] =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
 
+int index_init_process(void)
+{
+	return index_db_errno(sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0));
+}
+
 int index_namespace_indexes(struct index *idx)
 {
 	return index_db_exec_sql(

@@ -45,6 +45,14 @@ struct index_node {
 	char name[INDEX_NAME_MAX + 1];     /* "" for the root */
 };
 
+/*
+ * Once per process, before any thread or sqlite connection exists: sets sqlite up for how
+ * spoolfs uses it. Memory statistics off: with them, every sqlite allocation takes one
+ * global mutex, which the loader's two threads (load_pipe.h) fought over for a tenth of a
+ * large load. 0 or -errno (sqlite already in use).
+ */
+int index_init_process(void);
+
 /* Opens a fresh, empty namespace of this session's alone. *out is owned by the caller
  * (index_close). */
 int index_open(struct index **out);
