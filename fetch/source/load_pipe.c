@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +32,16 @@ struct queued {
 	char data[];
 };
 
+/* Room for a batch's entries in its own block: one allocation per batch, not one per entry
+ * made on this thread and freed on the builder's (glibc then locks this thread's arena). An
+ * entry that does not fit has a block of its own. */
+#define PIPE_ROOM (PIPE_BATCH * 384)
+
 struct batch {
-	size_t n;
+	size_t n, used; /* entries, and bytes of room taken */
 	struct queued *q[PIPE_BATCH];
+	bool own[PIPE_BATCH]; /* q[k] is a block of its own, not in room */
+	_Alignas(max_align_t) char room[PIPE_ROOM];
 };
 
 struct load_pipe {
@@ -58,7 +66,8 @@ static void batch_free(struct batch *b)
 	if (!b)
 		return;
 	for (size_t k = 0; k < b->n; k++)
-		free(b->q[k]);
+		if (b->own[k])
+			free(b->q[k]);
 	free(b);
 }
 
@@ -73,7 +82,8 @@ static const char *put_text(char **at, const char *s, size_t n)
 	return d;
 }
 
-static struct queued *copy_entry(int64_t i, const struct index_build_entry *be)
+/* Copies entry i into b's room, or a block of its own when it does not fit (b->own). */
+static struct queued *copy_entry(struct batch *b, int64_t i, const struct index_build_entry *be)
 {
 	struct queued *q;
 	const char *const src[] = {
@@ -89,9 +99,17 @@ static struct queued *copy_entry(int64_t i, const struct index_build_entry *be)
 		                  : strlen(src[k]);
 		total += src[k] ? len[k] + 1 : 0;
 	}
-	q = malloc(sizeof(*q) + total);
-	if (!q)
-		return NULL;
+	size_t need =
+	    (sizeof(*q) + total + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+	b->own[b->n] = need > PIPE_ROOM - b->used;
+	if (b->own[b->n]) {
+		q = malloc(sizeof(*q) + total);
+		if (!q)
+			return NULL;
+	} else {
+		q = (struct queued *)(b->room + b->used);
+		b->used += need;
+	}
 	q->i = i;
 	q->be = *be;
 	const char **const dst[N] = {&q->be.path,          &q->be.sha256,     &q->be.url,
@@ -192,11 +210,12 @@ int load_pipe_put(struct load_pipe *p, int64_t i, const struct index_build_entry
 	struct queued *q;
 
 	if (!p->filling) {
-		p->filling = calloc(1, sizeof(*p->filling));
+		p->filling = malloc(sizeof(*p->filling));
 		if (!p->filling)
 			return -ENOMEM;
+		p->filling->n = p->filling->used = 0;
 	}
-	q = copy_entry(i, be);
+	q = copy_entry(p->filling, i, be);
 	if (!q)
 		return -ENOMEM;
 	p->filling->q[p->filling->n++] = q;
