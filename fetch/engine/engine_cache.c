@@ -31,6 +31,16 @@
  * how often a holder looks for such watchers. */
 #define WATCH_EVERY_MS 50
 #define WATCHERS_EVERY_MS 200
+/*
+ * make_room's look at the index (the sum of every object's size and the least recently used
+ * ones) costs a scan of the whole table: once per object, a walk of 1,000 small objects
+ * spent a quarter of the transfer thread's time in it. Between looks it adds the sizes of
+ * the objects it started to what it last saw, and looks again once that estimate passes
+ * this share of the bound, or this long after the last look (other mounts sharing the
+ * directory add to it too).
+ */
+#define ROOM_LOOK_SHARE 0.75
+#define ROOM_LOOK_EVERY_MS 1000
 
 /* Whether `fresh` bytes written since the last record are worth an fdatasync now. */
 static bool record_due(const struct flight *f, uint64_t fresh, uint64_t now, bool force)
@@ -100,9 +110,14 @@ int64_t cache_use_stamp(struct engine *e)
 static void make_room(struct engine *e, struct flight *f)
 {
 	struct index_spool_entry lru[64];
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, now = now_ms(), max = e->cfg.cache_max_size;
 	size_t n = 0;
 
+	if (e->room_checked && now - e->room_checked_ms < ROOM_LOOK_EVERY_MS &&
+	    (double)(e->room_seen + e->room_added + f->size) < ROOM_LOOK_SHARE * (double)max) {
+		e->room_added += f->size;
+		return;
+	}
 	if (index_spool_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
 		return;
 	for (size_t i = 0; i < n && bytes > e->cfg.cache_max_size; i++) {
@@ -119,6 +134,11 @@ static void make_room(struct engine *e, struct flight *f)
 	}
 	for (size_t i = 0; i < n; i++)
 		free(lru[i].key);
+	/* The sum counts f already (activate touched its row with its size). */
+	e->room_checked = true;
+	e->room_checked_ms = now;
+	e->room_seen = bytes;
+	e->room_added = 0;
 	if (bytes > e->cfg.cache_max_size)
 		util_log(UTIL_LOG_WARN,
 		         "cache holds %" PRIu64 " bytes, over --cache-max-size %" PRIu64
@@ -176,8 +196,11 @@ static void found_complete(struct engine *e, struct flight *f)
 	atomic_fetch_add_explicit(&e->stats.restored, 1, memory_order_relaxed);
 }
 
-/* Picks up what a previous session left in a persistent cache. 0 when it did. */
-static int reuse_spool(struct engine *e, struct flight *f)
+/*
+ * Picks up what a previous session left in a persistent cache. 0 when it did; otherwise
+ * *none says whether the records showed nothing to reset (no ranges, not complete).
+ */
+static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 {
 	struct util_ranges recorded;
 	bool complete = false;
@@ -189,6 +212,7 @@ static int reuse_spool(struct engine *e, struct flight *f)
 		return -ENOENT;
 	util_ranges_init(&recorded);
 	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+	*none = (rc == 0 || rc == -ENOENT) && !complete && recorded.total == 0;
 	if (rc == 0 && complete)
 		rc = check_seal(e, f, true, &complete);
 	if (rc == 0) {
@@ -211,19 +235,22 @@ static int reuse_spool(struct engine *e, struct flight *f)
 /* This mount downloads f: from what the cache holds, else from the start. */
 void cache_start_owned(struct engine *e, struct flight *f)
 {
+	bool none = false;
 	int rc;
 
 	if (e->cfg.durable && e->cfg.records && e->cfg.cache_max_size)
 		make_room(e, f);
-	rc = reuse_spool(e, f);
+	rc = reuse_spool(e, f, &none);
 	if (rc == 0)
 		return;
 	if (f->spool_fd >= 0) {
 		engine_fail_flight(e, f, rc, "cannot restore the spool file");
 		return;
 	}
-	/* Stale records must go before the file is truncated, or a crash could restore them. */
-	if (e->cfg.durable && e->cfg.records) {
+	/* Stale records must go before the file is truncated, or a crash could restore them.
+	 * Records that hold nothing (a fresh object: only its use time) need no write: this
+	 * mount holds the lease, so no other one records ranges for it meanwhile. */
+	if (e->cfg.durable && e->cfg.records && !none) {
 		rc = index_spool_reset(e->cfg.records, f->key);
 		if (rc) {
 			engine_fail_flight(e, f, rc, "cannot update the cache index");

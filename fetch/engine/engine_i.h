@@ -105,6 +105,10 @@ struct engine {
 	bool spec_fd_blocked;
 	unsigned fd_shorts_seen;
 	int64_t last_use_stamp;
+	/* Transfer thread only: what the last look at the cache's usage found (bytes), the sizes
+	 * of objects started since, and when it looked: make_room's estimate between looks. */
+	uint64_t room_seen, room_added, room_checked_ms;
+	bool room_checked;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
 	/*

@@ -647,3 +647,28 @@ def test_without_cache_max_size_a_small_disk_still_never_fills(store, mount, tmp
         m.check_clean_exit()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def thread_nice(pid, name):
+    """The nice value of the daemon's thread called name (field 19 of its stat)."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            if f.read().strip() == name:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[16])
+    return None
+
+
+def test_the_recorder_yields_the_cpu_to_readers(store, mount, tmp_path):
+    """A walk of small objects queued a record per object (two syncs, two transactions), and
+    on a loaded machine the recorder's CPU came out of the reader's: it runs at nice 10,
+    and its records still come (the object is durable)."""
+    a = store.add("a.bin", 64 << 10)
+    url = store.write()
+    m = mount(url, "--cache-dir", str(tmp_path / "cache"), "--keep-cache")
+    assert read_file(m.p(a)) == expected(store, a)
+    wait_durable(m, a)
+    with open(m.p(".spoolfs/stats")) as f:
+        pid = int(dict(l.split() for l in f if not l.startswith("#"))["spoolfs_serving_pid"])
+    assert thread_nice(pid, "spoolfs-record") == 10
+    assert thread_nice(pid, "spoolfs-xfer") == 0
