@@ -495,3 +495,48 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         assert set(kept) <= set(names), sorted(set(kept) - set(names))[:5]
     finally:
         up.stop()
+
+
+def test_a_stop_during_the_init_replay_ends_cleanly(store, tmp_path):
+    """SIGTERM while a restarted serving process replays INIT: the replaying worker is held
+    at a gate (SPOOLFS_TEST_REPLAY_GATE, a FIFO) while another worker waits for the replay;
+    the stop cancels that one. The mount then ends cleanly once the gate opens: the
+    cancelled waiter must not keep the handover lock."""
+    path = store.add("a.bin", 5000)
+    fifo = str(tmp_path / "gate")
+    os.mkfifo(fifo)
+    env = daemon_env()
+    env["SPOOLFS_TEST_REPLAY_GATE"] = fifo
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
+    gate = {}
+
+    def hold():  # returns once the replaying worker is at the gate
+        gate["fd"] = os.open(fifo, os.O_WRONLY)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    try:
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        old = m.serving_pid()
+        holder.start()
+        os.kill(old, signal.SIGKILL)
+        holder.join(30 * SLOW)
+        assert "fd" in gate, "the replay never reached the gate"
+        new = m.serving_pid()
+        tasks = lambda: len(os.listdir("/proc/%d/task" % new))
+        before = tasks()
+        m.proc.send_signal(signal.SIGTERM)
+        # The stop cancels the worker waiting for the replay: one thread fewer.
+        wait_until(lambda: tasks() < before, "no worker was cancelled")
+        os.close(gate.pop("fd"))  # the gate opens: the replay goes on, into the stop
+        assert m.proc.wait(30 * SLOW) == 0, m.stderr()
+        m.unmounted = True
+        assert not is_mounted(m.path)
+        assert not any(mark in m.stderr() for mark in SANITIZER_MARKS), m.stderr()
+    finally:
+        if "fd" in gate:
+            os.close(gate["fd"])
+        elif holder.is_alive():
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # frees the holder
+        m.kill()
+
