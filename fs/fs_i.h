@@ -54,6 +54,7 @@ struct fs_options {
 	int no_sign;
 	/* As given; fs_options_parse checks them and sets the numbers below. */
 	char *stall_timeout_text;
+	char *start_timeout_text;
 	char *retries_text;
 	char *max_transfers_text;
 	char *stats_mode_text;
@@ -70,6 +71,7 @@ struct fs_options {
 	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
 	unsigned stall_timeout_s;
+	unsigned start_timeout_s; /* --start-timeout: a serving process serves within it */
 	unsigned retries;
 	unsigned max_transfers;
 	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
@@ -388,6 +390,10 @@ void fs_set_log_level(const char *name, bool debug);
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
+/* Makes every relative file option (--log-file, --cache-dir, ...) absolute against cwd,
+ * the directory the mount was started from: the supervisor and each serving process run
+ * from "/" and open them later (a restart, a log reopened at SIGUSR1). 0 or -ENOMEM. */
+int fs_options_resolve(struct fs_options *opts, const char *cwd);
 void fs_options_free(struct fs_options *opts);
 
 /*

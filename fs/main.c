@@ -617,7 +617,12 @@ out:
  * are, in the ledger: fs_passthrough_inherited). */
 static int take_over(struct fs_session *s)
 {
-	int rc = fs_handover_load(s);
+	int rc;
+
+	/* Tests: a serving process that hangs before it serves (--start-timeout ends it). */
+	while (getenv("SPOOLFS_TEST_SERVE_HANG"))
+		pause();
+	rc = fs_handover_load(s);
 
 	atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
 	if (rc && rc != -ENOENT) {
@@ -937,6 +942,12 @@ int main(int argc, char *argv[])
 	s.timeout_s = 86400.0 * 365;
 	if (fs_options_parse(&args, &s.opts) != 0) {
 		status = 2;
+		goto out_args;
+	}
+	/* Relative file options name files from where the mount was started: the daemon runs
+	 * from "/" later (and a later serving process from the start), and opens some again. */
+	if (fs_options_resolve(&s.opts, s.generation ? strings[FS_RUN_CWD] : cwd) != 0) {
+		fprintf(stderr, "spoolfs: out of memory\n");
 		goto out_args;
 	}
 	if (s.opts.uid >= 0)

@@ -497,6 +497,36 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         up.stop()
 
 
+def test_a_serving_process_that_never_serves_is_bounded_by_the_start_timeout(store, tmp_path):
+    """A restarted serving process that hangs before it serves (SPOOLFS_TEST_SERVE_HANG)
+    is killed after --start-timeout and counts as a failed start: three in a row end in a
+    clean unmount with one line, and a reader waiting meanwhile is answered."""
+    path = store.add("a.bin", 5000)
+    late = store.add("late.bin", 6000)
+    env = daemon_env()
+    env["SPOOLFS_TEST_SERVE_HANG"] = "1"  # every serving process after the first hangs
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env,
+              args=("--start-timeout", str(max(1, round(2 * SLOW)))))
+    try:
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        os.kill(m.serving_pid(), signal.SIGKILL)
+        out, threads = start_readers([m.p(late)])  # waits on the hanging processes
+        assert m.proc.wait(60 * SLOW) == 1
+        m.unmounted = True
+        join_all(threads, 30)
+        assert isinstance(out[0], OSError), out[0]
+        assert not is_mounted(m.path)
+        log = m.stderr()
+        assert log.count("did not serve within") == 3, log
+        ends = [l for l in log.splitlines() if "unmounting" in l]
+        assert len(ends) == 1, log
+        assert "in a row died before serving" in ends[0], log
+        assert not any(mark in log for mark in SANITIZER_MARKS), log
+    finally:
+        m.kill()
+
+
 def test_a_stop_during_the_init_replay_ends_cleanly(store, tmp_path):
     """SIGTERM while a restarted serving process replays INIT: the replaying worker is held
     at a gate (SPOOLFS_TEST_REPLAY_GATE, a FIFO) while another worker waits for the replay;
@@ -540,3 +570,32 @@ def test_a_stop_during_the_init_replay_ends_cleanly(store, tmp_path):
             os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # frees the holder
         m.kill()
 
+
+def test_a_relative_log_file_stays_where_the_mount_was_started(store, tmp_path, monkeypatch):
+    """--log-file with a relative path names a file in the directory the mount was started
+    from, for every process: a later serving process (which runs from "/") reopens it
+    there at SIGUSR1, as logrotate asks."""
+    store.add("a.bin", 5000)
+    store.add("b.bin", 6000)
+    name = "spoolfs-relative-%d.log" % os.getpid()
+    monkeypatch.chdir(tmp_path)
+    log, astray = tmp_path / name, "/" + name
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log",
+              args=("--log-file", name, "--log-level", "debug"))
+    try:
+        assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+        kill_serving(m)
+        os.rename(log, str(log) + ".1")  # logrotate, then its signal
+        m.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: os.path.exists(log) or os.path.exists(astray),
+                   "the log file opened again")
+        assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+        wait_until(lambda: "b.bin: GET" in open(log).read() if os.path.exists(log) else
+                   os.path.exists(astray), "b.bin's GET in the log")
+        assert not os.path.exists(astray), "the log went to " + astray
+        assert "b.bin: GET" in open(log).read()
+        m.check_clean_exit()
+    finally:
+        m.kill()
+        if os.path.exists(astray):
+            os.unlink(astray)
