@@ -612,9 +612,8 @@ out:
 }
 
 /* A later serving process takes the connection over (handover.c): INIT is replayed, and
- * the kernel resends what the dead one had read. Passthrough stays off for new opens: the
- * kernel's page-cache opens of the dead process are not known here (its passthrough ones
- * are, in the ledger: fs_passthrough_inherited). */
+ * the kernel resends what the dead one had read. Passthrough is as the first process
+ * settled it: the ledger says how the kernel holds each inode the dead ones left open. */
 static int take_over(struct fs_session *s)
 {
 	int rc;
@@ -623,8 +622,8 @@ static int take_over(struct fs_session *s)
 	while (getenv("SPOOLFS_TEST_SERVE_HANG"))
 		pause();
 	rc = fs_handover_load(s);
-
-	atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
+	if (rc == 0)
+		fs_passthrough_note_replayed_init(s);
 	if (rc && rc != -ENOENT) {
 		util_log(UTIL_LOG_ERROR, "cannot read the recorded INIT: %s", strerror(-rc));
 		return rc;

@@ -599,3 +599,49 @@ def test_a_relative_log_file_stays_where_the_mount_was_started(store, tmp_path, 
         m.kill()
         if os.path.exists(astray):
             os.unlink(astray)
+
+
+def test_after_a_kill_new_opens_pass_through_and_page_cache_files_open_again(
+        store, mount, tmp_path):
+    """Passthrough is the connection's, settled at its one INIT: a later serving process
+    opens new objects passthrough as the first did. An inode that the dead process left
+    open through the page cache (the ledger records those too) opens through the page cache
+    until its last such file closes, or the kernel would fail the open (EIO); then it
+    passes through as well."""
+    from test_passthrough import metric, why_no_passthrough
+    if why_no_passthrough() is not None:
+        pytest.skip(str(why_no_passthrough()))
+    fresh = store.add("fresh.bin", 2 * MiB + 3)
+    held_path = store.add("held.bin", MiB + 5)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    store.up.fault(held_path, gate=True)
+    # Opened while its download waits at the gate: through the page cache.
+    held = open(m.p(held_path), "rb", buffering=0)
+    try:
+        store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=held_path)
+        kill_serving(m)
+        store.up.release(held_path)
+        # The held file is not read here (its handle is not rebuilt): only the ledger
+        # tells the new process that the kernel holds it open through the page cache.
+        # Complete after the first read, yet every open of it goes the same way.
+        for _ in range(3):
+            with open(m.p(held_path), "rb") as f:
+                assert f.read() == expected(store, held_path)
+        assert metric(m, "passthrough_opens_total") == 0
+        assert held.read() == expected(store, held_path)
+        # An object first opened after the kill passes through once complete.
+        assert read_file(m.p(fresh)) == expected(store, fresh)
+
+        def reopened_passthrough(path):
+            before = metric(m, "passthrough_opens_total")
+            with open(m.p(path), "rb") as f:
+                assert f.read() == expected(store, path)
+            return metric(m, "passthrough_opens_total") > before
+
+        wait_until(lambda: reopened_passthrough(fresh), "no passthrough open after the kill")
+    finally:
+        store.up.release(held_path)
+        held.close()
+    # Its last page-cache file closed: it passes through too.
+    wait_until(lambda: reopened_passthrough(held_path), "the held file never passes through")
+    assert "passthrough reads are off" not in m.stderr(), m.stderr()
