@@ -489,7 +489,12 @@ int fs_supervisor_main(int argc, char **argv)
 	if (sig_fd < 0)
 		return 1;
 	write_state(&sv);
-	/* The first child may have ended before the mask was set: look once. */
+	/* The first child may have ended before the mask was set: look once, after reading
+	 * whether it said it serves (else a death of a child that served, before this
+	 * process got here, counted as a failed start). */
+	struct pollfd said = {.fd = sv.ctl_fd, .events = POLLIN};
+	if (poll(&said, 1, 0) == 1 && (said.revents & (POLLIN | POLLHUP)))
+		read_ctl(&sv);
 	int status, end = 0;
 	if (waitpid(sv.child, &status, WNOHANG) == sv.child)
 		end = child_ended(&sv, status);
