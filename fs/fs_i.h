@@ -54,6 +54,7 @@ struct fs_options {
 	int no_sign;
 	/* As given; fs_options_parse checks them and sets the numbers below. */
 	char *stall_timeout_text;
+	char *start_timeout_text;
 	char *retries_text;
 	char *max_transfers_text;
 	char *stats_mode_text;
@@ -70,6 +71,7 @@ struct fs_options {
 	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
 	unsigned stall_timeout_s;
+	unsigned start_timeout_s; /* --start-timeout: a serving process serves within it */
 	unsigned retries;
 	unsigned max_transfers;
 	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
@@ -325,14 +327,19 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h);
  * cache: then fs_page_drop_released. */
 bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h);
 /*
- * A later serving process's open of ino: when files of ino that an earlier process opened
- * passthrough are still open, the kernel lets this open be passthrough only, with their
- * backing id: returns it (>0, the open counted in the ledger), else 0. Any process's
- * release of such a file: fs_passthrough_inherited_release (closes the backing id with
- * the last one).
+ * A later serving process's open h of h->ino (h->passthrough set, h->id chosen): when files
+ * of ino that an earlier process opened passthrough are still open, the kernel lets this
+ * open be passthrough only, with their backing id: returns it (> 0, h recorded in the
+ * ledger), else 0. The release of such a file, or of any file this process does not know
+ * (an earlier process's): fs_passthrough_inherited_release with its fh (the ledger forgets
+ * it; the backing id goes with the last file that names it).
  */
-int fs_passthrough_inherited(struct fs_session *s, uint64_t ino);
-void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino);
+int fs_passthrough_inherited(struct fs_session *s, struct fs_handle *h);
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t fh);
+/* A later serving process: whether the INIT the kernel answered (the recorded reply) asked
+ * for passthrough, and the ledger knows every file the kernel holds: new opens may then use
+ * it. */
+void fs_passthrough_note_replayed_init(struct fs_session *s);
 
 /* Counts a handle rebuilt for an earlier serving process's open (ops.c) as one through
  * the page cache, which it is. 0 or -ENOMEM. */
@@ -388,6 +395,10 @@ void fs_set_log_level(const char *name, bool debug);
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
 void fs_options_usage(const char *prog);
+/* Makes every relative file option (--log-file, --cache-dir, ...) absolute against cwd,
+ * the directory the mount was started from: the supervisor and each serving process run
+ * from "/" and open them later (a restart, a log reopened at SIGUSR1). 0 or -ENOMEM. */
+int fs_options_resolve(struct fs_options *opts, const char *cwd);
 void fs_options_free(struct fs_options *opts);
 
 /*
@@ -416,6 +427,9 @@ void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, s
 /* Gives a new handle its fh (returned; h->passthrough decided before) and links it into
  * the session's tables; fs_handle_free unlinks and frees it (its flight reference or its
  * snapshot). */
+/* h's fh, chosen now if it has none yet (fs_handle_track keeps it): the passthrough
+ * ledger records an open by its fh before the reply. */
+uint64_t fs_handle_assign_id(struct fs_session *s, struct fs_handle *h);
 uint64_t fs_handle_track(struct fs_session *s, struct fs_handle *h);
 void fs_handle_free(struct fs_session *s, struct fs_handle *h);
 /* The handle with fh, or NULL: none of this process's (an earlier serving process opened

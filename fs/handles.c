@@ -45,14 +45,24 @@ static struct fs_handle *find_locked(struct fs_session *s, uint64_t id)
 	return h;
 }
 
-uint64_t fs_handle_track(struct fs_session *s, struct fs_handle *h)
+uint64_t fs_handle_assign_id(struct fs_session *s, struct fs_handle *h)
 {
-	uint64_t serial = atomic_fetch_add(&s->handle_serial, 1) + 1;
-	uint64_t id = (s->generation << SERIAL_BITS) | (serial & ((1ULL << SERIAL_BITS) - 1));
+	uint64_t serial, id;
 
+	if (h->id)
+		return h->id;
+	serial = atomic_fetch_add(&s->handle_serial, 1) + 1;
+	id = (s->generation << SERIAL_BITS) | (serial & ((1ULL << SERIAL_BITS) - 1));
 	if (h->passthrough)
 		id |= FS_FH_PASSTHROUGH;
 	h->id = id;
+	return id;
+}
+
+uint64_t fs_handle_track(struct fs_session *s, struct fs_handle *h)
+{
+	uint64_t id = fs_handle_assign_id(s, h);
+
 	pthread_mutex_lock(&s->handles_lock);
 	link_locked(s, h);
 	pthread_mutex_unlock(&s->handles_lock);

@@ -153,13 +153,47 @@ static void answer_resent_init(struct fs_session *s, int fd, uint64_t unique)
 		util_log(UTIL_LOG_WARN, "cannot answer the resent INIT: %s", strerror(errno));
 }
 
-/* Until the replayed INIT went through libfuse, other readers wait. */
+static void unlock_handover(void *lock)
+{
+	pthread_mutex_unlock(lock);
+}
+
+/*
+ * Until the replayed INIT went through libfuse, other readers wait. This runs in libfuse's
+ * read, where its workers can be cancelled (a stop cancels every worker at the end of the
+ * loop), and pthread_cond_wait is a cancellation point that returns to the handler with
+ * the mutex held: without the handler, a stop during the replay left handover_lock locked
+ * by a dead thread, and the replaying worker hung on it in device_writev, the stop with it.
+ */
 static void wait_replayed(struct fs_session *s)
 {
 	pthread_mutex_lock(&s->handover_lock);
+	pthread_cleanup_push(unlock_handover, &s->handover_lock);
 	while (atomic_load(&s->replay) != REPLAY_DONE)
 		pthread_cond_wait(&s->handover_cond, &s->handover_lock);
-	pthread_mutex_unlock(&s->handover_lock);
+	pthread_cleanup_pop(1);
+}
+
+/* Tests: the replay's reply waits here until the FIFO named by SPOOLFS_TEST_REPLAY_GATE is
+ * opened for writing and closed again (a gate the test holds). */
+static void test_replay_gate(void)
+{
+	const char *path = getenv("SPOOLFS_TEST_REPLAY_GATE");
+	char c;
+	ssize_t n;
+	int fd;
+
+	if (!path)
+		return;
+	do
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		return;
+	do
+		n = read(fd, &c, 1);
+	while (n > 0 || (n < 0 && errno == EINTR));
+	close(fd);
 }
 
 static ssize_t device_read(int fd, void *buf, size_t len, void *userdata)
@@ -213,6 +247,7 @@ static ssize_t device_writev(int fd, struct iovec *iov, int count, void *userdat
 		/* The kernel had its reply from the first process: this one is dropped. */
 		for (int i = 0; i < count; i++)
 			total += (ssize_t)iov[i].iov_len;
+		test_replay_gate();
 		pthread_mutex_lock(&s->handover_lock);
 		atomic_store(&s->replay, REPLAY_DONE);
 		pthread_cond_broadcast(&s->handover_cond);

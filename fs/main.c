@@ -612,14 +612,18 @@ out:
 }
 
 /* A later serving process takes the connection over (handover.c): INIT is replayed, and
- * the kernel resends what the dead one had read. Passthrough stays off for new opens: the
- * kernel's page-cache opens of the dead process are not known here (its passthrough ones
- * are, in the ledger: fs_passthrough_inherited). */
+ * the kernel resends what the dead one had read. Passthrough is as the first process
+ * settled it: the ledger says how the kernel holds each inode the dead ones left open. */
 static int take_over(struct fs_session *s)
 {
-	int rc = fs_handover_load(s);
+	int rc;
 
-	atomic_store(&s->passthrough, FS_PASSTHROUGH_OFF);
+	/* Tests: a serving process that hangs before it serves (--start-timeout ends it). */
+	while (getenv("SPOOLFS_TEST_SERVE_HANG"))
+		pause();
+	rc = fs_handover_load(s);
+	if (rc == 0)
+		fs_passthrough_note_replayed_init(s);
 	if (rc && rc != -ENOENT) {
 		util_log(UTIL_LOG_ERROR, "cannot read the recorded INIT: %s", strerror(-rc));
 		return rc;
@@ -939,6 +943,12 @@ int main(int argc, char *argv[])
 	s.timeout_s = 86400.0 * 365;
 	if (fs_options_parse(&args, &s.opts) != 0) {
 		status = 2;
+		goto out_args;
+	}
+	/* Relative file options name files from where the mount was started: the daemon runs
+	 * from "/" later (and a later serving process from the start), and opens some again. */
+	if (fs_options_resolve(&s.opts, s.generation ? strings[FS_RUN_CWD] : cwd) != 0) {
+		fprintf(stderr, "spoolfs: out of memory\n");
 		goto out_args;
 	}
 	if (s.opts.uid >= 0)

@@ -654,30 +654,29 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = -EROFS;
 		goto fail;
 	}
-	backing_id = fs_passthrough_inherited(s, ino);
-	if (backing_id > 0) {
-		/* Open passthrough by an earlier serving process: this open must be one too, with
-		 * its backing id. The kernel reads the file it named; no flight here. */
-		h = calloc(1, sizeof(*h));
-		if (!h) {
-			fs_passthrough_inherited_release(s, ino);
-			rc = -ENOMEM;
-			goto fail;
-		}
-		h->ino = ino;
-		h->inherited_passthrough = h->passthrough = true;
-		fi->fh = fs_handle_track(s, h);
-		if (fs_passthrough_reply_open(req, fi, backing_id) != 0) {
-			fs_passthrough_inherited_release(s, ino);
-			fs_handle_free(s, h);
-		}
-		return;
-	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
 		rc = -ENOMEM;
 		goto fail;
 	}
+	if (s->generation && !fs_virtual_ino(ino)) {
+		h->ino = ino;
+		h->passthrough = true; /* its fh then says so, as the kernel keeps it */
+		fs_handle_assign_id(s, h);
+	}
+	backing_id = h->id ? fs_passthrough_inherited(s, h) : 0;
+	if (backing_id > 0) {
+		/* Open passthrough by an earlier serving process: this open must be one too, with
+		 * its backing id. The kernel reads the file it named; no flight here. */
+		h->inherited_passthrough = true;
+		fi->fh = fs_handle_track(s, h);
+		if (fs_passthrough_reply_open(req, fi, backing_id) != 0) {
+			fs_passthrough_inherited_release(s, h->id);
+			fs_handle_free(s, h);
+		}
+		return;
+	}
+	memset(h, 0, sizeof(*h));
 	if (fs_virtual_ino(ino)) {
 		rc = fs_virtual_read_all(s, ino, &h->text, &h->len);
 		if (rc)
@@ -951,9 +950,9 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	if (!h || h->inherited_passthrough) {
 		/* An earlier serving process's, never used here: nothing of ours to free but
-		 * a passthrough open's count (its backing id goes with the inode's last one). */
-		if (h || (fi->fh & FS_FH_PASSTHROUGH))
-			fs_passthrough_inherited_release(s, ino);
+		 * its record in the ledger (a passthrough open's backing id goes with the
+		 * inode's last one). */
+		fs_passthrough_inherited_release(s, fi->fh);
 		if (h)
 			fs_handle_free(s, h);
 		fuse_reply_err(req, 0);

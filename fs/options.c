@@ -53,6 +53,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("netrc_file=%s", netrc_file),
     OPT("--stall-timeout %s", stall_timeout_text),
     OPT("stall_timeout=%s", stall_timeout_text),
+    OPT("--start-timeout %s", start_timeout_text),
+    OPT("start_timeout=%s", start_timeout_text),
     OPT("--retries %s", retries_text),
     OPT("retries=%s", retries_text),
     OPT("--max-transfers %s", max_transfers_text),
@@ -222,6 +224,9 @@ void fs_options_usage(const char *prog)
 	    "                         with latency histograms and a mount label, replaced\n"
 	    "                         whole every --metrics-interval and at unmount\n"
 	    "  --metrics-interval SEC seconds between writes of --metrics-file (default 5)\n"
+	    "  --start-timeout SEC    a serving process that does not serve within SEC after it\n"
+	    "                         starts (a restart, a reload) is killed and counts as a\n"
+	    "                         failed start (default 30)\n"
 	    "S3 sources (credentials, never on the command line: the AWS chain of environment,\n"
 	    "web identity, ~/.aws/credentials and config, container, instance metadata;\n"
 	    "refreshed before they expire; see spoolfs(1)):\n"
@@ -492,6 +497,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	}
 	if (parse_count("--stall-timeout", opts->stall_timeout_text, 1, 86400, 30,
 	                &opts->stall_timeout_s) != 0 ||
+	    parse_count("--start-timeout", opts->start_timeout_text, 1, 3600, 30,
+	                &opts->start_timeout_s) != 0 ||
 	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
 	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
 	                &opts->max_transfers) != 0 ||
@@ -521,6 +528,34 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 		fprintf(stderr, "spoolfs: unknown log level '%s'\n", opts->log_level);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* *path joined to cwd when it is relative. 0 or -ENOMEM. */
+static int make_absolute(char **path, const char *cwd)
+{
+	char *joined;
+
+	if (!*path || (*path)[0] == '/' || !(*path)[0])
+		return 0;
+	if (asprintf(&joined, "%s/%s", cwd, *path) < 0)
+		return -ENOMEM;
+	free(*path);
+	*path = joined;
+	return 0;
+}
+
+int fs_options_resolve(struct fs_options *opts, const char *cwd)
+{
+	char **paths[] = {&opts->cache_dir,   &opts->ca_file,      &opts->netrc_file,
+	                  &opts->log_file,    &opts->metrics_file, &opts->prefetch_list,
+	                  &opts->record_reads};
+
+	if (!cwd || cwd[0] != '/')
+		return 0; /* unknown: they stay as given */
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (make_absolute(paths[i], cwd) != 0)
+			return -ENOMEM;
 	return 0;
 }
 
@@ -555,6 +590,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->mirrors);
 	free(opts->log_level);
 	free(opts->log_file);
+	free(opts->start_timeout_text);
 	free(opts->endpoint);
 	free(opts->region);
 	free(opts->profile);

@@ -266,6 +266,15 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 	util_ranges_free(&recorded);
 }
 
+/* Whether files of ino that an earlier serving process opened through the page cache are
+ * still open (the ledger): the kernel refuses a passthrough open of ino until they close. */
+static bool cached_held_locked(struct fs_session *s, uint64_t ino)
+{
+	int64_t value;
+
+	return s->ledger && ino && util_ledger_get(s->ledger, ino, &value, NULL) > 0 && value == 0;
+}
+
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 {
 	struct flight *f = h->flight;
@@ -283,8 +292,10 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	 * download running could go through the page cache after a later one went passthrough.
 	 */
 	id = o->pt_backing_id;
-	if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON &&
-	    !flight_after_failure(f) && o->pt_cached_handles == 0) {
+	if (cached_held_locked(s, h->ino))
+		id = 0;
+	else if (id == 0 && atomic_load(&s->passthrough) == FS_PASSTHROUGH_ON &&
+	         !flight_after_failure(f) && o->pt_cached_handles == 0) {
 		flight_progress(f, NULL, NULL, &state);
 		if (state == FLIGHT_COMPLETE)
 			id = backing_id_locked(s, o, f);
@@ -295,9 +306,19 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 		o->pt_cached_handles++;
 	h->passthrough = id > 0;
 	h->object = o;
-	/* Before the reply: a process that replaces this one must know the kernel's file. */
-	if (id > 0 && s->ledger && h->ino && util_ledger_add(s->ledger, h->ino, id) < 0)
-		util_log(UTIL_LOG_WARN, "passthrough ledger full: a restart may fail opens of %s",
+	/*
+	 * Before the reply, by the fh the reply names: a process that replaces this one must
+	 * know how the kernel holds the inode, passthrough or through the page cache. Killed
+	 * after this and before the reply, the kernel resends the open (another fh): this
+	 * record stays, one too many, which keeps the inode in its mode (and its backing id
+	 * open) until the unmount. Never one too few.
+	 */
+	fs_handle_assign_id(s, h);
+	if (s->ledger && h->ino &&
+	    util_ledger_open(s->ledger, h->id, h->ino, id, s->generation + 1) == -ENOSPC)
+		util_log(UTIL_LOG_WARN,
+		         "passthrough ledger full: after a restart, new opens go through the page"
+		         " cache (%s)",
 		         flight_name(f));
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
@@ -332,6 +353,13 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 	o = h->object;
 	if (!o)
 		goto out;
+	/* The ledger first, then the backing id: killed between, the id stays open in the
+	 * kernel with nothing naming it (a leak until the unmount), never named and closed.
+	 * A RELEASE resent after a kill finds its fh forgotten and changes nothing. */
+	if (s->ledger && h->ino && !h->is_member) {
+		int64_t id;
+		(void)util_ledger_close(s->ledger, h->id, &id, NULL); /* the backing: below */
+	}
 	if (!h->passthrough) {
 		/* Decided here, under the lock: two releases racing must not both be the last. */
 		if (o->pt_cached_handles == 1 && !flight_after_failure(f)) {
@@ -347,44 +375,65 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 			util_log(UTIL_LOG_WARN, "closing passthrough backing %d: %s", close_id,
 			         strerror(errno));
 	}
-	if (h->passthrough && s->ledger && h->ino) {
-		int64_t id;
-		(void)util_ledger_sub(s->ledger, h->ino, &id, NULL); /* the backing: above */
-	}
 	object_leave_locked(s, h);
 out:
 	pthread_mutex_unlock(&s->passthrough_lock);
 	return last_cached;
 }
 
-int fs_passthrough_inherited(struct fs_session *s, uint64_t ino)
+int fs_passthrough_inherited(struct fs_session *s, struct fs_handle *h)
 {
-	int64_t id, ignored;
+	int64_t id;
 
 	if (!s->ledger || !s->generation)
 		return 0;
-	/* Counted first, found after, in one step: a release cannot close it in between. */
-	id = util_ledger_add(s->ledger, ino, 0);
-	if (id > 0)
-		return (int)id;
-	if (id == 0)
-		(void)util_ledger_sub(s->ledger, ino, &ignored, NULL); /* none: this entry goes */
-	return 0;
+	/* Found and counted in one step: a release cannot close the id in between. An entry
+	 * this process made is its own object's, opened the ordinary way. */
+	id = util_ledger_join(s->ledger, h->id, h->ino, s->generation + 1);
+	return id > 0 ? (int)id : 0;
 }
 
-void fs_passthrough_inherited_release(struct fs_session *s, uint64_t ino)
+void fs_passthrough_inherited_release(struct fs_session *s, uint64_t fh)
 {
 	int64_t id = 0;
 	bool last = false;
 
-	if (!s->ledger || util_ledger_sub(s->ledger, ino, &id, &last) != 0 || id <= 0 || !last)
+	/* -ENOENT: never recorded (a virtual file), or forgotten already (a resent RELEASE). */
+	if (!s->ledger || util_ledger_close(s->ledger, fh, &id, &last) < 0 || id <= 0 || !last)
 		return;
-	/* The last passthrough file of ino, and no other inode's names its backing id (an
-	 * earlier process opened one per object): the id goes. */
+	/* The last passthrough file of its inode, and no other inode's names its backing id
+	 * (an earlier process opened one per object): the id goes. Forgotten first: killed
+	 * before the close, the id leaks in the kernel, named by nobody. */
 	uint32_t close_id = (uint32_t)id;
 	if (ioctl(fuse_session_fd(s->se), FUSE_DEV_IOC_BACKING_CLOSE, &close_id) != 0)
 		util_log(UTIL_LOG_WARN, "closing inherited passthrough backing %u: %s", close_id,
 		         strerror(errno));
+}
+
+void fs_passthrough_note_replayed_init(struct fs_session *s)
+{
+	const struct fuse_out_header *out = (const struct fuse_out_header *)s->init_reply;
+	const struct fuse_init_out *init = (const struct fuse_init_out *)(out + 1);
+	bool asked;
+
+	if (atomic_load(&s->passthrough) == FS_PASSTHROUGH_OFF)
+		return; /* --no-passthrough, not root */
+	/*
+	 * Passthrough is the connection's, settled at its one INIT: what the first process
+	 * asked (the recorded reply, amended by fs_passthrough_amend_init) holds for every
+	 * later one; libfuse's own negotiation in this process never reaches the kernel. New
+	 * objects open passthrough again only when the ledger holds every file the kernel
+	 * has open (an overflowed one may miss page-cache files, which would fail them).
+	 */
+	asked = s->init_reply && s->init_reply_len >= sizeof(*out) + sizeof(*init) &&
+	        out->error == 0 && (init->flags & FUSE_INIT_EXT) &&
+	        (init->flags2 & PASSTHROUGH_FLAG2);
+	if (asked && s->ledger && util_ledger_overflowed(s->ledger)) {
+		util_log(UTIL_LOG_WARN, "the passthrough ledger overflowed: new opens go through "
+		                        "the page cache until the next mount");
+		asked = false;
+	}
+	atomic_store(&s->passthrough, asked && s->ledger ? FS_PASSTHROUGH_ON : FS_PASSTHROUGH_OFF);
 }
 
 void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h)

@@ -37,8 +37,6 @@
 #include "util/log.h"
 #include "util/supervise.h"
 
-/* A new binary that has not said it serves within this long is rolled back. */
-#define START_TIMEOUT_MS 30000
 /* Bounds (util/supervise.h): three failed starts in a row, 30 restarts a minute. */
 #define MAX_FAILED_STARTS 3
 #define MAX_RESTARTS 30
@@ -52,9 +50,10 @@ struct supervisor {
 	int running_exe; /* the binary the serving process runs (fexecve), O_RDONLY */
 	int tried_exe;   /* a reload's new binary until it serves, else -1 */
 	pid_t child;
-	int ctl_fd;  /* read end of the current child's pipe; -1 when none */
-	bool ready;  /* the child said it serves */
-	bool resend; /* the last child that served said the kernel can resend */
+	int ctl_fd;           /* read end of the current child's pipe; -1 when none */
+	bool ready;           /* the child said it serves */
+	bool killed_at_start; /* the child was killed for not serving in time */
+	bool resend;          /* the last child that served said the kernel can resend */
 	uint64_t generation;
 	uint64_t reloads;
 	uint64_t reloads_failed; /* what `spoolfs reload` waits on when no reload happens */
@@ -62,6 +61,9 @@ struct supervisor {
 	bool reload_asked;
 	struct util_restarts restarts;
 	uint64_t started_ns;
+	/* --start-timeout: a child that has not said it serves by then is killed, a failed
+	 * start (or, a reload's, rolled back). */
+	uint64_t start_timeout_ns;
 	char **shown; /* the supervisor's own argv: [0..2] replaced for each child */
 };
 
@@ -94,25 +96,29 @@ static void write_state(struct supervisor *sv)
 		rename(tmp, path);
 }
 
-/* Starts a serving process of binary exe (an fd), generation sv->generation. */
+/* Starts a serving process of binary exe (an fd), generation sv->generation. 0, or -errno
+ * said in one line. */
 static int start_child(struct supervisor *sv, int exe)
 {
-	int ctl[2];
+	int ctl[2], rc;
 	pid_t pid;
 
-	if (pipe2(ctl, O_CLOEXEC) != 0)
-		return -errno;
+	if (pipe2(ctl, O_CLOEXEC) != 0) {
+		rc = -errno;
+		goto fail;
+	}
 	pid = fork();
 	if (pid < 0) {
-		int rc = -errno;
+		rc = -errno;
 		close(ctl[0]);
 		close(ctl[1]);
-		return rc;
+		goto fail;
 	}
 	if (pid == 0) {
 		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
 		char **argv = sv->shown;
 		int fds[5] = {sv->dev_fd, sv->args_fd, ctl[1], exe, FS_RUN_FD_LEDGER};
+		const char *what = "placing its descriptors";
 		sigset_t none;
 
 		sigemptyset(&none);
@@ -122,22 +128,34 @@ static int start_child(struct supervisor *sv, int exe)
 		argv[0] = arg0;
 		argv[1] = arg1;
 		argv[2] = gen;
-		if (util_fds_place(fds, 5, FS_RUN_FD_DEV) != 0)
-			_exit(127);
-		/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
-		fcntl(6, F_SETFD, FD_CLOEXEC);
-		fexecve(6, argv, environ);
+		rc = util_fds_place(fds, 5, FS_RUN_FD_DEV);
+		if (rc == 0) {
+			/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
+			fcntl(6, F_SETFD, FD_CLOEXEC);
+			fexecve(6, argv, environ);
+			rc = -errno;
+			what = "exec";
+		}
+		/* The child's one line (this process is single-threaded: the log is safe to use
+		 * after fork); its exit 127 is then a failed start like any other. */
+		util_log(UTIL_LOG_ERROR, "serving process %ld: %s failed: %s", (long)getpid(), what,
+		         strerror(-rc));
 		_exit(127);
 	}
 	close(ctl[1]);
 	sv->child = pid;
 	sv->ctl_fd = ctl[0];
 	sv->ready = false;
+	sv->killed_at_start = false;
 	sv->started_ns = now_ns();
 	util_log(UTIL_LOG_INFO, "serving process %ld started (generation %" PRIu64 ")", (long)pid,
 	         sv->generation);
 	write_state(sv);
 	return 0;
+fail:
+	util_log(UTIL_LOG_ERROR, "cannot start a serving process (generation %" PRIu64 "): %s",
+	         sv->generation, strerror(-rc));
+	return rc;
 }
 
 static bool connection_gone(const struct supervisor *sv)
@@ -189,9 +207,10 @@ static void remove_spool_dirs(struct supervisor *sv)
 	closedir(d);
 }
 
-/* Logs where the mount's command line said: its --log-file, else stderr in the foreground,
- * else syslog. */
-static void log_setup(struct supervisor *sv)
+/* Logs where the mount's command line said: its --log-file (relative to where the mount
+ * was started, not to this process's "/"), else stderr in the foreground, else syslog. And
+ * takes its --start-timeout. */
+static void options_setup(struct supervisor *sv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fs_options opts;
@@ -200,8 +219,10 @@ static void log_setup(struct supervisor *sv)
 	for (size_t i = FS_RUN_ARGV; i < sv->n_strings; i++)
 		if (fuse_opt_add_arg(&args, sv->strings[i]) != 0)
 			goto out;
-	if (fs_options_parse(&args, &opts) != 0)
+	if (fs_options_parse(&args, &opts) != 0 ||
+	    fs_options_resolve(&opts, sv->strings[FS_RUN_CWD]) != 0)
 		goto out;
+	sv->start_timeout_ns = (uint64_t)opts.start_timeout_s * 1000000000ULL;
 	fs_set_log_level(opts.log_level, opts.debug);
 	if (opts.log_file)
 		util_log_use_file(opts.log_file);
@@ -349,18 +370,26 @@ static int loop(struct supervisor *sv, int sig_fd)
 	for (;;) {
 		struct pollfd fds[2] = {{.fd = sig_fd, .events = POLLIN},
 		                        {.fd = sv->ctl_fd, .events = POLLIN}};
-		int timeout = sv->tried_exe >= 0 && !sv->ready ? 1000 : -1;
+		int timeout = -1;
 
+		/* Until the child says it serves, its start is bounded (--start-timeout). */
+		if (sv->child && !sv->ready && !sv->killed_at_start) {
+			uint64_t now = now_ns(), end = sv->started_ns + sv->start_timeout_ns;
+			timeout = now >= end ? 0 : (int)((end - now + 999999) / 1000000);
+		}
 		if (poll(fds, sv->ctl_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
 			return -errno;
 		if (sv->ctl_fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP)))
 			read_ctl(sv);
-		if (sv->tried_exe >= 0 && !sv->ready && sv->child &&
-		    now_ns() - sv->started_ns > START_TIMEOUT_MS * 1000000ULL) {
+		if (sv->child && !sv->ready && !sv->killed_at_start &&
+		    now_ns() - sv->started_ns >= sv->start_timeout_ns) {
+			/* Its death (SIGCHLD) is then a failed start: counted toward the bound, or
+			 * a reload's rolled back. */
 			util_log(UTIL_LOG_ERROR,
-			         "reload: the new serving process did not serve within"
-			         " %d s",
-			         START_TIMEOUT_MS / 1000);
+			         "%sserving process %ld did not serve within %" PRIu64 " s: killed",
+			         sv->tried_exe >= 0 ? "reload: the new " : "", (long)sv->child,
+			         (uint64_t)(sv->start_timeout_ns / 1000000000ULL));
+			sv->killed_at_start = true;
 			kill(sv->child, SIGKILL);
 		}
 		if (!(fds[0].revents & POLLIN))
@@ -450,7 +479,9 @@ int fs_supervisor_main(int argc, char **argv)
 	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
 	    sv.n_strings < FS_RUN_ARGV)
 		return 2;
-	log_setup(&sv);
+	sv.start_timeout_ns = 30 * 1000000000ULL; /* unless the command line says */
+	options_setup(&sv);
+	sv.started_ns = now_ns(); /* the first child's start: bounded from here */
 	util_restarts_init(&sv.restarts, MAX_FAILED_STARTS, MAX_RESTARTS, RESTART_WINDOW_S);
 	fs_supervisor_signals(&sigs);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
@@ -458,7 +489,12 @@ int fs_supervisor_main(int argc, char **argv)
 	if (sig_fd < 0)
 		return 1;
 	write_state(&sv);
-	/* The first child may have ended before the mask was set: look once. */
+	/* The first child may have ended before the mask was set: look once, after reading
+	 * whether it said it serves (else a death of a child that served, before this
+	 * process got here, counted as a failed start). */
+	struct pollfd said = {.fd = sv.ctl_fd, .events = POLLIN};
+	if (poll(&said, 1, 0) == 1 && (said.revents & (POLLIN | POLLHUP)))
+		read_ctl(&sv);
 	int status, end = 0;
 	if (waitpid(sv.child, &status, WNOHANG) == sv.child)
 		end = child_ended(&sv, status);

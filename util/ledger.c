@@ -1,6 +1,18 @@
 /*
- * util/ledger.h: counted entries in a shared mapping. Open addressing with linear probing;
- * a freed slot becomes a tombstone (key UINT64_MAX) so that probes go past it.
+ * util/ledger.h: two open-addressed tables (linear probing) in one shared mapping: inodes
+ * (key, value, owner, count) and opens (fh -> inode). A freed slot becomes a tombstone (key
+ * UINT64_MAX) so that probes go past it, and tombstones at the end of a probe run go back
+ * to unused: a run never grows by lookups, and a table of freed slots does not stay long.
+ *
+ * Order of writes, for a process killed holding the lock (the robust mutex hands the
+ * tables over as they are):
+ * - a slot is filled whole before its key is set, and freed by its key alone;
+ * - an open counts its inode first, then records the open: stopped between, the inode's
+ *   count is one too high (the kernel has at most that many files), never too low;
+ * - a close forgets the open first, then uncounts its inode: stopped between, likewise.
+ * A count too high keeps an inode in its mode (and a backing id open) longer than needed,
+ * which the kernel allows; a count too low would let a later process open the inode the
+ * other way, which the kernel fails (EIO).
  */
 #include "util/ledger.h"
 
@@ -14,14 +26,17 @@
 #define TOMBSTONE UINT64_MAX
 
 struct slot {
-	uint64_t key; /* 0: never used; TOMBSTONE: freed */
-	int64_t value;
-	int64_t count;
+	uint64_t key;   /* 0: never used; TOMBSTONE: freed */
+	int64_t value;  /* inodes: the backing id, or 0; opens: the inode */
+	int64_t count;  /* inodes: open files */
+	uint64_t owner; /* inodes: who made the entry */
 };
 
 struct shared {
 	pthread_mutex_t lock; /* process-shared, robust */
-	struct slot slots[UTIL_LEDGER_SLOTS];
+	int overflowed;
+	struct slot inodes[UTIL_LEDGER_SLOTS];
+	struct slot opens[UTIL_LEDGER_OPENS];
 };
 
 struct util_ledger {
@@ -54,6 +69,7 @@ int util_ledger_create(int *fd, struct util_ledger **out)
 	*fd = memfd_create("spoolfs-ledger", MFD_CLOEXEC);
 	if (*fd < 0)
 		return -errno;
+	/* Sparse: pages are made as slots are first written. */
 	if (ftruncate(*fd, sizeof(struct shared)) != 0) {
 		rc = -errno;
 		goto fail;
@@ -91,19 +107,25 @@ void util_ledger_unmap(struct util_ledger *l)
 
 static void lock(struct util_ledger *l)
 {
-	/* Its holder died: the table is as it left it (see the header). */
+	/* Its holder died: the tables are as it left them (see the top). */
 	if (pthread_mutex_lock(&l->sh->lock) == EOWNERDEAD)
 		pthread_mutex_consistent(&l->sh->lock);
 }
 
-/* Under the lock: key's slot, or NULL; *free_slot the first reusable one on its probe. */
-static struct slot *find_locked(struct util_ledger *l, uint64_t key, struct slot **free_slot)
+static size_t home(uint64_t key, size_t n)
 {
-	size_t start = (size_t)((key * 0x9E3779B97F4A7C15ULL) % UTIL_LEDGER_SLOTS);
+	return (size_t)((key * 0x9E3779B97F4A7C15ULL) % n);
+}
+
+/* Under the lock: key's slot in t, or NULL; *free_slot the first reusable one on its probe
+ * (NULL when the table is full). */
+static struct slot *find_locked(struct slot *t, size_t n, uint64_t key, struct slot **free_slot)
+{
+	size_t start = home(key, n);
 
 	*free_slot = NULL;
-	for (size_t i = 0; i < UTIL_LEDGER_SLOTS; i++) {
-		struct slot *s = &l->sh->slots[(start + i) % UTIL_LEDGER_SLOTS];
+	for (size_t i = 0; i < n; i++) {
+		struct slot *s = &t[(start + i) % n];
 		if (s->key == key)
 			return s;
 		if ((s->key == 0 || s->key == TOMBSTONE) && !*free_slot)
@@ -114,72 +136,156 @@ static struct slot *find_locked(struct util_ledger *l, uint64_t key, struct slot
 	return NULL;
 }
 
-int64_t util_ledger_add(struct util_ledger *l, uint64_t key, int64_t value)
+/* Under the lock: frees s, and turns the tombstones that end a probe run back to unused
+ * (one key written at a time: stopped anywhere, every probe still works). */
+static void free_locked(struct slot *t, size_t n, struct slot *s)
 {
-	struct slot *s, *free_slot;
-	int64_t rc;
+	size_t i = (size_t)(s - t);
 
-	if (key == 0 || key == TOMBSTONE)
+	s->key = TOMBSTONE;
+	if (t[(i + 1) % n].key != 0)
+		return;
+	for (size_t k = 0; k < n && t[i].key == TOMBSTONE; k++) {
+		t[i].key = 0;
+		i = (i + n - 1) % n;
+	}
+}
+
+/* Under the lock: records open for key's entry e (counted first: see the top). */
+static int64_t record_locked(struct util_ledger *l, struct slot *e, struct slot *open_free,
+                             uint64_t open, uint64_t key)
+{
+	e->count++;
+	open_free->value = (int64_t)key;
+	open_free->count = 0;
+	open_free->owner = 0;
+	open_free->key = open;
+	return e->value;
+}
+
+int64_t util_ledger_open(struct util_ledger *l, uint64_t open, uint64_t key, int64_t value,
+                         uint64_t owner)
+{
+	struct slot *e, *e_free, *o, *o_free;
+	int64_t rc = -ENOSPC;
+
+	if (key == 0 || key == TOMBSTONE || open == 0 || open == TOMBSTONE)
 		return -EINVAL;
 	lock(l);
-	s = find_locked(l, key, &free_slot);
-	if (!s && free_slot) {
-		s = free_slot;
-		s->value = value;
-		s->count = 0;
-		s->key = key; /* last: the slot is whole before it is found */
+	o = find_locked(l->sh->opens, UTIL_LEDGER_OPENS, open, &o_free);
+	if (o) {
+		/* Recorded already: its inode's value, counted once. */
+		e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, (uint64_t)o->value, &e_free);
+		rc = e ? e->value : 0;
+		goto out;
 	}
-	if (s) {
-		s->count++;
-		rc = s->value;
-	} else {
-		rc = -ENOSPC;
+	e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &e_free);
+	if (!o_free || (!e && !e_free)) {
+		l->sh->overflowed = 1;
+		goto out;
 	}
+	if (!e) {
+		e = e_free;
+		e->value = value;
+		e->count = 0;
+		e->owner = owner;
+		e->key = key; /* last: the slot is whole before it is found */
+	}
+	rc = record_locked(l, e, o_free, open, key);
+out:
 	pthread_mutex_unlock(&l->sh->lock);
 	return rc;
 }
 
-int64_t util_ledger_sub(struct util_ledger *l, uint64_t key, int64_t *value, bool *value_last)
+int64_t util_ledger_join(struct util_ledger *l, uint64_t open, uint64_t key, uint64_t not_owner)
 {
-	struct slot *s, *free_slot;
+	struct slot *e, *e_free, *o, *o_free;
+	int64_t rc = 0;
+
+	if (key == 0 || key == TOMBSTONE || open == 0 || open == TOMBSTONE)
+		return -EINVAL;
+	lock(l);
+	e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &e_free);
+	if (!e || e->value <= 0 || e->owner == not_owner)
+		goto out;
+	o = find_locked(l->sh->opens, UTIL_LEDGER_OPENS, open, &o_free);
+	if (o) {
+		rc = e->value;
+	} else if (!o_free) {
+		l->sh->overflowed = 1;
+		rc = -ENOSPC;
+	} else {
+		rc = record_locked(l, e, o_free, open, key);
+	}
+out:
+	pthread_mutex_unlock(&l->sh->lock);
+	return rc;
+}
+
+int64_t util_ledger_close(struct util_ledger *l, uint64_t open, int64_t *value, bool *value_last)
+{
+	struct slot *e, *o, *unused;
 	int64_t rc = -ENOENT;
 	bool last = false;
 
+	*value = 0;
 	lock(l);
-	s = find_locked(l, key, &free_slot);
-	if (s) {
-		*value = s->value;
-		rc = --s->count;
-		if (rc <= 0) {
-			s->key = TOMBSTONE;
-			rc = 0;
-			last = true;
-			/* Only when asked: a scan of every slot, at an entry's end. */
-			for (size_t i = 0; value_last && last && i < UTIL_LEDGER_SLOTS; i++) {
-				const struct slot *o = &l->sh->slots[i];
-				if (o->key != 0 && o->key != TOMBSTONE && o->value == *value)
-					last = false;
-			}
+	o = find_locked(l->sh->opens, UTIL_LEDGER_OPENS, open, &unused);
+	if (!o)
+		goto out;
+	e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, (uint64_t)o->value, &unused);
+	free_locked(l->sh->opens, UTIL_LEDGER_OPENS, o); /* first: see the top */
+	rc = 0;
+	if (!e)
+		goto out;
+	*value = e->value;
+	rc = --e->count;
+	if (rc > 0)
+		goto out;
+	rc = 0;
+	last = true;
+	/* Only when asked: a scan of every slot, at an entry's end. */
+	for (size_t i = 0; value_last && i < UTIL_LEDGER_SLOTS; i++) {
+		const struct slot *s = &l->sh->inodes[i];
+		if (s != e && s->key != 0 && s->key != TOMBSTONE && s->value == *value) {
+			last = false;
+			break;
 		}
 	}
+	free_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, e);
+out:
 	pthread_mutex_unlock(&l->sh->lock);
 	if (value_last)
 		*value_last = last;
 	return rc;
 }
 
-int64_t util_ledger_get(struct util_ledger *l, uint64_t key, int64_t *value)
+int64_t util_ledger_get(struct util_ledger *l, uint64_t key, int64_t *value, uint64_t *owner)
 {
 	struct slot *s, *free_slot;
 	int64_t count = 0;
 
 	*value = 0;
+	if (owner)
+		*owner = 0;
 	lock(l);
-	s = find_locked(l, key, &free_slot);
+	s = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &free_slot);
 	if (s) {
 		*value = s->value;
 		count = s->count;
+		if (owner)
+			*owner = s->owner;
 	}
 	pthread_mutex_unlock(&l->sh->lock);
 	return count;
+}
+
+bool util_ledger_overflowed(struct util_ledger *l)
+{
+	bool overflowed;
+
+	lock(l);
+	overflowed = l->sh->overflowed != 0;
+	pthread_mutex_unlock(&l->sh->lock);
+	return overflowed;
 }

@@ -180,8 +180,14 @@ int util_fds_place(const int *fds, size_t n, int first)
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (dup2(moved[i], first + (int)i) < 0)
-			return -errno;
+		if (dup2(moved[i], first + (int)i) < 0) {
+			/* What is not placed yet is closed; what is placed stays (the caller's
+			 * targets, which it execs with or exits over). */
+			int rc = -errno;
+			for (; i < n; i++)
+				close(moved[i]);
+			return rc;
+		}
 		close(moved[i]);
 	}
 	return 0;

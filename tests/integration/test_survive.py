@@ -495,3 +495,153 @@ def test_kill9_during_a_walk_prefetch_of_a_published_nested_tree(mount, tmp_path
         assert set(kept) <= set(names), sorted(set(kept) - set(names))[:5]
     finally:
         up.stop()
+
+
+def test_a_serving_process_that_never_serves_is_bounded_by_the_start_timeout(store, tmp_path):
+    """A restarted serving process that hangs before it serves (SPOOLFS_TEST_SERVE_HANG)
+    is killed after --start-timeout and counts as a failed start: three in a row end in a
+    clean unmount with one line, and a reader waiting meanwhile is answered."""
+    path = store.add("a.bin", 5000)
+    late = store.add("late.bin", 6000)
+    env = daemon_env()
+    env["SPOOLFS_TEST_SERVE_HANG"] = "1"  # every serving process after the first hangs
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env,
+              args=("--start-timeout", str(max(1, round(2 * SLOW)))))
+    try:
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        os.kill(m.serving_pid(), signal.SIGKILL)
+        out, threads = start_readers([m.p(late)])  # waits on the hanging processes
+        assert m.proc.wait(60 * SLOW) == 1
+        m.unmounted = True
+        join_all(threads, 30)
+        assert isinstance(out[0], OSError), out[0]
+        assert not is_mounted(m.path)
+        log = m.stderr()
+        assert log.count("did not serve within") == 3, log
+        ends = [l for l in log.splitlines() if "unmounting" in l]
+        assert len(ends) == 1, log
+        assert "in a row died before serving" in ends[0], log
+        assert not any(mark in log for mark in SANITIZER_MARKS), log
+    finally:
+        m.kill()
+
+
+def test_a_stop_during_the_init_replay_ends_cleanly(store, tmp_path):
+    """SIGTERM while a restarted serving process replays INIT: the replaying worker is held
+    at a gate (SPOOLFS_TEST_REPLAY_GATE, a FIFO) while another worker waits for the replay;
+    the stop cancels that one. The mount then ends cleanly once the gate opens: the
+    cancelled waiter must not keep the handover lock."""
+    path = store.add("a.bin", 5000)
+    fifo = str(tmp_path / "gate")
+    os.mkfifo(fifo)
+    env = daemon_env()
+    env["SPOOLFS_TEST_REPLAY_GATE"] = fifo
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log", env=env)
+    gate = {}
+
+    def hold():  # returns once the replaying worker is at the gate
+        gate["fd"] = os.open(fifo, os.O_WRONLY)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    try:
+        with open(m.p(path), "rb") as f:
+            assert f.read() == expected(store, path)
+        old = m.serving_pid()
+        holder.start()
+        os.kill(old, signal.SIGKILL)
+        holder.join(30 * SLOW)
+        assert "fd" in gate, "the replay never reached the gate"
+        new = m.serving_pid()
+        tasks = lambda: len(os.listdir("/proc/%d/task" % new))
+        before = tasks()
+        m.proc.send_signal(signal.SIGTERM)
+        # The stop cancels the worker waiting for the replay: one thread fewer.
+        wait_until(lambda: tasks() < before, "no worker was cancelled")
+        os.close(gate.pop("fd"))  # the gate opens: the replay goes on, into the stop
+        assert m.proc.wait(30 * SLOW) == 0, m.stderr()
+        m.unmounted = True
+        assert not is_mounted(m.path)
+        assert not any(mark in m.stderr() for mark in SANITIZER_MARKS), m.stderr()
+    finally:
+        if "fd" in gate:
+            os.close(gate["fd"])
+        elif holder.is_alive():
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # frees the holder
+        m.kill()
+
+
+def test_a_relative_log_file_stays_where_the_mount_was_started(store, tmp_path, monkeypatch):
+    """--log-file with a relative path names a file in the directory the mount was started
+    from, for every process: a later serving process (which runs from "/") reopens it
+    there at SIGUSR1, as logrotate asks."""
+    store.add("a.bin", 5000)
+    store.add("b.bin", 6000)
+    name = "spoolfs-relative-%d.log" % os.getpid()
+    monkeypatch.chdir(tmp_path)
+    log, astray = tmp_path / name, "/" + name
+    m = Mount(store.write(), tmp_path / "mnt", tmp_path / "mnt.log",
+              args=("--log-file", name, "--log-level", "debug"))
+    try:
+        assert read_file(m.p("a.bin")) == expected(store, "a.bin")
+        kill_serving(m)
+        os.rename(log, str(log) + ".1")  # logrotate, then its signal
+        m.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: os.path.exists(log) or os.path.exists(astray),
+                   "the log file opened again")
+        assert read_file(m.p("b.bin")) == expected(store, "b.bin")
+        wait_until(lambda: "b.bin: GET" in open(log).read() if os.path.exists(log) else
+                   os.path.exists(astray), "b.bin's GET in the log")
+        assert not os.path.exists(astray), "the log went to " + astray
+        assert "b.bin: GET" in open(log).read()
+        m.check_clean_exit()
+    finally:
+        m.kill()
+        if os.path.exists(astray):
+            os.unlink(astray)
+
+
+def test_after_a_kill_new_opens_pass_through_and_page_cache_files_open_again(
+        store, mount, tmp_path):
+    """Passthrough is the connection's, settled at its one INIT: a later serving process
+    opens new objects passthrough as the first did. An inode that the dead process left
+    open through the page cache (the ledger records those too) opens through the page cache
+    until its last such file closes, or the kernel would fail the open (EIO); then it
+    passes through as well."""
+    from test_passthrough import metric, why_no_passthrough
+    if why_no_passthrough() is not None:
+        pytest.skip(str(why_no_passthrough()))
+    fresh = store.add("fresh.bin", 2 * MiB + 3)
+    held_path = store.add("held.bin", MiB + 5)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"))
+    store.up.fault(held_path, gate=True)
+    # Opened while its download waits at the gate: through the page cache.
+    held = open(m.p(held_path), "rb", buffering=0)
+    try:
+        store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=held_path)
+        kill_serving(m)
+        store.up.release(held_path)
+        # The held file is not read here (its handle is not rebuilt): only the ledger
+        # tells the new process that the kernel holds it open through the page cache.
+        # Complete after the first read, yet every open of it goes the same way.
+        for _ in range(3):
+            with open(m.p(held_path), "rb") as f:
+                assert f.read() == expected(store, held_path)
+        assert metric(m, "passthrough_opens_total") == 0
+        assert held.read() == expected(store, held_path)
+        # An object first opened after the kill passes through once complete.
+        assert read_file(m.p(fresh)) == expected(store, fresh)
+
+        def reopened_passthrough(path):
+            before = metric(m, "passthrough_opens_total")
+            with open(m.p(path), "rb") as f:
+                assert f.read() == expected(store, path)
+            return metric(m, "passthrough_opens_total") > before
+
+        wait_until(lambda: reopened_passthrough(fresh), "no passthrough open after the kill")
+    finally:
+        store.up.release(held_path)
+        held.close()
+    # Its last page-cache file closed: it passes through too.
+    wait_until(lambda: reopened_passthrough(held_path), "the held file never passes through")
+    assert "passthrough reads are off" not in m.stderr(), m.stderr()

@@ -237,45 +237,83 @@ static void test_ledger_is_shared_and_counted(void **state)
 {
 	struct util_ledger *l = NULL, *again = NULL;
 	int64_t value = 0;
+	uint64_t owner = 0;
 	bool last = false;
 	int fd = -1, status;
 	pid_t pid;
 
 	(void)state;
 	assert_int_equal(util_ledger_create(&fd, &l), 0);
-	assert_int_equal(util_ledger_add(l, 42, 7), 7);
-	assert_int_equal(util_ledger_add(l, 42, 9), 7); /* the entry keeps its value */
-	assert_int_equal(util_ledger_add(l, 43, 7), 7); /* another key, the same value */
-	assert_int_equal(util_ledger_add(l, 0, 1), -EINVAL);
+	assert_int_equal(util_ledger_open(l, 1, 42, 7, 1), 7);
+	assert_int_equal(util_ledger_open(l, 2, 42, 9, 1), 7); /* the entry keeps its value */
+	assert_int_equal(util_ledger_open(l, 2, 42, 9, 1), 7); /* the same open: counted once */
+	assert_int_equal(util_ledger_open(l, 3, 43, 7, 1), 7); /* another key, the same value */
+	assert_int_equal(util_ledger_open(l, 4, 0, 1, 1), -EINVAL);
+	assert_int_equal(util_ledger_open(l, 0, 44, 1, 1), -EINVAL);
 	pid = fork();
 	if (pid == 0) {
 		struct util_ledger *child = NULL;
-		int ok = util_ledger_map(fd, &child) == 0 && util_ledger_add(child, 44, 5) == 5 &&
-		         util_ledger_get(child, 42, &value) == 2 && value == 7;
+		/* A later process joins 42 (another owner's), not its own 44. */
+		int ok = util_ledger_map(fd, &child) == 0 &&
+		         util_ledger_open(child, 10, 44, 5, 2) == 5 &&
+		         util_ledger_join(child, 11, 42, 2) == 7 &&
+		         util_ledger_join(child, 11, 42, 2) == 7 &&
+		         util_ledger_join(child, 12, 44, 2) == 0 &&
+		         util_ledger_get(child, 42, &value, NULL) == 3 && value == 7;
 		_exit(ok ? 0 : 1);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	assert_int_equal(util_ledger_map(fd, &again), 0);
-	assert_int_equal(util_ledger_get(again, 44, &value), 1);
+	assert_int_equal(util_ledger_get(again, 44, &value, &owner), 1);
 	assert_int_equal(value, 5);
-	assert_int_equal(util_ledger_sub(again, 42, &value, &last), 1);
+	assert_int_equal(owner, 2);
+	assert_int_equal(util_ledger_close(again, 11, &value, &last), 2);
+	assert_int_equal(util_ledger_close(again, 11, &value, &last), -ENOENT); /* resent */
+	assert_int_equal(util_ledger_close(again, 1, &value, &last), 1);
 	assert_false(last);
-	assert_int_equal(util_ledger_sub(again, 42, &value, &last), 0);
+	assert_int_equal(util_ledger_close(again, 2, &value, &last), 0);
 	assert_int_equal(value, 7);
 	assert_false(last); /* 43 still names 7 */
-	assert_int_equal(util_ledger_get(l, 42, &value), 0);
-	assert_int_equal(util_ledger_sub(l, 43, &value, &last), 0);
+	assert_int_equal(util_ledger_get(l, 42, &value, NULL), 0);
+	assert_int_equal(util_ledger_close(l, 3, &value, &last), 0);
 	assert_true(last);
-	assert_int_equal(util_ledger_sub(l, 43, &value, &last), -ENOENT);
+	assert_int_equal(util_ledger_close(l, 3, &value, &last), -ENOENT);
+	/* Page-cache opens (value 0) are counted like any other. */
+	assert_int_equal(util_ledger_open(l, 20, 50, 0, 1), 0);
+	assert_int_equal(util_ledger_get(l, 50, &value, NULL), 1);
+	assert_int_equal(util_ledger_join(l, 21, 50, 2), 0); /* nothing to join */
+	assert_int_equal(util_ledger_get(l, 50, &value, NULL), 1);
 	/* Past freed slots (tombstones), a key is still found and added. */
 	for (uint64_t k = 1000; k < 1100; k++)
-		assert_int_equal(util_ledger_add(l, k, (int64_t)k), (int64_t)k);
+		assert_int_equal(util_ledger_open(l, k + 5000, k, (int64_t)k, 1), (int64_t)k);
 	for (uint64_t k = 1000; k < 1100; k += 2)
-		assert_int_equal(util_ledger_sub(l, k, &value, NULL), 0);
+		assert_int_equal(util_ledger_close(l, k + 5000, &value, NULL), 0);
 	for (uint64_t k = 1001; k < 1100; k += 2)
-		assert_int_equal(util_ledger_get(l, k, &value), 1);
+		assert_int_equal(util_ledger_get(l, k, &value, NULL), 1);
+	assert_false(util_ledger_overflowed(l));
 	util_ledger_unmap(again);
+	util_ledger_unmap(l);
+	close(fd);
+}
+
+/* Opens and closes by the thousand (a restarted process's many opens) leave the tables as
+ * they were: no slot stays taken by a freed entry's tombstone for good. */
+static void test_ledger_reuses_its_slots(void **state)
+{
+	struct util_ledger *l = NULL;
+	int64_t value;
+	int fd = -1;
+
+	(void)state;
+	assert_int_equal(util_ledger_create(&fd, &l), 0);
+	for (uint64_t round = 0; round < 8; round++) {
+		for (uint64_t k = 1; k <= UTIL_LEDGER_SLOTS; k++)
+			assert_int_equal(util_ledger_open(l, round * 100000 + k, k, 0, 1), 0);
+		for (uint64_t k = 1; k <= UTIL_LEDGER_SLOTS; k++)
+			assert_int_equal(util_ledger_close(l, round * 100000 + k, &value, NULL), 0);
+	}
+	assert_false(util_ledger_overflowed(l));
 	util_ledger_unmap(l);
 	close(fd);
 }
@@ -288,8 +326,11 @@ static void test_ledger_full(void **state)
 	(void)state;
 	assert_int_equal(util_ledger_create(&fd, &l), 0);
 	for (uint64_t k = 1; k <= UTIL_LEDGER_SLOTS; k++)
-		assert_int_equal(util_ledger_add(l, k, 1), 1);
-	assert_int_equal(util_ledger_add(l, UTIL_LEDGER_SLOTS + 1, 1), -ENOSPC);
+		assert_int_equal(util_ledger_open(l, k, k, 1, 1), 1);
+	assert_false(util_ledger_overflowed(l));
+	assert_int_equal(util_ledger_open(l, UTIL_LEDGER_SLOTS + 1, UTIL_LEDGER_SLOTS + 1, 1, 1),
+	                 -ENOSPC);
+	assert_true(util_ledger_overflowed(l));
 	util_ledger_unmap(l);
 	close(fd);
 }
@@ -306,6 +347,7 @@ int main(void)
 	    cmocka_unit_test(test_remove_tree),
 	    cmocka_unit_test(test_index_file_reopens),
 	    cmocka_unit_test(test_ledger_is_shared_and_counted),
+	    cmocka_unit_test(test_ledger_reuses_its_slots),
 	    cmocka_unit_test(test_ledger_full),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
