@@ -16,11 +16,12 @@
  *        sha256, url, etag, listed, target, pack, pack_offset, chunk_size, chunk_sha256,
  *        chunk_url, nested_sha256, nested_size, nested_url)
  *     Built at every open: a session is a snapshot. mode NULL: the kind's default. Its indexes are
- * built by the loader once the rows are in (index_namespace_indexes), which is cheaper than
- * updating them per insert: UNIQUE node_name(parent, name) serves lookup, node_parent(parent),
- * which carries the rowid, serves readdir in inode order. pack(id INTEGER PRIMARY KEY, sha256
- * UNIQUE, size, url) The packs whose byte ranges are files (node.pack, node.pack_offset). The spool
- * records of the cache directory are another database: spool_records.c.
+ * made when a build begins (index_namespace_indexes) and kept up per insert, on a large load's
+ * builder thread, which has time to spare while the reader parses: UNIQUE node_name(parent, name)
+ * serves lookup, node_parent(parent), which carries the rowid, serves readdir in inode order.
+ * pack(id INTEGER PRIMARY KEY, sha256 UNIQUE, size, url) The packs whose byte ranges are files
+ * (node.pack, node.pack_offset). The spool records of the cache directory are another database:
+ * spool_records.c.
  */
 #include "index/index_i.h"
 

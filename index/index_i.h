@@ -53,8 +53,9 @@ struct index {
 	uint64_t total_bytes;
 };
 
-/* Builds the namespace's lookup and readdir indexes; a loader calls it once, after its rows
- * are in and before its commit. Statements prepared earlier re-prepare to use them. */
+/* Builds the namespace's lookup and readdir indexes (none if they exist): a build calls it
+ * as it begins, before its rows, a lazy namespace before its first listing. Statements
+ * prepared earlier re-prepare to use them. */
 int index_namespace_indexes(struct index *idx);
 
 /* Steps st (":ino" bound to ino) to its one row: 1 with the row ready, -ENOENT when there

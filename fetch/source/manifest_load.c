@@ -54,10 +54,13 @@ static const char *const field_names[F_COUNT] = {
     "path", "size", "sha256", "url",  "mtime",  "executable", "etag",
     "type", "mode", "target", "pack", "offset", "chunks",     "manifest"};
 
+/* json_type's names, told apart by their first two bytes (json_type_of). */
+enum json_type { J_NONE, J_NULL, J_TRUE, J_FALSE, J_INTEGER, J_REAL, J_TEXT, J_ARRAY, J_OBJECT };
+
 /* One field as st_each gave it. Text is copied: a column dies at the next step. */
 struct field {
 	bool seen;
-	char type[8];  /* json_type's name: "text", "integer", "true", ... */
+	enum json_type type;
 	bool is_int64; /* an "integer" that fits: sqlite hands larger ones over as reals */
 	int64_t i;
 	bool has_nul; /* a text whose raw form holds "\u0000" (sqlite 3.40 cuts there) */
@@ -86,6 +89,8 @@ struct load {
 	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
 	struct manifest_load_options *opts; /* never NULL here */
 	bool at_root; /* the paths start at the mount's root, not in a nested directory */
+	/* The text holds an escaped NUL somewhere: only then can a decoded string hold one. */
+	bool json_has_nul;
 	/* The builder thread, for a large manifest; NULL: entries are added here. It reads b
 	 * and array, which stay as they are while it runs. */
 	struct load_pipe *pipe;
@@ -229,20 +234,18 @@ static bool raw_has_nul(const unsigned char *raw)
 {
 	if (!raw)
 		return false;
-	for (const unsigned char *p = raw; *p; p++) {
-		if (*p != '\\')
-			continue;
-		if (p[1] == 'u' && strncmp((const char *)p + 2, "0000", 4) == 0)
+	/* strchr from one backslash to the next: the whole manifest is scanned once. */
+	for (const char *p = strchr((const char *)raw, '\\'); p; p = strchr(p, '\\')) {
+		if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0)
 			return true;
-		if (p[1])
-			p++;
+		p += p[1] ? 2 : 1;
 	}
 	return false;
 }
 
 static int is_hex(int c)
 {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+	return (unsigned)(c - '0') < 10 || (unsigned)((c | 0x20) - 'a') < 6;
 }
 
 /* Copies a 64-hex-digit text in lower case into out (65 bytes): flights and packs are keyed
@@ -260,36 +263,90 @@ static bool lower_sha256(const char *s, size_t len, char out[65])
 	return true;
 }
 
+/* The field a key names, or -1: told by its first bytes, then confirmed (a strcmp against
+ * each name in turn was a tenth of the reader's own time in a large load). */
+static int field_of(const char *key, size_t n)
+{
+	int k;
+
+	switch (key[0]) {
+	case 'p':
+		k = n > 2 && key[2] == 't' ? F_PATH : F_PACK;
+		break;
+	case 's':
+		k = n > 1 && key[1] == 'i' ? F_SIZE : F_SHA256;
+		break;
+	case 'u':
+		k = F_URL;
+		break;
+	case 'm':
+		k = n > 1 && key[1] == 't' ? F_MTIME : n > 1 && key[1] == 'o' ? F_MODE : F_MANIFEST;
+		break;
+	case 'e':
+		k = n > 1 && key[1] == 'x' ? F_EXECUTABLE : F_ETAG;
+		break;
+	case 't':
+		k = n > 1 && key[1] == 'y' ? F_TYPE : F_TARGET;
+		break;
+	case 'o':
+		k = F_OFFSET;
+		break;
+	case 'c':
+		k = F_CHUNKS;
+		break;
+	default:
+		return -1;
+	}
+	return strlen(field_names[k]) == n && memcmp(key, field_names[k], n) == 0 ? k : -1;
+}
+
+/* json_type's name as its enum; J_NONE for NULL. */
+static enum json_type json_type_of(const char *t)
+{
+	if (!t)
+		return J_NONE;
+	switch (t[0]) {
+	case 'n':
+		return J_NULL;
+	case 't':
+		return t[1] == 'r' ? J_TRUE : J_TEXT;
+	case 'f':
+		return J_FALSE;
+	case 'i':
+		return J_INTEGER;
+	case 'r':
+		return J_REAL;
+	case 'a':
+		return J_ARRAY;
+	case 'o':
+		return J_OBJECT;
+	default:
+		return J_NONE;
+	}
+}
+
 /* Records one row of st_each into e (the first of duplicate keys wins, as with
  * json_extract). */
 static int gather_field(struct load *ld, struct entry *e)
 {
 	sqlite3_stmt *st = ld->st_each;
 	const char *key = (const char *)sqlite3_column_text(st, 2);
-	const char *type = (const char *)sqlite3_column_text(st, 3);
-	struct field *f = NULL;
+	enum json_type type = json_type_of((const char *)sqlite3_column_text(st, 3));
 
-	if (!key || !type)
+	if (!key || type == J_NONE)
 		return 0;
-	for (int k = 0; k < F_COUNT; k++) {
-		if (strcmp(key, field_names[k]) == 0) {
-			f = &e->f[k];
-			break;
-		}
-	}
-	if (!f || f->seen)
+	int k = field_of(key, (size_t)sqlite3_column_bytes(st, 2));
+	if (k < 0 || e->f[k].seen)
 		return 0;
+	struct field *f = &e->f[k];
 	f->seen = true;
-	/* json_type's names are at most 7 bytes; snprintf here was 5% of a large load. */
-	size_t type_len = strnlen(type, sizeof(f->type) - 1);
-	memcpy(f->type, type, type_len);
-	f->type[type_len] = '\0';
-	if (strcmp(type, "integer") == 0 && sqlite3_column_type(st, 4) == SQLITE_INTEGER) {
+	f->type = type;
+	if (type == J_INTEGER && sqlite3_column_type(st, 4) == SQLITE_INTEGER) {
 		f->is_int64 = true;
 		f->i = sqlite3_column_int64(st, 4);
-	} else if (strcmp(type, "text") == 0 || strcmp(type, "object") == 0) {
+	} else if (type == J_TEXT || type == J_OBJECT) {
 		/* An object (chunks) comes as its JSON text, read again by read_chunks. */
-		int col = strcmp(type, "text") == 0 ? 4 : 6;
+		int col = type == J_TEXT ? 4 : 6;
 		const char *s = (const char *)sqlite3_column_text(st, col);
 		int n = sqlite3_column_bytes(st, col);
 		if (!s)
@@ -303,9 +360,11 @@ static int gather_field(struct load *ld, struct entry *e)
 		}
 		memcpy(f->text, s, (size_t)n + 1);
 		f->len = (size_t)n;
-		/* Newer sqlite keeps the NUL in the value; 3.40 needs the raw form. */
-		f->has_nul = strlen(f->text) != f->len ||
-		             (col == 4 && raw_has_nul(sqlite3_column_text(st, 5)));
+		/* Newer sqlite keeps the NUL in the value; 3.40 needs the raw form. Without
+		 * "\u0000" in the manifest no string can hold one. */
+		f->has_nul =
+		    ld->json_has_nul && (strlen(f->text) != f->len ||
+		                         (col == 4 && raw_has_nul(sqlite3_column_text(st, 5))));
 	}
 	return 0;
 }
@@ -318,7 +377,7 @@ static void entry_reset(struct entry *e, int64_t i, bool is_object)
 	for (int k = 0; k < F_COUNT; k++) {
 		struct field *f = &e->f[k];
 		f->seen = f->is_int64 = f->has_nul = false;
-		f->type[0] = '\0';
+		f->type = J_NONE;
 		f->len = 0;
 	}
 }
@@ -329,9 +388,9 @@ static void entry_free(struct entry *e)
 		free(e->f[k].text);
 }
 
-static bool is_type(const struct field *f, const char *type)
+static bool is_type(const struct field *f, enum json_type type)
 {
-	return f->seen && strcmp(f->type, type) == 0;
+	return f->seen && f->type == type;
 }
 
 static int bind_text(sqlite3_stmt *st, const char *name, const char *s)
@@ -384,7 +443,7 @@ static int read_ref(struct load *ld, const struct entry *e, enum field_id f, con
 	char why[256];
 	int rc;
 
-	if (!is_type(&e->f[f], "object"))
+	if (!is_type(&e->f[f], J_OBJECT))
 		return entry_error(ld, e->i, path, len, "%s is not an object", name);
 	rc = bind_text(st, ":c", e->f[f].text);
 	if (rc < 0)
@@ -489,7 +548,7 @@ static int read_kind(struct load *ld, const struct entry *e, const char *path, s
 
 	be->kind = INDEX_KIND_FILE;
 	if (ld->version >= 2 && ft->seen) {
-		if (!is_type(ft, "text") || ft->has_nul)
+		if (!is_type(ft, J_TEXT) || ft->has_nul)
 			return entry_error(ld, e->i, path, len, "type is not a string");
 		if (strcmp(ft->text, "directory") == 0)
 			be->kind = INDEX_KIND_DIR;
@@ -504,14 +563,14 @@ static int read_kind(struct load *ld, const struct entry *e, const char *path, s
 		return entry_error(ld, e->i, path, len, "mtime is not an integer");
 	be->has_mtime = fmt->seen;
 	be->mtime = fmt->i;
-	if (fx->seen && !is_type(fx, "true") && !is_type(fx, "false"))
+	if (fx->seen && !is_type(fx, J_TRUE) && !is_type(fx, J_FALSE))
 		return entry_error(ld, e->i, path, len, "executable is not a boolean");
 	if (be->kind == INDEX_KIND_FILE) {
 		be->has_mode = true;
-		be->mode = is_type(fx, "true") ? 0555 : 0444;
+		be->mode = is_type(fx, J_TRUE) ? 0555 : 0444;
 	}
 	if (ld->version >= 2 && fm->seen) {
-		int mode = is_type(fm, "text") && !fm->has_nul ? parse_mode(fm->text, fm->len) : -1;
+		int mode = is_type(fm, J_TEXT) && !fm->has_nul ? parse_mode(fm->text, fm->len) : -1;
 		if (mode < 0)
 			return entry_error(
 			    ld, e->i, path, len,
@@ -538,7 +597,7 @@ static int read_kind(struct load *ld, const struct entry *e, const char *path, s
 		return entry_error(ld, e->i, path, len, "mode is not allowed for a symlink");
 	if (!e->f[F_TARGET].seen)
 		return entry_error(ld, e->i, path, len, "target is missing");
-	if (!is_type(&e->f[F_TARGET], "text"))
+	if (!is_type(&e->f[F_TARGET], J_TEXT))
 		return entry_error(ld, e->i, path, len, "target is not a string");
 	if (e->f[F_TARGET].has_nul)
 		return entry_error(ld, e->i, path, len, "target contains a NUL byte");
@@ -566,18 +625,18 @@ static int read_file(struct load *ld, const struct entry *e, const char *path, s
 		return entry_error(ld, e->i, path, len, "size is negative");
 	be->size = (uint64_t)fz->i;
 	if (fs->seen) {
-		if (!is_type(fs, "text") || fs->has_nul || !lower_sha256(fs->text, fs->len, sha256))
+		if (!is_type(fs, J_TEXT) || fs->has_nul || !lower_sha256(fs->text, fs->len, sha256))
 			return entry_error(ld, e->i, path, len, "sha256 is not 64 hex digits");
 		be->sha256 = sha256;
 	}
-	if (fu->seen && !is_type(fu, "text"))
+	if (fu->seen && !is_type(fu, J_TEXT))
 		return entry_error(ld, e->i, path, len, "url is not a string");
 	if (fu->seen && fu->has_nul)
 		return entry_error(ld, e->i, path, len, "url contains a NUL byte");
 	/* "" would resolve to the manifest's own directory: surely a mistake. */
 	if (fu->seen && fu->len == 0)
 		return entry_error(ld, e->i, path, len, "url is empty");
-	if (fe->seen && !is_type(fe, "text"))
+	if (fe->seen && !is_type(fe, J_TEXT))
 		return entry_error(ld, e->i, path, len, "etag is not a string");
 	/* It goes into an If-Match header as it is: visible ASCII only, so no header can be
 	 * injected, and short enough for the flight's copy. */
@@ -592,7 +651,7 @@ static int read_file(struct load *ld, const struct entry *e, const char *path, s
 			                   "etag has a character that is not visible ASCII");
 	be->etag = fe->seen ? fe->text : NULL;
 	if (v2 && fp->seen) {
-		if (!is_type(fp, "text") || fp->has_nul || !lower_sha256(fp->text, fp->len, pack))
+		if (!is_type(fp, J_TEXT) || fp->has_nul || !lower_sha256(fp->text, fp->len, pack))
 			return entry_error(ld, e->i, path, len,
 			                   "pack is not 64 hex digits (a sha256 of \"packs\")");
 		if (fu->seen)
@@ -634,7 +693,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 		return entry_error(ld, e->i, NULL, 0, "entry is not an object");
 	if (!fp->seen)
 		return entry_error(ld, e->i, NULL, 0, "path is missing");
-	if (!is_type(fp, "text"))
+	if (!is_type(fp, J_TEXT))
 		return entry_error(ld, e->i, NULL, 0, "path is not a string");
 	if (fp->has_nul)
 		return entry_error(ld, e->i, path, strlen(path), "path contains a NUL byte");
@@ -689,8 +748,9 @@ static int load_entries(struct load *ld)
 				if (rc < 0)
 					goto out;
 			}
-			const char *type = (const char *)sqlite3_column_text(st, 1);
-			entry_reset(&e, i, type && strcmp(type, "object") == 0);
+			entry_reset(&e, i,
+			            json_type_of((const char *)sqlite3_column_text(st, 1)) ==
+			                J_OBJECT);
 		}
 		rc = gather_field(ld, &e);
 		if (rc < 0)
@@ -901,9 +961,9 @@ static int prepare_load(struct load *ld)
 		rc = bind_text(ld->st_each, ":json", ld->json);
 	if (rc == 0)
 		rc = bind_text(ld->st_packs, ":json", ld->json);
+	ld->json_has_nul = raw_has_nul((const unsigned char *)ld->json);
 	if (rc == 0)
-		rc =
-		    bind_int(ld->st_each, ":has_nul", raw_has_nul((const unsigned char *)ld->json));
+		rc = bind_int(ld->st_each, ":has_nul", ld->json_has_nul);
 	return rc;
 }
 
