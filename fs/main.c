@@ -854,8 +854,23 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 
 	close(FS_RUN_FD_STRINGS);
 	close(FS_RUN_FD_EXE);
-	if (rc == 0 && util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger) != 0)
-		s->ledger = NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
+	if (rc == 0) {
+		int mapped = util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger);
+		if (mapped == -EPROTO) {
+			/* Made by the supervisor's build: this one cannot tell how the kernel holds
+			 * the inodes open now, so it must not serve them (a reload is rolled back).
+			 */
+			fprintf(
+			    stderr,
+			    "spoolfs: serving process: the passthrough ledger was made by"
+			    " another spoolfs build; unmount and mount again to run this one\n");
+			close(FS_RUN_FD_LEDGER);
+			return mapped;
+		}
+		if (mapped)
+			s->ledger =
+			    NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
+	}
 	close(FS_RUN_FD_LEDGER);
 	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);

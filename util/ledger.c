@@ -12,18 +12,36 @@
  * - a close forgets the open first, then uncounts its inode: stopped between, likewise.
  * A count too high keeps an inode in its mode (and a backing id open) longer than needed,
  * which the kernel allows; a count too low would let a later process open the inode the
- * other way, which the kernel fails (EIO).
+ * other way, which the kernel fails (EIO). An inode entry whose count is 0 (a process
+ * stopped between its key and its count, or between its count and its freeing) holds no
+ * open: every reader takes it as absent, and an open fills it again. The steps are stores
+ * the compiler must keep in order (a kill can land between any two instructions):
+ * step() is the fence between them; the robust mutex orders them for the next process.
+ *
+ * The mapping starts with a magic number and a format version: the supervisor made it with
+ * its own binary, and a reload's newer binary that lays it out otherwise must refuse it
+ * (the reload is then rolled back), not read slots at the wrong offsets.
  */
 #include "util/ledger.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TOMBSTONE UINT64_MAX
+#define LEDGER_MAGIC 0x73706f6f6c6c6467ULL /* "spoolldg" */
+#define LEDGER_FORMAT 2
+
+/* Keeps the stores before it before the stores after it (see the top). */
+static void step(void)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+}
 
 struct slot {
 	uint64_t key;   /* 0: never used; TOMBSTONE: freed */
@@ -33,6 +51,8 @@ struct slot {
 };
 
 struct shared {
+	uint64_t magic;       /* LEDGER_MAGIC, written once by the maker */
+	uint32_t format;      /* LEDGER_FORMAT */
 	pthread_mutex_t lock; /* process-shared, robust */
 	int overflowed;
 	struct slot inodes[UTIL_LEDGER_SLOTS];
@@ -46,10 +66,15 @@ struct util_ledger {
 static int map(int fd, struct util_ledger **out)
 {
 	struct util_ledger *l = calloc(1, sizeof(*l));
+	struct stat st;
 	void *p;
 
 	if (!l)
 		return -ENOMEM;
+	if (fstat(fd, &st) != 0 || st.st_size != (off_t)sizeof(struct shared)) {
+		free(l);
+		return -EPROTO; /* another spoolfs's layout (or not a ledger) */
+	}
 	p = mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		int rc = -errno;
@@ -82,6 +107,8 @@ int util_ledger_create(int *fd, struct util_ledger **out)
 	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
 	rc = -pthread_mutex_init(&(*out)->sh->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
+	(*out)->sh->magic = LEDGER_MAGIC;
+	(*out)->sh->format = LEDGER_FORMAT;
 	if (rc == 0)
 		return 0;
 	util_ledger_unmap(*out);
@@ -94,7 +121,14 @@ fail:
 
 int util_ledger_map(int fd, struct util_ledger **out)
 {
-	return map(fd, out);
+	int rc = map(fd, out);
+
+	if (rc == 0 && ((*out)->sh->magic != LEDGER_MAGIC || (*out)->sh->format != LEDGER_FORMAT)) {
+		util_ledger_unmap(*out);
+		*out = NULL;
+		rc = -EPROTO;
+	}
+	return rc;
 }
 
 void util_ledger_unmap(struct util_ledger *l)
@@ -143,10 +177,12 @@ static void free_locked(struct slot *t, size_t n, struct slot *s)
 	size_t i = (size_t)(s - t);
 
 	s->key = TOMBSTONE;
+	step();
 	if (t[(i + 1) % n].key != 0)
 		return;
 	for (size_t k = 0; k < n && t[i].key == TOMBSTONE; k++) {
 		t[i].key = 0;
+		step();
 		i = (i + n - 1) % n;
 	}
 }
@@ -156,10 +192,13 @@ static int64_t record_locked(struct util_ledger *l, struct slot *e, struct slot 
                              uint64_t open, uint64_t key)
 {
 	e->count++;
+	step();
 	open_free->value = (int64_t)key;
 	open_free->count = 0;
 	open_free->owner = 0;
+	step();
 	open_free->key = open;
+	step();
 	return e->value;
 }
 
@@ -176,7 +215,7 @@ int64_t util_ledger_open(struct util_ledger *l, uint64_t open, uint64_t key, int
 	if (o) {
 		/* Recorded already: its inode's value, counted once. */
 		e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, (uint64_t)o->value, &e_free);
-		rc = e ? e->value : 0;
+		rc = e && e->count > 0 ? e->value : 0;
 		goto out;
 	}
 	e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &e_free);
@@ -184,12 +223,20 @@ int64_t util_ledger_open(struct util_ledger *l, uint64_t open, uint64_t key, int
 		l->sh->overflowed = 1;
 		goto out;
 	}
-	if (!e) {
+	if (e && e->count <= 0) {
+		/* Left by a process stopped mid-step: it holds no open, so it is this open's. */
+		e->value = value;
+		e->owner = owner;
+		e->count = 0;
+		step();
+	} else if (!e) {
 		e = e_free;
 		e->value = value;
 		e->count = 0;
 		e->owner = owner;
+		step();
 		e->key = key; /* last: the slot is whole before it is found */
+		step();
 	}
 	rc = record_locked(l, e, o_free, open, key);
 out:
@@ -206,14 +253,17 @@ int64_t util_ledger_join(struct util_ledger *l, uint64_t open, uint64_t key, uin
 		return -EINVAL;
 	lock(l);
 	e = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &e_free);
-	if (!e || e->value <= 0 || e->owner == not_owner)
+	if (!e || e->count <= 0 || e->value <= 0 || e->owner == not_owner)
 		goto out;
 	o = find_locked(l->sh->opens, UTIL_LEDGER_OPENS, open, &o_free);
 	if (o) {
 		rc = e->value;
 	} else if (!o_free) {
+		/* The kernel holds the inode on this backing id whatever the ledger can record:
+		 * the open uses it (its release is not counted, so the id stays open until the
+		 * unmount), where a new id would fail in the kernel (EIO). */
 		l->sh->overflowed = 1;
-		rc = -ENOSPC;
+		rc = e->value;
 	} else {
 		rc = record_locked(l, e, o_free, open, key);
 	}
@@ -239,19 +289,24 @@ int64_t util_ledger_close(struct util_ledger *l, uint64_t open, int64_t *value, 
 	if (!e)
 		goto out;
 	*value = e->value;
-	rc = --e->count;
-	if (rc > 0)
+	if (e->count > 1) {
+		rc = --e->count;
 		goto out;
+	}
 	rc = 0;
 	last = true;
-	/* Only when asked: a scan of every slot, at an entry's end. */
+	/* Only when asked: a scan of every slot, at an entry's end, before the count drops, so
+	 * that the drop and the freeing are next to each other (a count of 0 is absent anyway). */
 	for (size_t i = 0; value_last && i < UTIL_LEDGER_SLOTS; i++) {
 		const struct slot *s = &l->sh->inodes[i];
-		if (s != e && s->key != 0 && s->key != TOMBSTONE && s->value == *value) {
+		if (s != e && s->key != 0 && s->key != TOMBSTONE && s->count > 0 &&
+		    s->value == *value) {
 			last = false;
 			break;
 		}
 	}
+	e->count = 0;
+	step();
 	free_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, e);
 out:
 	pthread_mutex_unlock(&l->sh->lock);
@@ -270,7 +325,7 @@ int64_t util_ledger_get(struct util_ledger *l, uint64_t key, int64_t *value, uin
 		*owner = 0;
 	lock(l);
 	s = find_locked(l->sh->inodes, UTIL_LEDGER_SLOTS, key, &free_slot);
-	if (s) {
+	if (s && s->count > 0) {
 		*value = s->value;
 		count = s->count;
 		if (owner)

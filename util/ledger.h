@@ -31,7 +31,8 @@ struct util_ledger;
 
 /* Makes a ledger in a new memfd: *fd (close-on-exec; the caller passes it on) and *out. */
 int util_ledger_create(int *fd, struct util_ledger **out);
-/* Maps the ledger in fd (made by util_ledger_create, maybe in another process). */
+/* Maps the ledger in fd (made by util_ledger_create, maybe in another process): -EPROTO
+ * when another spoolfs build laid it out otherwise. */
 int util_ledger_map(int fd, struct util_ledger **out);
 void util_ledger_unmap(struct util_ledger *l);
 
@@ -45,7 +46,9 @@ int64_t util_ledger_open(struct util_ledger *l, uint64_t open, uint64_t key, int
                          uint64_t owner);
 /*
  * Records open `open` of key only when key has an entry with a value > 0 that another owner
- * than not_owner made: returns that value (> 0), else 0 (nothing recorded), or -ENOSPC.
+ * than not_owner made: returns that value (> 0), else 0 (nothing recorded). With no room
+ * to record the open, the value is still returned (the kernel holds the inode on it) and
+ * the ledger is marked overflowed.
  */
 int64_t util_ledger_join(struct util_ledger *l, uint64_t open, uint64_t key, uint64_t not_owner);
 /*

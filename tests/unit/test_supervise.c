@@ -318,6 +318,49 @@ static void test_ledger_reuses_its_slots(void **state)
 	close(fd);
 }
 
+/* A ledger laid out by another build (another size, or no magic at its start: the running
+ * supervisor's, met by a reload's new binary) is refused, never read at wrong offsets. */
+static void test_ledger_of_another_build_is_refused(void **state)
+{
+	struct util_ledger *l = NULL, *other = NULL;
+	const uint64_t garbage = 0;
+	int fd = -1, old_fd;
+
+	(void)state;
+	old_fd = memfd_create("old-ledger", MFD_CLOEXEC);
+	assert_true(old_fd >= 0);
+	assert_int_equal(ftruncate(old_fd, 196648), 0); /* the first format's size */
+	assert_int_equal(util_ledger_map(old_fd, &other), -EPROTO);
+	assert_null(other);
+	close(old_fd);
+	assert_int_equal(util_ledger_create(&fd, &l), 0);
+	assert_int_equal(pwrite(fd, &garbage, sizeof(garbage), 0), (ssize_t)sizeof(garbage));
+	assert_int_equal(util_ledger_map(fd, &other), -EPROTO);
+	assert_null(other);
+	util_ledger_unmap(l);
+	close(fd);
+}
+
+/* With the opens table full, a later process's open of an inode the kernel holds on a
+ * backing id still gets that id (a new one would fail in the kernel), and the ledger says
+ * it is overflowed. */
+static void test_ledger_join_with_no_room_still_names_the_backing_id(void **state)
+{
+	struct util_ledger *l = NULL;
+	int fd = -1;
+
+	(void)state;
+	assert_int_equal(util_ledger_create(&fd, &l), 0);
+	assert_int_equal(util_ledger_open(l, 1, 42, 7, 1), 7);
+	for (uint64_t k = 2; k <= UTIL_LEDGER_OPENS; k++)
+		assert_int_equal(util_ledger_open(l, k, 43, 0, 1), 0);
+	assert_false(util_ledger_overflowed(l));
+	assert_int_equal(util_ledger_join(l, UTIL_LEDGER_OPENS + 1, 42, 2), 7);
+	assert_true(util_ledger_overflowed(l));
+	util_ledger_unmap(l);
+	close(fd);
+}
+
 static void test_ledger_full(void **state)
 {
 	struct util_ledger *l = NULL;
@@ -349,6 +392,8 @@ int main(void)
 	    cmocka_unit_test(test_ledger_is_shared_and_counted),
 	    cmocka_unit_test(test_ledger_reuses_its_slots),
 	    cmocka_unit_test(test_ledger_full),
+	    cmocka_unit_test(test_ledger_of_another_build_is_refused),
+	    cmocka_unit_test(test_ledger_join_with_no_room_still_names_the_backing_id),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
