@@ -257,6 +257,7 @@ struct fs_session {
 	/* The mount's private run directory (doc/survive.md): the namespace database and the
 	 * INIT record; -1 and NULL when there is none. ctl_fd: the pipe to the supervisor. */
 	int run_dir_fd;
+	int progress_dirfd; /* the run directory's progress/ (with --cache-dir), or -1 */
 	char *run_dir;
 	int ctl_fd;
 	/* Per inode, the passthrough backing id the kernel holds and how many passthrough files

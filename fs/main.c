@@ -450,6 +450,34 @@ static void kick_engine(void *ctx, struct flight *f)
 	engine_kick(s->engine, f);
 }
 
+/*
+ * The run directory's progress/ (fetch/engine/progress_note.h): with --cache-dir, the
+ * serving process that replaces a dead one resumes its downloads from what that one wrote,
+ * not only from what it had made durable. -1 without one (it is never needed for a spool in
+ * the run directory: a restart starts that afresh), or when it cannot be made.
+ */
+static int open_progress_dir(struct fs_session *s)
+{
+	int fd;
+
+	if (!s->opts.cache_dir || s->run_dir_fd < 0)
+		return -1;
+	if (mkdirat(s->run_dir_fd, "progress", 0700) != 0 && errno != EEXIST) {
+		util_log(UTIL_LOG_WARN,
+		         "cannot make the run directory's progress/ (%s): a restart "
+		         "fetches again what was not recorded",
+		         strerror(errno));
+		return -1;
+	}
+	fd = openat(s->run_dir_fd, "progress", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		util_log(UTIL_LOG_WARN,
+		         "cannot open the run directory's progress/ (%s): a restart "
+		         "fetches again what was not recorded",
+		         strerror(errno));
+	return fd;
+}
+
 static int start_fetching(struct fs_session *s)
 {
 	struct engine_config cfg;
@@ -477,6 +505,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.records = s->records;
 	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
+	cfg.progress_dirfd = s->progress_dirfd = open_progress_dir(s);
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
@@ -923,7 +952,7 @@ int main(int argc, char *argv[])
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
 		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.run_dir_fd = s.ctl_fd = -1;
+	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_mutex_init(&s.handover_lock, NULL);
@@ -1124,6 +1153,8 @@ out_cache:
 	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
 	if (s.run_dir && !s.generation && s.ctl_fd < 0)
 		util_remove_tree(AT_FDCWD, s.run_dir);
+	if (s.progress_dirfd >= 0)
+		close(s.progress_dirfd);
 	if (s.run_dir_fd >= 0)
 		close(s.run_dir_fd);
 	free(s.run_dir);

@@ -51,6 +51,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
 	cfg->lease_dirfd = -1;
+	cfg->progress_dirfd = -1;
 }
 
 int engine_create(const struct engine_config *cfg, struct engine **out)

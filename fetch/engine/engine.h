@@ -55,6 +55,9 @@ struct engine_config {
 	 * whose lease file decides which of the mounts sharing it downloads an object (lease.h);
 	 * the others read its records. -1 (engine_config_defaults): no other mount shares it. */
 	int lease_dirfd;
+	/* With durable: the session's directory of progress notes (progress_note.h), for the
+	 * serving process that replaces this one; -1 (engine_config_defaults): none. */
+	int progress_dirfd;
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. *gen
 	 * gets the generation of the credentials signed with. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen);

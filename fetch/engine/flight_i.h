@@ -137,6 +137,7 @@ struct flight {
 	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
 	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
 	uint64_t recorded_ms;             /* when they were */
+	uint64_t noted_bytes;             /* written bytes in its progress note (progress_note.h) */
 	int last_status;                  /* last HTTP status, for the failure log line */
 	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
 	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */

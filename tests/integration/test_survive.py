@@ -82,17 +82,20 @@ def stat_line(m, name):
 
 
 def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
-    size = 96 * MiB
+    size = 256 * MiB
     big = store.add("big.bin", size)
     parked = store.add("parked.bin", 3 * MiB)
     url = store.write()
     m = mount(url, "--cache-dir", str(tmp_path / "cache"))
-    store.up.fault(big, rate=24 * MiB)
+    # Throttled (each ranged request; the object comes in 8 at once) below what even a
+    # sanitizer build takes in: bytes the upstream sent into a socket that the dead
+    # process never read are lost with it, however it records progress.
+    store.up.fault(big, rate=int(16 * MiB / SLOW))
     store.up.fault(parked, gate=True)
     out, threads = start_readers([m.p(big)] * 8)
     pout, pthreads = start_readers([m.p(parked)])
     # Mid-stream for the 8, and the parked reader's request is at the upstream's gate.
-    store.up.wait_for(lambda s: s["bytes"] >= 16 * MiB, timeout=30 * SLOW, path=big)
+    store.up.wait_for(lambda s: s["bytes"] >= 96 * MiB, timeout=60 * SLOW, path=big)
     store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=parked)
     first = kill_serving(m)
     store.up.release(parked)
@@ -104,10 +107,13 @@ def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
     log = m.stderr()
     assert "serving process %d killed by signal 9" % first in log, log
     assert stat_line(m, "spoolfs_restarts_total") == "1"
-    # The spool's recorded ranges are adopted: at most the unrecorded part is fetched again.
+    # What the dead process wrote is adopted (recorded, or noted since the last record):
+    # at most the last few MiB of each part are fetched again. With the records alone, the
+    # fdatasyncs' lag lost 20-100 MiB here.
     got = store.up.stats(big)["bytes"]
-    print("upstream bytes for the %d MiB object: %.2fx" % (size // MiB, got / size))
-    assert got <= 2 * size, got
+    print("upstream bytes for the %d MiB object: %.3fx" % (size // MiB, got / size))
+    assert got <= 1.1 * size, "%.3fx the object" % (got / size)
+    assert "noted by the serving process before" in log, log
 
 
 def test_kill9_during_find_and_during_ls_lR_of_10000_files(store, mount):

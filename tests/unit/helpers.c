@@ -1,5 +1,6 @@
 /*
- * The suites' shared helpers (helpers.h): the recording waiter and the thread harness.
+ * The suites' shared helpers (helpers.h): the recording waiter, the thread harness and
+ * fresh directories.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +8,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -66,4 +71,22 @@ void test_threads_run(unsigned n, void *(*fn)(void *arg), void *args, size_t str
 		                 0);
 	for (unsigned i = 0; i < n; i++)
 		assert_int_equal(pthread_join(threads[i], NULL), 0);
+}
+
+int test_dir_make(const char *name, char *path, size_t cap)
+{
+	snprintf(path, cap, "/tmp/spoolfs-%s.XXXXXX", name);
+	if (!mkdtemp(path))
+		return -1;
+	return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+int test_dir_remove(const char *path, int fd)
+{
+	char cmd[128];
+
+	if (fd >= 0)
+		close(fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", path);
+	return system(cmd) == 0 ? 0 : -1;
 }

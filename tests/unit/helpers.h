@@ -47,4 +47,12 @@ int test_waiter_calls(struct test_waiter *t);
  */
 void test_threads_run(unsigned n, void *(*fn)(void *arg), void *args, size_t stride);
 
+/*
+ * A fresh directory /tmp/spoolfs-NAME.XXXXXX: its path in path (at least 64 bytes), its
+ * fd returned (-1 on failure). test_dir_remove closes the fd and removes it all (0 or -1,
+ * as cmocka's setup and teardown return).
+ */
+int test_dir_make(const char *name, char *path, size_t cap);
+int test_dir_remove(const char *path, int fd);
+
 #endif

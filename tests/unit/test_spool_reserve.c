@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "helpers.h"
 #include "fetch/engine/spool_reserve.h"
 #include "util/fd_room.h"
 
@@ -29,21 +30,14 @@ static int dirfd_ = -1;
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/spoolfs-reserve.XXXXXX");
-	if (!mkdtemp(dir))
-		return -1;
-	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dirfd_ = test_dir_make("reserve", dir, sizeof(dir));
 	return dirfd_ < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	close(dirfd_);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return test_dir_remove(dir, dirfd_);
 }
 
 /* Takes name until a file made ahead comes (the threads start with none), at most 10 s. */
