@@ -99,12 +99,13 @@ struct fs_options {
 
 /* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
 struct fs_counters {
-	atomic_uint_fast64_t opens_local;       /* the object was already complete */
-	atomic_uint_fast64_t opens_passthrough; /* ... and the kernel reads its spool itself */
-	atomic_uint_fast64_t opens_new;         /* the open started a download */
-	atomic_uint_fast64_t opens_joined;      /* the open joined a running download */
-	atomic_uint_fast64_t handles_adopted;   /* an earlier serving process's, rebuilt here */
-	atomic_uint_fast64_t reads_parked;      /* reads that waited for their bytes */
+	atomic_uint_fast64_t opens_local;         /* the object was already complete */
+	atomic_uint_fast64_t opens_passthrough;   /* ... and the kernel reads its spool itself */
+	atomic_uint_fast64_t opens_new;           /* the open started a download */
+	atomic_uint_fast64_t opens_joined;        /* the open joined a running download */
+	atomic_uint_fast64_t handles_adopted;     /* an earlier serving process's, rebuilt here */
+	atomic_uint_fast64_t nested_listed_ahead; /* nested manifests a walk had not reached */
+	atomic_uint_fast64_t reads_parked;        /* reads that waited for their bytes */
 	atomic_uint_fast64_t reads_failed;
 	atomic_uint_fast64_t pages_dropped_bytes; /* FUSE page cache dropped (page_drop.c) */
 	atomic_uint_fast64_t page_drops_pending;  /* drops queued, not yet done */
@@ -215,6 +216,12 @@ struct fs_session {
 	int *mirror_dir_fds;
 	/* Lazy listing: the directories being listed now (listing.c); its own lock. */
 	struct listing_flights *listings;
+	/* Nested manifests listed ahead of a walk (listing.c): the worker that lists them, NULL
+	 * until started; the directory listed ahead that a walk has not entered yet (0: none);
+	 * and whether the worker should list no more (the session is ending). */
+	struct util_worker *list_ahead;
+	atomic_uint_fast64_t listed_ahead_dir;
+	atomic_bool list_ahead_stopping;
 	struct index *idx;             /* the namespace: its own lock (index.h) */
 	struct index_records *records; /* the cache directory's: its own lock (records.h) */
 	struct flight_table *flights;
@@ -421,6 +428,10 @@ int fs_status_main(int argc, char **argv);
  * manifests. Concurrent callers for one directory wait for a single listing. 0 or -errno.
  */
 int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir);
+/* The worker that lists nested manifests ahead of a walk (listing.c): started with the
+ * other threads, stopped before the index closes. 0 or -errno. */
+int fs_list_ahead_start(struct fs_session *s);
+void fs_list_ahead_stop(struct fs_session *s);
 
 /* The node's path from the mount root ("a/b/c.bin", "" for the root). */
 void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len);

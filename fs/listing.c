@@ -5,12 +5,27 @@
  * file data). The single-flight that makes concurrent callers for one directory wait for
  * one listing is fetch/source/listing_flight.c; this is what a filesystem request needs of
  * it.
+ *
+ * Listing ahead: a walk over a published tree (find, ls -R, a build's scan) enters its
+ * nested manifests one after another and paid each load in turn, the walk stopped
+ * meanwhile. Once a walk is seen (a directory with a manifest of its own is listed on
+ * demand after its previous such sibling was), a worker lists the next such sibling while
+ * the walk is still inside this one, and the one after only when the walk enters that
+ * one: one manifest ahead, never a chain through a tree nobody walks.
+ *
+ * Lock: none of its own; listed_ahead_dir and list_ahead_stopping are atomics.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "fetch/source/nested.h"
 #include "util/log.h"
 #include "fs/fs_i.h"
+
+struct list_ahead_job {
+	struct util_worker_job link; /* first: the worker hands this back */
+	uint64_t dir;
+};
 
 /* listing_flight_list_fn: lists dir from the bucket into the index. */
 static int list_dir(void *ctx, uint64_t dir)
@@ -43,9 +58,87 @@ static int list_dir(void *ctx, uint64_t dir)
 	return rc == -ENOMEM || rc == -EACCES ? rc : rc ? -EIO : 0;
 }
 
+static void list_next_ahead(struct fs_session *s, uint64_t dir);
+
+/* listing_flight_list_fn for a walk's request: lists dir, then maybe the next one ahead. */
+static int list_dir_on_demand(void *ctx, uint64_t dir)
+{
+	struct fs_session *s = ctx;
+	int rc = list_dir(ctx, dir);
+
+	if (rc == 0 && s->manifest_url)
+		list_next_ahead(s, dir);
+	return rc;
+}
+
+/* listing_flight_list_fn for the worker: lists dir, and nothing further. */
+static int list_dir_ahead(void *ctx, uint64_t dir)
+{
+	struct fs_session *s = ctx;
+	int rc = list_dir(ctx, dir);
+
+	if (rc == 0)
+		atomic_fetch_add(&s->counters.nested_listed_ahead, 1);
+	return rc;
+}
+
+/* The worker: one nested manifest ahead of the walk, unless the session is ending. */
+static void list_ahead_run(void *ctx, struct util_worker_job *job)
+{
+	struct list_ahead_job *j = (struct list_ahead_job *)job;
+	struct fs_session *s = ctx;
+
+	if (!atomic_load(&s->list_ahead_stopping))
+		(void)listing_flight_ensure(s->listings, s->idx, j->dir, list_dir_ahead, s);
+	free(j);
+}
+
+/* After dir (listed, or entered by the walk): lists its next sibling with a manifest of its
+ * own on the worker, when a walk came through the sibling before dir. */
+static void list_next_ahead(struct fs_session *s, uint64_t dir)
+{
+	struct list_ahead_job *j;
+	bool walk = false;
+	uint64_t next = 0;
+
+	if (!s->list_ahead || atomic_load(&s->list_ahead_stopping) ||
+	    index_next_nested_sibling(s->idx, dir, &next, &walk) != 0 || !walk || !next)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* only speculation is lost */
+	j->dir = next;
+	atomic_store(&s->listed_ahead_dir, next);
+	if (!util_worker_queue(s->list_ahead, &j->link))
+		free(j);
+}
+
 int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir)
 {
+	uint64_t ahead;
+
 	if (!s->listings)
 		return 0;
-	return listing_flight_ensure(s->listings, s->idx, dir, list_dir, s);
+	/* The walk entered the directory listed ahead of it: the next one goes ahead now. */
+	ahead = atomic_load(&s->listed_ahead_dir);
+	if (ahead && ahead == dir &&
+	    atomic_compare_exchange_strong(&s->listed_ahead_dir, &ahead, 0))
+		list_next_ahead(s, dir);
+	return listing_flight_ensure(s->listings, s->idx, dir, list_dir_on_demand, s);
+}
+
+int fs_list_ahead_start(struct fs_session *s)
+{
+	/* Only a manifest's nested directories: an S3 listing is a request a directory, and a
+	 * walk over one is already the walk prefetch's (fs/prefetch.c). */
+	if (!s->listings || !s->manifest_url)
+		return 0;
+	return util_worker_start("spoolfs-nested", list_ahead_run, s, &s->list_ahead);
+}
+
+void fs_list_ahead_stop(struct fs_session *s)
+{
+	atomic_store(&s->list_ahead_stopping, true);
+	util_worker_stop(s->list_ahead);
+	s->list_ahead = NULL;
 }

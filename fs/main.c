@@ -741,6 +741,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		rc = s3_source_start(s->s3);
 	if (rc == 0)
 		rc = fs_prefetch_start(s);
+	if (rc == 0)
+		rc = fs_list_ahead_start(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
@@ -783,6 +785,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 out_engine:
 	/* Before the engine: its thread starts flights. Writes the records of what was read. */
 	fs_prefetch_stop(s);
+	fs_list_ahead_stop(s); /* after the walks that may queue it; before the index closes */
 	/* Answers every parked reader before the session goes away. */
 	engine_stop(s->engine);
 	flight_table_stop_hasher(s->flights);

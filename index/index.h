@@ -236,6 +236,13 @@ struct index_entry {
 int index_begin_lazy(struct index *idx);
 /* *listed for directory `dir`. 0, -ENOENT or -ENOTDIR. */
 int index_dir_listed(struct index *idx, uint64_t dir, bool *listed);
+/*
+ * For a walk across directories that have manifests of their own: the next sibling of dir
+ * (in readdir order) that has one and is not listed yet, in *next (0: none), and whether
+ * the sibling before dir that has one is listed (*after_listed: a walk came through it).
+ * 0, -ENOENT, or -errno.
+ */
+int index_next_nested_sibling(struct index *idx, uint64_t dir, uint64_t *next, bool *after_listed);
 /* 0, -EINVAL for a bad name (nothing added), or -errno. */
 int index_add_listing(struct index *idx, uint64_t dir, const struct index_entry *entries, size_t n);
 /* The ETag a file's version is pinned to ("" when none). 0, -ENOENT, -EISDIR. */

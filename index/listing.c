@@ -41,6 +41,35 @@ int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
 	return rc;
 }
 
+int index_next_nested_sibling(struct index *idx, uint64_t dir, uint64_t *next, bool *after_listed)
+{
+	/* Siblings in readdir order (ino); node_parent's entries are ordered by ino within a
+	 * parent, so both look-ups are range scans. Once per nested listing: not kept. */
+	static const char sql[] =
+	    "SELECT (SELECT listed FROM node WHERE parent = d.parent AND ino < d.ino"
+	    "        AND nested_sha256 IS NOT NULL ORDER BY ino DESC LIMIT 1),"
+	    "       (SELECT ino FROM node WHERE parent = d.parent AND ino > d.ino"
+	    "        AND nested_sha256 IS NOT NULL AND listed = 0 ORDER BY ino LIMIT 1)"
+	    " FROM node AS d WHERE d.ino = :ino AND d.ino != 1";
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	*next = 0;
+	*after_listed = false;
+	pthread_mutex_lock(&idx->lock);
+	rc = index_db_errno(sqlite3_prepare_v2(idx->db, sql, -1, &st, NULL));
+	if (rc == 0)
+		rc = index_step_ino(st, dir);
+	if (rc == 1) {
+		*after_listed = sqlite3_column_int(st, 0) != 0;
+		*next = (uint64_t)sqlite3_column_int64(st, 1);
+		rc = 0;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&idx->lock);
+	return rc;
+}
+
 static int bind_text_or_null(sqlite3_stmt *st, const char *name, const char *value)
 {
 	return value && *value ? index_db_bind_text(st, name, value, -1)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import SLOW, read_file
 from client import Upstream
-from helpers import publish_tree, sha256_file
+from helpers import publish_tree, sha256_file, wait_until
 
 # The 100 MiB file: smaller under the sanitizers (the same code runs at any size).
 BIG = (100 << 20) if SLOW == 1 else (8 << 20)
@@ -104,27 +104,70 @@ def test_the_mount_shows_exactly_the_published_tree(published, mount):
     assert r.stdout == b"published-tool x\n"
 
 
-def test_nested_manifests_show_the_same_tree(published, mount, tmp_path):
+@pytest.fixture
+def nested(published, tmp_path):
+    """The same tree published with each small/dN (200 files) in a manifest of its own:
+    (src, its upstream, {directory: its nested manifest's URL})."""
     src, _, _ = published
     out = tmp_path / "out-nested"
-    # Each small/dN (200 files) gets a manifest of its own.
     publish_tree(src, out, "--nest-over", "150")
+    with open(out / "manifest.json") as f:
+        top = json.load(f)
+    urls = {e["path"]: e["manifest"]["url"] for e in top["entries"] if "manifest" in e}
+    assert sorted(urls) == ["small/d%d" % d for d in range(10)]
     up = Upstream(out)
-    try:
-        m = mount(up.url("manifest.json"), name="mnt-nested")
-        assert up.stats()["total_gets"] == 1  # the top manifest alone
-        want, got = snapshot(src), snapshot(m.p(""))
-        got.pop(".spoolfs", None)
-        assert want == got
-        # The walk listed every directory: each nested manifest was fetched once.
-        with open(out / "manifest.json") as f:
-            top = json.load(f)
-        nested = {e["path"]: e["manifest"]["url"] for e in top["entries"] if "manifest" in e}
-        assert sorted(nested) == ["small/d%d" % d for d in range(10)]
-        assert all(up.stats(url)["gets"] == 1 for url in nested.values())
-        m.unmount()
-    finally:
-        up.stop()
+    yield src, up, urls
+    up.stop()
+
+
+def test_nested_manifests_show_the_same_tree(nested, mount):
+    src, up, urls = nested
+    m = mount(up.url("manifest.json"), name="mnt-nested")
+    assert up.stats()["total_gets"] == 1  # the top manifest alone
+    want, got = snapshot(src), snapshot(m.p(""))
+    got.pop(".spoolfs", None)
+    assert want == got
+    # The walk listed every directory: each nested manifest was fetched once.
+    assert all(up.stats(url)["gets"] == 1 for url in urls.values())
+    m.unmount()
+
+
+def stat_value(m, name):
+    with open(m.p(".spoolfs/stats")) as f:
+        for line in f:
+            if line.split()[0] == name:
+                return int(line.split()[-1])
+    raise KeyError(name)
+
+
+def test_a_walk_across_nested_manifests_loads_the_next_one_ahead(nested, mount):
+    """A walk entering directories with manifests of their own one after another: the next
+    one is loaded while the walk is still in this one, one ahead, and each once."""
+    src, up, urls = nested
+    m = mount(up.url("manifest.json"), name="mnt-ahead")
+    url = [urls["small/d%d" % d] for d in range(10)]
+
+    def gets(d):
+        return up.stats(url[d])["gets"]
+
+    # d0 then d1: a walk. d2 comes ahead (fetched and loaded), nothing further.
+    os.listdir(m.p("small/d0"))
+    os.listdir(m.p("small/d1"))
+    wait_until(lambda: stat_value(m, "spoolfs_nested_listed_ahead_total") == 1,
+               "d2 was never loaded ahead")
+    assert [gets(d) for d in range(10)] == [1, 1, 1] + [0] * 7
+    # The walk enters d2: loaded already (no second request); d3 comes ahead now.
+    assert sorted(os.listdir(m.p("small/d2"))) == sorted(os.listdir(src / "small/d2"))
+    assert gets(2) == 1
+    up.wait_for(lambda s: s["gets"] == 1, timeout=30 * SLOW, path=url[3])
+    assert all(gets(d) == 0 for d in range(4, 10))
+    # A find over all of it: the full tree, each nested manifest fetched once.
+    found = subprocess.run(["find", m.p("small")], capture_output=True, check=True,
+                           timeout=120 * SLOW).stdout.count(b"\n")
+    assert found == sum(1 for _ in os.walk(src / "small")) + sum(
+        len(files) for _, _, files in os.walk(src / "small"))
+    assert [gets(d) for d in range(10)] == [1] * 10
+    m.unmount()
 
 
 def test_a_cold_walk_of_small_files_costs_a_request_per_pack(published, mount):
