@@ -224,13 +224,17 @@ static const char *const namespace_pragmas[] = {
  * a serving process killed in a write must leave a file the next one can open, so the
  * journal is on disk (synchronous OFF: the kernel has the writes once write() returned,
  * which a process's death does not undo). EXCLUSIVE as above: one serving process at a
- * time uses it, and the lock goes with the process that dies.
+ * time uses it, and the lock goes with the process that dies. A cache of 16 MB, not 64:
+ * the file's pages are in the kernel's page cache already, and a find over ten nested
+ * manifests of 100,000 entries peaked at 240-290 MiB with 64 against 231-235 with 16,
+ * with no slower loads (a published 1,000,000-entry manifest mounted in 4.7-4.8 s
+ * against 4.9-5.1 s).
  */
 static const char *const namespace_file_pragmas[] = {
     "PRAGMA locking_mode = EXCLUSIVE",
     "PRAGMA journal_mode = TRUNCATE",
     "PRAGMA synchronous = OFF",
-    "PRAGMA cache_size = -65536",
+    "PRAGMA cache_size = -16384",
 };
 
 static int open_at(const char *path, bool fresh, struct index **out);
