@@ -652,8 +652,7 @@ int flight_spool_seal(int fd, char *out, size_t cap)
 	if (RAND_bytes((unsigned char *)&offset, sizeof(offset)) != 1)
 		return -EIO;
 	times[1].tv_sec += offset % SEALED_SPAN_S;
-	/* fsync, not fdatasync: the time is metadata, and a lost one costs a needless check. */
-	if (futimens(fd, times) != 0 || fsync(fd) != 0 || fstat(fd, &st) != 0)
+	if (futimens(fd, times) != 0 || fstat(fd, &st) != 0)
 		return -errno;
 	seal_of(&st, out, cap);
 	return 0;

@@ -379,7 +379,8 @@ int flight_reopen_spool(struct flight *f, const struct util_ranges *ranges, bool
 /*
  * Seals a complete spool file, for index_record_sealed: sets its modification time apart
  * from any write's, so that a later write to it shows (a copy that keeps times does not).
- * 0 or -errno.
+ * The caller makes it durable (fsync, not fdatasync: the time is metadata) before it
+ * records the seal. 0 or -errno.
  */
 int flight_spool_seal(int fd, char *out, size_t cap);
 /* The seal f's spool file shows now (the one it has open, else its path's), to compare

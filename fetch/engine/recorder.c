@@ -69,22 +69,32 @@ struct recorder {
  */
 #define RECORD_CHUNK 32
 
-/* Syncs j's spool, then records its ranges and, once complete, its seal. */
+/* Syncs j's spool (sealed first once complete), then records its ranges and its seal. */
 static void record_ranges(struct recorder *r, struct job *j)
 {
 	char seal[FLIGHT_SEAL_MAX];
+	bool sealed = false;
 	int fd = j->fd;
 
-	/* The data must be on disk before the index says it is there. */
-	if (fd < 0 || fdatasync(fd) != 0) {
+	if (fd < 0) {
 		util_log(UTIL_LOG_WARN, "%s: cannot sync the spool (%s): progress not recorded",
-		         j->f->name, strerror(fd < 0 ? -fd : errno));
+		         j->f->name, strerror(-fd));
 		return;
 	}
 	/* The hold checked the file an idle spool's name opened; one still open may have been
-	 * deleted or replaced under it since, and a deleted file is never recorded complete. */
-	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && j->complete &&
-	    flight_spool_still_named(j->f) && flight_spool_seal(fd, seal, sizeof(seal)) == 0 &&
+	 * deleted or replaced under it since, and a deleted file is never recorded complete.
+	 * A complete one is sealed before its sync, so that one fsync makes its data and its
+	 * seal durable (an fdatasync and then an fsync per object were half of the recorder's
+	 * time in a walk of small objects); a seal only counts once recorded. */
+	if (j->complete && flight_spool_still_named(j->f))
+		sealed = flight_spool_seal(fd, seal, sizeof(seal)) == 0;
+	/* The data must be on disk before the index says it is there. */
+	if ((sealed ? fsync(fd) : fdatasync(fd)) != 0) {
+		util_log(UTIL_LOG_WARN, "%s: cannot sync the spool (%s): progress not recorded",
+		         j->f->name, strerror(errno));
+		return;
+	}
+	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && sealed &&
 	    index_record_sealed(r->records, j->f->key, seal) == 0)
 		atomic_store(&j->f->durable, true);
 }
