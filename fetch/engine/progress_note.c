@@ -148,7 +148,7 @@ out:
 int progress_note_read(int dirfd, const char *spool_name, int spool_dirfd, uint64_t size,
                        struct util_ranges *out)
 {
-	struct note_head h, now;
+	struct note_head h, now = {0};
 	char name[256], *buf = NULL;
 	const uint64_t *pairs;
 	uint64_t last_end = 0;
