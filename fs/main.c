@@ -739,10 +739,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		rc = engine_start(s->engine);
 	if (rc == 0 && s->s3)
 		rc = s3_source_start(s->s3);
-	if (rc == 0)
-		rc = fs_prefetch_start(s);
+	/* Before the walk prefetch: its walks may queue listings ahead from their start. */
 	if (rc == 0)
 		rc = fs_list_ahead_start(s);
+	if (rc == 0)
+		rc = fs_prefetch_start(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */

@@ -99,6 +99,12 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 	    (e->cfg.lease_dirfd >= 0 && !f->lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
+	/* Finished or failed: its note has nothing more to tell a restart (the record does). */
+	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->noted_bytes &&
+	    f->noted_bytes != UINT64_MAX && f->spool_name) {
+		progress_note_remove(e->cfg.progress_dirfd, f->spool_name);
+		f->noted_bytes = 0;
+	}
 	if (state == FLIGHT_FAILED) {
 		recorder_failed(e->recorder, f);
 		f->final_recorded = true;
