@@ -69,7 +69,7 @@ static void note_progress(struct engine *e, struct flight *f, uint64_t total)
 	int rc;
 
 	if (e->cfg.progress_dirfd < 0 || f->spool_fd < 0 || f->spool_borrowed ||
-	    total < f->noted_bytes + NOTE_EVERY_BYTES || f->noted_bytes == UINT64_MAX)
+	    f->noted_bytes == UINT64_MAX || total < f->noted_bytes + NOTE_EVERY_BYTES)
 		return;
 	util_ranges_init(&written);
 	rc = flight_copy_written(f, &written);
@@ -101,7 +101,7 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 	flight_progress(f, &total, NULL, &state);
 	/* Finished or failed: its note has nothing more to tell a restart (the record does). */
 	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->noted_bytes &&
-	    f->noted_bytes != UINT64_MAX && f->spool_name) {
+	    f->spool_name) {
 		progress_note_remove(e->cfg.progress_dirfd, f->spool_name);
 		f->noted_bytes = 0;
 	}

@@ -76,22 +76,17 @@ static void record_ranges(struct recorder *r, struct job *j)
 	bool sealed = false;
 	int fd = j->fd;
 
-	if (fd < 0) {
-		util_log(UTIL_LOG_WARN, "%s: cannot sync the spool (%s): progress not recorded",
-		         j->f->name, strerror(-fd));
-		return;
-	}
 	/* The hold checked the file an idle spool's name opened; one still open may have been
 	 * deleted or replaced under it since, and a deleted file is never recorded complete.
 	 * A complete one is sealed before its sync, so that one fsync makes its data and its
 	 * seal durable (an fdatasync and then an fsync per object were half of the recorder's
-	 * time in a walk of small objects); a seal only counts once recorded. */
-	if (j->complete && flight_spool_still_named(j->f))
+	 * syncs in a walk of small objects); a seal only counts once recorded. */
+	if (fd >= 0 && j->complete && flight_spool_still_named(j->f))
 		sealed = flight_spool_seal(fd, seal, sizeof(seal)) == 0;
 	/* The data must be on disk before the index says it is there. */
-	if ((sealed ? fsync(fd) : fdatasync(fd)) != 0) {
+	if (fd < 0 || (sealed ? fsync(fd) : fdatasync(fd)) != 0) {
 		util_log(UTIL_LOG_WARN, "%s: cannot sync the spool (%s): progress not recorded",
-		         j->f->name, strerror(errno));
+		         j->f->name, strerror(fd < 0 ? -fd : errno));
 		return;
 	}
 	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && sealed &&
