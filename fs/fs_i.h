@@ -267,6 +267,8 @@ struct fs_session {
 	int progress_dirfd; /* the run directory's progress/ (with --cache-dir), or -1 */
 	char *run_dir;
 	int ctl_fd;
+	/* The run directory's lock, held by every process of the mount (run_dir.c), or -1. */
+	int run_lock_fd;
 	/* Per inode, the passthrough backing id the kernel holds and how many passthrough files
 	 * of it are open, for this and the serving processes after it (util/ledger.h); NULL
 	 * without a run directory. Its own lock. */
@@ -308,6 +310,12 @@ enum fs_passthrough {
  * fuse_session_mount. With --no-passthrough it also records that passthrough is off.
  * 0 or -errno.
  */
+/* Makes the mount's run directory (s->run_dir, run_dir_fd, run_lock_fd), first removing
+ * those that mounts killed whole left behind; 0 or -errno, said on stderr. */
+int fs_run_dir_make(struct fs_session *s);
+/* A serving process's run directory lock, passed on fd; ignored when fd is not one. */
+void fs_run_dir_adopt_lock(struct fs_session *s, int fd);
+
 int fs_passthrough_install(struct fs_session *s);
 /* INIT as the kernel sent it: whether it offers passthrough. */
 void fs_passthrough_note_init(struct fs_session *s, const void *req, size_t n);

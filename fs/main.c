@@ -615,8 +615,9 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
-	int fds[5] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd};
-	rc = util_fds_place(fds, 5, FS_RUN_FD_DEV);
+	int fds[FS_RUN_FD_COUNT] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd,
+	                            s->run_lock_fd};
+	rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
 	if (rc == 0) {
 		fexecve(FS_RUN_FD_EXE, argv, environ);
 		rc = -errno;
@@ -857,26 +858,6 @@ static void drop_root_features(struct fs_session *s)
 }
 
 /*
- * The mount's private run directory: 0700, in $TMPDIR or /var/tmp (where the session's
- * own spool went before), holding the namespace database, the INIT record and the
- * session's own cache directory; the supervisor removes it at unmount.
- */
-static int make_run_dir(struct fs_session *s)
-{
-	const char *tmp = getenv("TMPDIR");
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/spoolfs-run.XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
-	if (!mkdtemp(path) || !(s->run_dir = strdup(path))) {
-		fprintf(stderr, "spoolfs: cannot make a run directory in %s: %s\n",
-		        tmp && *tmp ? tmp : "/var/tmp", strerror(errno));
-		return -errno;
-	}
-	s->run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return s->run_dir_fd < 0 ? -errno : 0;
-}
-
-/*
  * `spoolfs __serve GENERATION`, started by the supervisor: the run directory, the mount
  * and the command line come on FS_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
  */
@@ -905,6 +886,7 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 			    NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
 	}
 	close(FS_RUN_FD_LEDGER);
+	fs_run_dir_adopt_lock(s, FS_RUN_FD_LOCK);
 	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
 	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
@@ -956,7 +938,7 @@ int main(int argc, char *argv[])
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
 		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = -1;
+	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_mutex_init(&s.handover_lock, NULL);
@@ -1090,7 +1072,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
 		goto out_args;
 	}
-	if (!s.generation && make_run_dir(&s) != 0)
+	if (!s.generation && fs_run_dir_make(&s) != 0)
 		goto out_args;
 	/* Shared with the serving processes to come: which inodes the kernel holds open
 	 * passthrough, with which backing id. */
@@ -1161,6 +1143,8 @@ out_cache:
 		close(s.progress_dirfd);
 	if (s.run_dir_fd >= 0)
 		close(s.run_dir_fd);
+	if (s.run_lock_fd >= 0)
+		close(s.run_lock_fd);
 	free(s.run_dir);
 	util_ledger_unmap(s.ledger);
 	if (ledger_fd >= 0)

@@ -117,7 +117,8 @@ static int start_child(struct supervisor *sv, int exe)
 	if (pid == 0) {
 		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
 		char **argv = sv->shown;
-		int fds[5] = {sv->dev_fd, sv->args_fd, ctl[1], exe, FS_RUN_FD_LEDGER};
+		int fds[FS_RUN_FD_COUNT] = {sv->dev_fd, sv->args_fd,      ctl[1],
+		                            exe,        FS_RUN_FD_LEDGER, FS_RUN_FD_LOCK};
 		const char *what = "placing its descriptors";
 		sigset_t none;
 
@@ -128,7 +129,7 @@ static int start_child(struct supervisor *sv, int exe)
 		argv[0] = arg0;
 		argv[1] = arg1;
 		argv[2] = gen;
-		rc = util_fds_place(fds, 5, FS_RUN_FD_DEV);
+		rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
 		if (rc == 0) {
 			/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
 			fcntl(6, F_SETFD, FD_CLOEXEC);
@@ -476,6 +477,7 @@ int fs_supervisor_main(int argc, char **argv)
 	fcntl(5, F_SETFD, FD_CLOEXEC);
 	fcntl(6, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
+	fcntl(FS_RUN_FD_LOCK, F_SETFD, FD_CLOEXEC); /* held, never used: run_dir.c */
 	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
 	    sv.n_strings < FS_RUN_ARGV)
 		return 2;
