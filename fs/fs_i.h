@@ -22,6 +22,7 @@
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/source.h"
 #include "fetch/engine/flight.h"
+#include "fetch/prefetch/prefetch.h"
 #include "fetch/source/listing_flight.h"
 #include "util/histogram.h"
 #include "util/ledger.h"
@@ -116,6 +117,29 @@ struct fs_counters {
 	struct util_histogram read_wait;           /* a parked read: from parking to its answer */
 	atomic_uint_fast64_t member_hash_failures; /* pack members whose bytes did not match */
 };
+
+/*
+ * The mount's counters, in a memfd the supervisor holds and passes to each serving process
+ * (FS_RUN_FD_COUNTERS), so that they go on from where a dead or replaced process left them
+ * instead of restarting at 0 (doc/survive.md). Atomics only: a process killed mid-update
+ * leaves nothing half-done. Another build's block (its layout differs) is never read.
+ */
+struct fs_shared_counters {
+	uint64_t magic;
+	uint64_t layout; /* the format and this structure's size */
+	struct engine_stats engine;
+	struct fs_counters fs;
+	struct prefetch_walk_counters prefetch_walk;
+};
+/* A new block, zeroed, in a memfd (*fd, CLOEXEC). 0 or -errno. */
+int fs_shared_counters_create(int *fd, struct fs_shared_counters **out);
+/* Maps the block on fd; -EPROTO when another build laid it out. Gauges in it (what a dead
+ * process had queued) are zeroed. 0 or -errno. */
+int fs_shared_counters_map(int fd, struct fs_shared_counters **out);
+void fs_shared_counters_unmap(struct fs_shared_counters *c);
+/* Points s->counters at the shared block, or at s's own when there is none. */
+struct fs_session;
+void fs_counters_settle(struct fs_session *s);
 
 /*
  * What fs/ keeps of one object (a flight) while handles of it are open: how the kernel
@@ -245,7 +269,12 @@ struct fs_session {
 	/* Opens that waited for a hash list (hash_list.c) finish here, so the thread that
 	 * verified it goes back to its work at once. Set and cleared like the replier. */
 	struct util_worker *opener;
-	struct fs_counters counters;
+	/* &shared_counters->fs, which the mount's serving processes count on one after
+	 * another, or own_counters when there is no such block (shared_counters.c). */
+	struct fs_counters *counters;
+	struct fs_counters own_counters;
+	struct fs_shared_counters *shared_counters;
+	int shared_counters_fd; /* the first process's, until the supervisor has it; else -1 */
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */

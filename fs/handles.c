@@ -92,7 +92,7 @@ struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uin
 	}
 	pthread_mutex_unlock(&s->handles_lock);
 	if (!found) {
-		atomic_fetch_add(&s->counters.handles_adopted, 1);
+		atomic_fetch_add(&s->counters->handles_adopted, 1);
 		return h;
 	}
 	/* Another read of the same file rebuilt it first: that one stays. */

@@ -78,7 +78,7 @@ static int list_dir_ahead(void *ctx, uint64_t dir)
 	int rc = list_dir(ctx, dir);
 
 	if (rc == 0)
-		atomic_fetch_add(&s->counters.nested_listed_ahead, 1);
+		atomic_fetch_add(&s->counters->nested_listed_ahead, 1);
 	return rc;
 }
 

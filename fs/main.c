@@ -506,6 +506,7 @@ static int start_fetching(struct fs_session *s)
 	cfg.records = s->records;
 	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
 	cfg.progress_dirfd = s->progress_dirfd = open_progress_dir(s);
+	cfg.stats = s->shared_counters ? &s->shared_counters->engine : NULL;
 	if (s->s3) {
 		cfg.sign = s3_source_sign;
 		cfg.sign_ctx = s->s3;
@@ -615,8 +616,9 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
-	int fds[FS_RUN_FD_COUNT] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd,
-	                            s->run_lock_fd};
+	int fds[] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd, s->run_lock_fd,
+	             s->shared_counters_fd};
+	_Static_assert(sizeof(fds) / sizeof(fds[0]) == FS_RUN_FD_COUNT, "one per fd");
 	rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
 	if (rc == 0) {
 		fexecve(FS_RUN_FD_EXE, argv, environ);
@@ -887,6 +889,14 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 	}
 	close(FS_RUN_FD_LEDGER);
 	fs_run_dir_adopt_lock(s, FS_RUN_FD_LOCK);
+	if (rc == 0) {
+		int counted = fs_shared_counters_map(FS_RUN_FD_COUNTERS, &s->shared_counters);
+		if (counted)
+			util_log(UTIL_LOG_INFO, "counters start at 0 in this serving process: %s",
+			         counted == -EPROTO ? "the mount's were laid out by another build"
+			                            : strerror(-counted));
+	}
+	close(FS_RUN_FD_COUNTERS);
 	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
 	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
@@ -938,7 +948,7 @@ int main(int argc, char *argv[])
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
 		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = -1;
+	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_mutex_init(&s.handover_lock, NULL);
@@ -1080,6 +1090,12 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
 		goto out_args;
 	}
+	if (!s.generation &&
+	    (rc = fs_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
+		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
+		goto out_args;
+	}
+	fs_counters_settle(&s);
 	raise_fd_limit();
 	drop_root_features(&s);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -1149,6 +1165,9 @@ out_cache:
 	util_ledger_unmap(s.ledger);
 	if (ledger_fd >= 0)
 		close(ledger_fd);
+	fs_shared_counters_unmap(s.shared_counters);
+	if (s.shared_counters_fd >= 0)
+		close(s.shared_counters_fd);
 	free(s.init_req);
 	free(s.init_reply);
 	free(s.manifest_dir);

@@ -66,7 +66,7 @@ int fs_member_verify(struct fs_session *s, struct flight *f, const struct fs_mem
 		         (unsigned long long)m->base, strerror(-rc));
 		return -EIO;
 	}
-	atomic_fetch_add(&s->counters.member_hash_failures, 1);
+	atomic_fetch_add(&s->counters->member_hash_failures, 1);
 	util_log(UTIL_LOG_WARN,
 	         "%s: the member at %llu (%llu bytes) has sha256 %.16s..., not %.16s...: the "
 	         "pack is fetched again at the next open",

@@ -95,7 +95,7 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 
 	flight_table_foreach(s->flights, add_flight, &t);
 	/* An open that started a flight the cache directory then served whole was a hit. */
-	uint64_t started = atomic_load(&s->counters.opens_new),
+	uint64_t started = atomic_load(&s->counters->opens_new),
 	         restored = atomic_load(&es->restored);
 	restored = restored < started ? restored : started;
 	/* A miss turns into a hit when the engine finds its object complete in the cache
@@ -123,34 +123,34 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	    {"upstream_failures_total", "counter", "objects whose download failed",
 	     atomic_load(&es->failures)},
 	    {"cache_hits_total", "counter", "opens of objects already local",
-	     atomic_load(&s->counters.opens_local) + restored},
+	     atomic_load(&s->counters->opens_local) + restored},
 	    {"passthrough_opens_total", "counter",
 	     "opens of complete objects that the kernel reads from the spool itself",
-	     atomic_load(&s->counters.opens_passthrough)},
+	     atomic_load(&s->counters->opens_passthrough)},
 	    {"cache_misses_total", "counter", "opens that started a download", misses},
 	    {"coalesced_opens_total", "counter", "opens that joined a running download",
-	     atomic_load(&s->counters.opens_joined)},
+	     atomic_load(&s->counters->opens_joined)},
 	    {"nested_listed_ahead_total", "counter",
 	     "nested manifests loaded ahead of a walk, before it entered their directory",
-	     atomic_load(&s->counters.nested_listed_ahead)},
+	     atomic_load(&s->counters->nested_listed_ahead)},
 	    {"handles_adopted_total", "counter",
 	     "open files of an earlier serving process rebuilt here at their first read",
-	     atomic_load(&s->counters.handles_adopted)},
+	     atomic_load(&s->counters->handles_adopted)},
 	    {"coalesced_waits_total", "counter", "reads parked until their bytes arrived",
-	     atomic_load(&s->counters.reads_parked)},
+	     atomic_load(&s->counters->reads_parked)},
 	    {"read_failures_total", "counter", "reads answered with an error",
-	     atomic_load(&s->counters.reads_failed)},
+	     atomic_load(&s->counters->reads_failed)},
 	    {"page_cache_dropped_bytes_total", "counter",
 	     "bytes of FUSE's page cache dropped, behind sequential readers and at last close",
-	     atomic_load(&s->counters.pages_dropped_bytes)},
+	     atomic_load(&s->counters->pages_dropped_bytes)},
 	    {"page_cache_drops_pending", "gauge", "page cache drops queued, not yet done",
-	     atomic_load(&s->counters.page_drops_pending)},
+	     atomic_load(&s->counters->page_drops_pending)},
 	    {"pack_member_hash_failures_total", "counter",
 	     "pack members whose bytes did not match their sha256 (their pack is fetched again)",
-	     atomic_load(&s->counters.member_hash_failures)},
+	     atomic_load(&s->counters->member_hash_failures)},
 	    {"virtual_snapshots_total", "counter",
 	     "contents of /.spoolfs files built, one per open",
-	     atomic_load(&s->counters.virtual_snapshots)},
+	     atomic_load(&s->counters->virtual_snapshots)},
 	    {"bytes_local", "gauge", "bytes readable from the spool now", t.bytes_local},
 	    {"flights_in_progress", "gauge", "downloads running", t.active},
 	    {"flights_complete", "gauge", "objects fully local and verified", t.complete},
@@ -199,11 +199,11 @@ void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labe
 		return;
 	const struct prefetch_stats *ps = prefetch_stats(s->prefetch);
 	const struct metric_row walks[] = {
-	    {"walks_total", "counter", "walks of a directory seen", atomic_load(&ps->walks)},
+	    {"walks_total", "counter", "walks of a directory seen", atomic_load(&ps->walk->walks)},
 	    {"walk_started_total", "counter", "objects a walk started ahead of its reader",
-	     atomic_load(&ps->walk_started)},
+	     atomic_load(&ps->walk->walk_started)},
 	    {"walk_hits_total", "counter", "opens that a walk's window had started ahead",
-	     atomic_load(&ps->walk_hits)},
+	     atomic_load(&ps->walk->walk_hits)},
 	};
 	metric_rows(out, labels, "prefetch_", ROWS(walks));
 	if (!atomic_load(&ps->list_given))
@@ -267,9 +267,9 @@ static void write_histograms(struct fs_session *s, FILE *out, const char *labels
 
 	histogram(out, labels, "open_first_byte_seconds",
 	          "from an open to the answer of its first read that reached the daemon",
-	          &s->counters.first_byte);
+	          &s->counters->first_byte);
 	histogram(out, labels, "read_wait_seconds",
-	          "how long a read waited parked for its bytes to arrive", &s->counters.read_wait);
+	          "how long a read waited parked for its bytes to arrive", &s->counters->read_wait);
 	family(out, "upstream_request_seconds", "histogram",
 	       "from sending an upstream request to its response headers, by HTTP status"
 	       " (code none: ended without a status)");

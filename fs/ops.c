@@ -768,9 +768,9 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	if (created)
 		fs_passthrough_settle(s, f);
 	flight_progress(f, NULL, NULL, &state);
-	atomic_fetch_add(created                    ? &s->counters.opens_new
-	                 : state == FLIGHT_COMPLETE ? &s->counters.opens_local
-	                                            : &s->counters.opens_joined,
+	atomic_fetch_add(created                    ? &s->counters->opens_new
+	                 : state == FLIGHT_COMPLETE ? &s->counters->opens_local
+	                                            : &s->counters->opens_joined,
 	                 1);
 	/*
 	 * Content cannot change within the session, so cached pages stay valid across opens,
@@ -788,7 +788,7 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 		goto fail;
 	}
 	if (backing_id > 0)
-		atomic_fetch_add(&s->counters.opens_passthrough, 1);
+		atomic_fetch_add(&s->counters->opens_passthrough, 1);
 	fi->fh = fs_handle_track(s, h);
 	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
 	                    : fuse_reply_open(req, fi)) != 0) {
@@ -933,12 +933,12 @@ void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int 
 	if (ready == 1) {
 		fs_reply_spool(req, f, member ? member->base + off : off, len);
 		if (opened_ns)
-			util_histogram_observe_since(&s->counters.first_byte, opened_ns);
+			util_histogram_observe_since(&s->counters->first_byte, opened_ns);
 	} else if (ready < 0) {
-		atomic_fetch_add(&s->counters.reads_failed, 1);
+		atomic_fetch_add(&s->counters->reads_failed, 1);
 		fuse_reply_err(req, -ready);
 	} else {
-		atomic_fetch_add(&s->counters.reads_parked, 1);
+		atomic_fetch_add(&s->counters->reads_parked, 1);
 		fs_read_wait(req, s, f, off, len, member, opened_ns);
 	}
 }

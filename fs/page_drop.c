@@ -61,8 +61,8 @@ static void drop_run(void *ctx, struct util_worker_job *job)
 	/* Fails harmlessly (ENOENT) once the inode is gone: only what was dropped counts. */
 	if (!atomic_load(&s->loop_ended) &&
 	    fuse_lowlevel_notify_inval_inode(d->se, d->ino, (off_t)d->off, (off_t)d->len) == 0)
-		atomic_fetch_add(&s->counters.pages_dropped_bytes, d->len);
-	atomic_fetch_sub(&s->counters.page_drops_pending, 1);
+		atomic_fetch_add(&s->counters->pages_dropped_bytes, d->len);
+	atomic_fetch_sub(&s->counters->page_drops_pending, 1);
 	free(d);
 }
 
@@ -70,9 +70,9 @@ static void queue_drop(struct fs_session *s, struct page_drop *d)
 {
 	if (!d)
 		return;
-	atomic_fetch_add(&s->counters.page_drops_pending, 1);
+	atomic_fetch_add(&s->counters->page_drops_pending, 1);
 	if (!util_worker_queue(s->dropper, &d->link)) {
-		atomic_fetch_sub(&s->counters.page_drops_pending, 1);
+		atomic_fetch_sub(&s->counters->page_drops_pending, 1);
 		free(d); /* stopping: nothing will read these pages again */
 	}
 }

@@ -143,6 +143,7 @@ int fs_prefetch_open(struct fs_session *s)
 	cfg.ahead_files = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 0;
 	cfg.window_bytes = s->prefetch_window;
 	cfg.max_object = WALK_MAX_OBJECT;
+	cfg.walk_counters = s->shared_counters ? &s->shared_counters->prefetch_walk : NULL;
 	cfg.list_budget = s->prefetch_budget;
 	if (s->cache_max_size && s->cache_max_size < cfg.list_budget)
 		cfg.list_budget = s->cache_max_size;

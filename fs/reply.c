@@ -78,9 +78,9 @@ static void read_wait_free(struct read_wait *rw)
  * open. Taken after the reply, so they include its copy into the kernel. */
 static void count_answer(struct fs_session *s, const struct read_wait *rw)
 {
-	util_histogram_observe_since(&s->counters.read_wait, rw->parked_ns);
+	util_histogram_observe_since(&s->counters->read_wait, rw->parked_ns);
 	if (!rw->err && rw->opened_ns)
-		util_histogram_observe_since(&s->counters.first_byte, rw->opened_ns);
+		util_histogram_observe_since(&s->counters->first_byte, rw->opened_ns);
 }
 
 static void send_reply(struct read_wait *rw)

@@ -117,8 +117,9 @@ static int start_child(struct supervisor *sv, int exe)
 	if (pid == 0) {
 		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
 		char **argv = sv->shown;
-		int fds[FS_RUN_FD_COUNT] = {sv->dev_fd, sv->args_fd,      ctl[1],
-		                            exe,        FS_RUN_FD_LEDGER, FS_RUN_FD_LOCK};
+		int fds[] = {sv->dev_fd,     sv->args_fd,       ctl[1], exe, FS_RUN_FD_LEDGER,
+		             FS_RUN_FD_LOCK, FS_RUN_FD_COUNTERS};
+		_Static_assert(sizeof(fds) / sizeof(fds[0]) == FS_RUN_FD_COUNT, "one per fd");
 		const char *what = "placing its descriptors";
 		sigset_t none;
 
@@ -477,7 +478,8 @@ int fs_supervisor_main(int argc, char **argv)
 	fcntl(5, F_SETFD, FD_CLOEXEC);
 	fcntl(6, F_SETFD, FD_CLOEXEC);
 	fcntl(FS_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
-	fcntl(FS_RUN_FD_LOCK, F_SETFD, FD_CLOEXEC); /* held, never used: run_dir.c */
+	fcntl(FS_RUN_FD_LOCK, F_SETFD, FD_CLOEXEC);     /* held, never used: run_dir.c */
+	fcntl(FS_RUN_FD_COUNTERS, F_SETFD, FD_CLOEXEC); /* held, for the serving processes */
 	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
 	    sv.n_strings < FS_RUN_ARGV)
 		return 2;

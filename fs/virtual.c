@@ -104,7 +104,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 		return -ENOENT;
 	*text = NULL;
 	*len = 0;
-	atomic_fetch_add(&s->counters.virtual_snapshots, 1);
+	atomic_fetch_add(&s->counters->virtual_snapshots, 1);
 	out = open_memstream(text, len);
 	if (!out)
 		return -ENOMEM;

@@ -62,8 +62,9 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	if (!e)
 		goto fail;
 	e->cfg = *cfg;
+	e->stats = cfg->stats ? cfg->stats : &e->own_stats;
 	spec_limit_init(&e->spec, cfg->spec_max);
-	atomic_store(&e->stats.spec_limit, e->spec.cur);
+	atomic_store(&e->stats->spec_limit, e->spec.cur);
 	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
 	if (!e->pending_buf)
 		goto fail_engine;
@@ -86,7 +87,7 @@ fail:
 
 const struct engine_stats *engine_stats(struct engine *e)
 {
-	return &e->stats;
+	return e->stats;
 }
 
 void engine_kick(struct engine *e, struct flight *f)
@@ -115,12 +116,12 @@ static void cut_speculation(struct engine *e, const char *why)
 	if (e->spec.cur != before)
 		util_log(UTIL_LOG_INFO, "%s: at most %u speculative requests at once now", why,
 		         e->spec.cur);
-	atomic_store(&e->stats.spec_limit, e->spec.cur);
+	atomic_store(&e->stats->spec_limit, e->spec.cur);
 }
 
 void engine_note_throttled(struct engine *e)
 {
-	atomic_fetch_add_explicit(&e->stats.throttled, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->throttled, 1, memory_order_relaxed);
 	cut_speculation(e, "upstream asks to slow down (503 or 429)");
 }
 
@@ -173,7 +174,7 @@ void engine_fail_flight(struct engine *e, struct flight *f, int err, const char 
 
 	util_log(UTIL_LOG_ERROR, "%s: download failed (%s) from %s", f->name, why,
 	         util_redact_url(f->urls[f->url_idx], url, sizeof(url)));
-	atomic_fetch_add_explicit(&e->stats.failures, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->failures, 1, memory_order_relaxed);
 	while (f->streams)
 		stream_free(e, f->streams);
 	flight_fail(f, err);
@@ -193,7 +194,7 @@ static int activate(struct engine *e, struct flight *f)
 	}
 	f->engine_started = true;
 	if (f->speculative)
-		atomic_fetch_add_explicit(&e->stats.spec_flights, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&e->stats->spec_flights, 1, memory_order_relaxed);
 	flight_ref(f);
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.records)
@@ -281,7 +282,7 @@ bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, 
 	util_log(UTIL_LOG_WARN, "%s: %s from %s; trying %s", f->name, why,
 	         util_redact_url(f->urls[from], url, sizeof(url)),
 	         f->url_idx == 0 ? "the manifest's URL" : "the next mirror");
-	atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 	return true;
 }
 
@@ -298,7 +299,7 @@ void engine_avoid_bad_source(struct engine *e, struct flight *f)
 		return;
 	next_mirror(f);
 	if (f->url_idx != bad - 1)
-		atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 }
 
 /* The <Code> of a refused request's S3 error body into code ("" when there is none). */
@@ -373,7 +374,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		bool for_reader = !s->background;
 		if (s->speculative) {
 			spec_limit_success(&e->spec);
-			atomic_store(&e->stats.spec_limit, e->spec.cur);
+			atomic_store(&e->stats->spec_limit, e->spec.cur);
 		}
 		f->failures = 0;
 		f->auth_retried = false;
@@ -456,7 +457,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	         " bytes local)",
 	         f->name, why, util_redact_url(f->urls[f->url_idx], url, sizeof(url)), f->failures,
 	         delay, written, f->size);
-	atomic_fetch_add_explicit(&e->stats.retries, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 	next_mirror(f);
 	/* Other streams of this flight keep going; new ones wait for the backoff. */
 	uint64_t due = now_ms() + delay;
@@ -475,7 +476,7 @@ static void retire_finished(struct engine *e)
 		flight_progress(f, NULL, NULL, &state);
 		if (state != FLIGHT_ACTIVE && f->n_streams == 0) {
 			if (state == FLIGHT_COMPLETE)
-				atomic_fetch_add_explicit(&e->stats.completed, 1,
+				atomic_fetch_add_explicit(&e->stats->completed, 1,
 				                          memory_order_relaxed);
 			cache_record_progress(e, f, true);
 			cache_release_lease(e, f);

@@ -58,6 +58,9 @@ struct engine_config {
 	/* With durable: the session's directory of progress notes (progress_note.h), for the
 	 * serving process that replaces this one; -1 (engine_config_defaults): none. */
 	int progress_dirfd;
+	/* Where the counters live: in memory the mount's later serving processes map too, so
+	 * that they go on counting from there (doc/survive.md); NULL: the engine's own. */
+	struct engine_stats *stats;
 	/* Adds per-request headers (S3 signatures) before every attempt; may be NULL. *gen
 	 * gets the generation of the credentials signed with. */
 	int (*sign)(void *ctx, const char *url, struct curl_slist **headers, uint64_t *gen);

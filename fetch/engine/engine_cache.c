@@ -234,7 +234,7 @@ static void found_complete(struct engine *e, struct flight *f)
 	if (f->restored)
 		return;
 	f->restored = true;
-	atomic_fetch_add_explicit(&e->stats.restored, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->restored, 1, memory_order_relaxed);
 }
 
 /*

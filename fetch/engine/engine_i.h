@@ -74,7 +74,8 @@ struct lease_set;
 
 struct engine {
 	struct engine_config cfg;
-	struct engine_stats stats;
+	struct engine_stats *stats; /* cfg.stats, or own_stats */
+	struct engine_stats own_stats;
 	CURLM *multi;
 	pthread_t thread;
 	bool thread_started;

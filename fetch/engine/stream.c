@@ -141,7 +141,7 @@ void stream_check_response(struct stream *s)
 
 	s->checked = true;
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
-	util_histogram_set_observe(&s->engine->stats.latency, code > 0 ? (unsigned)code : 0,
+	util_histogram_set_observe(&s->engine->stats->latency, code > 0 ? (unsigned)code : 0,
 	                           util_monotonic_ns() - s->started_ns);
 	f->last_status = (int)code;
 	if (strncmp(f->urls[s->url_idx], "file:", 5) == 0)
@@ -335,9 +335,9 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	}
 	if (s->fatal || s->retryable)
 		return CURL_WRITEFUNC_ERROR;
-	atomic_fetch_add_explicit(&s->engine->stats.bytes, len, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->engine->stats->bytes, len, memory_order_relaxed);
 	if (s->f->speculative)
-		atomic_fetch_add_explicit(&s->engine->stats.spec_bytes, len, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->engine->stats->spec_bytes, len, memory_order_relaxed);
 	s->received += len;
 	if (s->skip > 0) {
 		used = len < s->skip ? len : (size_t)s->skip;
@@ -511,7 +511,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	f->streams = s;
 	f->n_streams++;
 	e->n_transfers++;
-	atomic_fetch_add_explicit(&e->stats.requests, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&e->stats->requests, 1, memory_order_relaxed);
 	util_log(UTIL_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
 	free(url);
 	return 0;
@@ -533,11 +533,11 @@ static void count_connection(struct engine *e, const struct stream *s)
 	long opened = 0, version = 0;
 
 	if (curl_easy_getinfo(s->easy, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK && opened > 0)
-		atomic_fetch_add_explicit(&e->stats.connections, (uint64_t)opened,
+		atomic_fetch_add_explicit(&e->stats->connections, (uint64_t)opened,
 		                          memory_order_relaxed);
 	if (s->checked && curl_easy_getinfo(s->easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK &&
 	    version == CURL_HTTP_VERSION_2_0)
-		atomic_fetch_add_explicit(&e->stats.http2_responses, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&e->stats->http2_responses, 1, memory_order_relaxed);
 }
 
 void stream_free(struct engine *e, struct stream *s)
@@ -551,7 +551,7 @@ void stream_free(struct engine *e, struct stream *s)
 		(void)stream_flush_pending(e);
 	/* Ended before its headers were looked at: no status to file it under. */
 	if (!s->checked)
-		util_histogram_set_observe(&e->stats.latency, 0,
+		util_histogram_set_observe(&e->stats->latency, 0,
 		                           util_monotonic_ns() - s->started_ns);
 	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {

@@ -41,6 +41,7 @@ struct prefetch {
 	struct prefetch_ops ops;
 	char *list_name;
 	struct prefetch_stats stats;
+	struct prefetch_walk_counters own_walk;
 	pthread_t thread;
 	bool started;
 
@@ -71,6 +72,7 @@ int prefetch_create(struct index *idx, const struct prefetch_config *cfg,
 		goto fail;
 	p->idx = idx;
 	p->cfg = *cfg;
+	p->stats.walk = cfg->walk_counters ? cfg->walk_counters : &p->own_walk;
 	p->ops = *ops;
 	if (p->cfg.list_inflight == 0)
 		p->cfg.list_inflight = 1;
@@ -138,7 +140,7 @@ static void fill_walk(struct prefetch *p)
 		struct flight *f = NULL;
 		int rc = p->ops.start(p->ops.ctx, items[i].ino, false, &f);
 		if (rc == 1) {
-			atomic_fetch_add(&p->stats.walk_started, 1);
+			atomic_fetch_add(&p->stats.walk->walk_started, 1);
 			flight_unref(f); /* the table keeps it: a reader joins it there */
 		} else {
 			walk_unfill(&p->walk, items[i].ino); /* local already: costs nothing */
@@ -313,8 +315,8 @@ static void *run(void *arg)
 		for (unsigned i = 0; i < n; i++) {
 			uint64_t seen = p->walk.walks_seen, hits = p->walk.hits;
 			fill |= walk_note_open(&p->walk, batch[i].ino, batch[i].dir) == 1;
-			atomic_fetch_add(&p->stats.walks, p->walk.walks_seen - seen);
-			atomic_fetch_add(&p->stats.walk_hits, p->walk.hits - hits);
+			atomic_fetch_add(&p->stats.walk->walks, p->walk.walks_seen - seen);
+			atomic_fetch_add(&p->stats.walk->walk_hits, p->walk.hits - hits);
 		}
 		if (fill)
 			fill_walk(p);

@@ -37,6 +37,9 @@ struct prefetch_config {
 	const char *list_name;  /* its name, for log lines (copied) */
 	uint64_t list_budget;   /* bytes the list may start */
 	unsigned list_inflight; /* list objects handed to the engine and not finished, at most */
+	/* Where the walk counters live (memory the mount's later serving processes map too);
+	 * NULL: the prefetch's own. */
+	struct prefetch_walk_counters *walk_counters;
 };
 
 struct prefetch_ops {
@@ -52,18 +55,23 @@ struct prefetch_ops {
 	void *ctx;
 };
 
-/* For stats and `spoolfs status`. */
+/* For stats and `spoolfs status`: counts for the mount, whichever process saw them. */
+struct prefetch_walk_counters {
+	atomic_uint_fast64_t walks;        /* walks seen */
+	atomic_uint_fast64_t walk_started; /* objects a walk started */
+	atomic_uint_fast64_t walk_hits;    /* opens a walk's window had predicted */
+};
+
+/* For stats and `spoolfs status`. The list's figures are this serving process's. */
 struct prefetch_stats {
-	atomic_uint_fast64_t walks;         /* walks seen */
-	atomic_uint_fast64_t walk_started;  /* objects a walk started */
-	atomic_uint_fast64_t walk_hits;     /* opens a walk's window had predicted */
-	atomic_bool list_given;             /* a list is in use */
-	atomic_bool list_done;              /* read to its end and every object finished */
-	atomic_uint_fast64_t list_entries;  /* lines read, blank ones left out */
-	atomic_uint_fast64_t list_bad;      /* lines skipped: not a file of the source, garbage */
-	atomic_uint_fast64_t list_local;    /* objects local or downloading already */
-	atomic_uint_fast64_t list_started;  /* objects it started */
-	atomic_uint_fast64_t list_finished; /* ... of which finished (complete or failed) */
+	struct prefetch_walk_counters *walk; /* cfg.walk_counters, or the prefetch's own */
+	atomic_bool list_given;              /* a list is in use */
+	atomic_bool list_done;               /* read to its end and every object finished */
+	atomic_uint_fast64_t list_entries;   /* lines read, blank ones left out */
+	atomic_uint_fast64_t list_bad;       /* lines skipped: not a file of the source, garbage */
+	atomic_uint_fast64_t list_local;     /* objects local or downloading already */
+	atomic_uint_fast64_t list_started;   /* objects it started */
+	atomic_uint_fast64_t list_finished;  /* ... of which finished (complete or failed) */
 	atomic_uint_fast64_t list_over_budget; /* entries left out: the byte budget */
 	atomic_uint_fast64_t list_bytes;       /* bytes of the objects it started */
 };

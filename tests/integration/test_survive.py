@@ -289,6 +289,42 @@ def test_reload_during_reads(store, mount):
     assert "supervisor PID %d" % m.proc.pid in status.stdout, status.stdout
 
 
+def test_counters_go_on_across_a_kill_and_a_reload(store, mount):
+    """/.spoolfs/stats counts for the mount, not for one serving process: a collector
+    never sees a restart as a counter going back to 0."""
+    names = ["a.bin", "b.bin", "c.bin"]
+    rels = [store.add(n, MiB) for n in names]
+    m = mount(store.write())
+
+    def counts():
+        return {k: int(stat_line(m, "spoolfs_" + k)) for k in (
+            "upstream_requests_total", "upstream_bytes_total", "cache_misses_total",
+            "cache_hits_total", "virtual_snapshots_total")}
+
+    assert read_file(m.p(rels[0])) == expected(store, rels[0])
+    assert read_file(m.p(rels[0])) == expected(store, rels[0])
+    before = counts()
+    assert before["cache_misses_total"] == 1 and before["upstream_bytes_total"] >= MiB
+    kill_serving(m)
+    after_kill = counts()
+    for k, v in before.items():
+        assert after_kill[k] >= v, "%s went from %d to %d" % (k, v, after_kill[k])
+    assert after_kill["cache_misses_total"] == 1
+    assert read_file(m.p(rels[1])) == expected(store, rels[1])
+    assert counts()["cache_misses_total"] == 2
+    assert counts()["upstream_bytes_total"] >= before["upstream_bytes_total"] + MiB
+
+    r = subprocess.run([SPOOLFS, "reload", m.path], capture_output=True, text=True,
+                       timeout=90 * SLOW)
+    assert r.returncode == 0, r.stderr
+    assert read_file(m.p(rels[2])) == expected(store, rels[2])
+    after_reload = counts()
+    assert after_reload["cache_misses_total"] == 3
+    assert after_reload["upstream_bytes_total"] >= before["upstream_bytes_total"] + 2 * MiB
+    assert stat_line(m, "spoolfs_restarts_total") == "1"
+    assert stat_line(m, "spoolfs_reloads_total") == "1"
+
+
 def test_reload_to_a_broken_binary_rolls_back(store, tmp_path):
     path = store.add("a.bin", 5000)
     binary = tmp_path / "spoolfs"

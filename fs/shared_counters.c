@@ -1,0 +1,82 @@
+/*
+ * The mount's counters in memory its serving processes share (fs_i.h, struct
+ * fs_shared_counters): made by the first process, kept open by the supervisor, mapped by
+ * each serving process in turn. /.spoolfs/stats and the metrics file then read totals for
+ * the mount, not for one process, so a restart is no counter reset to a collector.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+
+#define COUNTERS_MAGIC 0x53504f4f4c435452ULL /* "SPOOLCTR" */
+/* Raised whenever a field of the block changes meaning (a new field changes its size). */
+#define COUNTERS_FORMAT 1ULL
+#define COUNTERS_LAYOUT ((COUNTERS_FORMAT << 32) | sizeof(struct fs_shared_counters))
+
+static int map(int fd, struct fs_shared_counters **out)
+{
+	void *p = mmap(NULL, sizeof(**out), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+int fs_shared_counters_create(int *fd, struct fs_shared_counters **out)
+{
+	int rc;
+
+	*fd = memfd_create("spoolfs-counters", MFD_CLOEXEC);
+	if (*fd < 0)
+		return -errno;
+	rc = ftruncate(*fd, sizeof(**out)) == 0 ? map(*fd, out) : -errno;
+	if (rc) {
+		close(*fd);
+		*fd = -1;
+		return rc;
+	}
+	/* Zero-filled: every counter at 0. */
+	(*out)->magic = COUNTERS_MAGIC;
+	(*out)->layout = COUNTERS_LAYOUT;
+	return 0;
+}
+
+int fs_shared_counters_map(int fd, struct fs_shared_counters **out)
+{
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	/* Another build's block may be of another size: never mapped past its end. */
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size != sizeof(**out))
+		return -EPROTO;
+	rc = map(fd, out);
+	if (rc)
+		return rc;
+	if ((*out)->magic != COUNTERS_MAGIC || (*out)->layout != COUNTERS_LAYOUT) {
+		fs_shared_counters_unmap(*out);
+		*out = NULL;
+		return -EPROTO;
+	}
+	/* A gauge, not a count: the drops it counted died with their process. */
+	atomic_store(&(*out)->fs.page_drops_pending, 0);
+	return 0;
+}
+
+void fs_shared_counters_unmap(struct fs_shared_counters *c)
+{
+	if (c)
+		munmap(c, sizeof(*c));
+}
+
+void fs_counters_settle(struct fs_session *s)
+{
+	s->counters = s->shared_counters ? &s->shared_counters->fs : &s->own_counters;
+}
