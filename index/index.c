@@ -18,7 +18,9 @@
  *     Built at every open: a session is a snapshot. mode NULL: the kind's default. Its indexes are
  * made when a build begins (index_namespace_indexes) and kept up per insert, on a large load's
  * builder thread, which has time to spare while the reader parses: UNIQUE node_name(parent, name)
- * serves lookup, node_parent(parent), which carries the rowid, serves readdir in inode order.
+ * serves lookup, node_parent(parent), which carries the rowid, serves readdir in inode order,
+ * node_nested(parent, ino), of directories with a manifest of their own only, finds a nested
+ * directory's next such sibling (index_next_nested_sibling) without a scan of the others.
  * pack(id INTEGER PRIMARY KEY, sha256 UNIQUE, size, url) The packs whose byte ranges are files
  * (node.pack, node.pack_offset). The spool records of the cache directory are another database:
  * spool_records.c.
@@ -74,7 +76,9 @@ int index_namespace_indexes(struct index *idx)
 {
 	return index_db_exec_sql(
 	    idx->db, "CREATE UNIQUE INDEX IF NOT EXISTS node_name ON node(parent, name);"
-	             "CREATE INDEX IF NOT EXISTS node_parent ON node(parent);");
+	             "CREATE INDEX IF NOT EXISTS node_parent ON node(parent);"
+	             "CREATE INDEX IF NOT EXISTS node_nested ON node(parent, ino)"
+	             " WHERE nested_sha256 IS NOT NULL;");
 }
 
 int index_begin(struct index *idx)

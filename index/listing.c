@@ -43,8 +43,9 @@ int index_dir_listed(struct index *idx, uint64_t dir, bool *listed)
 
 int index_next_nested_sibling(struct index *idx, uint64_t dir, uint64_t *next, bool *after_listed)
 {
-	/* Siblings in readdir order (ino); node_parent's entries are ordered by ino within a
-	 * parent, so both look-ups are range scans. Once per nested listing: not kept. */
+	/* Siblings in readdir order (ino): both look-ups are range scans of node_nested, which
+	 * holds only nested directories, so a parent's plain children are never scanned. Once
+	 * per nested listing: not kept. */
 	static const char sql[] =
 	    "SELECT (SELECT listed FROM node WHERE parent = d.parent AND ino < d.ino"
 	    "        AND nested_sha256 IS NOT NULL ORDER BY ino DESC LIMIT 1),"
