@@ -98,7 +98,9 @@ struct fs_options {
 	bool asked_suid;
 };
 
-/* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. */
+/* What the FUSE side counts, for /.spoolfs/stats. Atomics: any thread adds. Shared by the
+ * mount's serving processes (shared_counters.c): a change of its fields raises
+ * COUNTERS_FORMAT there. */
 struct fs_counters {
 	atomic_uint_fast64_t opens_local;         /* the object was already complete */
 	atomic_uint_fast64_t opens_passthrough;   /* ... and the kernel reads its spool itself */
@@ -116,6 +118,8 @@ struct fs_counters {
 	struct util_histogram first_byte;
 	struct util_histogram read_wait;           /* a parked read: from parking to its answer */
 	atomic_uint_fast64_t member_hash_failures; /* pack members whose bytes did not match */
+	/* The most cache misses any reader was shown (metrics.c): never shown fewer after. */
+	atomic_uint_fast64_t misses_shown;
 };
 
 /*
@@ -334,17 +338,20 @@ enum fs_passthrough {
 	FS_PASSTHROUGH_OFF,
 };
 
-/*
- * Routes the session's device I/O through handover.c's hooks; call right after
- * fuse_session_mount. With --no-passthrough it also records that passthrough is off.
- * 0 or -errno.
- */
 /* Makes the mount's run directory (s->run_dir, run_dir_fd, run_lock_fd), first removing
  * those that mounts killed whole left behind; 0 or -errno, said on stderr. */
 int fs_run_dir_make(struct fs_session *s);
 /* A serving process's run directory lock, passed on fd; ignored when fd is not one. */
 void fs_run_dir_adopt_lock(struct fs_session *s, int fd);
+/* Lets go of the run directory, removing it first when no supervisor took it over (the
+ * mount failed, or ran without one). */
+void fs_run_dir_close(struct fs_session *s);
 
+/*
+ * Routes the session's device I/O through handover.c's hooks; call right after
+ * fuse_session_mount. With --no-passthrough it also records that passthrough is off.
+ * 0 or -errno.
+ */
 int fs_passthrough_install(struct fs_session *s);
 /* INIT as the kernel sent it: whether it offers passthrough. */
 void fs_passthrough_note_init(struct fs_session *s, const void *req, size_t n);

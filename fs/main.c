@@ -1088,11 +1088,13 @@ int main(int argc, char *argv[])
 	 * passthrough, with which backing id. */
 	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
+		fs_run_dir_close(&s);
 		goto out_args;
 	}
 	if (!s.generation &&
 	    (rc = fs_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
+		fs_run_dir_close(&s);
 		goto out_args;
 	}
 	fs_counters_settle(&s);
@@ -1152,16 +1154,9 @@ out_cache:
 	cache_dir_close(s.cache, s.opts.keep_cache ||
 	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
 	free(s.mount_path);
-	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
-	if (s.run_dir && !s.generation && s.ctl_fd < 0)
-		util_remove_tree(AT_FDCWD, s.run_dir);
 	if (s.progress_dirfd >= 0)
 		close(s.progress_dirfd);
-	if (s.run_dir_fd >= 0)
-		close(s.run_dir_fd);
-	if (s.run_lock_fd >= 0)
-		close(s.run_lock_fd);
-	free(s.run_dir);
+	fs_run_dir_close(&s);
 	util_ledger_unmap(s.ledger);
 	if (ledger_fd >= 0)
 		close(ledger_fd);

@@ -31,7 +31,6 @@ struct fs_metrics {
 	pthread_cond_t wake; /* CLOCK_MONOTONIC */
 	bool stop;           /* guarded by lock */
 	/* The writer's own. */
-	uint64_t misses_floor;
 	int failed; /* the errno of the last failed write, 0 after a good one: said once */
 };
 
@@ -87,8 +86,7 @@ static void metric_rows(FILE *out, const char *labels, const char *prefix,
 
 #define ROWS(rows) (rows), sizeof(rows) / sizeof((rows)[0])
 
-void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
-                            uint64_t *misses_floor)
+void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
 	struct totals t = {0};
@@ -99,14 +97,16 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
 	         restored = atomic_load(&es->restored);
 	restored = restored < started ? restored : started;
 	/* A miss turns into a hit when the engine finds its object complete in the cache
-	 * directory, which may be after the open counted it: misses could go down. A file that
-	 * a collector reads must never show a counter going down, so it keeps its last value
-	 * then (the hit shows; the miss stays counted too). */
-	uint64_t misses = started - restored;
-	if (misses_floor) {
-		misses = misses > *misses_floor ? misses : *misses_floor;
-		*misses_floor = misses;
-	}
+	 * directory, which may be after the open counted it (or restored flights no open
+	 * started, which a later serving process counts too): misses could go down. No reader
+	 * may see a counter go down, so the most any reader of any serving process was shown
+	 * is kept (an atomic maximum) and shown at least (the hit shows; the miss stays). */
+	uint64_t misses = started - restored, shown = atomic_load(&s->counters->misses_shown);
+	while (misses > shown &&
+	       !atomic_compare_exchange_weak(&s->counters->misses_shown, &shown, misses))
+		;
+	if (misses < shown)
+		misses = shown;
 	const struct metric_row rows[] = {
 	    {"upstream_requests_total", "counter", "HTTP requests sent upstream",
 	     atomic_load(&es->requests)},
@@ -296,7 +296,7 @@ static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
 
 	if (!out)
 		return -ENOMEM;
-	fs_metrics_write_stats(s, out, m->labels, &m->misses_floor);
+	fs_metrics_write_stats(s, out, m->labels);
 	metric(out, m->labels, "mounted", "gauge",
 	       "1 while the mount is up; 0 in the last write, at unmount", mounted ? 1 : 0);
 	write_histograms(s, out, m->labels);

@@ -20,11 +20,8 @@
 /*
  * Writes the counters and gauges of /.spoolfs/stats to out. labels: the text between
  * braces on every sample (`mount="/mnt"`), or NULL for none, as /.spoolfs/stats has.
- * misses_floor: NULL, or the cache misses this writer wrote last, which it never writes
- * less than (see the function).
  */
-void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels,
-                            uint64_t *misses_floor);
+void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels);
 
 /*
  * A file the daemon writes (--metrics-file, --record-reads, named by option) as it will write it:

@@ -30,21 +30,29 @@
 /* Takes name's lock if no process of its mount holds it: the lock's fd, or -1. */
 static int take_stale_lock(int tmp_fd, const char *name)
 {
-	struct stat st;
+	struct stat named, opened;
 	int dir_fd, lock_fd;
 
-	if (fstatat(tmp_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-	    st.st_uid != geteuid())
+	if (fstatat(tmp_fd, name, &named, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(named.st_mode) ||
+	    named.st_uid != geteuid())
 		return -1;
 	dir_fd = openat(tmp_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dir_fd < 0)
 		return -1;
+	/* The directory checked is the one opened: not one put at the name in between. */
+	if (fstat(dir_fd, &opened) != 0 || opened.st_dev != named.st_dev ||
+	    opened.st_ino != named.st_ino) {
+		close(dir_fd);
+		return -1;
+	}
 	lock_fd = openat(dir_fd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	close(dir_fd);
 	if (lock_fd < 0)
 		return -1;
-	if (fstat(lock_fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+	/* A lock already unlinked is another sweep's, which removed the directory just now. */
+	if (fstat(lock_fd, &opened) != 0 || !S_ISREG(opened.st_mode) ||
+	    opened.st_uid != geteuid() || flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+	    fstat(lock_fd, &opened) != 0 || opened.st_nlink == 0) {
 		close(lock_fd);
 		return -1;
 	}
@@ -126,6 +134,7 @@ int fs_run_dir_make(struct fs_session *s)
 	if (rc < 0) {
 		fprintf(stderr, "spoolfs: cannot use the run directory %s: %s\n", path,
 		        strerror(-rc));
+		fs_run_dir_close(s); /* no lock: no later mount would remove it */
 		return rc;
 	}
 	s->run_lock_fd = rc;
@@ -141,4 +150,18 @@ void fs_run_dir_adopt_lock(struct fs_session *s, int fd)
 		return;
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
 	s->run_lock_fd = fd;
+}
+
+void fs_run_dir_close(struct fs_session *s)
+{
+	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
+	if (s->run_dir && !s->generation && s->ctl_fd < 0)
+		util_remove_tree(AT_FDCWD, s->run_dir);
+	if (s->run_dir_fd >= 0)
+		close(s->run_dir_fd);
+	if (s->run_lock_fd >= 0)
+		close(s->run_lock_fd);
+	free(s->run_dir);
+	s->run_dir = NULL;
+	s->run_dir_fd = s->run_lock_fd = -1;
 }

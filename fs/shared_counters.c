@@ -14,8 +14,15 @@
 #include "fs/fs_i.h"
 
 #define COUNTERS_MAGIC 0x53504f4f4c435452ULL /* "SPOOLCTR" */
-/* Raised whenever a field of the block changes meaning (a new field changes its size). */
+/* Raised whenever a field of the block moves or changes meaning: struct engine_stats,
+ * fs_counters, prefetch_walk_counters, util_histogram(_set) and the histogram bounds say
+ * so where they are defined. (Only the size is checked besides: a new field changes it.) */
 #define COUNTERS_FORMAT 1ULL
+/* Processes share the block only through lock-free atomics: one that needs a lock would
+ * take a lock of its own process's, which the others never see. */
+_Static_assert(ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2 &&
+                   ATOMIC_INT_LOCK_FREE == 2,
+               "the shared counters need lock-free atomics");
 #define COUNTERS_LAYOUT ((COUNTERS_FORMAT << 32) | sizeof(struct fs_shared_counters))
 
 static int map(int fd, struct fs_shared_counters **out)

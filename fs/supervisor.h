@@ -25,7 +25,7 @@ enum fs_run_string {
 #define FS_RUN_FD_LEDGER 7   /* the passthrough ledger (util/ledger.h) */
 #define FS_RUN_FD_LOCK 8     /* the run directory's lock, held while any process lives */
 #define FS_RUN_FD_COUNTERS 9 /* the mount's counters (struct fs_shared_counters) */
-#define FS_RUN_FD_COUNT 7    /* FS_RUN_FD_DEV to FS_RUN_FD_COUNTERS */
+#define FS_RUN_FD_COUNT (FS_RUN_FD_COUNTERS - FS_RUN_FD_DEV + 1)
 
 /* What the supervisor says of itself (its file "supervisor" in the run directory). */
 struct fs_session;

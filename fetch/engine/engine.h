@@ -76,7 +76,9 @@ struct engine_config {
 	bool (*error_is_expired)(const char *code);
 };
 
-/* Upstream counters, updated by the transfer thread, readable from any thread. */
+/* Upstream counters, updated by the transfer thread, readable from any thread. Shared by
+ * the mount's serving processes (fs/shared_counters.c): a change of its fields raises
+ * COUNTERS_FORMAT there. */
 struct engine_stats {
 	atomic_uint_fast64_t requests;
 	atomic_uint_fast64_t bytes;

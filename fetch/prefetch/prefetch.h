@@ -55,7 +55,8 @@ struct prefetch_ops {
 	void *ctx;
 };
 
-/* For stats and `spoolfs status`: counts for the mount, whichever process saw them. */
+/* For stats and `spoolfs status`: counts for the mount, whichever process saw them
+ * (fs/shared_counters.c: a change of its fields raises COUNTERS_FORMAT there). */
 struct prefetch_walk_counters {
 	atomic_uint_fast64_t walks;        /* walks seen */
 	atomic_uint_fast64_t walk_started; /* objects a walk started */

@@ -3,8 +3,9 @@
 The supervisor removes it at unmount. When every process of a mount is killed (kill -9 of
 the supervisor too, the OOM killer taking the whole cgroup) nobody is left to; the next
 mount of the same user in the same TMPDIR removes it, because no process holds its lock.
-A live mount's directory, another user's, a symlink and one without a lock (an older
-spoolfs's) are never touched.
+A live mount's directory, another user's, a symlink, one without a lock (an older
+spoolfs's, or one being made) and one whose lock is not a plain file of ours are never
+touched.
 """
 
 import os
@@ -32,6 +33,15 @@ def gone(pid):
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def serving_named(m):
+    """The PID /.spoolfs/stats names as serving, or None."""
+    with open(m.p(".spoolfs/stats")) as f:
+        for line in f:
+            if line.startswith("spoolfs_serving_pid "):
+                return int(line.split()[-1])
+    return None
 
 
 def kill_whole(m):
@@ -98,12 +108,21 @@ def test_live_foreign_and_unlocked_run_dirs_are_left_alone(store, tmp_path):
     older = tmpdir / "spoolfs-run.older"
     older.mkdir(mode=0o700)
     (older / "namespace.db").write_bytes(b"")
+    # Ours, but its lock is no plain file of ours, or is not made yet.
+    odd = {"spoolfs-run.fifo": lambda lock: os.mkfifo(lock),
+           "spoolfs-run.symlock": lambda lock: os.symlink(target / "lock", lock),
+           "spoolfs-run.making": lambda lock: (lock.parent / "lock.new").write_bytes(b""),
+           "spoolfs-run.foreignlock": lambda lock: (lock.write_bytes(b""),
+                                                     os.chown(lock, 65534, 65534))}
+    for name, make in odd.items():
+        (tmpdir / name).mkdir(mode=0o700)
+        make(tmpdir / name / "lock")
+    left_alone = ["spoolfs-run.other", "spoolfs-run.link", "spoolfs-run.older"] + list(odd)
     mounts = []
     try:
         first = mount_in(tmpdir, url, tmp_path / "mnt1", tmp_path / "mnt1.log")
         mounts.append(first)
-        (mine,) = set(run_dirs(tmpdir)) - {"spoolfs-run.other", "spoolfs-run.link",
-                                           "spoolfs-run.older"}
+        (mine,) = set(run_dirs(tmpdir)) - set(left_alone)
         # Its serving process replaced, then its supervisor killed: the new serving
         # process serves on, and holds the lock alone.
         serving = first.serving_pid()
@@ -111,6 +130,8 @@ def test_live_foreign_and_unlocked_run_dirs_are_left_alone(store, tmp_path):
         wait_until(lambda: first.serving_pid() not in (serving, first.proc.pid),
                    "no new serving process")
         serving = first.serving_pid()
+        # It serves (not only started): the supervisor's death cannot end it half-made.
+        wait_until(lambda: serving_named(first) == serving, "the new process never served")
         first.proc.kill()
         first.proc.wait()
         assert read_file(first.p(rel)) == expected(store, rel)
@@ -118,7 +139,7 @@ def test_live_foreign_and_unlocked_run_dirs_are_left_alone(store, tmp_path):
         second = mount_in(tmpdir, url, tmp_path / "mnt2", tmp_path / "mnt2.log")
         mounts.append(second)
         now = run_dirs(tmpdir)
-        for kept in (mine, "spoolfs-run.other", "spoolfs-run.link", "spoolfs-run.older"):
+        for kept in [mine] + left_alone:
             assert kept in now, kept + " was removed"
         assert (target / "keep").read_bytes() == b"kept"
         assert (older / "namespace.db").exists()
@@ -137,8 +158,7 @@ def test_live_foreign_and_unlocked_run_dirs_are_left_alone(store, tmp_path):
         mounts.append(third)
         assert "removed %s/%s" % (tmpdir, mine) in third.stderr()
         assert third.unmount() == 0
-        assert run_dirs(tmpdir) == ["spoolfs-run.link", "spoolfs-run.older",
-                                    "spoolfs-run.other"]
+        assert run_dirs(tmpdir) == sorted(left_alone)
     finally:
         for m in mounts:
             if not m.unmounted:

@@ -325,6 +325,29 @@ def test_counters_go_on_across_a_kill_and_a_reload(store, mount):
     assert stat_line(m, "spoolfs_reloads_total") == "1"
 
 
+def test_misses_never_go_down_when_a_restart_restores_a_held_file(store, mount, tmp_path):
+    """A file held open across a kill is rebuilt from the cache directory: a restore with
+    no open of its own, which would take a miss back. No reader, of either process, sees
+    cache_misses_total go down."""
+    rel = store.add("held.bin", MiB)
+    m = mount(store.write(), "--cache-dir", str(tmp_path / "cache"), "--no-passthrough")
+    held = open(m.p(rel), "rb", buffering=0)
+    try:
+        assert held.read() == expected(store, rel)
+        wait_until(lambda: int(stat_line(m, "spoolfs_flights_complete")) == 1, "not complete")
+        before = int(stat_line(m, "spoolfs_cache_misses_total"))
+        assert before == 1
+        kill_serving(m)
+        # Out of the page cache, so that the read reaches the new process.
+        os.posix_fadvise(held.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        assert os.pread(held.fileno(), MiB, 0) == expected(store, rel)
+        wait_until(lambda: int(stat_line(m, "spoolfs_handles_adopted_total")) >= 1,
+                   "the held file was not rebuilt")
+        assert int(stat_line(m, "spoolfs_cache_misses_total")) >= before
+    finally:
+        held.close()
+
+
 def test_reload_to_a_broken_binary_rolls_back(store, tmp_path):
     path = store.add("a.bin", 5000)
     binary = tmp_path / "spoolfs"
