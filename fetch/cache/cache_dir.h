@@ -77,8 +77,8 @@ void cache_dir_close(struct cache_dir *cd, bool keep);
  * while leaving CACHE_DIR_RESERVE_SHARE of its filesystem free (at least
  * CACHE_DIR_RESERVE_MIN), given the filesystem's size, its free bytes and what the cache
  * holds now (free to reuse). A disk with less room than that gets half of what there is,
- * up to CACHE_DIR_BOUND_MIN: a small cache that evicts, not none. A tenth keeps the runner's builds room to write, as ext4
- * keeps 5% for root; 1 GiB covers small disks.
+ * up to CACHE_DIR_BOUND_MIN: a small cache that evicts, not none. A tenth keeps the runner's builds
+ * room to write, as ext4 keeps 5% for root; 1 GiB covers small disks.
  */
 #define CACHE_DIR_RESERVE_SHARE 10 /* percent of the filesystem left free */
 #define CACHE_DIR_RESERVE_MIN ((uint64_t)1 << 30)
