@@ -2,14 +2,18 @@
  * manifest_load.c reads a JSON manifest (manifest_load.h) into an empty namespace: it owns
  * the manifest's syntax, versions 1 and 2, and the message a bad one gets, naming the entry.
  *
- * The JSON is read with sqlite's own JSON functions (no parser of ours) on a private
- * in-memory connection; each entry goes to the namespace through index_build_add, which
- * applies the namespace's own rules, in one transaction: every entry or nothing. A large
+ * The outer shape (an object, its version, the entries and packs arrays) and the packs are
+ * read with sqlite's JSON functions on a private in-memory connection, whose messages
+ * name what is wrong; the entries, nearly all of a manifest's text, are read in one
+ * streaming pass with yajl (manifest_entries.h). No parser is ours. Each entry goes to the
+ * namespace through index_build_add, which applies the namespace's own rules, in one
+ * transaction: every entry or nothing. A large
  * manifest's entries are added on a builder thread (load_pipe.h), in their order, while
  * this thread reads and checks the next ones.
  */
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/load_pipe.h"
+#include "fetch/source/manifest_entries.h"
 #include "fetch/source/manifest_url.h"
 
 #include <errno.h>
@@ -30,56 +34,10 @@
  * their own while this one reads on (load_pipe.h); below, a thread costs more than it saves. */
 #define PIPE_OVER (1 << 20)
 
-/* The fields of an entry that mean something; other keys are ignored. Version 1 reads the
- * first F_V1_COUNT only. */
-enum field_id {
-	F_PATH,
-	F_SIZE,
-	F_SHA256,
-	F_URL,
-	F_MTIME,
-	F_EXECUTABLE,
-	F_ETAG,
-	F_V1_COUNT,
-	F_TYPE = F_V1_COUNT,
-	F_MODE,
-	F_TARGET,
-	F_PACK,
-	F_OFFSET,
-	F_CHUNKS,
-	F_MANIFEST,
-	F_COUNT
-};
-static const char *const field_names[F_COUNT] = {
-    "path", "size", "sha256", "url",  "mtime",  "executable", "etag",
-    "type", "mode", "target", "pack", "offset", "chunks",     "manifest"};
-
-/* json_type's names, told apart by their first two bytes (json_type_of). */
-enum json_type { J_NONE, J_NULL, J_TRUE, J_FALSE, J_INTEGER, J_REAL, J_TEXT, J_ARRAY, J_OBJECT };
-
-/* One field as st_each gave it. Text is copied: a column dies at the next step. */
-struct field {
-	bool seen;
-	enum json_type type;
-	bool is_int64; /* an "integer" that fits: sqlite hands larger ones over as reals */
-	int64_t i;
-	bool has_nul; /* a text whose raw form holds "\u0000" (sqlite 3.40 cuts there) */
-	char *text;   /* NUL-terminated, for text (and object) fields; kept across entries */
-	size_t len, cap;
-};
-
-/* The entry being gathered from st_each's rows. */
-struct entry {
-	bool active;
-	int64_t i;
-	bool is_object;
-	struct field f[F_COUNT];
-};
-
 struct load {
 	sqlite3 *db; /* private, in memory: only for sqlite's JSON functions */
 	struct index_builder *b;
-	sqlite3_stmt *st_keys, *st_top, *st_each, *st_packs, *st_chunks;
+	sqlite3_stmt *st_keys, *st_top, *st_packs, *st_chunks;
 	char *packs;    /* owned: the "packs" array's text, as st_keys gave it; NULL: none */
 	bool has_packs; /* a version 2 manifest with "packs" (an array, check_top says) */
 	struct manifest_base base;
@@ -89,8 +47,6 @@ struct load {
 	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
 	struct manifest_load_options *opts; /* never NULL here */
 	bool at_root; /* the paths start at the mount's root, not in a nested directory */
-	/* The text holds an escaped NUL somewhere: only then can a decoded string hold one. */
-	bool json_has_nul;
 	/* The builder thread, for a large manifest; NULL: entries are added here. It reads b
 	 * and array, which stay as they are while it runs. */
 	struct load_pipe *pipe;
@@ -116,21 +72,6 @@ static const char top_sql[] =
     " CASE WHEN json_valid(:json) THEN json_type(:json, '$.files') END,"
     " CASE WHEN json_valid(:json) THEN json_type(:json, '$.entries') END,"
     " CASE WHEN json_valid(:json) THEN json_type(:json, '$.packs') END";
-
-/*
- * One row per (entry, key): a nested json_each is a third of the cost of a json_extract per
- * field, which re-renders and re-parses the entry each time. Non-object entries give one row
- * with NULL key. The raw `->` form is asked for only when the manifest holds an escaped NUL
- * (:has_nul): sqlite 3.40 cuts a decoded string at "\u0000", the raw form keeps it.
- */
-static const char each_sql[] =
-    "SELECT e.key, e.type, f.key, f.type, f.atom,"
-    " CASE WHEN :has_nul AND f.type = 'text'"
-    "  AND f.key IN ('path', 'sha256', 'url', 'etag', 'type', 'mode', 'target', 'pack')"
-    "  THEN e.value -> f.key END,"
-    " CASE WHEN f.type = 'object' THEN f.value END"
-    " FROM json_each(:json, :array) AS e"
-    " LEFT JOIN json_each(CASE WHEN e.type = 'object' THEN e.value ELSE '{}' END) AS f";
 
 /* Packs are few (one per directory of small files, about): a json_extract per field. */
 #define PACK_OBJECT "CASE WHEN p.type = 'object' THEN p.value ELSE '{}' END"
@@ -263,131 +204,6 @@ static bool lower_sha256(const char *s, size_t len, char out[65])
 	return true;
 }
 
-/* The field a key names, or -1: told by its first bytes, then confirmed (a strcmp against
- * each name in turn was a tenth of the reader's own time in a large load). */
-static int field_of(const char *key, size_t n)
-{
-	int k;
-
-	switch (key[0]) {
-	case 'p':
-		k = n > 2 && key[2] == 't' ? F_PATH : F_PACK;
-		break;
-	case 's':
-		k = n > 1 && key[1] == 'i' ? F_SIZE : F_SHA256;
-		break;
-	case 'u':
-		k = F_URL;
-		break;
-	case 'm':
-		k = n > 1 && key[1] == 't' ? F_MTIME : n > 1 && key[1] == 'o' ? F_MODE : F_MANIFEST;
-		break;
-	case 'e':
-		k = n > 1 && key[1] == 'x' ? F_EXECUTABLE : F_ETAG;
-		break;
-	case 't':
-		k = n > 1 && key[1] == 'y' ? F_TYPE : F_TARGET;
-		break;
-	case 'o':
-		k = F_OFFSET;
-		break;
-	case 'c':
-		k = F_CHUNKS;
-		break;
-	default:
-		return -1;
-	}
-	return strlen(field_names[k]) == n && memcmp(key, field_names[k], n) == 0 ? k : -1;
-}
-
-/* json_type's name as its enum; J_NONE for NULL. */
-static enum json_type json_type_of(const char *t)
-{
-	if (!t)
-		return J_NONE;
-	switch (t[0]) {
-	case 'n':
-		return J_NULL;
-	case 't':
-		return t[1] == 'r' ? J_TRUE : J_TEXT;
-	case 'f':
-		return J_FALSE;
-	case 'i':
-		return J_INTEGER;
-	case 'r':
-		return J_REAL;
-	case 'a':
-		return J_ARRAY;
-	case 'o':
-		return J_OBJECT;
-	default:
-		return J_NONE;
-	}
-}
-
-/* Records one row of st_each into e (the first of duplicate keys wins, as with
- * json_extract). */
-static int gather_field(struct load *ld, struct entry *e)
-{
-	sqlite3_stmt *st = ld->st_each;
-	const char *key = (const char *)sqlite3_column_text(st, 2);
-	enum json_type type = json_type_of((const char *)sqlite3_column_text(st, 3));
-
-	if (!key || type == J_NONE)
-		return 0;
-	int k = field_of(key, (size_t)sqlite3_column_bytes(st, 2));
-	if (k < 0 || e->f[k].seen)
-		return 0;
-	struct field *f = &e->f[k];
-	f->seen = true;
-	f->type = type;
-	if (type == J_INTEGER && sqlite3_column_type(st, 4) == SQLITE_INTEGER) {
-		f->is_int64 = true;
-		f->i = sqlite3_column_int64(st, 4);
-	} else if (type == J_TEXT || type == J_OBJECT) {
-		/* An object (chunks) comes as its JSON text, read again by read_chunks. */
-		int col = type == J_TEXT ? 4 : 6;
-		const char *s = (const char *)sqlite3_column_text(st, col);
-		int n = sqlite3_column_bytes(st, col);
-		if (!s)
-			return -ENOMEM;
-		if ((size_t)n + 1 > f->cap) {
-			char *t = realloc(f->text, (size_t)n + 1);
-			if (!t)
-				return -ENOMEM;
-			f->text = t;
-			f->cap = (size_t)n + 1;
-		}
-		memcpy(f->text, s, (size_t)n + 1);
-		f->len = (size_t)n;
-		/* Newer sqlite keeps the NUL in the value; 3.40 needs the raw form. Without
-		 * "\u0000" in the manifest no string can hold one. */
-		f->has_nul =
-		    ld->json_has_nul && (strlen(f->text) != f->len ||
-		                         (col == 4 && raw_has_nul(sqlite3_column_text(st, 5))));
-	}
-	return 0;
-}
-
-static void entry_reset(struct entry *e, int64_t i, bool is_object)
-{
-	e->active = true;
-	e->i = i;
-	e->is_object = is_object;
-	for (int k = 0; k < F_COUNT; k++) {
-		struct field *f = &e->f[k];
-		f->seen = f->is_int64 = f->has_nul = false;
-		f->type = J_NONE;
-		f->len = 0;
-	}
-}
-
-static void entry_free(struct entry *e)
-{
-	for (int k = 0; k < F_COUNT; k++)
-		free(e->f[k].text);
-}
-
 static bool is_type(const struct field *f, enum json_type type)
 {
 	return f->seen && f->type == type;
@@ -400,15 +216,6 @@ static int bind_text(sqlite3_stmt *st, const char *name, const char *s)
 	if (idx == 0)
 		return -EINVAL;
 	return sqlite3_bind_text(st, idx, s, -1, SQLITE_STATIC) == SQLITE_OK ? 0 : -ENOMEM;
-}
-
-static int bind_int(sqlite3_stmt *st, const char *name, int64_t v)
-{
-	int idx = sqlite3_bind_parameter_index(st, name);
-
-	if (idx == 0)
-		return -EINVAL;
-	return sqlite3_bind_int64(st, idx, v) == SQLITE_OK ? 0 : -ENOMEM;
 }
 
 /* -errno for a failed sqlite step (a JSON error in a query is the manifest's fault). */
@@ -438,7 +245,7 @@ static const char *unconfined(const struct load *ld, const char *url)
 static int read_ref(struct load *ld, const struct entry *e, enum field_id f, const char *path,
                     size_t len, int64_t *size, char sha256[65], char **url)
 {
-	const char *name = field_names[f];
+	const char *name = manifest_field_names[f];
 	sqlite3_stmt *st = ld->st_chunks;
 	char why[256];
 	int rc;
@@ -586,7 +393,7 @@ static int read_kind(struct load *ld, const struct entry *e, const char *path, s
 	for (size_t k = 0; k < sizeof(file_only) / sizeof(file_only[0]); k++)
 		if (e->f[file_only[k]].seen)
 			return entry_error(ld, e->i, path, len, "%s is not allowed for a %s",
-			                   field_names[file_only[k]],
+			                   manifest_field_names[file_only[k]],
 			                   be->kind == INDEX_KIND_DIR ? "directory" : "symlink");
 	if (be->kind == INDEX_KIND_DIR) {
 		if (e->f[F_TARGET].seen)
@@ -733,40 +540,10 @@ static int load_entry(struct load *ld, const struct entry *e)
 	return rc;
 }
 
-/* Walks st_each, gathering an entry's rows and loading it when the next entry starts. */
-static int load_entries(struct load *ld)
+/* manifest_entries_walk's callback. */
+static int walk_entry(void *ctx, const struct entry *e)
 {
-	sqlite3_stmt *st = ld->st_each;
-	struct entry e = {0};
-	int rc = 0, step;
-
-	while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t i = sqlite3_column_int64(st, 0);
-		if (!e.active || i != e.i) {
-			if (e.active) {
-				rc = load_entry(ld, &e);
-				if (rc < 0)
-					goto out;
-			}
-			entry_reset(&e, i,
-			            json_type_of((const char *)sqlite3_column_text(st, 1)) ==
-			                J_OBJECT);
-		}
-		rc = gather_field(ld, &e);
-		if (rc < 0)
-			goto out;
-	}
-	if (step != SQLITE_DONE) {
-		rc = step_errno(step);
-		goto out;
-	}
-	if (e.active)
-		rc = load_entry(ld, &e);
-out:
-	if (sqlite3_reset(st) != SQLITE_OK && rc == 0)
-		rc = -EIO;
-	entry_free(&e);
-	return rc;
+	return load_entry(ctx, e);
 }
 
 /* Declares each pack of a version 2 manifest, before the entries that name them. */
@@ -939,9 +716,8 @@ out:
 
 static int prepare_load(struct load *ld)
 {
-	static const char *const sql[] = {keys_sql, top_sql, each_sql, packs_sql, chunks_sql};
-	sqlite3_stmt **st[] = {&ld->st_keys, &ld->st_top, &ld->st_each, &ld->st_packs,
-	                       &ld->st_chunks};
+	static const char *const sql[] = {keys_sql, top_sql, packs_sql, chunks_sql};
+	sqlite3_stmt **st[] = {&ld->st_keys, &ld->st_top, &ld->st_packs, &ld->st_chunks};
 	int rc =
 	    sqlite3_open_v2(":memory:", &ld->db,
 	                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY | SQLITE_OPEN_NOMUTEX, NULL);
@@ -958,12 +734,7 @@ static int prepare_load(struct load *ld)
 	if (rc == 0)
 		rc = bind_text(ld->st_top, ":json", ld->json);
 	if (rc == 0)
-		rc = bind_text(ld->st_each, ":json", ld->json);
-	if (rc == 0)
 		rc = bind_text(ld->st_packs, ":json", ld->json);
-	ld->json_has_nul = raw_has_nul((const unsigned char *)ld->json);
-	if (rc == 0)
-		rc = bind_int(ld->st_each, ":has_nul", ld->json_has_nul);
 	return rc;
 }
 
@@ -1053,8 +824,6 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 		rc = check_top(&ld);
 	else if (rc == 1)
 		rc = 0;
-	if (rc == 0)
-		rc = bind_text(ld.st_each, ":array", ld.version == 1 ? "$.files" : "$.entries");
 	/* Unbound (NULL), :packs makes packs_sql read the whole text (see check_top). */
 	if (rc == 0 && ld.has_packs && ld.packs)
 		rc = bind_text(ld.st_packs, ":packs", ld.packs);
@@ -1064,7 +833,8 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 	if (rc == 0 && use_pipe(json_len))
 		(void)load_pipe_start(&ld.pipe, add_entry, &ld);
 	if (rc == 0)
-		rc = load_entries(&ld);
+		rc = manifest_entries_walk(ld.json, json_len, ld.array, walk_entry, &ld, ld.err,
+		                           ld.err_len);
 	if (ld.pipe) {
 		/* The builder's failure is of an entry before any this thread refused. */
 		int brc = load_pipe_finish(ld.pipe, ld.err, ld.err_len);
@@ -1085,7 +855,6 @@ out:
 	}
 	sqlite3_finalize(ld.st_keys);
 	sqlite3_finalize(ld.st_top);
-	sqlite3_finalize(ld.st_each);
 	sqlite3_finalize(ld.st_packs);
 	sqlite3_finalize(ld.st_chunks);
 	sqlite3_close(ld.db);
