@@ -3,7 +3,8 @@
  * fills a batch of copied entries of its own, hands full batches over through a ring of
  * PIPE_DEPTH, and the builder adds them in the order they came. A reader's thread does
  * the JSON and the checks, the builder the namespace's inserts (for 100,000 entries about
- * 0.16 s and 0.25 s of CPU); batches keep the lock out of the way (one handover per PIPE_BATCH entries).
+ * 0.16 s and 0.25 s of CPU); batches keep the lock out of the way (one handover per
+ * PIPE_BATCH entries).
  *
  * Lock: p->lock guards the ring, done and failed; p->cond is signalled when any of them
  * changes, and both sides wait on it. Nothing is called with the lock held. The reader's

@@ -35,12 +35,22 @@ enum field_id {
 extern const char *const manifest_field_names[F_COUNT];
 
 /* A JSON value's type, as sqlite's json_type names them. */
-enum json_type { J_NONE, J_NULL, J_TRUE, J_FALSE, J_INTEGER, J_REAL, J_TEXT, J_ARRAY, J_OBJECT };
+enum manifest_json_type {
+	J_NONE,
+	J_NULL,
+	J_TRUE,
+	J_FALSE,
+	J_INTEGER,
+	J_REAL,
+	J_TEXT,
+	J_ARRAY,
+	J_OBJECT
+};
 
 /* One field of an entry. */
-struct field {
+struct manifest_field {
 	bool seen;
-	enum json_type type;
+	enum manifest_json_type type;
 	bool is_int64; /* an integer that fits in int64_t (larger ones are integers all the same) */
 	int64_t i;
 	bool has_nul; /* a text that decodes to one with a NUL byte in it ("\u0000") */
@@ -50,20 +60,23 @@ struct field {
 	size_t len, cap;
 };
 
-struct entry {
+struct manifest_entry {
 	int64_t i; /* its place in the array, from 0 */
 	bool is_object;
-	struct field f[F_COUNT]; /* the first of duplicate keys counts, as with json_extract */
+	struct manifest_field
+	    f[F_COUNT]; /* the first of duplicate keys counts, as with json_extract */
 };
 
 /* Called for each entry in order: 0 goes on, -errno ends the walk with that value. */
-typedef int (*manifest_entry_fn)(void *ctx, const struct entry *e);
+typedef int (*manifest_entry_fn)(void *ctx, const struct manifest_entry *e);
 
 /*
- * Walks the top-level array named array ("files" or "entries": the first of that name) of
- * the JSON object json[0..len), calling fn for each element. The caller checked the text is
- * an object with such an array. 0; fn's -errno; -EINVAL with "manifest is not valid JSON:
- * ..." in err when the text is not JSON after all; -ENOMEM.
+ * Walks the top-level array named array ("files" or "entries": the first key spelled so,
+ * without escapes, as sqlite's path lookup finds it) of the JSON object json[0..len),
+ * calling fn for each element. The caller checked the text is an object with such an
+ * array. 0; fn's -errno; -EINVAL with the reason in err ("manifest is not valid JSON: ...")
+ * for half a surrogate pair in a string escape, which the two parsers would decode
+ * differently, or a text the parser refuses after all; -ENOMEM.
  */
 int manifest_entries_walk(const char *json, size_t len, const char *array, manifest_entry_fn fn,
                           void *ctx, char *err, size_t err_len);

@@ -204,7 +204,7 @@ static bool lower_sha256(const char *s, size_t len, char out[65])
 	return true;
 }
 
-static bool is_type(const struct field *f, enum json_type type)
+static bool is_type(const struct manifest_field *f, enum manifest_json_type type)
 {
 	return f->seen && f->type == type;
 }
@@ -242,8 +242,8 @@ static const char *unconfined(const struct load *ld, const char *url)
  * directory's own manifest): field f, named by its key in messages. The size is handed
  * back unchecked but for its sign. 0, -EINVAL with the message, or -errno.
  */
-static int read_ref(struct load *ld, const struct entry *e, enum field_id f, const char *path,
-                    size_t len, int64_t *size, char sha256[65], char **url)
+static int read_ref(struct load *ld, const struct manifest_entry *e, enum field_id f,
+                    const char *path, size_t len, int64_t *size, char sha256[65], char **url)
 {
 	const char *name = manifest_field_names[f];
 	sqlite3_stmt *st = ld->st_chunks;
@@ -294,8 +294,8 @@ out:
 
 /* The chunk hashes an entry names (each chunk verified before it is served): checked here so a
  * manifest that uses them is right before anything relies on them. */
-static int read_chunks(struct load *ld, const struct entry *e, const char *path, size_t len,
-                       struct index_build_entry *be, char sha256[65], char **url)
+static int read_chunks(struct load *ld, const struct manifest_entry *e, const char *path,
+                       size_t len, struct index_build_entry *be, char sha256[65], char **url)
 {
 	int64_t size;
 	int rc = read_ref(ld, e, F_CHUNKS, path, len, &size, sha256, url);
@@ -313,8 +313,8 @@ static int read_chunks(struct load *ld, const struct entry *e, const char *path,
 }
 
 /* A directory whose entries are in a manifest of its own, loaded at its first lookup. */
-static int read_nested(struct load *ld, const struct entry *e, const char *path, size_t len,
-                       struct index_build_entry *be, char sha256[65], char **url)
+static int read_nested(struct load *ld, const struct manifest_entry *e, const char *path,
+                       size_t len, struct index_build_entry *be, char sha256[65], char **url)
 {
 	int64_t size;
 	int rc = read_ref(ld, e, F_MANIFEST, path, len, &size, sha256, url);
@@ -347,11 +347,12 @@ static const enum field_id file_only[] = {F_SIZE, F_SHA256, F_URL,    F_ETAG,
                                           F_PACK, F_OFFSET, F_CHUNKS, F_EXECUTABLE};
 
 /* Checks what the entry's type allows; fills be's type, mode and mtime. */
-static int read_kind(struct load *ld, const struct entry *e, const char *path, size_t len,
+static int read_kind(struct load *ld, const struct manifest_entry *e, const char *path, size_t len,
                      struct index_build_entry *be)
 {
-	const struct field *ft = &e->f[F_TYPE], *fm = &e->f[F_MODE], *fx = &e->f[F_EXECUTABLE];
-	const struct field *fmt = &e->f[F_MTIME];
+	const struct manifest_field *ft = &e->f[F_TYPE], *fm = &e->f[F_MODE],
+	                            *fx = &e->f[F_EXECUTABLE];
+	const struct manifest_field *fmt = &e->f[F_MTIME];
 
 	be->kind = INDEX_KIND_FILE;
 	if (ld->version >= 2 && ft->seen) {
@@ -414,11 +415,11 @@ static int read_kind(struct load *ld, const struct entry *e, const char *path, s
 }
 
 /* A file's own fields: size, digest, version, its pack or its URL. */
-static int read_file(struct load *ld, const struct entry *e, const char *path, size_t len,
+static int read_file(struct load *ld, const struct manifest_entry *e, const char *path, size_t len,
                      struct index_build_entry *be, char sha256[65], char pack[65], char **url)
 {
-	const struct field *fz = &e->f[F_SIZE], *fs = &e->f[F_SHA256], *fu = &e->f[F_URL];
-	const struct field *fe = &e->f[F_ETAG], *fp = &e->f[F_PACK], *fo = &e->f[F_OFFSET];
+	const struct manifest_field *fz = &e->f[F_SIZE], *fs = &e->f[F_SHA256], *fu = &e->f[F_URL];
+	const struct manifest_field *fe = &e->f[F_ETAG], *fp = &e->f[F_PACK], *fo = &e->f[F_OFFSET];
 	bool v2 = ld->version >= 2;
 	char why[256];
 	int rc;
@@ -486,9 +487,9 @@ static int read_file(struct load *ld, const struct entry *e, const char *path, s
 }
 
 /* Checks a gathered entry and adds it to the namespace. */
-static int load_entry(struct load *ld, const struct entry *e)
+static int load_entry(struct load *ld, const struct manifest_entry *e)
 {
-	const struct field *fp = &e->f[F_PATH];
+	const struct manifest_field *fp = &e->f[F_PATH];
 	const char *path = fp->text;
 	size_t len = fp->len;
 	char sha256[65], pack[65], chunk_sha256[65], why[320];
@@ -541,7 +542,7 @@ static int load_entry(struct load *ld, const struct entry *e)
 }
 
 /* manifest_entries_walk's callback. */
-static int walk_entry(void *ctx, const struct entry *e)
+static int walk_entry(void *ctx, const struct manifest_entry *e)
 {
 	return load_entry(ctx, e);
 }

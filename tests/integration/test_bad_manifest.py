@@ -56,6 +56,10 @@ CASES = [
      'files[0] "../x": path has a ".." segment'),
     ("nul-in-path", '{"version":1,"files":[{"path":"a\\u0000b","size":1,"url":"http://127.0.0.1:9/x"}]}',
      "NUL"),
+    # Half a surrogate pair: two JSON parsers would read two different names.
+    ("lone-surrogate-in-path",
+     '{"version":1,"files":[{"path":"a\\ud800b","size":1,"url":"http://127.0.0.1:9/x"}]}',
+     'manifest is not valid JSON: "\\ud800" at byte 32 is half of a surrogate pair'),
     ("long-name", json.dumps({"version": 1, "files": [entry(path="d/" + "n" * 256, size=1)]}),
      "longer than 255 bytes"),
     ("empty-path", json.dumps({"version": 1, "files": [entry(path="", size=1)]}),

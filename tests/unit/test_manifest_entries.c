@@ -28,14 +28,14 @@ struct seen {
 	int64_t i[SEEN_MAX];
 	bool is_object[SEEN_MAX];
 	char path[SEEN_MAX][64];
-	struct field size[SEEN_MAX];
+	struct manifest_field size[SEEN_MAX];
 	char chunks[SEEN_MAX][128];
-	enum json_type mode_type[SEEN_MAX];
+	enum manifest_json_type mode_type[SEEN_MAX];
 	bool path_has_nul[SEEN_MAX];
 	size_t path_len[SEEN_MAX];
 };
 
-static int keep(void *ctx, const struct entry *e)
+static int keep(void *ctx, const struct manifest_entry *e)
 {
 	struct seen *s = ctx;
 	int k = s->n++;
@@ -161,6 +161,81 @@ static void test_only_the_first_top_level_array_is_read(void **state)
 	assert_int_equal(s.i[2], 2);
 }
 
+static void test_numbers_at_their_edges(void **state)
+{
+	struct seen s;
+	char err[256] = "";
+	(void)state;
+
+	assert_int_equal(
+	    walk("{\"version\":1,\"files\":[{\"size\":-0},{\"size\":1E5},"
+	         "{\"size\":123456789012345678901234},{\"size\":9223372036854775807}]}",
+	         "files", &s, err, sizeof(err)),
+	    0);
+	assert_int_equal(s.n, 4);
+	assert_int_equal(s.size[0].type, J_INTEGER);
+	assert_true(s.size[0].is_int64);
+	assert_int_equal(s.size[0].i, 0);
+	assert_int_equal(s.size[1].type, J_REAL);
+	/* Longer than any int64_t's text: an integer all the same, not one that fits. */
+	assert_int_equal(s.size[2].type, J_INTEGER);
+	assert_false(s.size[2].is_int64);
+	assert_true(s.size[3].is_int64);
+	assert_int_equal(s.size[3].i, INT64_MAX);
+}
+
+static void test_the_array_is_the_key_spelled_plainly(void **state)
+{
+	struct seen s;
+	char err[256] = "";
+	(void)state;
+
+	/* sqlite's '$.entries' compares a key's raw text: an escaped spelling is another key,
+	 * whatever its value. */
+	assert_int_equal(walk("{\"version\":2,\"entr\\u0069es\":5,\"entries\":[{\"path\":\"a\"}]}",
+	                      "entries", &s, err, sizeof(err)),
+	                 0);
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.path[0], "a");
+	assert_int_equal(walk("{\"version\":2,\"entr\\u0069es\":[{\"path\":\"x\"}],"
+	                      "\"entries\":[{\"path\":\"b\"}]}",
+	                      "entries", &s, err, sizeof(err)),
+	                 0);
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.path[0], "b");
+	/* A key with a NUL after the name is not the name; no array is then no load. */
+	assert_int_equal(walk("{\"version\":2,\"entries\\u0000\":[{\"path\":\"x\"}],\"entries\":5}",
+	                      "entries", &s, err, sizeof(err)),
+	                 -EINVAL);
+	assert_int_equal(s.n, 0);
+	assert_string_equal(err, "manifest has no \"entries\" array");
+}
+
+static void test_half_a_surrogate_pair_is_refused(void **state)
+{
+	static const char *const bad[] = {"\\ud800", "\\ud800\\u0041", "\\udc00", "x\\uDBFF"};
+	struct seen s;
+	char json[128], err[256] = "";
+	(void)state;
+
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		snprintf(json, sizeof(json), "{\"version\":1,\"files\":[{\"path\":\"%s\"}]}",
+		         bad[k]);
+		assert_int_equal(walk(json, "files", &s, err, sizeof(err)), -EINVAL);
+		assert_int_equal(s.n, 0);
+		assert_non_null(strstr(err, "is half of a surrogate pair"));
+		assert_non_null(strstr(err, "at byte "));
+	}
+	/* A whole pair, and a backslash followed by "ud800", are fine. */
+	assert_int_equal(walk("{\"version\":1,\"files\":[{\"path\":\"\\ud83d\\ude00\"},"
+	                      "{\"path\":\"\\\\ud800\"}]}",
+	                      "files", &s, err, sizeof(err)),
+	                 0);
+	assert_int_equal(s.n, 2);
+	assert_string_equal(s.path[0], "\xf0\x9f\x98\x80");
+	assert_string_equal(s.path[1], "\\ud800");
+}
+
 static void test_callback_error_stops_the_walk(void **state)
 {
 	struct seen s = {.stop_at = 1};
@@ -173,6 +248,14 @@ static void test_callback_error_stops_the_walk(void **state)
 	    manifest_entries_walk(json, strlen(json), "files", keep, &s, err, sizeof(err)), -EPERM);
 	assert_int_equal(s.n, 2);
 	assert_string_equal(err, "");
+	/* Also at an entry that is not an object. */
+	const char *mixed = "{\"version\":1,\"files\":[{\"path\":\"a\"},5,{\"path\":\"c\"}]}";
+	memset(&s, 0, sizeof(s));
+	s.stop_at = 1;
+	assert_int_equal(
+	    manifest_entries_walk(mixed, strlen(mixed), "files", keep, &s, err, sizeof(err)),
+	    -EPERM);
+	assert_int_equal(s.n, 2);
 }
 
 static void test_text_that_is_not_json_is_named(void **state)
@@ -188,11 +271,14 @@ static void test_text_that_is_not_json_is_named(void **state)
 	assert_non_null(strstr(err, "manifest is not valid JSON: "));
 	assert_non_null(strstr(err, "at byte "));
 	assert_null(strchr(err, '\n'));
-	/* Cut short: the parser says so at the end. */
-	assert_int_equal(
-	    walk("{\"version\":1,\"files\":[{\"path\":\"a\"}", "files", &s, err, sizeof(err)),
-	    -EINVAL);
+	assert_null(strstr(err, "parse error"));
+	/* Cut short: the parser says so at the end of the text. */
+	const char *cut = "{\"version\":1,\"files\":[{\"path\":\"a\"}";
+	char at[32];
+	snprintf(at, sizeof(at), "at byte %zu", strlen(cut));
+	assert_int_equal(walk(cut, "files", &s, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "manifest is not valid JSON: "));
+	assert_non_null(strstr(err, at));
 }
 
 int main(void)
@@ -202,6 +288,9 @@ int main(void)
 	    cmocka_unit_test(test_strings_are_decoded_and_keep_a_nul),
 	    cmocka_unit_test(test_object_field_is_its_text_and_duplicates_keep_the_first),
 	    cmocka_unit_test(test_only_the_first_top_level_array_is_read),
+	    cmocka_unit_test(test_numbers_at_their_edges),
+	    cmocka_unit_test(test_the_array_is_the_key_spelled_plainly),
+	    cmocka_unit_test(test_half_a_surrogate_pair_is_refused),
 	    cmocka_unit_test(test_callback_error_stops_the_walk),
 	    cmocka_unit_test(test_text_that_is_not_json_is_named),
 	};
