@@ -52,13 +52,17 @@ def test_an_alias_never_keeps_pages_of_a_download_whose_hash_failed(store, mount
     x = store.add("x.bin", size)
     m = mount(store.write(mutate=add_alias("y.bin", x)))
     good = expected(store, x)
-    store.up.fault(x, corrupt_at=100)
+    # Held halfway until x.bin has joined and read its head: on a busy machine the whole
+    # download failed its check before x.bin opened, and x.bin made a second (also
+    # corrupt) flight of its own.
+    store.up.fault(x, corrupt_at=100, hold_at=size // 2)
 
     fy = os.open(m.p("y.bin"), os.O_RDONLY)  # y.bin creates the flight
     try:
         fx = os.open(m.p(x), os.O_RDONLY)  # x.bin joins it
         try:
             os.pread(fx, 64 * 1024, 0)  # x.bin's head is in the kernel's cache now
+            store.up.release(x)  # the rest, still corrupt, and the failed check
             with pytest.raises(OSError) as e:
                 while os.read(fy, MiB):
                     pass
