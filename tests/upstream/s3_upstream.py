@@ -889,7 +889,7 @@ class S3Handler(up.Handler):
             return self._json(200, {})
         if method == "GET" and name == "lists":
             with up.STATE.lock:
-                out = list(LISTS)
+                out = [dict(r) for r in LISTS]  # a request still running sets its status
             return self._json(200, out)
         if method == "GET" and name == "auth":
             with up.STATE.lock:
@@ -1054,27 +1054,30 @@ class S3Handler(up.Handler):
         st = up.STATE
         self._count_request(rel, head, None)
         rec = {"bucket": bucket, "method": method, "query": q}
+        # Logged as it arrives: a client's next request (the next page) may be answered
+        # before this thread gets back from sending this one's answer.
+        with st.lock:
+            LISTS.append(rec)
         try:
             self._authenticate(method, bucket, raw_path, raw_query, q=q)
         except S3Error as e:
             self._status(rel, e.status)
-            rec["status"] = e.status
             with st.lock:
-                LISTS.append(rec)
+                rec["status"] = e.status
             raise
         if not self._admit(rel):
             return
+        status = None
         try:
-            code = self._bucket_respond(head, bucket, q, rel)
-            rec["status"] = code
+            status = self._bucket_respond(head, bucket, q, rel)
         except S3Error as e:
-            rec["status"] = e.status
+            status = e.status
             self._status(rel, e.status)
             raise
         finally:
             with st.lock:
                 st.stat(rel)["active"] -= 1
-                LISTS.append(rec)
+                rec["status"] = status
 
     def _bucket_respond(self, head, bucket, q, rel):
         fail = self._take_fail(rel)
