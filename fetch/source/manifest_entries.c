@@ -399,8 +399,7 @@ int manifest_entries_walk(const char *json, size_t len, const char *array, manif
 		if (err && err_len)
 			snprintf(err, err_len,
 			         "manifest is not valid JSON: \"%.6s\" at byte %zu is half of a "
-			         "surrogate"
-			         " pair",
+			         "surrogate pair",
 			         json + lone, lone);
 		return -EINVAL;
 	}

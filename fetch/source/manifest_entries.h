@@ -63,8 +63,8 @@ struct manifest_field {
 struct manifest_entry {
 	int64_t i; /* its place in the array, from 0 */
 	bool is_object;
-	struct manifest_field
-	    f[F_COUNT]; /* the first of duplicate keys counts, as with json_extract */
+	/* The first of duplicate keys counts, as with json_extract. */
+	struct manifest_field f[F_COUNT];
 };
 
 /* Called for each entry in order: 0 goes on, -errno ends the walk with that value. */

@@ -7,9 +7,8 @@
  * name what is wrong; the entries, nearly all of a manifest's text, are read in one
  * streaming pass with yajl (manifest_entries.h). No parser is ours. Each entry goes to the
  * namespace through index_build_add, which applies the namespace's own rules, in one
- * transaction: every entry or nothing. A large
- * manifest's entries are added on a builder thread (load_pipe.h), in their order, while
- * this thread reads and checks the next ones.
+ * transaction: every entry or nothing. A large manifest's entries are added on a builder
+ * thread (load_pipe.h), in their order, while this thread reads and checks the next ones.
  */
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/load_pipe.h"
@@ -486,9 +485,11 @@ static int read_file(struct load *ld, const struct manifest_entry *e, const char
 	return rc;
 }
 
-/* Checks a gathered entry and adds it to the namespace. */
-static int load_entry(struct load *ld, const struct manifest_entry *e)
+/* manifest_entries_walk's callback (ctx the load): checks an entry and adds it to the
+ * namespace. */
+static int load_entry(void *ctx, const struct manifest_entry *e)
 {
+	struct load *ld = ctx;
 	const struct manifest_field *fp = &e->f[F_PATH];
 	const char *path = fp->text;
 	size_t len = fp->len;
@@ -539,12 +540,6 @@ static int load_entry(struct load *ld, const struct manifest_entry *e)
 	free(url);
 	free(chunk_url);
 	return rc;
-}
-
-/* manifest_entries_walk's callback. */
-static int walk_entry(void *ctx, const struct manifest_entry *e)
-{
-	return load_entry(ctx, e);
 }
 
 /* Declares each pack of a version 2 manifest, before the entries that name them. */
@@ -834,7 +829,7 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 	if (rc == 0 && use_pipe(json_len))
 		(void)load_pipe_start(&ld.pipe, add_entry, &ld);
 	if (rc == 0)
-		rc = manifest_entries_walk(ld.json, json_len, ld.array, walk_entry, &ld, ld.err,
+		rc = manifest_entries_walk(ld.json, json_len, ld.array, load_entry, &ld, ld.err,
 		                           ld.err_len);
 	if (ld.pipe) {
 		/* The builder's failure is of an entry before any this thread refused. */
