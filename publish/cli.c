@@ -25,7 +25,7 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
 	        "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
-	        "                       [--chunk-size SIZE] [-j N]\n"
+	        "                       [--chunk-size SIZE] [--verify-existing] [-j N]\n"
 	        "\n"
 	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
 	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
@@ -44,6 +44,9 @@ static void usage(FILE *f)
 	        "                      verifies each chunk before serving it (default 1M; 0:\n"
 	        "                      none)\n"
 	        "  --chunk-size SIZE   the chunks' size (default 256K; a power of two)\n"
+	        "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
+	        "                      (without: it is kept when its size is right); a wrong\n"
+	        "                      one is replaced\n"
 	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
 	        "  -h, --help          print this and exit\n");
 }
@@ -73,6 +76,7 @@ int publish_main(int argc, char **argv)
 	    {"nest-over", required_argument, NULL, 'n'},
 	    {"chunk-over", required_argument, NULL, 'c'},
 	    {"chunk-size", required_argument, NULL, 's'},
+	    {"verify-existing", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -134,6 +138,9 @@ int publish_main(int argc, char **argv)
 				        " (0: no nested manifests)\n");
 				return 2;
 			}
+			break;
+		case 'V':
+			o.verify_existing = true;
 			break;
 		case 'h':
 			usage(stdout);

@@ -260,7 +260,8 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
 	struct pub_object *obj = NULL;
 	char *dir = NULL, *tmp = NULL;
 	bool stored, made = false;
-	int rc;
+	struct stat sb;
+	int fd = -1, rc;
 
 	if (asprintf(&dir, "%s/objects", st->out) < 0 ||
 	    asprintf(&tmp, "%s/.nested.tmp.XXXXXX", dir) < 0) {
@@ -276,13 +277,22 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
 	/* Stored like any object: content-addressed, durable before the top manifest. */
 	if (rc == 0)
 		rc = pub_object_begin(st, false, &obj);
+	/* Our own file in a trusted objects/ (pub_out_trusted): opened by its path. */
+	if (rc == 0 &&
+	    ((fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 || fstat(fd, &sb) != 0)) {
+		rc = -errno;
+		pub_say("", tmp, "", strerror(-rc), false);
+	}
 	if (rc == 0)
-		rc = pub_object_copy(obj, dir, strrchr(tmp, '/') + 1, NULL, &owner->nested_size);
+		rc = pub_object_copy(obj, fd, dir, strrchr(tmp, '/') + 1, (uint64_t)sb.st_size,
+		                     NULL, &owner->nested_size);
 	if (rc == 0) {
 		rc = pub_object_commit(obj, owner->nested_sha256, &owner->nested_size, &stored);
 		obj = NULL;
 	}
 out:
+	if (fd >= 0)
+		close(fd);
 	pub_object_abort(obj);
 	if (made)
 		unlink(tmp);

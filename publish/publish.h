@@ -7,6 +7,7 @@
 #ifndef SPOOLFS_PUBLISH_PUBLISH_H
 #define SPOOLFS_PUBLISH_PUBLISH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct publish_options {
@@ -24,6 +25,8 @@ struct publish_options {
 	 * (a power of two, 4 KiB to 64 MiB); chunk_over 0: none do. */
 	uint64_t chunk_over;
 	uint64_t chunk_size;
+	/* An object already in OUT_DIR is re-hashed (not only sized) before it is kept. */
+	bool verify_existing;
 };
 
 /*

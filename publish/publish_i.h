@@ -44,6 +44,10 @@ struct pub_entry {
 	enum pub_kind kind;
 	mode_t mode;   /* st_mode & 0777 */
 	int64_t mtime; /* seconds */
+	/* Its identity as the walk saw it: what is opened later must be this very file or
+	 * directory, not one put in its place since (beneath.c). */
+	dev_t dev;
+	ino_t ino;
 	/* PUB_FILE: the size lstat gave (it plans packs), then the bytes read and hashed. */
 	uint64_t size;
 	unsigned char sha256[PUB_SHA256_LEN];
@@ -78,13 +82,36 @@ struct pub_tree {
 };
 
 /*
- * Walks src (a real path to a directory) with lstat, never following a symlink, and plans
- * the packs (o->pack_under, o->pack_max). Warns on stderr about each entry it skips
- * (sockets, FIFOs, devices, `.spoolfs` at the top). Fails, naming the path on stderr, on an
- * unreadable directory, a name or symlink target that is not UTF-8. 0, or -errno; the tree
- * is for pub_tree_free either way.
+ * Walks the directory open at src_fd (src: its real path, for messages) with lstat, never
+ * following a symlink, each directory opened beneath src_fd (pub_open_beneath) and checked
+ * to be the one its parent listed, and plans the packs (o->pack_under, o->pack_max). Warns
+ * on stderr about each entry it skips (sockets, FIFOs, devices, `.spoolfs` at the top).
+ * Fails, naming the path on stderr, on an unreadable directory, a name or symlink target
+ * that is not UTF-8, a directory replaced while it runs. 0, or -errno; the tree is for
+ * pub_tree_free either way. Holds one directory fd at a time.
  */
-int pub_walk(const char *src, const struct publish_options *o, struct pub_tree *tree);
+int pub_walk(int src_fd, const char *src, const struct publish_options *o, struct pub_tree *tree);
+
+/*
+ * Opens rel ("" for the directory itself) beneath the directory open at dir_fd, through no
+ * symlink and no "..": openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS. A directory on
+ * rel's path swapped for a symlink to elsewhere then fails (-ELOOP) instead of leading out
+ * of SRC_DIR. -ENOSYS on a kernel before 5.6. The fd, or -errno (unsaid).
+ */
+int pub_open_beneath(int dir_fd, const char *rel, int flags);
+/* Why pub_open_beneath failed, for a message: ELOOP and ENOSYS explained, else strerror. */
+const char *pub_beneath_why(int rc);
+/*
+ * Opens file e of the source for reading (beneath src_fd, see pub_open_beneath) and checks
+ * that it is still the regular file the walk saw: the same st_dev and st_ino, and e->size
+ * bytes. The fd, or -errno said naming src/e->path (-ESTALE: replaced or resized since).
+ */
+int pub_open_seen(int src_fd, const char *src, const struct pub_entry *e);
+
+/* Checks that OUT_DIR (real, canonical) and OUT_DIR/objects, when it exists, are trusted:
+ * neither a symlink, each owned by us (or root) and not writable by others, and the same
+ * for every directory above (fetch_path_trusted). 0, or -errno said naming the path. */
+int pub_out_trusted(const char *out_real);
 void pub_tree_free(struct pub_tree *tree);
 
 /* Writes s into buf for a message: control bytes (and with high, bytes >= 0x80) as \xNN,
@@ -96,10 +123,11 @@ void pub_say(const char *level, const char *dir, const char *rel, const char *wh
 
 /* OUT_DIR's object store. */
 struct pub_store {
-	char *out;        /* OUT_DIR as a real path; owned */
-	mode_t file_mode; /* 0666 minus the umask: objects are for a server to read */
-	atomic_bool stop; /* a job failed: the others stop at their next read */
-	bool probe_first; /* objects/ held objects already: hash before copying */
+	char *out;            /* OUT_DIR as a real path; owned */
+	mode_t file_mode;     /* 0666 minus the umask: objects are for a server to read */
+	atomic_bool stop;     /* a job failed: the others stop at their next read */
+	bool probe_first;     /* objects/ held objects already: hash before copying */
+	bool verify_existing; /* --verify-existing: an object there is re-hashed, not sized */
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	bool dirty[256]; /* objects/XX got a new name: fsync'd before the manifest */
@@ -123,19 +151,21 @@ struct pub_object;
  */
 int pub_object_begin(struct pub_store *st, bool probe, struct pub_object **out);
 /*
- * Copies the regular file src/rel into the object, hashing it on the way into the
- * object's digest and, unless file_sha256 is NULL (an object of one file: the object's
- * digest is the file's), into file_sha256; returns the bytes copied. Refuses (-EINVAL) a
- * path that is no longer a regular file. 0 or -errno, said naming the path; -ECANCELED
- * unsaid when st->stop was raised.
+ * Copies size bytes of the file open at fd (dir/rel, for messages) into the object,
+ * hashing them on the way into the object's digest and, unless file_sha256 is NULL (an
+ * object of one file: the object's digest is the file's), into file_sha256; returns the
+ * bytes copied. A file that ends before size bytes fails (-ESTALE: it changed size while
+ * it was published). 0 or -errno, said naming the path; -ECANCELED unsaid when st->stop
+ * was raised. fd stays the caller's.
  */
-int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
+int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char *rel, uint64_t size,
                     unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied);
 /*
- * Gives the object its content address: kept when that name exists already (the bytes are
- * the same), else fsync'd and renamed there. Frees obj either way. *sha256 is its digest,
- * *size its bytes. *stored is false only for a probe whose name does not exist: its bytes
- * must be copied then. 0 or -errno, said.
+ * Gives the object its content address: kept when that name exists already as a regular
+ * file of the object's size (with st->verify_existing: and its bytes hash to its name),
+ * else fsync'd and renamed there, over a wrong one (said with a warning line). Frees obj either
+ * way. *sha256 is its digest, *size its bytes. *stored is false only for a probe whose name does
+ * not exist (or holds wrong bytes): its bytes must be copied then. 0 or -errno, said.
  */
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
                       bool *stored);

@@ -5,11 +5,13 @@
  * the old manifest as it was.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "publish/publish_i.h"
 
@@ -22,10 +24,26 @@ struct job {
 
 struct run {
 	const struct publish_options *o;
-	const char *src;
+	int src_fd;      /* SRC_DIR, opened once: every file is opened beneath it */
+	const char *src; /* its real path, for messages */
 	struct pub_store store;
 	struct job *jobs;
 };
+
+/* Copies file e into obj, if it is still the file the walk saw (file_sha256: see
+ * pub_object_copy). */
+static int copy_file(struct run *r, struct pub_object *obj, struct pub_entry *e,
+                     unsigned char *file_sha256)
+{
+	int fd = pub_open_seen(r->src_fd, r->src, e), rc;
+
+	if (fd < 0)
+		return fd;
+	/* e->size is the walk's until the copy sets it: the same bytes, or a failure. */
+	rc = pub_object_copy(obj, fd, r->src, e->path, e->size, file_sha256, &e->size);
+	close(fd);
+	return rc;
+}
 
 /* Hashes (probe) or copies job j into obj; its fields are set by the last pass. */
 static int fill(struct run *r, struct job *j, struct pub_object *obj)
@@ -34,12 +52,12 @@ static int fill(struct run *r, struct job *j, struct pub_object *obj)
 	int rc = 0;
 
 	if (j->file)
-		return pub_object_copy(obj, r->src, j->file->path, NULL, &j->file->size);
+		return copy_file(r, obj, j->file, NULL);
 	/* Each member sits where the bytes before it end: no padding. */
 	for (size_t k = 0; k < j->pack->n_members && rc == 0; k++) {
 		struct pub_entry *m = j->pack->members[k];
 		m->offset = offset;
-		rc = pub_object_copy(obj, r->src, m->path, m->sha256, &m->size);
+		rc = copy_file(r, obj, m, m->sha256);
 		offset += m->size;
 	}
 	return rc;
@@ -104,7 +122,8 @@ static int plan_jobs(const struct pub_tree *t, struct job **out, size_t *n)
 
 /*
  * OUT_DIR's real path, made if missing (its parent must exist), refused when inside the
- * source (a publish would walk its own objects). *out is malloc'd. 0 or -errno, said.
+ * source (a publish would walk its own objects) or when others could change what its name
+ * leads to (pub_out_trusted). *out is malloc'd. 0 or -errno, said.
  */
 static int prepare_out(const char *src, const char *out, char **real)
 {
@@ -115,6 +134,11 @@ static int prepare_out(const char *src, const char *out, char **real)
 	int rc = 0;
 
 	*real = NULL;
+	/* Refused, not followed: whoever can plant it there chooses where objects go. */
+	if (lstat(out, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+		pub_say("", out, "", "OUT_DIR is a symbolic link: refused, give its target", false);
+		return -ELOOP;
+	}
 	exists = stat(out, &sb) == 0;
 	if (exists && !S_ISDIR(sb.st_mode)) {
 		pub_say("", out, "", "not a directory", false);
@@ -152,9 +176,17 @@ static int prepare_out(const char *src, const char *out, char **real)
 		rc = -EINVAL;
 		goto out;
 	}
-	if (!exists && mkdir(made, 0777) != 0 && errno != EEXIST) {
+	if (!exists && mkdir(made, 0777) != 0) {
 		rc = -errno;
 		pub_say("", out, "", strerror(-rc), false);
+		goto out;
+	}
+	/* Made (or found) first, then checked: fetch_path_trusted examines what is there. A
+	 * refused OUT_DIR that this run made goes again, empty. */
+	rc = pub_out_trusted(made);
+	if (rc) {
+		if (!exists)
+			rmdir(made);
 		goto out;
 	}
 	*real = made;
@@ -196,18 +228,43 @@ static void summary(const struct run *r, const struct pub_tree *t, const char *o
 	       (unsigned long long)r->store.existing, out, r->o->manifest);
 }
 
+/*
+ * Tests (tests/integration/test_publish_hostile.py): waits after the walk, before any file
+ * is opened to be copied, until the FIFO named by SPOOLFS_TEST_PUBLISH_GATE has been opened
+ * for writing and closed again, so that a test can change the tree in between at a known
+ * moment. Harmless elsewhere: only a publish whose own environment names a FIFO waits.
+ */
+static void test_gate(void)
+{
+	const char *path = getenv("SPOOLFS_TEST_PUBLISH_GATE");
+	char c;
+	int fd;
+
+	if (!path)
+		return;
+	while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	while (fd >= 0 && (read(fd, &c, 1) > 0 || errno == EINTR))
+		;
+	if (fd >= 0)
+		close(fd);
+}
+
 int publish_run(const struct publish_options *o)
 {
-	struct run r = {.o = o};
+	struct run r = {.o = o, .src_fd = -1};
 	struct pub_tree tree = {0};
 	char *src = realpath(o->src, NULL), *out = NULL;
 	size_t n_jobs = 0;
-	struct stat sb;
 	bool store_open = false;
 	int rc = 0;
 
-	if (!src || stat(src, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-		rc = src ? -ENOTDIR : -errno;
+	/* Opened once, by the path resolved once: from here on, nothing of SRC_DIR is reached
+	 * by a path from "/" (beneath.c). */
+	if (src)
+		r.src_fd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (!src || r.src_fd < 0) {
+		rc = -errno;
 		pub_say("", o->src, "", strerror(-rc), false);
 		goto out;
 	}
@@ -215,11 +272,13 @@ int publish_run(const struct publish_options *o)
 	rc = prepare_out(src, o->out, &out);
 	if (rc)
 		goto out;
-	rc = pub_walk(src, o, &tree);
+	rc = pub_walk(r.src_fd, src, o, &tree);
 	if (rc)
 		goto out;
+	test_gate();
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
+	r.store.verify_existing = o->verify_existing;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	if (rc == 0)
@@ -243,5 +302,7 @@ out:
 	pub_tree_free(&tree);
 	free(out);
 	free(src);
+	if (r.src_fd >= 0)
+		close(r.src_fd);
 	return rc;
 }

@@ -201,44 +201,24 @@ static int flush(struct pub_object *obj)
 	return rc;
 }
 
-int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
+int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char *rel, uint64_t size,
                     unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied)
 {
-	char *full = NULL;
-	struct stat sb;
-	int fd, rc = 0;
+	int rc = 0;
 
 	*copied = 0;
 	if (file_sha256 && EVP_DigestInit_ex(obj->file, EVP_sha256(), NULL) != 1)
 		return -EIO;
-	if (asprintf(&full, "%s/%s", src, rel) < 0)
-		return -ENOMEM;
-	/* O_NOFOLLOW, O_NONBLOCK: the walk saw a regular file here, but a symlink or a FIFO
-	 * put in its place since must not be followed or block the open; fstat then refuses
-	 * whatever it is now. */
-	fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	free(full);
-	if (fd < 0) {
-		rc = -errno;
-		pub_say("", src, rel, strerror(-rc), false);
-		return rc;
-	}
-	if (fstat(fd, &sb) != 0) {
-		rc = -errno;
-		pub_say("", src, rel, strerror(-rc), false);
-		goto out;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		rc = -EINVAL;
-		pub_say("", src, rel, "no longer a regular file", false);
-		goto out;
-	}
-	if (sb.st_size >= PUB_COPY_BUF) /* a syscall that small files can do without */
+	if (size >= PUB_COPY_BUF) /* a syscall that small files can do without */
 		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	for (;;) {
+	/* The size the walk saw, and no more: a small file saves the read that would say end
+	 * of file, and one that grows since is published as it was when it was opened. */
+	while (*copied < size) {
 		/* Inline, the buffer gathers small files (a pack's members) into one write. */
 		unsigned char *buf = obj->w ? pub_writer_buffer(obj->w, &rc) : obj->buf + obj->fill;
 		size_t room = obj->w ? PUB_COPY_BUF : PUB_COPY_BUF - obj->fill;
+		if (room > size - *copied)
+			room = (size_t)(size - *copied);
 		if (!buf) {
 			pub_say("", obj->tmp, "", strerror(-rc), false);
 			goto out;
@@ -252,7 +232,7 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 			continue;
 		if (n < 0) {
 			rc = -errno;
-			pub_say("", src, rel, strerror(-rc), false);
+			pub_say("", dir, rel, strerror(-rc), false);
 			goto out;
 		}
 		if (n == 0)
@@ -273,9 +253,7 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 			obj->fill += (size_t)n;
 		if (!obj->w && obj->fill == PUB_COPY_BUF && (rc = flush(obj)))
 			goto out;
-		/* The size fstat gave is read: its bytes are the file's (a small file saves the
-		 * read that would say end of file; one that grows since is published as it was). */
-		if (*copied == (uint64_t)sb.st_size)
+		if (*copied == size)
 			break;
 		/* Large after all: the rest is written on a thread of its own (if one starts). */
 		if (!obj->w && obj->sink.fd >= 0 && obj->size >= WRITER_MIN) {
@@ -284,14 +262,17 @@ int pub_object_copy(struct pub_object *obj, const char *src, const char *rel,
 			pub_writer_start(&obj->sink, &obj->w);
 		}
 	}
+	if (*copied != size) {
+		rc = -ESTALE;
+		pub_say("", dir, rel, "changed size while it was published (it ended early)",
+		        false);
+		goto out;
+	}
 	if (file_sha256 && EVP_DigestFinal_ex(obj->file, file_sha256, NULL) != 1)
 		rc = -EIO;
-	if (rc == 0 && obj->chunks && pub_chunker_done(obj->chunks) != 0) {
+	if (rc == 0 && obj->chunks && pub_chunker_done(obj->chunks) != 0)
 		rc = -EIO;
-		pub_say("", src, rel, "changed size while it was published", false);
-	}
 out:
-	close(fd);
 	return rc;
 }
 
@@ -326,6 +307,70 @@ int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
 	return pub_object_commit(obj, sha256, &size, &stored);
 }
 
+/*
+ * Whether the object already at final (sb: its lstat) holds this object's bytes: a regular
+ * file of its size and, with --verify-existing, hashing to its name. Only we (or root)
+ * write in a trusted objects/ (pub_out_trusted), but a disk that filled, a crash before
+ * the fsync of a filesystem that does not order them, or a hand that copied files in can
+ * leave a wrong object under a right name, which a cache would then keep forever. 0: it
+ * is right; 1: wrong, why says how; -errno when it could not be read (said).
+ */
+static int check_existing(struct pub_object *obj, const char *final, const struct stat *sb,
+                          const unsigned char sha256[PUB_SHA256_LEN], char *why, size_t why_len)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	uint64_t got = 0;
+	int fd, rc = 0;
+
+	if (!S_ISREG(sb->st_mode)) {
+		snprintf(why, why_len, "it was not a regular file");
+		return 1;
+	}
+	if ((uint64_t)sb->st_size != obj->size) {
+		snprintf(why, why_len, "it held %llu bytes, not %llu",
+		         (unsigned long long)sb->st_size, (unsigned long long)obj->size);
+		return 1;
+	}
+	if (!obj->st->verify_existing)
+		return 0;
+	/* obj->file and obj->buf are free once the bytes are copied: reused here. */
+	fd = open(final, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || EVP_DigestInit_ex(obj->file, EVP_sha256(), NULL) != 1) {
+		rc = fd < 0 ? -errno : -EIO;
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = read(fd, obj->buf, PUB_COPY_BUF);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		got += (uint64_t)n;
+		if (EVP_DigestUpdate(obj->file, obj->buf, (size_t)n) != 1) {
+			rc = -EIO;
+			goto out;
+		}
+	}
+	if (EVP_DigestFinal_ex(obj->file, md, NULL) != 1) {
+		rc = -EIO;
+		goto out;
+	}
+	if (got != obj->size || memcmp(md, sha256, PUB_SHA256_LEN) != 0) {
+		snprintf(why, why_len, "its bytes did not hash to its name");
+		rc = 1;
+	}
+out:
+	if (rc < 0)
+		pub_say("", final, "", strerror(-rc), false);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* Counts an object: new (written) or there already. */
 static void count(struct pub_store *st, const unsigned char *sha256, bool made_dir, bool wrote,
                   uint64_t size)
@@ -345,8 +390,9 @@ static void count(struct pub_store *st, const unsigned char *sha256, bool made_d
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
                       bool *stored)
 {
-	char url[PUB_URL_LEN + 1], *final = NULL, *dir = NULL;
-	bool made_dir = false, wrote = false;
+	char url[PUB_URL_LEN + 1], *final = NULL, *dir = NULL, why[96];
+	bool made_dir = false, wrote = false, replace = false;
+	struct stat sb;
 	int rc = 0;
 
 	*size = obj->size;
@@ -375,9 +421,15 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		rc = -ENOMEM;
 		goto out;
 	}
-	/* Content-addressed: a name that exists holds these bytes already. */
-	if (faccessat(AT_FDCWD, final, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
-		goto out;
+	/* Content-addressed: a name that exists holds these bytes already, once it is seen to
+	 * be of their size (or hashed, with --verify-existing). */
+	if (fstatat(AT_FDCWD, final, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		rc = check_existing(obj, final, &sb, sha256, why, sizeof(why));
+		if (rc <= 0)
+			goto out;
+		rc = 0;
+		replace = true;
+	}
 	if (obj->sink.fd < 0) { /* a probe: the bytes must be copied after all */
 		*stored = false;
 		goto out;
@@ -398,10 +450,17 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		goto out;
 	}
 	/* NOREPLACE: another job (a hard link, the same bytes twice) may have won the race;
-	 * its object is as good as ours. Filesystems without the flag get a plain rename. */
-	if (renameat2(AT_FDCWD, obj->tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0 ||
-	    ((errno == EINVAL || errno == ENOSYS) && rename(obj->tmp, final) == 0)) {
+	 * its object is as good as ours. Filesystems without the flag get a plain rename.
+	 * A wrong object is replaced in one rename: a reader sees the old file or ours. */
+	if (replace ? rename(obj->tmp, final) == 0
+	            : (renameat2(AT_FDCWD, obj->tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0 ||
+	               ((errno == EINVAL || errno == ENOSYS) && rename(obj->tmp, final) == 0))) {
 		wrote = true;
+		if (replace) {
+			char said[160];
+			snprintf(said, sizeof(said), "replaced: %s", why);
+			pub_say("warning: ", final, "", said, false);
+		}
 	} else if (errno != EEXIST) {
 		rc = -errno;
 		pub_say("", final, "", strerror(-rc), false);

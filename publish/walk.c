@@ -25,6 +25,7 @@
 #include "publish/publish_i.h"
 
 struct walk {
+	int src_fd; /* SRC_DIR: every directory is opened beneath it */
 	const char *src;
 	const struct publish_options *o;
 	struct pub_tree *tree;
@@ -219,6 +220,8 @@ static int add_child(struct walk *w, int dfd, const char *rel, const char *name,
 	path = NULL;
 	e->mode = sb.st_mode & 0777;
 	e->mtime = (int64_t)sb.st_mtim.tv_sec;
+	e->dev = sb.st_dev;
+	e->ino = sb.st_ino;
 	e->kind = S_ISDIR(sb.st_mode) ? PUB_DIR : S_ISLNK(sb.st_mode) ? PUB_SYMLINK : PUB_FILE;
 	if (push((void ***)&t->entries, &t->n_entries, &t->cap_entries, e) != 0) {
 		free(e->path);
@@ -255,23 +258,35 @@ out:
 	return rc;
 }
 
-/* Lists directory rel (of the source) into the tree: its entries, and its packs. */
-static int list_dir(struct walk *w, const char *rel)
+/* Lists directory rel (of the source; seen: its entry, NULL for the top) into the tree:
+ * its entries, and its packs. */
+static int list_dir(struct walk *w, const char *rel, const struct pub_entry *seen)
 {
-	char *full = join(w->src, rel), **names = NULL;
+	char **names = NULL;
 	struct pub_pack *pack = NULL;
+	struct stat sb;
 	size_t n = 0;
 	DIR *dir = NULL;
 	int fd, rc = 0;
 
-	if (!full)
-		return -ENOMEM;
-	fd = open(full, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || !(dir = fdopendir(fd))) {
+	fd = pub_open_beneath(w->src_fd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		pub_say("", w->src, rel, pub_beneath_why(fd), false);
+		return fd;
+	}
+	if (fstat(fd, &sb) != 0 || !(dir = fdopendir(fd))) {
 		rc = -errno;
-		if (fd >= 0)
-			close(fd);
+		close(fd);
 		pub_say("", w->src, rel, strerror(-rc), false);
+		goto out;
+	}
+	/* Its parent listed this name as a directory: one renamed into its place since would
+	 * be listed as if it were it. */
+	if (seen && (sb.st_dev != seen->dev || sb.st_ino != seen->ino)) {
+		rc = -ESTALE;
+		pub_say("", w->src, rel,
+		        "is not the directory the walk saw (replaced while it was published)",
+		        false);
 		goto out;
 	}
 	rc = read_names(dir, &names, &n);
@@ -287,7 +302,6 @@ out:
 	free(names);
 	if (dir)
 		closedir(dir);
-	free(full);
 	return rc;
 }
 
@@ -309,18 +323,18 @@ static void drop_lone_packs(struct pub_tree *t)
 	t->n_packs = kept;
 }
 
-int pub_walk(const char *src, const struct publish_options *o, struct pub_tree *tree)
+int pub_walk(int src_fd, const char *src, const struct publish_options *o, struct pub_tree *tree)
 {
-	struct walk w = {.src = src, .o = o, .tree = tree};
+	struct walk w = {.src_fd = src_fd, .src = src, .o = o, .tree = tree};
 	int rc;
 
 	memset(tree, 0, sizeof(*tree));
 	/* The entries are the queue: each directory is listed once it is reached (listing
 	 * moves the array, never an entry). */
-	rc = list_dir(&w, "");
+	rc = list_dir(&w, "", NULL);
 	for (size_t i = 0; i < tree->n_entries && rc == 0; i++)
 		if (tree->entries[i]->kind == PUB_DIR)
-			rc = list_dir(&w, tree->entries[i]->path);
+			rc = list_dir(&w, tree->entries[i]->path, tree->entries[i]);
 	if (rc == 0)
 		drop_lone_packs(tree);
 	if (rc == 0 && tree->n_entries)
