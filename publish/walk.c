@@ -1,6 +1,8 @@
 /*
  * The walk of the source tree: every directory, regular file and symlink, found with
  * lstat (a symlink is recorded, never followed), plus the plan of each directory's packs.
+ * Each directory is opened beneath SRC_DIR's descriptor (pub_open_beneath) and must be the
+ * one its parent listed; each entry keeps its st_dev and st_ino for the copy to check.
  * All on the main thread, before any object is written: a tree that cannot be published
  * whole (an unreadable directory, a name no manifest can hold) fails before anything
  * else happens.
