@@ -177,9 +177,12 @@ static int prepare_out(const char *src, const char *out, char **real)
 		goto out;
 	}
 	if (!exists && mkdir(made, 0777) != 0) {
-		rc = -errno;
-		pub_say("", out, "", strerror(-rc), false);
-		goto out;
+		if (errno != EEXIST) {
+			rc = -errno;
+			pub_say("", out, "", strerror(-rc), false);
+			goto out;
+		}
+		exists = true; /* made since, by another publish: not ours to take back */
 	}
 	/* Made (or found) first, then checked: fetch_path_trusted examines what is there. A
 	 * refused OUT_DIR that this run made goes again, empty. */
