@@ -50,19 +50,18 @@ class Expr:
         return v
 
     def disjunction(self):
-        v = self.conjunction()
-        while self.tokens[:1] == ["||"]:
-            self.tokens.pop(0)
-            rhs = self.conjunction()
-            v = v or rhs
-        return v
+        return self.chain("||", self.conjunction)
 
     def conjunction(self):
-        v = self.comparison()
-        while self.tokens[:1] == ["&&"]:
+        return self.chain("&&", self.comparison)
+
+    def chain(self, op, operand):
+        """operand (op operand)*"""
+        v = operand()
+        while self.tokens[:1] == [op]:
             self.tokens.pop(0)
-            rhs = self.comparison()
-            v = v and rhs
+            rhs = operand()
+            v = (v or rhs) if op == "||" else (v and rhs)
         return v
 
     def comparison(self):
