@@ -5,7 +5,8 @@ after each step, one GITHUB_STEP_SUMMARY, RUNNER_TEMP; the actions/cache steps a
 by a stub that copies files in and out of a directory, with immutable keys and restore by
 prefix. The spoolfs input stands in for the install (this build, SPOOLFS_BIN). Against the
 test upstream, as root and as an ordinary user: a job mounts, reads, finishes (summary,
-unmount, the daemon's exit, the record saved), and its next run prefetches that record."""
+unmount, the daemon's exit, the record saved), and its next run prefetches that record;
+README's five-line example runs as it stands."""
 
 import os
 import pwd
@@ -153,19 +154,24 @@ class Job:
             assert name in action.get("inputs", {}), "no input %s" % name
         ins = {k: str(v.get("default", "")) for k, v in action.get("inputs", {}).items()}
         ins.update(given)
+        steps = self.run_steps(action["runs"]["steps"], ins, os.path.dirname(action_file))
+        ctx = {"steps": steps}
+        return {k: interpolate(v["value"], ctx) for k, v in action.get("outputs", {}).items()}
+
+    def run_steps(self, step_list, inputs, action_path):
+        """Runs steps in order (skipping those whose if: is false); returns steps.*."""
         steps = {}
-        for step in action["runs"]["steps"]:
-            ctx = {"inputs": ins, "steps": steps, "env": self.env,
-                   "github": {"action_ref": "v1", "action_path": os.path.dirname(action_file)},
+        for step in step_list:
+            ctx = {"inputs": inputs, "steps": steps, "env": self.env,
+                   "github": {"action_ref": "v1", "action_path": action_path},
                    "runner": {"temp": self.temp}}
             if "if" in step and not Expr(step["if"], ctx).value():
                 continue
             outputs = (self.uses(step, ctx) if "uses" in step
-                       else self.run(step, ctx, os.path.dirname(action_file)))
+                       else self.run(step, ctx, action_path))
             if "id" in step:
                 steps[step["id"]] = {"outputs": outputs}
-        ctx = {"steps": steps}
-        return {k: interpolate(v["value"], ctx) for k, v in action.get("outputs", {}).items()}
+        return steps
 
     def uses(self, step, ctx):
         name = step["uses"]
@@ -182,10 +188,17 @@ class Job:
         if name == "actions/cache/save@v4":
             self.cache.save(w["path"], w["key"])
             return {}
+        # A workflow's steps naming this repository's actions (OWNER stands for its owner):
+        # the spoolfs input stands in for the install.
+        if name == "OWNER/spoolfs@v1":
+            return self.run_action(MAIN, dict(w, spoolfs=SPOOLFS))
+        if name == "OWNER/spoolfs/action/finish@v1":
+            return self.run_action(FINISH, w)
         raise AssertionError("the test does not play %s" % name)
 
     def run(self, step, ctx, action_path):
-        assert step["shell"] == "bash"
+        # A workflow's run: step without shell: runs under `bash -e` on Linux.
+        assert step.get("shell", "bash") == "bash"
         outputs, env_file = (os.path.join(self.files, n) for n in ("output", "env"))
         script = os.path.join(self.files, "step.sh")
         with open(script, "w") as f:
@@ -197,7 +210,8 @@ class Job:
         env = dict(self.env)
         env.update({k: interpolate(v, ctx) for k, v in step.get("env", {}).items()})
         env.update(GITHUB_OUTPUT=outputs, GITHUB_ENV=env_file, GITHUB_ACTION_PATH=action_path)
-        cmd = ["bash", "--noprofile", "--norc", "-eo", "pipefail", script]
+        cmd = (["bash", "--noprofile", "--norc", "-eo", "pipefail", script] if "shell" in step
+               else ["bash", "-e", script])
         if self.user:
             cmd = ["setpriv", "--reuid=%d" % self.user.pw_uid, "--regid=%d" % self.user.pw_gid,
                    "--clear-groups"] + cmd
@@ -414,3 +428,48 @@ def test_a_bad_source_fails_the_mount_step_and_finish_still_runs(upstream, runne
     assert "nothing was mounted" in job.log[-1]
     assert job.summary_text() == ""
     assert runner.cache.order == []
+
+
+def readme_workflow():
+    """The steps of README's GitHub Actions example."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    block = re.search(r"```yaml\n(- uses: OWNER/spoolfs@v1\n.*?)```", text, re.S)
+    assert block, "README has no GitHub Actions example"
+    return yaml.safe_load(block.group(1))
+
+
+def test_the_readme_example_mounts_a_store(store, runner, tmp_path):
+    """README's steps as they stand, with the test upstream's manifest as the source and a
+    make that copies a file from the store it is given."""
+    store.add("tools/ld", 5000)
+    url = store.write()
+    steps = readme_workflow()
+    assert len(steps) == 3 and steps[0]["with"]["source"].startswith("https://")
+    steps[0]["with"]["source"] = url
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "make").write_text('#!/bin/sh\nfor a; do case $a in STORE=*) '
+                               'cp "${a#STORE=}/tools/ld" "$RUNNER_TEMP/built";; esac; done\n')
+    (fake / "make").chmod(0o755)
+    job = runner(11, extra_env={"PATH": "%s:%s" % (fake, os.environ["PATH"])})
+    done = job.run_steps(steps, {}, ROOT)
+    with open(os.path.join(job.temp, "built"), "rb") as f:
+        assert f.read() == expected(store, "tools/ld")
+    assert done["store"]["outputs"]["path"] == os.path.realpath(os.path.join(job.temp, "spoolfs"))
+    assert not is_mounted(done["store"]["outputs"]["path"])
+    assert summary_rows(job.summary_text())["objects"] == "1"
+    assert len(runner.cache.order) == 1
+
+
+def test_the_example_workflow_gives_only_inputs_the_action_has():
+    with open(os.path.join(ROOT, "mount-helpers", "github-actions.yml")) as f:
+        workflow = yaml.safe_load(f)
+    with open(MAIN) as f:
+        inputs = yaml.safe_load(f)["inputs"]
+    steps = workflow["jobs"]["build"]["steps"]
+    mount = [s for s in steps if s.get("uses") == "OWNER/spoolfs@v1"]
+    assert len(mount) == 1 and set(mount[0]["with"]) <= set(inputs)
+    finish = [s for s in steps if s.get("uses") == "OWNER/spoolfs/action/finish@v1"]
+    assert len(finish) == 1 and finish[0]["if"] == "always()"
+    assert steps[-1] is finish[0]
