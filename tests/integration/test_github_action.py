@@ -141,6 +141,10 @@ class Job:
                         GITHUB_STEP_SUMMARY=self.summary, **(extra_env or {}))
         if user:
             self.env.update(HOME=self.temp, USER=USER, TMPDIR=self.temp)
+        # The daemon runs in the background: a sanitizer's report goes to a file.
+        self.sanitizer_log = os.path.join(self.temp, "sanitizer")
+        for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+            self.env[var] += ":log_path=" + self.sanitizer_log
         self.posts = []
         self.log = []
 
@@ -275,12 +279,18 @@ def runner(tmp_path):
 
     make.cache = cache
     yield make
+    reports = []
     for job in jobs:
         mnt = job.env.get("SPOOLFS_ACTION_MOUNT")
         if mnt and is_mounted(mnt):
             subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        for name in os.listdir(job.temp):
+            if name.startswith("sanitizer"):
+                with open(os.path.join(job.temp, name)) as f:
+                    reports.append(f.read())
         if job.user:
             shutil.rmtree(job.tmp, ignore_errors=True)
+    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
 
 def daemon_pids(mnt):
