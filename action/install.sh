@@ -13,9 +13,20 @@ apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Time
 build_packages=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl-dev
 	libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev libsystemd-dev libcmocka-dev)
 
+# Asks apt only for what is not installed already (a runner image has most of it).
 apt_install() {
+	local missing=() p
+	for p in "$@"; do
+		case "$p" in
+		/* | ./*) missing+=("$p") ;;
+		*) dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing+=("$p") ;;
+		esac
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	echo "spoolfs: installing ${missing[*]}"
 	"${apt[@]}" update -qq
-	"${apt[@]}" install -y -qq --no-install-recommends "$@" >/dev/null
+	"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 if [ -n "${INPUT_SPOOLFS:-}" ]; then

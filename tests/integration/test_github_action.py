@@ -483,3 +483,31 @@ def test_the_example_workflow_gives_only_inputs_the_action_has():
     finish = [s for s in steps if s.get("uses") == "OWNER/spoolfs/action/finish@v1"]
     assert len(finish) == 1 and finish[0]["if"] == "always()"
     assert steps[-1] is finish[0]
+
+
+@pytest.mark.slow  # builds spoolfs (Release) from the sources: a minute or more
+def test_the_first_run_builds_spoolfs_and_the_next_restores_the_build(store, runner):
+    """The install step as a workflow runs it (no spoolfs input): the first run builds from
+    the action's sources with this machine's libraries (all installed: apt is not asked)
+    and the build is saved at the job's end under a key of the commit and the OS; the next
+    run restores it and builds nothing."""
+    store.add("a.bin", 5000)
+    url = store.write()
+    keys = []
+    for run_id in (21, 22):
+        job = runner(run_id)
+        out = job.run_action(MAIN, {"source": url})
+        with open(os.path.join(out["path"], "a.bin"), "rb") as f:
+            assert f.read() == expected(store, "a.bin")
+        job.run_action(FINISH, {})
+        job.end()
+        assert not is_mounted(out["path"])
+        log = "".join(job.log)
+        assert ("building from %s" % ROOT in log) == (run_id == 21), log
+        assert "installing" not in log, log
+        keys.append([k for k in runner.cache.order if k.startswith("spoolfs-build-")])
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    assert len(keys[0]) == 1 and keys[1] == keys[0], keys
+    assert keys[0][0].startswith("spoolfs-build-%s-" % commit) and keys[0][0].endswith(
+        "-" + os.uname().machine), keys
