@@ -4,6 +4,7 @@
 # record of what the job opened, and its last metrics, at unmount) and tells the cache step
 # whether there is a record to save (output record).
 set -euo pipefail
+# shellcheck source=action/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 mnt=${SPOOLFS_ACTION_MOUNT:-}

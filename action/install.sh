@@ -3,6 +3,7 @@
 # else the .deb the deb input names; else the binary built from this action's sources,
 # restored by actions/cache into INSTALL_DIR or built now with the runner's own libraries.
 set -euo pipefail
+# shellcheck source=action/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 sudo=()

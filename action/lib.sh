@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the action's scripts (sourced, never run): how a step talks to the runner, and
 # the libfuse check. The runner reads what a step appends to the files GITHUB_OUTPUT and
 # GITHUB_ENV once the step ends; a value with a newline would start another entry, so none

@@ -4,8 +4,13 @@
 # and this run's recorded for the next. Tells the finish step, through GITHUB_ENV, what to
 # report, unmount and save.
 set -euo pipefail
+# shellcheck source=action/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# The finish step unmounts the one mount this job's environment names.
+if [ -n "${SPOOLFS_ACTION_MOUNT:-}" ] && mountpoint -q "$SPOOLFS_ACTION_MOUNT"; then
+	die "this job has mounted with the spoolfs action already (on $SPOOLFS_ACTION_MOUNT): one mount per job, which the finish step reports and unmounts"
+fi
 mnt=${INPUT_PATH:-$RUNNER_TEMP/spoolfs}
 state=$RUNNER_TEMP/spoolfs-action
 mkdir -p "$mnt" "$state" "$RECORD_DIR"

@@ -6,6 +6,7 @@
 #                run id and attempt make each run's its own)
 #   record-prefix  restores the newest record of earlier runs of the same job and source
 set -euo pipefail
+# shellcheck source=action/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ -n "${INPUT_SOURCE:-}" ] || die "the source input is empty: give a manifest URL or path, or s3://BUCKET/PREFIX"
@@ -19,7 +20,7 @@ if [ -z "${INPUT_SPOOLFS:-}" ] && [ -r /etc/os-release ]; then
 		die "spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through libfuse's custom-io hook, added in 3.14); Ubuntu $os_version ships an older one (22.04: 3.10): use runs-on: ubuntu-24.04."
 	fi
 fi
-check_fuse
+check_fuse "" # what the build or the package will link
 
 # The commit the action runs from: a checkout's own, the ref when it is a commit, else (a
 # tag or branch, which may move) the sha256 of the action's files.

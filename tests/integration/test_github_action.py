@@ -511,3 +511,25 @@ def test_the_first_run_builds_spoolfs_and_the_next_restores_the_build(store, run
     assert len(keys[0]) == 1 and keys[1] == keys[0], keys
     assert keys[0][0].startswith("spoolfs-build-%s-" % commit) and keys[0][0].endswith(
         "-" + os.uname().machine), keys
+
+
+def test_inputs_that_cannot_work_are_refused_clearly(store, runner):
+    url = store.write()
+    job = runner(31)
+    cases = [({"source": ""}, "prepare", "the source input is empty"),
+             ({"path": "full"}, "mount", "path: %s/full is not empty; give an empty directory"
+              % os.path.realpath(job.temp))]
+    os.makedirs(os.path.join(job.temp, "full"))
+    open(os.path.join(job.temp, "full", "x"), "w").close()
+    for inputs, step, says in cases:
+        with pytest.raises(StepFailed) as e:
+            job.run_action(MAIN, dict({"source": url, "spoolfs": SPOOLFS}, **inputs))
+        assert "step %s failed" % step in str(e.value) and says in str(e.value), str(e.value)
+    assert "SPOOLFS_ACTION_MOUNT" not in job.env
+    # A second mount in one job: the finish step would leave the first one up.
+    first = job.run_action(MAIN, {"source": url, "spoolfs": SPOOLFS})["path"]
+    with pytest.raises(StepFailed) as e:
+        job.run_action(MAIN, {"source": url, "spoolfs": SPOOLFS, "path": "second"})
+    assert "one mount per job" in str(e.value)
+    job.run_action(FINISH, {})
+    assert not is_mounted(first)
