@@ -39,14 +39,21 @@ fuse_version() {
 	echo "$v"
 }
 
+# fuse_too_old WHY: the one message for a runner whose libfuse is older than 3.14.
+fuse_too_old() {
+	die "spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through libfuse's custom-io hook, added in 3.14); $1. Ubuntu 22.04 ships 3.10: use runs-on: ubuntu-24.04."
+}
+
+# at_least VERSION MINIMUM: true when VERSION is MINIMUM or newer.
+at_least() {
+	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
 # Fails unless libfuse is 3.14 or newer (or cannot be told: the build then says what).
 check_fuse() {
 	local v
 	v=$(fuse_version "${1:-}")
-	[ -n "$v" ] || return 0
-	if [ "$(printf '%s\n%s\n' 3.14 "$v" | sort -V | head -n1)" != 3.14 ]; then
-		die "spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through libfuse's custom-io hook, added in 3.14); this runner has libfuse $v. Ubuntu 22.04 ships 3.10: use runs-on: ubuntu-24.04."
-	fi
+	[ -z "$v" ] || at_least "$v" 3.14 || fuse_too_old "this runner has libfuse $v"
 }
 
 # A cache key part: what actions/cache accepts (no commas), readable, bounded.

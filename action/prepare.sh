@@ -16,9 +16,8 @@ case "${INPUT_WRITABLE:-}" in *$'\n'*) die "writable: one path, or true" ;; esac
 if [ -z "${INPUT_SPOOLFS:-}" ] && [ -r /etc/os-release ]; then
 	os_id=$(. /etc/os-release && echo "${ID:-linux}")
 	os_version=$(. /etc/os-release && echo "${VERSION_ID:-0}")
-	if [ "$os_id" = ubuntu ] && [ "$(printf '%s\n24.04\n' "$os_version" | sort -V | head -n1)" != 24.04 ]; then
-		die "spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through libfuse's custom-io hook, added in 3.14); Ubuntu $os_version ships an older one (22.04: 3.10): use runs-on: ubuntu-24.04."
-	fi
+	[ "$os_id" != ubuntu ] || at_least "$os_version" 24.04 ||
+		fuse_too_old "this runner is Ubuntu $os_version, whose libfuse is older"
 fi
 check_fuse "" # what the build or the package will link
 
@@ -38,7 +37,8 @@ output build-key "spoolfs-build-$(key_part "$commit")-$(key_part "$os")-$(uname 
 output install-dir "$RUNNER_TEMP/spoolfs-install"
 
 job=${INPUT_CACHE_KEY:-${GITHUB_WORKFLOW:-workflow}-${GITHUB_JOB:-job}}
-source_hash=$(printf '%s\n%s\n' "$INPUT_SOURCE" "${INPUT_PATH:-}" | sha256sum | cut -c1-16)
+# (The record's paths are the mount's own: where it is mounted does not matter.)
+source_hash=$(printf '%s\n' "$INPUT_SOURCE" | sha256sum | cut -c1-16)
 prefix="spoolfs-reads-$(key_part "$job")-$source_hash-"
 output record-prefix "$prefix"
 output record-key "$prefix${GITHUB_RUN_ID:-0}-${GITHUB_RUN_ATTEMPT:-1}"

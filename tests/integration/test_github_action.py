@@ -124,8 +124,9 @@ class StubCache:
 class Job:
     """One job on a runner: its RUNNER_TEMP, env (with what GITHUB_ENV added), summary."""
 
-    def __init__(self, tmp, cache, run_id, user=None, extra_env=None):
+    def __init__(self, tmp, cache, run_id, user=None, extra_env=None, wrap=()):
         self.tmp = tmp
+        self.wrap = list(wrap)  # a command each run: step runs under
         self.cache = cache
         self.user = user
         self.temp = os.path.join(tmp, "runner-temp")
@@ -219,7 +220,7 @@ class Job:
         if self.user:
             cmd = ["setpriv", "--reuid=%d" % self.user.pw_uid, "--regid=%d" % self.user.pw_gid,
                    "--clear-groups"] + cmd
-        proc = subprocess.run(cmd, env=env, cwd=self.temp, capture_output=True,
+        proc = subprocess.run(self.wrap + cmd, env=env, cwd=self.temp, capture_output=True,
                               timeout=120 * SLOW)
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         self.log.append("[%s] %s" % (step.get("id", "?"), text))
@@ -268,13 +269,13 @@ def runner(tmp_path):
     jobs = []
     cache = StubCache(str(tmp_path / "cache-service"))
 
-    def make(run_id, user=None, extra_env=None):
+    def make(run_id, user=None, extra_env=None, wrap=()):
         base = tempfile.mkdtemp(prefix="spoolfs-gha-", dir="/tmp") if user else str(
             tmp_path / ("run-%d" % run_id))
         os.makedirs(base, exist_ok=True)
         if user:
             os.chown(base, user.pw_uid, user.pw_gid)
-        jobs.append(Job(base, cache, run_id, user, extra_env))
+        jobs.append(Job(base, cache, run_id, user, extra_env, wrap))
         return jobs[-1]
 
     make.cache = cache
@@ -415,6 +416,22 @@ def test_an_old_libfuse_is_refused_with_the_reason(store, runner, tmp_path):
     assert ("spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through"
             " libfuse's custom-io hook, added in 3.14); this runner has libfuse 3.10.5."
             " Ubuntu 22.04 ships 3.10: use runs-on: ubuntu-24.04.") in str(e.value)
+
+
+def test_ubuntu_22_04_is_refused_with_the_reason(store, runner, tmp_path):
+    """Its /etc/os-release, bound over this machine's in a mount namespace of the steps'
+    own (this machine's libfuse is 3.14: only the release tells)."""
+    url = store.write()
+    release = tmp_path / "os-release"
+    release.write_text('NAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\n')
+    job = runner(32, wrap=["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           'mount --bind "$0" /etc/os-release && exec "$@"', str(release)])
+    with pytest.raises(StepFailed) as e:
+        job.run_action(MAIN, {"source": url})
+    assert "step prepare failed" in str(e.value)
+    assert ("spoolfs needs libfuse 3.14 or newer (its supervisor keeps the mount open through"
+            " libfuse's custom-io hook, added in 3.14); this runner is Ubuntu 22.04, whose"
+            " libfuse is older. Ubuntu 22.04 ships 3.10: use runs-on: ubuntu-24.04.") in str(e.value)
 
 
 def test_writable_fails_clearly_until_the_daemon_has_it(store, runner):
