@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
 	build-essential cmake pkg-config clang clang-format
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev
-	libcmocka-dev libsystemd-dev python3 python3-pytest curl ca-certificates openssl tinyproxy attr
+	libcmocka-dev libsystemd-dev python3 python3-pytest python3-yaml curl ca-certificates openssl tinyproxy attr
 	lintian python3-prometheus-client nginx squid
 )
 
