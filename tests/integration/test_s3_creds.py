@@ -364,6 +364,38 @@ def test_expired_token_before_the_margin_is_refreshed_and_retried_once(tmp_path,
         srv.stop()
 
 
+def test_credentials_are_renewed_before_they_expire(tmp_path, env, mount):
+    """The refresh thread renews credentials by the clock, before they expire: a read sent
+    after each credential the mount held has expired is signed with a newer one, so the
+    server, which answers ExpiredToken to an expired one (and counts it), never sees one.
+    (The refresh on ExpiredToken would make the reads succeed anyway: it must not be needed.)"""
+    keys = ["later%d.bin" % i for i in range(3)]
+    root = tmp_path / "s3r"
+    (root / BUCKET).mkdir(parents=True)
+    for key in keys:
+        (root / BUCKET / key).write_bytes(content(key, 20000))
+    srv = S3Upstream(root, verify=(AK, SECRET), extra_args=["--creds-lifetime", str(LIFETIME)])
+    try:
+        srv.temp_creds(web_tokens=[WEB_TOKEN])
+        env.setenv("AWS_ENDPOINT_URL_STS", srv.endpoint)
+        use_web_identity(env, tmp_path)
+        m = mount("s3://" + BUCKET, "--endpoint", srv.endpoint)
+        for key in keys:
+            held = srv.temp_creds()["issued"][-1]["expires"]
+            wait_until(lambda: time.time() > held + 0.2, "never expired", timeout=2 * LIFETIME)
+            assert read_file(m.p(key)) == content(key, 20000)
+        creds = srv.temp_creds()
+        assert creds["expired_refusals"] == 0, m.stderr()
+        issued = creds["issued"]
+        assert len(issued) >= 4, issued
+        # each one came while the one before was still good
+        assert all(b["at"] < a["expires"] for a, b in zip(issued, issued[1:])), issued
+        assert "refused as expired" not in m.stderr()
+        m.check_clean_exit()
+    finally:
+        srv.stop()
+
+
 def test_long_read_spans_expiries(tmp_path, env, mount):
     """A cold read through a throttled upstream that cuts every connection after 3 MiB spans
     three credential expiries or more, with new requests signed after each: the right bytes,
@@ -407,10 +439,13 @@ def test_long_read_spans_expiries(tmp_path, env, mount):
         log = m.stderr()
         assert log.count("S3 credentials refreshed from web identity") >= 3, log
         assert "giving up" not in log, log
+        # renewed before each expiry, not after a refusal (ExpiredToken)
+        assert srv.temp_creds()["expired_refusals"] == 0, log
         # idle until what the mount held when the read ended has expired
         last = srv.temp_creds()["issued"][-1]["expires"]
         wait_until(lambda: time.time() > last + 0.5, "never expired", timeout=3 * LIFETIME)
         assert read_file(m.p("later.bin")) == content("later.bin", 100000)
+        assert srv.temp_creds()["expired_refusals"] == 0
         m.check_clean_exit()
     finally:
         srv.stop()
