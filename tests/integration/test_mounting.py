@@ -455,6 +455,27 @@ def test_o_unknown_option_fails_the_mount(store, tmp_path):
     assert not is_mounted(tmp_path / "m")
 
 
+@pytest.mark.parametrize("before, says", [
+    (["--cache-dirr", "/x"], "spoolfs: unknown option '--cache-dirr' (did you mean --cache-dir?)"),
+    (["--retry=3"], "spoolfs: unknown option '--retry' (did you mean --retries?)"),
+    (["--proxyy=http://ci:hunter2@127.0.0.1:9"],
+     "spoolfs: unknown option '--proxyy' (did you mean --proxy?)"),
+    (["--bogus"], "spoolfs: unknown option '--bogus' (see --help)"),
+])
+def test_an_unknown_long_option_is_named_with_the_closest_known(store, tmp_path, before, says):
+    """A mistyped long option is the one blamed, not the mountpoint after it ("unexpected
+    argument 'MNT'": fuse_opt took "--cache-dirr" for --cache-dir with the value "r") nor
+    libfuse ("fuse: unknown option(s)"); its value, which may be a secret, is not shown."""
+    store.add("a.bin", 100)
+    mnt = tmp_path / "m"
+    mnt.mkdir()
+    res = subprocess.run([SPOOLFS] + before + ["-f", store.write(), str(mnt)], env=daemon_env(),
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=20 * SLOW)
+    assert res.returncode == 2 and not is_mounted(mnt), res
+    assert res.stderr.decode().strip() == says
+    assert store.up.stats()["total_gets"] == 0  # refused before anything was fetched
+
+
 def test_long_options_take_their_value_after_an_equals_sign(store, mount, tmp_path):
     """`--opt=value` must mean what `--opt value` means. fuse_opt also matched the
     separate-argument template against it, so every such option got "=value": --retries=3
