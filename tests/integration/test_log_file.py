@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from conftest import SLOW, SPOOLFS, read_file
+from helpers import opened_by
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z spoolfs\[\d+\]: (debug|info|warn|error): ")
 
@@ -39,7 +40,13 @@ def test_log_file_gets_the_lines_and_sigusr1_reopens_it(store, mount, tmp_path):
 
     os.rename(log, str(log) + ".1")  # what logrotate does, then it signals
     m.proc.send_signal(signal.SIGUSR1)
-    wait_for(lambda: os.path.exists(log), "the log file opened again")
+    # The supervisor (m.proc) opens the path again, which creates the file, and only then
+    # passes the signal on: the new file says nothing of the serving process, whose lines
+    # go to the renamed file until it has opened the path too (logrotate's delaycompress
+    # keeps that file for them). Wait for the serving process's own descriptor.
+    serving = m.serving_pid()
+    wait_for(lambda: opened_by(serving, str(log)) and not opened_by(serving, str(log) + ".1"),
+             "the serving process's log file opened again")
     assert read_file(m.p("b.bin")) == store.content("b.bin")
     wait_for(lambda: "b.bin: GET" in text(log), "b.bin's GET in the new file")
     assert "b.bin: GET" not in text(str(log) + ".1")
