@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "fetch/cache/cache_dir.h"
 #include "fetch/engine/engine.h"
@@ -130,7 +131,8 @@ struct fs_counters {
  */
 struct fs_shared_counters {
 	uint64_t magic;
-	uint64_t layout; /* the format and this structure's size */
+	uint64_t layout;    /* the format and this structure's size */
+	int64_t mounted_at; /* time() when the first serving process made it: the mount's start */
 	struct engine_stats engine;
 	struct fs_counters fs;
 	struct prefetch_walk_counters prefetch_walk;
@@ -279,6 +281,10 @@ struct fs_session {
 	struct fs_counters own_counters;
 	struct fs_shared_counters *shared_counters;
 	int shared_counters_fd; /* the first process's, until the supervisor has it; else -1 */
+	time_t started;         /* this process's start: the mount's when there is no such block */
+	/* The length of each /.spoolfs file's latest snapshot (stats, flights), which stat
+	 * shows (virtual.c): any FUSE thread stores or loads it. */
+	atomic_uint_fast64_t virtual_len[2];
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
 	uint64_t init_unique; /* INIT's request id, set before passthrough leaves UNKNOWN */

@@ -978,6 +978,7 @@ int main(int argc, char *argv[])
 		}
 	}
 
+	s.started = time(NULL);
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;

@@ -250,6 +250,104 @@ void fs_options_usage(const char *prog)
 	    prog, prog, prog, prog, prog);
 }
 
+/* Levenshtein distance of a and b (each at most 63 bytes; longer: 64), for suggestions. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), row[64];
+
+	if (la > 63 || lb > 63)
+		return 64;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* The long option named arg exactly ("--name", no value), or NULL. */
+static const struct fuse_opt *long_option(const char *arg)
+{
+	for (const struct fuse_opt *o = option_spec; o->templ; o++) {
+		size_t n = strcspn(o->templ, " ");
+		if (strncmp(o->templ, "--", 2) == 0 && strlen(arg) == n &&
+		    strncmp(o->templ, arg, n) == 0)
+			return o;
+	}
+	return NULL;
+}
+
+/* An unknown long option, named with the closest known one when one is close. */
+static void say_unknown_long_option(const char *arg)
+{
+	char best[64] = "";
+	size_t best_d = SIZE_MAX;
+
+	for (const struct fuse_opt *o = option_spec; o->templ; o++) {
+		if (strncmp(o->templ, "--", 2) != 0)
+			continue;
+		char name[64];
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(o->templ, " "), o->templ);
+		size_t d = edit_distance(arg, name);
+		if (d < best_d) {
+			best_d = d;
+			snprintf(best, sizeof(best), "%s", name);
+		}
+	}
+	/* Close: a typo or two, a few more in a long name (--retry for --retries). */
+	size_t near = strlen(best) / 3;
+	if (best_d <= (near > 2 ? near : 2))
+		fprintf(stderr, "spoolfs: unknown option '%s' (did you mean %s?)\n", arg, best);
+	else
+		fprintf(stderr, "spoolfs: unknown option '%s' (see --help)\n", arg);
+}
+
+/*
+ * Every long option must be one of ours, exactly: FUSE takes none, and fuse_opt matches a
+ * "--name %s" template against any argument that starts with "--name", so "--cache-dirr /x"
+ * set the cache directory to "r", took /x for SOURCE and blamed the mountpoint as an
+ * unexpected argument. Values (after "--name" or -o) and what follows "--" are skipped.
+ * Only the name is shown: split_long_options has cut off any "=value", which may be secret.
+ */
+static int check_long_options(const struct fuse_args *args)
+{
+	bool value_next = false;
+
+	for (int i = 1; i < args->argc; i++) {
+		const char *arg = args->argv[i];
+		const struct fuse_opt *o;
+		if (value_next) {
+			value_next = false;
+			continue;
+		}
+		if (strcmp(arg, "--") == 0)
+			break;
+		if (strcmp(arg, "-o") == 0) {
+			value_next = true;
+			continue;
+		}
+		if (strncmp(arg, "--", 2) != 0)
+			continue;
+		o = long_option(arg);
+		if (!o) {
+			say_unknown_long_option(arg);
+			return -EINVAL;
+		}
+		value_next = strchr(o->templ, ' ') != NULL;
+	}
+	return 0;
+}
+
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	struct fs_options *opts = data;
@@ -487,7 +585,8 @@ static int split_long_options(struct fuse_args *args)
 
 int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 {
-	if (split_long_options(args) != 0 || fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
+	if (split_long_options(args) != 0 || check_long_options(args) != 0 ||
+	    fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
 		return -EINVAL;
 	if (opts->show_help || opts->show_version)
 		return 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
@@ -51,6 +52,7 @@ int fs_shared_counters_create(int *fd, struct fs_shared_counters **out)
 	/* Zero-filled: every counter at 0. */
 	(*out)->magic = COUNTERS_MAGIC;
 	(*out)->layout = COUNTERS_LAYOUT;
+	(*out)->mounted_at = (int64_t)time(NULL);
 	return 0;
 }
 

@@ -3,10 +3,11 @@
  * the engine, written by metrics.c; flight details come from flight_table_foreach under the table
  * lock, written into a memory stream that is only formatted text, so nothing here blocks on I/O.
  *
- * Only an open builds a snapshot. getattr, lookup and readdir report size 0, as /proc does:
- * with allow_other any local user may stat these files, and a snapshot per stat let a loop
- * of stat calls hold the flight table's lock, which every open of every object takes. Reads
- * go to the open's snapshot (direct_io), so readers read until EOF and get all of it.
+ * Only an open builds a snapshot. getattr, lookup and readdir report the size of the latest
+ * one (0 before the first), never a new one: with allow_other any local user may stat these
+ * files, and a snapshot per stat let a loop of stat calls hold the flight table's lock,
+ * which every open of every object takes. Reads go to the open's snapshot (direct_io), so
+ * readers read until EOF and get all of it. Their times are the mount's start.
  */
 #include "fs/virtual.h"
 
@@ -24,12 +25,21 @@ bool fs_virtual_ino(fuse_ino_t ino)
 	return ino >= FS_INO_VIRTUAL_DIR && ino <= FS_INO_FLIGHTS;
 }
 
+/* Which of session.virtual_len is ino's. */
+static unsigned len_slot(fuse_ino_t ino)
+{
+	return ino == FS_INO_STATS ? 0 : 1;
+}
+
 static void fill_stat(struct fs_session *s, fuse_ino_t ino, struct stat *st, size_t size)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_uid = s->uid;
 	st->st_gid = s->gid;
+	/* The mount's start, kept across serving processes in the shared block. */
+	st->st_mtime = s->shared_counters ? (time_t)s->shared_counters->mounted_at : s->started;
+	st->st_atime = st->st_ctime = st->st_mtime;
 	if (ino == FS_INO_VIRTUAL_DIR) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
@@ -45,8 +55,12 @@ int fs_virtual_getattr(struct fs_session *s, fuse_ino_t ino, const struct fs_han
 {
 	if (!fs_virtual_ino(ino))
 		return -ENOENT;
-	/* An open file's own snapshot has a size (lseek to the end asks for it this way). */
-	fill_stat(s, ino, st, h && ino != FS_INO_VIRTUAL_DIR ? h->len : 0);
+	/* An open file's own snapshot has a size (lseek to the end asks for it this way);
+	 * otherwise the latest snapshot's. */
+	size_t len = 0;
+	if (ino != FS_INO_VIRTUAL_DIR)
+		len = h ? h->len : (size_t)atomic_load(&s->virtual_len[len_slot(ino)]);
+	fill_stat(s, ino, st, len);
 	return 0;
 }
 
@@ -117,5 +131,6 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 		*text = NULL;
 		return -ENOMEM;
 	}
+	atomic_store(&s->virtual_len[len_slot(ino)], *len);
 	return 0;
 }

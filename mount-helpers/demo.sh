@@ -36,7 +36,8 @@ check_state() {
 # Whether PID $1 is still the process recorded, told by a word its command line must hold:
 # a recycled PID is never signalled or waited for.
 is_ours() { # pid word
-	[ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$2"
+	# The process may exit between the test and the read (tr: read error: No such process).
+	{ tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null | grep -qF -- "$2"
 }
 
 wait_gone() { # pid word
@@ -95,7 +96,7 @@ if [ "${1:-}" = stop ]; then
 fi
 [ $# -eq 0 ] || die "usage: bash mount-helpers/demo.sh [stop]"
 
-bash tests/deps.sh
+bash tests/deps.sh build # what the demo needs; the test suite installs the rest
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 echo "built $repo/build/spoolfs"
@@ -136,13 +137,15 @@ port=$(awk '/^PORT/ {print $2}' "$state/upstream.port")
 url=http://127.0.0.1:$port/manifest.json
 echo "example store: $url"
 
+# spoolfs is not installed: every command printed here names the binary the demo built.
+spoolfs=$repo/build/spoolfs
 # TMPDIR puts the mount's session cache (the spool) inside the demo's directory, so even
 # a daemon that was killed leaves nothing behind after `stop`.
 TMPDIR=$work build/spoolfs "$url" "$mnt"
-echo "mounted: spoolfs $url $mnt"
+echo "mounted: $spoolfs $url $mnt"
 # spoolfs has daemonised once the mount is ready: note its PID so `stop` can wait for it.
 for p in /proc/[0-9]*; do
-	case $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) in
+	case $({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) in
 	"build/spoolfs "*" $mnt ")
 		echo "${p#/proc/}" >"$state/spoolfs.pid"
 		break
@@ -160,10 +163,12 @@ echo "\$ sha256sum $mnt/toolchains/gcc-12.tar   # read through the mount, verifi
 sha256sum "$mnt/toolchains/gcc-12.tar"
 echo "\$ getfattr -d $mnt/toolchains/gcc-12.tar   # sha256 from the manifest, bytes local now"
 getfattr --absolute-names -d "$mnt/toolchains/gcc-12.tar"
-echo "\$ spoolfs status $mnt"
+echo "\$ $spoolfs status $mnt"
 build/spoolfs status "$mnt" --interval 0.2
 echo "the store counted (the manifest too): $(curl -s "http://127.0.0.1:$port/_ctl/stats" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["total_gets"], "GETs,", d["total_bytes"], "bytes")')"
 echo
-echo "The mount stays up (the daemon logs to syslog, e.g. journalctl -t spoolfs). Unmount, stop"
-echo "the store and remove the demo's files with:"
+echo "The mount stays up (the daemon logs to syslog, e.g. journalctl -t spoolfs). Watch it with"
+echo "  $spoolfs status $mnt --watch"
+echo "(spoolfs is not installed: README.md's \`spoolfs ...\` commands are $spoolfs here)."
+echo "Unmount, stop the store and remove the demo's files with:"
 echo "  bash mount-helpers/demo.sh stop"

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# Installs what building, testing and the demo need on Debian 12 (run as root).
+# Installs what spoolfs needs on Debian 12 (run as root):
+#   bash tests/deps.sh         everything the test suite needs (tests/run-all.sh, .ci/run)
+#   bash tests/deps.sh build   building it, and the demo (mount-helpers/demo.sh): no more
 # Idempotent: asks apt only when something is missing.
 set -euo pipefail
 
+case ${1:-all} in
+build | all) ;;
+*)
+	echo "usage: bash tests/deps.sh [build]" >&2
+	exit 2
+	;;
+esac
+
+# Building (cmake configures the unit tests too: cmocka), and the demo: its example store
+# is the test upstream (python3), it reads attributes (attr) and the store's counters (curl).
 packages=(
-	build-essential cmake pkg-config clang clang-format
+	build-essential cmake pkg-config
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev
-	libcmocka-dev libsystemd-dev python3 python3-pytest python3-yaml curl ca-certificates openssl tinyproxy attr
-	lintian python3-prometheus-client nginx squid
+	libcmocka-dev libsystemd-dev python3 curl ca-certificates attr
 )
+# The suite besides: sanitizer and fuzz builds, format checks, pytest, TLS certificates,
+# proxies and HTTP caches of its own on 127.0.0.1, package checks, the metrics file's parser.
+if [ "${1:-all}" = all ]; then
+	packages+=(clang clang-format python3-pytest python3-yaml openssl tinyproxy lintian
+		python3-prometheus-client nginx squid)
+fi
 
 # A CI machine just after boot often has another apt (unattended-upgrades) holding the
 # dpkg lock: wait for it rather than fail at once.
@@ -31,7 +48,7 @@ if ((${#missing[@]})); then
 	done
 fi
 # s3rver (the S3 API tests) runs on Node.js; a machine that has node already keeps its own.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if [ "${1:-all}" = all ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then
 	echo "deps: installing nodejs npm"
 	"${apt[@]}" update -qq
 	"${apt[@]}" install -y -qq --no-install-recommends nodejs npm >/dev/null

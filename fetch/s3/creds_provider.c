@@ -43,15 +43,16 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t s3_provider_refresh_due(int64_t obtained, int64_t expiration)
+int64_t s3_provider_refresh_due_ms(int64_t obtained_ms, int64_t expiration_ms)
 {
 	int64_t life, margin;
 
-	if (expiration == 0)
-		return 0;
-	life = expiration - obtained;
-	margin = life / 2 < REFRESH_MARGIN_MAX_S ? life / 2 : REFRESH_MARGIN_MAX_S;
-	return expiration - (margin > 0 ? margin : 0);
+	if (expiration_ms == 0)
+		return INT64_MAX;
+	/* Halves are taken in ms: a 3 s test credential is refreshed after 1.5 s. */
+	life = expiration_ms - obtained_ms;
+	margin = life / 2 < REFRESH_MARGIN_MAX_S * 1000 ? life / 2 : REFRESH_MARGIN_MAX_S * 1000;
+	return expiration_ms - (margin > 0 ? margin : 0);
 }
 
 /* When the refresh thread acts next (wall ms); INT64_MAX: never. Under lock. */
@@ -61,13 +62,7 @@ static int64_t next_due_ms(const struct s3_provider *p)
 		return 0;
 	if (p->failures)
 		return p->retry_ms;
-	if (p->cur.expiration == 0)
-		return INT64_MAX;
-	/* Halves are taken in ms: a 3 s test credential is refreshed after 1.5 s. */
-	int64_t exp_ms = (int64_t)p->cur.expiration * 1000, life = exp_ms - p->obtained_ms;
-	int64_t margin =
-	    life / 2 < REFRESH_MARGIN_MAX_S * 1000 ? life / 2 : REFRESH_MARGIN_MAX_S * 1000;
-	return exp_ms - (margin > 0 ? margin : 0);
+	return s3_provider_refresh_due_ms(p->obtained_ms, (int64_t)p->cur.expiration * 1000);
 }
 
 static void log_obtained(const struct s3_creds *c, const char *what)

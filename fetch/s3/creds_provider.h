@@ -66,8 +66,9 @@ bool s3_provider_wait_newer(struct s3_provider *p, uint64_t gen, unsigned timeou
 /* Where the credentials came from, for the log (valid for p's life). */
 const char *s3_provider_origin(struct s3_provider *p);
 
-/* When to refresh credentials obtained at `obtained` that expire at `expiration` (both UTC
- * seconds; expiration 0: never, returns 0). For tests and the log. */
-int64_t s3_provider_refresh_due(int64_t obtained, int64_t expiration);
+/* When the refresh thread renews credentials obtained at obtained_ms that expire at
+ * expiration_ms (both UTC milliseconds): half their life before they expire, at most
+ * REFRESH_MARGIN_MAX_S before. Expiration 0 (they never expire): INT64_MAX, never. */
+int64_t s3_provider_refresh_due_ms(int64_t obtained_ms, int64_t expiration_ms);
 
 #endif

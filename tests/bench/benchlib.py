@@ -7,6 +7,7 @@
   benchlib.py status PID FIELD        print FIELD (e.g. VmHWM) of /proc/PID/status in kB
   benchlib.py upbytes BASE_URL PATH   body bytes the test upstream served for PATH
   benchlib.py upreset BASE_URL        reset the test upstream's counters
+  benchlib.py mounted PATH            exit 0 when PATH is a mount point now, else 1
   benchlib.py report RESULTS SIZE_BYTES LIMIT_MIB
       RESULTS holds lines "key value": time_us.<measure> (one per run), peak_kb,
       sampled_kb, hwm_kb, up_bytes.<measure>. Prints the summary table.
@@ -14,6 +15,7 @@
 
 import json
 import os
+import re
 import signal
 import statistics
 import sys
@@ -65,6 +67,22 @@ def cmd_sample(pid, out_path, interval=0.05):
         f.write("%d %d %d\n" % (max_rss, hwm, samples))
     os.replace(tmp, out_path)
     return 0
+
+
+def is_mounted(path):
+    """True when path is a mount point now: /proc/self/mountinfo's fifth field, whose
+    spaces, tabs, newlines and backslashes are octal escapes. The benchmarks' one copy."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if point == path:
+                return True
+    return False
+
+
+def cmd_mounted(path):
+    return 0 if is_mounted(path) else 1
 
 
 def cmd_status(pid, field):
@@ -157,7 +175,7 @@ def cmd_report(results, size, limit_mib):
 
 def main(argv):
     cmds = {"sample": cmd_sample, "status": cmd_status, "upbytes": cmd_upbytes,
-            "upreset": cmd_upreset, "report": cmd_report}
+            "upreset": cmd_upreset, "report": cmd_report, "mounted": cmd_mounted}
     if len(argv) < 2 or argv[1] not in cmds:
         sys.stderr.write(__doc__)
         return 2

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "upstream"))
 import chunklist  # noqa: E402
 import mkstore  # noqa: E402
 from client import Upstream  # noqa: E402
+from benchlib import is_mounted  # noqa: E402  (run as a script: its folder is on sys.path)
 
 SPOOLFS = os.environ.get("SPOOLFS_BIN", os.path.join(ROOT, "build", "spoolfs"))
 SIZE = mkstore.parse_size(os.environ.get("SIZE", "1G"))
@@ -44,11 +45,6 @@ SPARSE_READS = int(os.environ.get("SPARSE_READS", "200"))
 TICK = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
 GiB = 1 << 30
-
-
-def is_mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
 
 
 def thread_cpu(pid):

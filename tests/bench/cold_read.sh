@@ -40,9 +40,7 @@ die() {
 	exit 1
 }
 
-is_mounted() { # path: exact match on the mount point field of mountinfo
-	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo
-}
+is_mounted() { "$PYTHON" "$BENCH/benchlib.py" mounted "$1"; }
 
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 

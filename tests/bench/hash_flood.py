@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import is_mounted  # run as a script: its folder is on sys.path
+
 FNV_OFFSET = 1469598103934665603
 FNV_PRIME = 1099511628211
 B = 21
@@ -86,11 +88,6 @@ def write_manifest(path, names):
     files = [{"path": p, "size": 1, "url": "objects/x"} for p in names]
     with open(path, "w") as f:
         json.dump({"version": 1, "files": files}, f)
-
-
-def is_mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
 
 
 def mount_seconds(spoolfs, manifest, mnt, log_path):

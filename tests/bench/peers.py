@@ -193,11 +193,6 @@ class Server:
 
 
 # --------------------------------------------------------------------------- mounts
-def is_mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
-
-
 class Mount:
     """One mount of one system: start, wait until mounted, sample RSS, unmount."""
 
@@ -220,7 +215,7 @@ class Mount:
         with open(os.path.join(work, "mounts"), "a") as f:
             f.write("%d %s\n" % (self.proc.pid, self.mnt))
         deadline = t0 + system.mount_timeout
-        while not is_mounted(self.mnt):
+        while not benchlib.is_mounted(self.mnt):
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited (%s) before mounting: %s" % (
                     system.name, self.proc.returncode, self.log_tail()))
@@ -258,7 +253,7 @@ class Mount:
         """Returns the daemon's exit status (None if it had to be killed)."""
         if getattr(self, "_stop", None):
             self._stop.set()
-        if is_mounted(self.mnt):
+        if benchlib.is_mounted(self.mnt):
             if subprocess.call(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL):
                 time.sleep(0.5)
                 if subprocess.call(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL):

@@ -99,7 +99,7 @@ export BENCH_READERS
 
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/spoolfs-peers.XXXXXX")
 
-is_mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+is_mounted() { "$PYTHON" "$ROOT/tests/bench/benchlib.py" mounted "$1"; }
 
 # Every exit path: unmount whatever peers.py mounted (it lists "pid mountpoint" in
 # WORK/mounts before waiting for the mount), stop the daemons and upstreams, remove WORK.

@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "upstream"))
 from client import Upstream  # noqa: E402
+from benchlib import is_mounted  # noqa: E402  (run as a script: its folder is on sys.path)
 
 SPOOLFS = os.environ.get("SPOOLFS_BIN", os.path.join(ROOT, "build", "spoolfs"))
 N = int(os.environ.get("N", "100000"))
@@ -93,11 +94,6 @@ def wait_maxrss(proc, timeout=60):
         if time.monotonic() > deadline:
             proc.kill()
         time.sleep(0.01)
-
-
-def is_mounted(path):
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
 
 
 def measure(label, out, work):

@@ -40,12 +40,14 @@ def flight_records(m):
         return {d["name"]: d for d in (json.loads(line) for line in f if line.strip())}
 
 
-def wait_until(pred, what, timeout=20):
-    """Polls pred until it holds; fails with what(), or what, when it never does."""
+def wait_until(pred, what, timeout=20, interval=0.01):
+    """Polls pred every interval seconds until it holds; fails with what(), or what, when it
+    never does within timeout seconds (times SPOOLFS_TEST_SLOWDOWN). The one wait of the
+    tests: for a server's counters, poll no faster than 0.1 s (each poll is a connection)."""
     deadline = time.monotonic() + timeout * SLOW
     while not pred():
         assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def opened_by(pid, path):

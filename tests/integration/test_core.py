@@ -14,6 +14,7 @@ import pytest
 from conftest import SANITIZER_MARKS, SLOW, is_mounted, read_file
 from helpers import (blocked_in_read, expected, flight_records, kill_first_reader,
                      mount_with_tmpdir, sha, wait_until, waiting_on_fuse)
+from test_s3 import BUCKET, aws_env, big_object, mount_s3, s3_server  # noqa: F401 (fixtures)
 
 MiB = 1 << 20
 CHUNK = MiB  # FLIGHT_CHUNK_BYTES
@@ -109,25 +110,53 @@ def test_finished_object_is_served_without_requests(store, mount):
     assert after["gets"] == before["gets"] and after["bytes"] == before["bytes"]
 
 
-def test_eight_readers_one_fetch(store, mount):
-    path = store.add("big.bin", 64 * MiB)
-    m = mount(store.write())
-    size = 64 * MiB
+def mounted_object(request, source, key, size):
+    """One object of size bytes on a manifest's store (the test upstream) or in an S3 bucket
+    (s3_upstream.py), mounted -> (its path in the mount, the server, the server's name for
+    it, its sha256). The server is set up before the mount, so it outlives it."""
+    if source == "manifest":
+        store = request.getfixturevalue("store")
+        store.add(key, size)
+        url = store.write()
+        m = request.getfixturevalue("mount")(url)
+        return m.p(key), store.up, key, store.sha256(key)
+    s3 = request.getfixturevalue("s3_server")()
+    data = big_object(s3, key, size)
+    m = mount_s3(request.getfixturevalue("mount"), s3)
+    return m.p(key), s3, BUCKET + "/" + key, sha(data)
+
+
+@pytest.mark.parametrize("source, size", [("manifest", 64 * MiB), ("s3", 48 * MiB)])
+def test_eight_readers_one_fetch(request, source, size):
+    path, up, rel, want = mounted_object(request, source, "big/obj.bin", size)
     barrier = threading.Barrier(8)
     results = [None] * 8
 
     def reader(i):
         barrier.wait()
-        results[i] = sha(read_file(m.p(path)))
+        results[i] = sha(read_file(path))
 
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert results == [store.sha256(path)] * 8
-    st = store.up.stats(path)
+    assert results == [want] * 8
+    st = up.stats(rel)
     assert st["bytes"] <= size + CHUNK, st
+
+
+@pytest.mark.parametrize("source, round_", [("manifest", r) for r in range(10)] +
+                         [("s3", r) for r in range(3)])
+def test_killed_first_reader(request, source, round_):
+    size = 8 * MiB
+    path, up, rel, want = mounted_object(request, source, "gated-%d.bin" % round_, size)
+    up.fault(rel, gate=True)
+    outs = kill_first_reader(up, rel, path)
+    assert outs == [want] * 5
+    st = up.stats(rel)
+    assert st["bytes"] <= size + CHUNK, st
+    assert st["gets"] == 1, st
 
 
 def test_follower_streams_while_leader_downloads(store, mount):
@@ -159,20 +188,6 @@ def test_follower_streams_while_leader_downloads(store, mount):
         store.up.clear(path)
         t.join()
     assert store.up.stats(path)["bytes"] <= size + CHUNK
-
-
-@pytest.mark.parametrize("round_", range(10))
-def test_killed_first_reader(store, mount, round_):
-    size = 8 * MiB
-    path = store.add("gated-%d.bin" % round_, size)
-    m = mount(store.write())
-    store.up.fault(path, gate=True)
-    target = m.p(path)
-    outs = kill_first_reader(store.up, path, target)
-    assert outs == [store.sha256(path)] * 5
-    st = store.up.stats(path)
-    assert st["bytes"] <= size + CHUNK, st
-    assert st["gets"] == 1, st
 
 
 def test_last_reader_out_the_download_finishes_with_one_get(store, mount):

@@ -6,18 +6,11 @@ import re
 import signal
 import stat
 import subprocess
-import time
 
 from conftest import SLOW, SPOOLFS, read_file
+from helpers import opened_by, wait_until
 
 LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z spoolfs\[\d+\]: (debug|info|warn|error): ")
-
-
-def wait_for(cond, what, timeout=20.0):
-    deadline = time.monotonic() + timeout * SLOW
-    while not cond():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.01)
 
 
 def text(path):
@@ -32,16 +25,22 @@ def test_log_file_gets_the_lines_and_sigusr1_reopens_it(store, mount, tmp_path):
     m = mount(store.write(), "--log-file", str(log), "--log-level", "debug")
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
     assert read_file(m.p("a.bin")) == store.content("a.bin")
-    wait_for(lambda: "a.bin: GET" in text(log), "a.bin's GET in the log file")
+    wait_until(lambda: "a.bin: GET" in text(log), "a.bin's GET in the log file")
     lines = text(log).splitlines()
     assert lines and all(LINE.match(line) for line in lines), lines
     assert "a.bin: GET" not in m.stderr()  # the file instead of stderr
 
     os.rename(log, str(log) + ".1")  # what logrotate does, then it signals
     m.proc.send_signal(signal.SIGUSR1)
-    wait_for(lambda: os.path.exists(log), "the log file opened again")
+    # The supervisor (m.proc) opens the path again, which creates the file, and only then
+    # passes the signal on: the new file says nothing of the serving process, whose lines
+    # go to the renamed file until it has opened the path too (logrotate's delaycompress
+    # keeps that file for them). Wait for the serving process's own descriptor.
+    serving = m.serving_pid()
+    wait_until(lambda: opened_by(serving, str(log)) and not opened_by(serving, str(log) + ".1"),
+             "the serving process's log file opened again")
     assert read_file(m.p("b.bin")) == store.content("b.bin")
-    wait_for(lambda: "b.bin: GET" in text(log), "b.bin's GET in the new file")
+    wait_until(lambda: "b.bin: GET" in text(log), "b.bin's GET in the new file")
     assert "b.bin: GET" not in text(str(log) + ".1")
     assert m.proc.poll() is None
 

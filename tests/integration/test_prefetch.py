@@ -58,6 +58,50 @@ def test_walk_fetches_the_rest_of_the_directory_many_at_once(store, mount, upstr
     assert all(s["gets"] == 1 for s in object_gets(upstream).values())
 
 
+def test_speculation_never_has_more_requests_out_than_its_bound(store, mount, upstream):
+    """--prefetch-requests N bounds the speculative requests at the store at once, whatever
+    the walk's window (4 x N files). Every walked file waits at the upstream's gate, so a
+    request sent stays in the store's count until the test lets it through; the files are
+    let through as they arrive, and the most the store ever held at once is N."""
+    names = walk_tree(store, files=40)
+    url = store.write()
+    for name in names[3:]:
+        upstream.fault(name, gate=True)
+    m = mount(url, "--prefetch-requests", "2")
+    assert stats(m)["speculative_requests_limit"] == 2
+    for name in names[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+
+    def specs():
+        return [r for r in flight_records(m).values() if r["speculative"]]
+
+    def at_gate():
+        return [p for p, s in upstream.stats()["paths"].items() if s["gated"]]
+
+    # The window's 8 files are all handed to the engine, and the bound's 2 are sent.
+    wait_until(lambda: len(specs()) >= 8 and upstream.stats()["gated"] >= 2,
+               lambda: (specs(), upstream.stats()["gated"]))
+    let_through = set()
+    while True:
+        wait_until(lambda: at_gate() or all(r["state"] == "complete" for r in specs()),
+                   lambda: (specs(), upstream.stats()))
+        gated = at_gate()
+        if not gated:
+            break
+        for name in gated:
+            upstream.release(name)
+            let_through.add(name)
+    assert len(let_through) >= 8, let_through
+    st = upstream.stats()
+    assert st["peak_gated"] == 2, "%d speculative requests at once with --prefetch-requests 2" \
+        % st["peak_gated"]
+    assert stats(m)["speculative_requests_limit"] == 2
+    upstream.clear()
+    for name in names[3:]:
+        assert read_file(m.p(name)) == expected(store, name)
+    assert all(s["gets"] == 1 for s in object_gets(upstream).values())
+
+
 def test_a_readers_miss_goes_ahead_of_gated_speculation(store, mount, upstream):
     names = walk_tree(store, files=60)
     other = store.add("other/x.bin", 64 * KiB)

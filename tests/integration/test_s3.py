@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, is_mounted, read_file
-from helpers import kill_first_reader, read_until_error, sha, wait_until
+from helpers import read_until_error, sha, wait_until
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
 from s3_client import S3Upstream  # noqa: E402
@@ -180,6 +180,8 @@ def test_2500_objects_paged_s3rver(s3rver_installed, aws_env, mount):
 
 
 # ------------------------------------------------------- 2. one fetch, killed first reader
+# test_core.py's test_eight_readers_one_fetch and test_killed_first_reader run on an S3
+# source too (their "s3" parameter), with big_object below.
 
 def big_object(s3, key, size):
     p = os.path.join(s3.root, BUCKET, key)
@@ -189,45 +191,6 @@ def big_object(s3, key, size):
         f.write(data)
     s3.rescan()
     return data
-
-
-def test_eight_readers_one_fetch(s3_server, mount):
-    size = 48 * MiB
-    s3 = s3_server()
-    data = big_object(s3, "big/obj.bin", size)
-    m = mount_s3(mount, s3)
-    barrier = threading.Barrier(8)
-    results = [None] * 8
-
-    def reader(i):
-        barrier.wait()
-        results[i] = sha(read_file(m.p("big/obj.bin")))
-
-    threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert results == [sha(data)] * 8
-    st = s3.stats(BUCKET + "/big/obj.bin")
-    assert st["bytes"] <= size + CHUNK, st
-
-
-@pytest.mark.parametrize("round_", range(3))
-def test_killed_first_reader(s3_server, mount, round_):
-    size = 8 * MiB
-    s3 = s3_server()
-    key = "gated-%d.bin" % round_
-    data = big_object(s3, key, size)
-    m = mount_s3(mount, s3)
-    rel = BUCKET + "/" + key
-    s3.fault(rel, gate=True)
-    target = m.p(key)
-    outs = kill_first_reader(s3, rel, target)
-    assert outs == [sha(data)] * 5
-    st = s3.stats(rel)
-    assert st["bytes"] <= size + CHUNK, st
-    assert st["gets"] == 1, st
 
 
 # ------------------------------------------------------------------------------- 3. SigV4

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, SLOW, read_file
+from helpers import wait_until
 from test_s3 import AK, BUCKET, SECRET, TOKEN, content, failed_mount
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "upstream"))
@@ -29,6 +30,7 @@ WEB_TOKEN_2 = "eyJ.web-identity-token.rotated"
 CONTAINER_TOKEN = "container-authorization-token-0123"
 GH_REQUEST_TOKEN = "gh-request-token-0123456789"
 LIFETIME = 3  # seconds every issued credential lives
+POLL = 0.1  # wait_until's pace on the server's counters: each poll is a connection
 
 
 @pytest.fixture
@@ -68,14 +70,6 @@ def mount_it(mount, s3, *args, name="mnt"):
 def check_reads(m):
     assert read_file(m.p("a.bin")) == content("a.bin", 3000)
     assert read_file(m.p("dir/b.bin")) == content("dir/b.bin", 70000)
-
-
-def wait_until(pred, what, timeout):
-    """Polls the server's counters every 0.1 s (not faster: each poll is a connection)."""
-    deadline = time.monotonic() + timeout * SLOW
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def sources(s3):
@@ -147,7 +141,7 @@ def test_web_identity_token_file_reread(s3, env, tmp_path, mount):
     # Kubernetes rotates the file: the next refresh sends the new token.
     write(tmp_path / "web-token", WEB_TOKEN_2)
     wait_until(lambda: WEB_TOKEN_2 in s3.temp_creds()["web_tokens_seen"],
-               "the rotated token file was never read", timeout=4 * LIFETIME)
+               "the rotated token file was never read", timeout=4 * LIFETIME, interval=POLL)
     assert read_file(m.p("c.bin")) == content("c.bin", 12345)
     assert "web identity: role %s, token from AWS_WEB_IDENTITY_TOKEN_FILE" % ROLE in m.stderr()
 
@@ -160,7 +154,7 @@ def test_role_arn_with_github_oidc(s3, env, mount):
     check_reads(m)
     # a fresh OIDC token at each refresh, for STS's audience
     wait_until(lambda: len(s3.temp_creds()["oidc_audiences"]) >= 2, "no refresh asked GitHub",
-               timeout=4 * LIFETIME)
+               timeout=4 * LIFETIME, interval=POLL)
     assert set(s3.temp_creds()["oidc_audiences"]) == {"sts.amazonaws.com"}
     assert set(sources(s3)) == {"web identity"}
     assert read_file(m.p("c.bin")) == content("c.bin", 12345)
@@ -181,7 +175,8 @@ def test_profile_assume_role(s3, env, tmp_path, mount):
     assert calls[0]["action"] == "AssumeRole" and calls[0]["role"] == ROLE
     assert sources(s3)[0] == "assume role"
     # refreshed by assuming the role again before the credentials expire
-    wait_until(lambda: len(sources(s3)) >= 3, "never refreshed", timeout=4 * LIFETIME)
+    wait_until(lambda: len(sources(s3)) >= 3, "never refreshed", timeout=4 * LIFETIME,
+               interval=POLL)
     assert read_file(m.p("c.bin")) == content("c.bin", 12345)
 
 
@@ -260,7 +255,7 @@ def test_container_credentials(s3, env, tmp_path, mount):
     s3.temp_creds(container_token="rotated-container-token")
     n = len(sources(s3))
     wait_until(lambda: len(sources(s3)) > n + 1, "no refresh with the rotated token",
-               timeout=4 * LIFETIME)
+               timeout=4 * LIFETIME, interval=POLL)
     assert read_file(m.p("c.bin")) == content("c.bin", 12345)
 
 
@@ -364,6 +359,39 @@ def test_expired_token_before_the_margin_is_refreshed_and_retried_once(tmp_path,
         srv.stop()
 
 
+def test_credentials_are_renewed_before_they_expire(tmp_path, env, mount):
+    """The refresh thread renews credentials by the clock, before they expire: a read sent
+    after each credential the mount held has expired is signed with a newer one, so the
+    server, which answers ExpiredToken to an expired one (and counts it), never sees one.
+    (The refresh on ExpiredToken would make the reads succeed anyway: it must not be needed.)"""
+    keys = ["later%d.bin" % i for i in range(3)]
+    root = tmp_path / "s3r"
+    (root / BUCKET).mkdir(parents=True)
+    for key in keys:
+        (root / BUCKET / key).write_bytes(content(key, 20000))
+    srv = S3Upstream(root, verify=(AK, SECRET), extra_args=["--creds-lifetime", str(LIFETIME)])
+    try:
+        srv.temp_creds(web_tokens=[WEB_TOKEN])
+        env.setenv("AWS_ENDPOINT_URL_STS", srv.endpoint)
+        use_web_identity(env, tmp_path)
+        m = mount("s3://" + BUCKET, "--endpoint", srv.endpoint)
+        for key in keys:
+            held = srv.temp_creds()["issued"][-1]["expires"]
+            wait_until(lambda: time.time() > held + 0.2, "never expired", timeout=2 * LIFETIME,
+                       interval=POLL)
+            assert read_file(m.p(key)) == content(key, 20000)
+        creds = srv.temp_creds()
+        assert creds["expired_refusals"] == 0, m.stderr()
+        issued = creds["issued"]
+        assert len(issued) >= 4, issued
+        # each one came while the one before was still good
+        assert all(b["at"] < a["expires"] for a, b in zip(issued, issued[1:])), issued
+        assert "refused as expired" not in m.stderr()
+        m.check_clean_exit()
+    finally:
+        srv.stop()
+
+
 def test_long_read_spans_expiries(tmp_path, env, mount):
     """A cold read through a throttled upstream that cuts every connection after 3 MiB spans
     three credential expiries or more, with new requests signed after each: the right bytes,
@@ -407,10 +435,14 @@ def test_long_read_spans_expiries(tmp_path, env, mount):
         log = m.stderr()
         assert log.count("S3 credentials refreshed from web identity") >= 3, log
         assert "giving up" not in log, log
+        # renewed before each expiry, not after a refusal (ExpiredToken)
+        assert srv.temp_creds()["expired_refusals"] == 0, log
         # idle until what the mount held when the read ended has expired
         last = srv.temp_creds()["issued"][-1]["expires"]
-        wait_until(lambda: time.time() > last + 0.5, "never expired", timeout=3 * LIFETIME)
+        wait_until(lambda: time.time() > last + 0.5, "never expired", timeout=3 * LIFETIME,
+                   interval=POLL)
         assert read_file(m.p("later.bin")) == content("later.bin", 100000)
+        assert srv.temp_creds()["expired_refusals"] == 0
         m.check_clean_exit()
     finally:
         srv.stop()
@@ -489,11 +521,11 @@ def test_failed_refresh_is_logged_and_tried_again(s3, env, tmp_path, mount):
     check_reads(m)
     s3.temp_creds(fault={"sts": 503})
     wait_until(lambda: "refreshing from web identity failed" in m.stderr(),
-               "no failed refresh in the log", timeout=4 * LIFETIME)
+               "no failed refresh in the log", timeout=4 * LIFETIME, interval=POLL)
     line = [ln for ln in m.stderr().splitlines() if "refreshing from web identity failed" in ln][0]
     assert "STS refused: AccessDenied" in line and "HTTP 503" in line and "trying again in" in line
     n = len(sources(s3))
     s3.temp_creds(fault={"sts": None})
     wait_until(lambda: len(sources(s3)) > n, "never refreshed after STS came back",
-               timeout=6 * LIFETIME)
+               timeout=6 * LIFETIME, interval=POLL)
     assert read_file(m.p("c.bin")) == content("c.bin", 12345)

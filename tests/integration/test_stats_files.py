@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
 from conftest import Mount, SLOW, read_file, teardown_mounts
 from helpers import refused_mount
 from test_observe import metrics
+from test_survive import kill_serving
 
 NOBODY = 65534
 SNAPSHOTS = "spoolfs_virtual_snapshots_total"
@@ -45,8 +47,8 @@ def test_a_read_gets_the_snapshot_its_open_built(store, mount):
         assert f.read() == b""
     with open(flights, "rb", buffering=0) as f:
         assert b'"name":"a.bin"' in f.read()
-    # stat shows no size (nothing is built for it), yet readers that read to EOF get all,
-    # and an open file's own size is its snapshot's.
+    # stat shows the latest snapshot's size, 0 before one (nothing is built for it), yet
+    # readers that read to EOF get all, and an open file's own size is its snapshot's.
     assert os.stat(m.p(".spoolfs/stats")).st_size == 0
     out = subprocess.run(["cat", m.p(".spoolfs/stats")], check=True, capture_output=True).stdout
     assert b"spoolfs_flights_complete 1\n" in out
@@ -63,6 +65,24 @@ def test_a_read_gets_the_snapshot_its_open_built(store, mount):
         assert end == len(data) > 0
     finally:
         os.close(fd)
+
+
+def test_stat_shows_the_latest_snapshots_size_and_the_mounts_start(store, mount):
+    """`ls -l /.spoolfs` shows each file as its latest read had it, not size 0, and the
+    mount's start as its time, not 1970, kept by a serving process that replaced another."""
+    store.add("a.bin", 100)
+    t0 = int(time.time())
+    m = mount(store.write())
+    t1 = time.time()
+    names = ("", "stats", "flights")
+    started = {n: os.stat(m.p(".spoolfs/" + n)).st_mtime for n in names}
+    assert all(t0 <= t <= t1 for t in started.values()), (t0, started, t1)
+    assert read_file(m.p("a.bin")) == store.content("a.bin")
+    for name in ("stats", "flights"):
+        data = read_file(m.p(".spoolfs/" + name))
+        assert os.stat(m.p(".spoolfs/" + name)).st_size == len(data) > 0, name
+    kill_serving(m)
+    assert {n: os.stat(m.p(".spoolfs/" + n)).st_mtime for n in names} == started
 
 
 def as_nobody(path):

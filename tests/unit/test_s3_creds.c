@@ -434,9 +434,12 @@ static void test_json_doc(void **state)
 static void test_refresh_due(void **state)
 {
 	(void)state;
-	assert_int_equal(s3_provider_refresh_due(1000, 0), 0);
-	assert_int_equal(s3_provider_refresh_due(1000, 1000 + 3600), 1000 + 3600 - 300);
-	assert_int_equal(s3_provider_refresh_due(1000, 1004), 1002);
+	/* The refresh thread's own schedule (next_due_ms), in ms. */
+	assert_true(s3_provider_refresh_due_ms(1000000, 0) == INT64_MAX);
+	assert_int_equal(s3_provider_refresh_due_ms(1000000, 1000000 + 3600000),
+	                 1000000 + 3600000 - 300000);
+	assert_int_equal(s3_provider_refresh_due_ms(1000000, 1004000), 1002000);
+	assert_int_equal(s3_provider_refresh_due_ms(1000000, 1003000), 1001500);
 }
 
 int main(void)

@@ -169,8 +169,9 @@ def test_gate_release(up):
         t.start()
     s = up.wait_for(lambda s: s["gated"] == 3, path="s.bin")
     assert s["gets"] == 3 and s["statuses"] == [] and s["active"] == 0
-    time.sleep(0.1)
-    assert not res
+    # The server answers another request meanwhile, and the gated ones still wait.
+    assert up.request("empty")[0] == 200
+    assert not res and up.stats("s.bin")["gated"] == 3 and up.stats()["peak_gated"] == 3
     up.release("s.bin")
     for t in ts:
         t.join(5)

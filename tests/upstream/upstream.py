@@ -15,7 +15,9 @@ Control (never files):
   POST /_ctl/release  {"path": P}     open the gate and any hold_at, wake gated/held requests
   POST /_ctl/clear    {"path": P} | {} clear faults of P | all (wakes gated/stalled)
   POST /_ctl/reset    {}              clear all counters (live gauges kept)
-  GET  /_ctl/stats[?path=P]           counters (see stats_for / all_stats)
+  GET  /_ctl/stats[?path=P]           counters (see stats_for / all_stats); without a path
+                                      also "gated" (requests at a gate now, all paths) and
+                                      "peak_gated" (the most at once since the last reset)
   GET  /_ctl/faults                   current fault configs
 With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
 that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
@@ -68,6 +70,12 @@ class State:
         self.gens = {}  # path -> clear generation
         self.global_gen = 0
         self.stopping = False
+        # Requests waiting at a gate, across all paths, and the most there ever were at
+        # once since the last reset. A request that reached a gate has had no byte of its
+        # answer, so a client's bound on requests at once shows here exactly, with no race
+        # against the end of an answer.
+        self.gated = 0
+        self.peak_gated = 0
 
     # --- call with lock held ---
     def stat(self, path):
@@ -333,7 +341,8 @@ class Handler(BaseHTTPRequestHandler):
                     out = {"paths": paths,
                            "total_gets": sum(s["gets"] for s in paths.values()),
                            "total_heads": sum(s["heads"] for s in paths.values()),
-                           "total_bytes": sum(s["bytes"] for s in paths.values())}
+                           "total_bytes": sum(s["bytes"] for s in paths.values()),
+                           "gated": st.gated, "peak_gated": st.peak_gated}
             return self._json(200, out)
         if method == "GET" and name == "faults":
             with st.lock:
@@ -389,6 +398,7 @@ class Handler(BaseHTTPRequestHandler):
                         s.update(gets=0, heads=0, bytes=0, drops=0, ranges=[], statuses=[])
                     else:
                         del st.stats[q]
+                st.peak_gated = st.gated
             return self._json(200, {})
         return self._json(404, {"error": "unknown control endpoint"})
 
@@ -409,6 +419,8 @@ class Handler(BaseHTTPRequestHandler):
                 return True
             s = st.stat(path)
             s["gated"] += 1
+            st.gated += 1
+            st.peak_gated = max(st.peak_gated, st.gated)
             try:
                 while st.faults.get(path, {}).get("gate") and not st.stopping:
                     st.cond.wait(0.05)
@@ -417,6 +429,7 @@ class Handler(BaseHTTPRequestHandler):
                 return not st.stopping
             finally:
                 s["gated"] -= 1
+                st.gated -= 1
 
     def _count_request(self, rel, head, rng):
         """Counts a GET (with its Range header, None for none) or HEAD of rel."""
