@@ -177,7 +177,18 @@ static int lookup_here(struct symlink_judge *j, const char *rel, size_t len,
 	return -ENOENT;
 }
 
-/* A path outside the directory loaded: the namespace as it stands, segment by segment. */
+/* Whether path (len bytes) is a directory above the one loaded. */
+static bool is_ancestor(const struct symlink_judge *j, const char *path, size_t len)
+{
+	return len < j->prefix_len && j->prefix[len] == '/' && memcmp(j->prefix, path, len) == 0;
+}
+
+/*
+ * A path outside the directory loaded: the namespace as it stands, segment by segment. A
+ * directory with a manifest of its own that is not above this one is opaque, loaded or
+ * not: what a link may reach must not depend on which directories a reader happened to
+ * list first (the session is one snapshot).
+ */
 static int lookup_committed(struct symlink_judge *j, const char *path, size_t len,
                             struct symlink_node *out)
 {
@@ -202,9 +213,17 @@ static int lookup_committed(struct symlink_judge *j, const char *path, size_t le
 	if (n.kind == INDEX_KIND_FILE) {
 		out->kind = SYMLINK_NODE_FILE;
 	} else if (n.kind == INDEX_KIND_DIR) {
-		bool listed = true;
-		rc = index_dir_listed(j->idx, n.ino, &listed);
-		out->kind = listed ? SYMLINK_NODE_DIR : SYMLINK_NODE_UNLISTED;
+		out->kind = SYMLINK_NODE_DIR;
+		if (!is_ancestor(j, path, len)) {
+			struct index_nested_ref ref;
+			rc = index_get_nested(j->idx, n.ino, &ref);
+			if (rc == 0) {
+				free(ref.url);
+				out->kind = SYMLINK_NODE_UNLISTED;
+			} else if (rc == -ENODATA) {
+				rc = 0;
+			}
+		}
 	} else {
 		rc = index_readlink(j->idx, n.ino, j->target, sizeof(j->target));
 		if (rc >= 0) {

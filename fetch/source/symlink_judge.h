@@ -3,7 +3,9 @@
  * (symlink_judge.c): under --outside-symlinks hide or refuse, the loader keeps each link
  * aside instead of adding it, adds everything else, then asks where each link leads
  * (symlink_resolve.h) over the names of this load, the links kept aside, and what the
- * namespace held before it (the directories above a nested manifest). A link may point at a
+ * namespace held before it (the directories above a nested manifest; every other directory
+ * with a manifest of its own is opaque, loaded yet or not, so that the verdict does not
+ * depend on the order directories were listed in). A link may point at a
  * name that comes later in the manifest, or through another link: judged as text, a chain
  * got out. Links that stay are then added, in their order; the others are left out and
  * logged with their chain, or refuse the manifest.

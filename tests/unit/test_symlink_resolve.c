@@ -376,14 +376,26 @@ static void test_nested(void **state)
 	assert_int_equal(hidden, 3);
 	expect(f, true, "sub/d/up1 sub/up2 sub/dot sub/to_other sub/d/g");
 	expect(f, false, "sub/d/out sub/x sub/into");
-	/* Once other is loaded, a link in it may walk through sub's links. */
-	assert_int_equal(load_below(f, other,
-	                            V2(L("y", "../sub/d/up1") "," L("z", "../sub/dot/../..")),
-	                            MANIFEST_OUTSIDE_HIDE, &hidden),
-	                 0);
+	/* other's links may walk up through the root, but not into sub, loaded or not: what a
+	 * link reaches must not depend on which directory was listed first. A directory nested
+	 * in sub walks through sub, which is above it. */
+	assert_int_equal(
+	    load_below(f, other,
+	               V2(L("y", "../sub/d/up1") "," L("z", "../f") "," NESTED_DIR("inner")),
+	               MANIFEST_OUTSIDE_HIDE, &hidden),
+	    0);
 	assert_int_equal(hidden, 1);
-	expect(f, true, "other/y");
-	expect(f, false, "other/z");
+	expect(f, true, "other/z");
+	expect(f, false, "other/y");
+	assert_int_equal(load_below(f, ino_at(f, "other/inner"),
+	                            V2(L("w", "../z") "," L("v", "../../sub/d/g")),
+	                            MANIFEST_OUTSIDE_REFUSE, NULL),
+	                 -EINVAL);
+	assert_non_null(strstr(f->err, "entries[1] \"v\": target \"../../sub/d/g\" passes into"));
+	assert_int_equal(load_below(f, ino_at(f, "other/inner"), V2(L("w", "../z")),
+	                            MANIFEST_OUTSIDE_REFUSE, NULL),
+	                 0);
+	expect(f, true, "other/inner/w");
 }
 
 int main(void)
