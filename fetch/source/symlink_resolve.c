@@ -276,7 +276,7 @@ static int step(struct walk *w, const char *seg, size_t n, bool slash, enum syml
 		return 1;
 	}
 	if (w->cur_unlisted) {
-		chain_end(w, ", then into a directory whose manifest is not loaded yet");
+		chain_end(w, ", then into another directory with a manifest of its own");
 		*end = SYMLINK_UNKNOWN;
 		return 0;
 	}
@@ -405,7 +405,7 @@ const char *symlink_end_text(enum symlink_end end)
 	case SYMLINK_ESCAPES:
 		return "leads out of the mount";
 	case SYMLINK_UNKNOWN:
-		return "passes into a directory whose manifest is not loaded yet";
+		return "passes into another directory with a manifest of its own";
 	}
 	return "?";
 }

@@ -22,8 +22,8 @@ enum symlink_node_kind {
 	SYMLINK_NODE_FILE,
 	SYMLINK_NODE_DIR,
 	SYMLINK_NODE_LINK,
-	/* A directory whose entries are in a manifest not loaded yet: what is below it is
-	 * unknown. */
+	/* A directory whose entries are in a manifest of its own that the walk may not enter
+	 * (not loaded yet, or not above the manifest being judged): what is below is unknown. */
 	SYMLINK_NODE_UNLISTED,
 };
 
@@ -69,8 +69,8 @@ int symlink_resolve(symlink_lookup_fn lookup, void *ctx, const char *path, size_
 
 /*
  * Whether a link that ends so must be kept out of a snapshot that promises none leads out:
- * SYMLINK_ESCAPES; SYMLINK_UNKNOWN (it cannot be judged without loading another manifest,
- * and hiding it later would change the snapshot); SYMLINK_LOOP (no walk gets through it,
+ * SYMLINK_ESCAPES; SYMLINK_UNKNOWN (it cannot be judged without another manifest: loading
+ * one to judge, or hiding the link later, would change the snapshot); SYMLINK_LOOP (no walk gets through it,
  * but a resolver with a larger bound than the kernel's, or a reader that counts in user
  * space, might, and a loop is nothing a tree needs). A dangling link, or one that walks
  * through a file, reaches nothing and stays.
