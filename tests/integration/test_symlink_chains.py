@@ -109,7 +109,15 @@ def test_legitimate_dotdot_in_a_nested_manifest_is_shown(upstream, mount):
     assert read_file(m.p("sub/up")) == b"top\n"
     m.unmount()
     assert 'sub/out -> "../../etc", then ".." above the mount\'s root' in m.stderr()
-    # Under refuse the listing fails for out alone; without it, it loads.
+    # Under refuse the listing fails for out alone, naming it and its chain...
+    r = mount(url, "--outside-symlinks", "refuse", name="mnt1")
+    with pytest.raises(OSError) as e:
+        os.listdir(r.p("sub"))
+    assert e.value.errno == errno.EIO
+    r.unmount()
+    assert ('listing /sub failed: entries[2] "out": target "../../etc" leads out of the mount'
+            ' (--outside-symlinks=refuse): sub/out -> "../../etc", then ".." above') in r.stderr()
+    # ... and without it, it loads.
     nested_store(upstream.root, [
         {"path": "lib/link", "type": "symlink", "target": "../../f"},
         {"path": "up", "type": "symlink", "target": "../f"},
