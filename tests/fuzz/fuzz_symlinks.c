@@ -18,7 +18,8 @@
  *      SYMLINK_LOOP     <-> ELOOP    (more than 40 links)
  *      SYMLINK_ESCAPES  <-> EXDEV    (an absolute target, or ".." at the top)
  *    The first reason a walk stops is the same in both: the resolver checks in the
- *    kernel's order. (No name is longer than 255 bytes here, so ENAMETOOLONG never comes.)
+ *    kernel's order. (openat2's EAGAIN, a rename elsewhere on the machine racing a "..",
+ *    is retried.) (No name is longer than 255 bytes here, so ENAMETOOLONG never comes.)
  * 2. The resolver over a partial tree (some nested directories not loaded: opaque) must
  *    end as in 1, or with SYMLINK_UNKNOWN: it may not know, but never says otherwise.
  * 3. The loader, with --outside-symlinks hide, loads the tree as a root manifest and one
@@ -204,8 +205,14 @@ static int materialise(const struct tree *t, char *dir, size_t cap)
 static int oracle(int fd, const char *path)
 {
 	struct open_how how = {.flags = O_PATH, .resolve = RESOLVE_BENEATH};
-	long r = syscall(SYS_openat2, fd, path, &how, sizeof(how));
+	long r;
 
+	/* EAGAIN: a rename or mount anywhere on the machine during a walk with ".." (the
+	 * kernel cannot tell it did not escape); the man page's advice is to retry. */
+	for (int tries = 0; (r = syscall(SYS_openat2, fd, path, &how, sizeof(how))) < 0 &&
+	                    errno == EAGAIN && tries < 1000;
+	     tries++)
+		;
 	if (r < 0)
 		return errno;
 	close((int)r);
