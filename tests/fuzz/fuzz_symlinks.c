@@ -454,6 +454,11 @@ static void check_loader(struct tree *t, int fd)
 	index_close(idx);
 }
 
+static void remove_base(void)
+{
+	nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
@@ -462,6 +467,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(base, sizeof(base), "/tmp/fuzz_symlinks.XXXXXX");
 	if (!mkdtemp(base))
 		abort();
+	atexit(remove_base);
 	return 0;
 }
 
