@@ -678,3 +678,15 @@ void index_build_abort(struct index_builder *b)
 	pthread_mutex_unlock(&b->idx->build_lock);
 	builder_free(b);
 }
+
+int index_build_find(struct index_builder *b, const char *path, size_t len, enum index_kind *kind,
+                     bool *nested)
+{
+	long found = path_table_find(&b->pt, path, len, path_table_hash(&b->pt, path, len));
+
+	if (found < 0)
+		return -ENOENT;
+	*kind = (enum index_kind)b->pt.v[found].kind;
+	*nested = b->pt.v[found].nested;
+	return 0;
+}

@@ -272,4 +272,13 @@ const char *index_check_root_segment(const char *name, size_t len);
  */
 const char *index_check_path(const char *path, size_t len, bool at_root, char *buf, size_t cap);
 
+/*
+ * What build b holds at path (len bytes, relative to the directory built; "" is that
+ * directory): 0 with *kind, and *nested when it is a directory with a manifest of its own;
+ * -ENOENT. For the loader's thread once no index_build_add runs (the table is the
+ * builder's own, unlocked). Added for the symlink judge (fetch/source/symlink_judge.h).
+ */
+int index_build_find(struct index_builder *b, const char *path, size_t len, enum index_kind *kind,
+                     bool *nested);
+
 #endif

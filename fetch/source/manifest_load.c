@@ -14,6 +14,7 @@
 #include "fetch/source/load_pipe.h"
 #include "fetch/source/manifest_entries.h"
 #include "fetch/source/manifest_url.h"
+#include "fetch/source/symlink_judge.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -49,6 +50,10 @@ struct load {
 	/* The builder thread, for a large manifest; NULL: entries are added here. It reads b
 	 * and array, which stay as they are while it runs. */
 	struct load_pipe *pipe;
+	/* The symlinks kept aside until the rest is in (hide, refuse); NULL: none yet. */
+	struct symlink_judge *judge;
+	struct index *idx;
+	uint64_t dir; /* the directory loaded: INDEX_ROOT_INO, or a nested one */
 	char *err;
 	size_t err_len;
 };
@@ -145,7 +150,7 @@ static int name_entry(char *err, size_t err_len, const char *array, int64_t i, c
 __attribute__((format(printf, 5, 6))) static int
 entry_error(struct load *ld, int64_t i, const char *path, size_t path_len, const char *fmt, ...)
 {
-	char reason[320];
+	char reason[768]; /* a symlink's chain included */
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -523,20 +528,19 @@ static int load_entry(void *ctx, const struct manifest_entry *e)
 		else
 			rc = read_nested(ld, e, path, len, &be, chunk_sha256, &chunk_url);
 	}
+	/* Judged once the whole snapshot is known: it may point at a later entry. */
 	if (rc == 0 && be.kind == INDEX_KIND_SYMLINK &&
-	    ld->opts->outside_symlinks != MANIFEST_OUTSIDE_SHOW &&
-	    manifest_symlink_leaves(path, len, be.target, be.target_len)) {
-		if (ld->opts->outside_symlinks == MANIFEST_OUTSIDE_REFUSE)
-			return entry_error(ld, e->i, path, len,
-			                   "target \"%.80s\" leads out of the mount "
-			                   "(--outside-symlinks=refuse)",
-			                   be.target);
-		ld->opts->hidden_symlinks++;
-		return 0;
+	    ld->opts->outside_symlinks != MANIFEST_OUTSIDE_SHOW) {
+		if (!ld->judge)
+			rc = symlink_judge_new(ld->idx, ld->b, ld->dir, &ld->judge);
+		if (rc == 0)
+			rc = symlink_judge_defer(ld->judge, e->i, &be);
+		goto out;
 	}
 	if (rc == 0)
 		rc = ld->pipe ? load_pipe_put(ld->pipe, e->i, &be)
 		              : add_entry(ld, e->i, &be, ld->err, ld->err_len);
+out:
 	free(url);
 	free(chunk_url);
 	return rc;
@@ -734,27 +738,29 @@ static int prepare_load(struct load *ld)
 	return rc;
 }
 
-bool manifest_symlink_leaves(const char *path, size_t path_len, const char *target,
-                             size_t target_len)
+/* symlink_judge_add_fn: a link that stays, added on this thread (the builder's is done). */
+static int add_link(void *ctx, int64_t i, const struct index_build_entry *be)
 {
-	long depth = 0; /* of the directory the link is in, below the root */
+	struct load *ld = ctx;
 
-	if (target_len > 0 && target[0] == '/')
-		return true;
-	for (size_t k = 0; k < path_len; k++)
-		depth += path[k] == '/';
-	for (size_t start = 0; start < target_len;) {
-		const char *slash = memchr(target + start, '/', target_len - start);
-		size_t end = slash ? (size_t)(slash - target) : target_len, n = end - start;
-		if (n == 2 && target[start] == '.' && target[start + 1] == '.') {
-			if (--depth < 0)
-				return true;
-		} else if (n > 0 && !(n == 1 && target[start] == '.')) {
-			depth++;
-		}
-		start = end + 1;
+	return add_entry(ld, i, be, ld->err, ld->err_len);
+}
+
+/* The links kept aside, judged now that everything else is in; refused with their chain. */
+static int judge_symlinks(struct load *ld)
+{
+	struct symlink_verdict bad;
+	char target[ERR_PATH_MAX * 4 + 16];
+	int rc = symlink_judge_run(ld->judge, ld->opts->outside_symlinks, add_link, ld,
+	                           &ld->opts->hidden_symlinks, &bad);
+
+	if (rc == -EINVAL && !(ld->err && ld->err[0])) {
+		quote_path(target, sizeof(target), bad.target, bad.target_len);
+		rc = entry_error(ld, bad.i, bad.path, bad.path_len,
+		                 "target \"%.80s\" %s (--outside-symlinks=refuse): %s", target,
+		                 symlink_end_text(bad.res.end), bad.res.chain);
 	}
-	return false;
+	return rc;
 }
 
 /* Whether to add entries on a thread of their own. SPOOLFS_TEST_LOAD_PIPE=1 sends the unit
@@ -777,7 +783,9 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 	                  .err_len = err_len,
 	                  .array = "files",
 	                  .opts = opts ? opts : &defaults,
-	                  .at_root = dir == INDEX_ROOT_INO};
+	                  .at_root = dir == INDEX_ROOT_INO,
+	                  .idx = idx,
+	                  .dir = dir};
 	char why[256] = "";
 	int rc;
 
@@ -838,11 +846,14 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 		if (brc < 0)
 			rc = brc;
 	}
+	if (rc == 0 && ld.judge)
+		rc = judge_symlinks(&ld);
 	if (rc == 0) {
 		rc = index_build_commit(ld.b);
 		ld.b = NULL;
 	}
 out:
+	symlink_judge_free(ld.judge);
 	index_build_abort(ld.b);
 	if (rc < 0 && rc != -EINVAL && rc != -EBUSY && err && err_len && !err[0]) {
 		char buf[64];

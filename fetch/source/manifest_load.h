@@ -14,9 +14,10 @@
 #include "index/index.h"
 
 /*
- * Symlinks whose target leads out of the mount (an absolute target, or more ".." than the
- * link is deep) point readers at this machine's own files: a build that trusts the mount
- * would read them as if the store had sent them. What to do with them.
+ * Symlinks that lead out of the mount (an absolute target, or ".." above its root, however
+ * many links it takes to get there: symlink_judge.h) point readers at this machine's own
+ * files: a build that trusts the mount would read them as if the store had sent them. What
+ * to do with them.
  */
 enum manifest_outside_symlinks {
 	MANIFEST_OUTSIDE_SHOW = 0, /* as given: toolchains and sysroots have such links */
@@ -37,11 +38,6 @@ struct manifest_load_options {
 	const char *confine_origin;
 	const char *confine_dir;
 };
-
-/* Whether a symlink at path (len bytes, relative to the mount root) with this target
- * leads out of the mount. */
-bool manifest_symlink_leaves(const char *path, size_t path_len, const char *target,
-                             size_t target_len);
 
 /*
  * Loads a manifest (JSON text) into an empty namespace, all or nothing. opts may be NULL

@@ -5,6 +5,7 @@
  */
 #include "util/hex.h"
 #include "fetch/source/nested.h"
+#include "fetch/source/nested_cache.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -26,23 +27,39 @@ int source_nested_list(struct index *idx, uint64_t dir, const struct source_opti
 
 	if (rc)
 		return rc;
+	/* Directories that name one manifest fetch it once (a walk over a tree of identical
+	 * subtrees would fetch it for each). */
+	rc = nested_cache_get(ref.sha256, &text, &len);
+	if (rc == 1 && len == ref.size)
+		goto load;
+	if (rc < 0)
+		goto out;
+	if (rc == 1) { /* the same digest, another size: the parent is wrong, not the text */
+		snprintf(err, err_len,
+		         "nested manifest's size is not the %llu bytes its parent names",
+		         (unsigned long long)ref.size);
+		rc = -EIO;
+		goto out;
+	}
 	/* No more than the parent said it holds: a server cannot make the mount hold more. */
 	bounded.max_bytes = ref.size ? ref.size : 1;
 	rc = source_manifest_read(ref.url, &bounded, &text, &len, &where, &mtime, err, err_len);
-	if (rc)
-		goto out;
-	rc = util_sha256_hex(text, len, got);
-	if (rc)
-		goto out;
-	if (len != ref.size || strcmp(got, ref.sha256) != 0) {
+	if (rc == 0)
+		rc = util_sha256_hex(text, len, got);
+	if (rc == 0 && (len != ref.size || strcmp(got, ref.sha256) != 0)) {
 		snprintf(err, err_len,
 		         "nested manifest %s is not the one its parent names (%zu bytes, sha256"
 		         " %.16s...; expected %llu bytes, %.16s...)",
 		         util_redact_url(ref.url, shown, sizeof(shown)), len, got,
 		         (unsigned long long)ref.size, ref.sha256);
 		rc = -EIO;
+	}
+	if (rc) {
+		nested_cache_abandon(ref.sha256);
 		goto out;
 	}
+	nested_cache_put(ref.sha256, text, len);
+load:
 	rc = source_manifest_load_subtree(idx, dir, text, len, base_url, opts, err, err_len);
 	if (rc == -EBUSY) /* listed by another caller meanwhile: the same snapshot */
 		rc = 0;

@@ -3,6 +3,7 @@
 #   fuzz_manifest       manifest JSON -> source_manifest_load (validation, URL resolution)
 #   fuzz_content_range  Content-Range values and raw response headers (fetch/http/http.h)
 #   fuzz_segment        path segment sanitisation (index_check_segment)
+#   fuzz_symlinks       manifest symlinks (symlink_resolve.h) against openat2(RESOLVE_BENEATH)
 #
 # Builds them with clang, ASan+UBSan and libFuzzer into build-fuzz/ and runs each for
 # FUZZ_SECONDS (default 30), starting from the seeds in tests/fuzz/corpus/<target>/. New
@@ -19,7 +20,7 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment fuzz_s3_list)
+((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment fuzz_s3_list fuzz_symlinks)
 
 CC=${CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOOLFS_FUZZ=ON \
 	-DSPOOLFS_SANITIZE=address,undefined >/dev/null &&

@@ -90,3 +90,15 @@ int test_dir_remove(const char *path, int fd)
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", path);
 	return system(cmd) == 0 ? 0 : -1;
 }
+
+uint64_t test_index_ino(struct index *idx, const char *path)
+{
+	struct index_node n = {.ino = INDEX_ROOT_INO};
+	char copy[1024], *save = NULL;
+
+	snprintf(copy, sizeof(copy), "%s", path);
+	for (char *seg = strtok_r(copy, "/", &save); seg; seg = strtok_r(NULL, "/", &save))
+		if (index_lookup(idx, n.ino, seg, &n) != 0)
+			return 0;
+	return n.ino;
+}

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "fetch/engine/flight.h"
+#include "index/index.h"
 
 /*
  * A parked read. Single-threaded tests read err and calls directly; a thread other than
@@ -54,5 +55,8 @@ void test_threads_run(unsigned n, void *(*fn)(void *arg), void *args, size_t str
  */
 int test_dir_make(const char *name, char *path, size_t cap);
 int test_dir_remove(const char *path, int fd);
+
+/* The inode at path ("a/b", from the root) in idx, or 0 when there is none. */
+uint64_t test_index_ino(struct index *idx, const char *path);
 
 #endif

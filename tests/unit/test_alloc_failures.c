@@ -41,6 +41,7 @@
 #include "fetch/s3/s3_list.h"
 #include "fetch/s3/sigv4.h"
 #include "fetch/source/manifest_load.h"
+#include "util/log.h"
 #include "index/index.h"
 #include "index/records.h"
 #include "util/ranges.h"
@@ -837,6 +838,51 @@ static void test_index(void **state)
 	            10);
 }
 
+/* A manifest whose links are judged (--outside-symlinks hide): kept aside, walked, added. */
+static const char linked[] =
+    "{\"version\": 2, \"entries\": ["
+    "{\"path\": \"x\", \"type\": \"symlink\", \"target\": \"d/d/../../etc\"},"
+    "{\"path\": \"d\", \"type\": \"symlink\", \"target\": \".\"},"
+    "{\"path\": \"s/in\", \"type\": \"symlink\", \"target\": \"../f\"},"
+    "{\"path\": \"f\", \"size\": 1}]}";
+
+static void symlinks_run(void *ctx, unsigned long n)
+{
+	struct manifest_load_options opts = {.outside_symlinks = MANIFEST_OUTSIDE_HIDE};
+	struct index *idx = NULL;
+	struct index_node node, s;
+	char err[512];
+	int rc;
+
+	(void)ctx;
+	assert_int_equal(index_open(&idx), 0);
+	alloc_fail_arm(n);
+	rc = source_manifest_load(idx, linked, strlen(linked), BASE, &opts, err, sizeof(err));
+	alloc_fail_disarm();
+	assert_index_unlocked(idx);
+	if (rc) {
+		assert_enomem(rc);
+		/* All or nothing: no link was added before the failure, and a load comes next. */
+		assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "d", &node), -ENOENT);
+		opts.hidden_symlinks = 0;
+		assert_int_equal(source_manifest_load(idx, linked, strlen(linked), BASE, &opts, err,
+		                                      sizeof(err)),
+		                 0);
+	}
+	assert_int_equal(opts.hidden_symlinks, 1);
+	assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "x", &node), -ENOENT);
+	assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "d", &node), 0);
+	assert_int_equal(index_lookup(idx, INDEX_ROOT_INO, "s", &s), 0);
+	assert_int_equal(index_lookup(idx, s.ino, "in", &node), 0);
+	index_close(idx);
+}
+
+static void test_symlinks(void **state)
+{
+	util_log_set_level(UTIL_LOG_ERROR); /* each load logs the link it hides */
+	assert_true(torture("source_manifest_load judging symlinks", symlinks_run, *state) >= 5);
+}
+
 /*
  * sqlite's own allocations, counted and failed like ours while sqlite_counted is set (only
  * around records_run, whose connection lives and dies inside the run), so a failure inside
@@ -1381,6 +1427,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_flight_fail_taint, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_flight_reopen, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_index, setup_dir, teardown_dir),
+	    cmocka_unit_test_setup_teardown(test_symlinks, setup_dir, teardown_dir),
 	    cmocka_unit_test_setup_teardown(test_records, setup_memory_dir, teardown_dir),
 	    cmocka_unit_test(test_http_no_allocations),
 	    cmocka_unit_test(test_s3_list),

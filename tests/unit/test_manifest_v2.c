@@ -295,14 +295,6 @@ static void test_refusals(void **state)
 
 static void test_symlinks_that_leave_the_mount(void **state)
 {
-	static const struct {
-		const char *path, *target;
-		bool leaves;
-	} cases[] = {
-	    {"a", "/etc/passwd", true},  {"a", "..", true},           {"d/a", "..", false},
-	    {"d/a", "../..", true},      {"d/a", "../x/../..", true}, {"d/a", "./b/../../c", false},
-	    {"d/e/a", "../../f", false}, {"a", "b//c/../..", false},  {"a", "b/../../c", true},
-	};
 	struct fixture *f = *state;
 	struct manifest_load_options opts = {.outside_symlinks = MANIFEST_OUTSIDE_HIDE};
 	const char *json = V2("{\"path\":\"up\",\"type\":\"symlink\",\"target\":\"../x\"},"
@@ -311,10 +303,6 @@ static void test_symlinks_that_leave_the_mount(void **state)
 	                      "{\"path\":\"d\",\"type\":\"directory\"}");
 	struct index_node n;
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		if (manifest_symlink_leaves(cases[i].path, strlen(cases[i].path), cases[i].target,
-		                            strlen(cases[i].target)) != cases[i].leaves)
-			fail_msg("%s -> %s", cases[i].path, cases[i].target);
 	/* Hidden: left out and counted; the directory it was in is still there. */
 	assert_int_equal(
 	    source_manifest_load(f->idx, json, strlen(json), BASE, &opts, f->err, sizeof(f->err)),
