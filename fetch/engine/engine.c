@@ -198,7 +198,7 @@ static int activate(struct engine *e, struct flight *f)
 	flight_ref(f);
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.records)
-		index_spool_touch(e->cfg.records, f->key, f->size, cache_use_stamp(e));
+		index_records_touch(e->cfg.records, f->key, f->size, engine_cache_use_stamp(e));
 	if (e->leases) {
 		rc = lease_set_try(e->leases, f->key);
 		if (rc < 0) {
@@ -217,11 +217,11 @@ static int activate(struct engine *e, struct flight *f)
 		if (!f->lease_held) {
 			util_log(UTIL_LOG_INFO, "%s: another mount of the cache is downloading it",
 			         f->name);
-			cache_watch(e, f);
+			engine_cache_watch(e, f);
 			return 0;
 		}
 	}
-	cache_start_owned(e, f);
+	engine_cache_start_owned(e, f);
 	return 0;
 }
 
@@ -379,7 +379,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		f->failures = 0;
 		f->auth_retried = false;
 		stream_free(e, s);
-		cache_record_progress(e, f, for_reader);
+		engine_cache_record_progress(e, f, for_reader);
 		return;
 	}
 	if (s->auth_refused && !s->fatal && on_refused(e, s))
@@ -478,8 +478,8 @@ static void retire_finished(struct engine *e)
 			if (state == FLIGHT_COMPLETE)
 				atomic_fetch_add_explicit(&e->stats->completed, 1,
 				                          memory_order_relaxed);
-			cache_record_progress(e, f, true);
-			cache_release_lease(e, f);
+			engine_cache_record_progress(e, f, true);
+			engine_cache_release_lease(e, f);
 			flight_engine_done(f);
 			flight_unref(f);
 			continue;
@@ -614,13 +614,13 @@ static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout
 		if (state != FLIGHT_ACTIVE)
 			return; /* failed or finished: retire_finished lets it go */
 		if (f->next_watch_ms <= now)
-			cache_watch(e, f);
+			engine_cache_watch(e, f);
 		if (watching(e, f) && (long)(f->next_watch_ms - now) < *timeout)
 			*timeout = (long)(f->next_watch_ms - now);
 		return;
 	}
 	if (f->lease_held && f->next_watch_ms <= now)
-		cache_look_for_watchers(e, f, now);
+		engine_cache_look_for_watchers(e, f, now);
 	if (f->lease_held && !f->watched && (long)(f->next_watch_ms - now) < *timeout)
 		*timeout = (long)(f->next_watch_ms - now);
 	if (f->retry_due_ms && f->retry_due_ms > now) {
@@ -629,7 +629,7 @@ static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout
 		return;
 	}
 	schedule_flight(e, f);
-	cache_record_progress(e, f, false);
+	engine_cache_record_progress(e, f, false);
 }
 
 static void *engine_main(void *arg)
@@ -750,13 +750,13 @@ void engine_stop(struct engine *e)
 			while (e->active[i]->streams)
 				stream_free(e, e->active[i]->streams);
 			/* Kept for the next session: a persistent cache resumes from here. */
-			cache_record_progress(e, e->active[i], true);
+			engine_cache_record_progress(e, e->active[i], true);
 			flight_stop(e->active[i], -EIO);
 		} else {
 			/* Finished or failed since the last retire: its final record first. */
-			cache_record_progress(e, e->active[i], true);
+			engine_cache_record_progress(e, e->active[i], true);
 		}
-		cache_release_lease(e, e->active[i]);
+		engine_cache_release_lease(e, e->active[i]);
 		flight_unref(e->active[i]);
 	}
 	e->n_active = 0;

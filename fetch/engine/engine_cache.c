@@ -87,7 +87,7 @@ static void note_progress(struct engine *e, struct flight *f, uint64_t total)
 	f->noted_bytes = UINT64_MAX;
 }
 
-void cache_record_progress(struct engine *e, struct flight *f, bool force)
+void engine_cache_record_progress(struct engine *e, struct flight *f, bool force)
 {
 	struct util_ranges written;
 	uint64_t total;
@@ -130,7 +130,7 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
  * milliseconds (comparable across sessions), strictly increasing within one, so objects
  * first used in the same millisecond still have an order.
  */
-int64_t cache_use_stamp(struct engine *e)
+int64_t engine_cache_use_stamp(struct engine *e)
 {
 	struct timespec ts;
 	int64_t now;
@@ -150,7 +150,7 @@ int64_t cache_use_stamp(struct engine *e)
  */
 static void make_room(struct engine *e, struct flight *f)
 {
-	struct index_spool_entry lru[64];
+	struct index_records_entry lru[64];
 	uint64_t bytes = 0, now = now_ms(), max = e->cfg.cache_max_size;
 	size_t n = 0;
 
@@ -159,13 +159,13 @@ static void make_room(struct engine *e, struct flight *f)
 		e->room_added += f->size;
 		return;
 	}
-	if (index_spool_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
+	if (index_records_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
 		return;
 	for (size_t i = 0; i < n && bytes > e->cfg.cache_max_size; i++) {
 		if (strcmp(lru[i].key, f->key) == 0 ||
 		    flight_table_evict(f->table, lru[i].key) != 0)
 			continue;
-		if (index_record_forget(e->cfg.records, lru[i].key) == 0)
+		if (index_records_forget(e->cfg.records, lru[i].key) == 0)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
 		/* Keys name objects by hash or URL (not by path: that is each mount's own). */
 		char shown[512];
@@ -204,7 +204,7 @@ static void say_unmatched(struct flight *f)
 static int check_seal(struct engine *e, struct flight *f, bool holder, bool *complete)
 {
 	char recorded[FLIGHT_SEAL_MAX] = "", found[FLIGHT_SEAL_MAX] = "";
-	int rc = index_spool_seal(e->cfg.records, f->key, recorded, sizeof(recorded));
+	int rc = index_records_seal(e->cfg.records, f->key, recorded, sizeof(recorded));
 
 	/* A record from a spoolfs before seals has none: checked like a changed one. */
 	if (rc && rc != -ENOENT)
@@ -224,7 +224,7 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 	}
 	util_log(UTIL_LOG_WARN, "%s: %s; checking its sha256 again", f->name, why);
 	*complete = false;
-	return holder ? index_record_incomplete(e->cfg.records, f->key) : 0;
+	return holder ? index_records_mark_incomplete(e->cfg.records, f->key) : 0;
 }
 
 /* f is complete in the cache directory's records: durable, and its opens were hits. */
@@ -277,7 +277,7 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 	    f->after_failure)
 		return -ENOENT;
 	util_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+	rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	*none = (rc == 0 || rc == -ENOENT) && !complete && recorded.total == 0;
 	if (rc == 0 && complete)
 		rc = check_seal(e, f, true, &complete);
@@ -286,7 +286,7 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 		rc = 0;
 	if (rc == 0) {
 		rc = flight_reopen_spool(f, &recorded, complete, false);
-		/* A row without ranges is only a use time (index_spool_touch): nothing kept. */
+		/* A row without ranges is only a use time (index_records_touch): nothing kept. */
 		if ((rc == -ENOENT || rc == -ESTALE) && (complete || recorded.total > 0))
 			say_unmatched(f);
 	}
@@ -311,7 +311,7 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 }
 
 /* This mount downloads f: from what the cache holds, else from the start. */
-void cache_start_owned(struct engine *e, struct flight *f)
+void engine_cache_start_owned(struct engine *e, struct flight *f)
 {
 	char *name = NULL;
 	bool none = false;
@@ -330,7 +330,7 @@ void cache_start_owned(struct engine *e, struct flight *f)
 	 * Records that hold nothing (a fresh object: only its use time) need no write: this
 	 * mount holds the lease, so no other one records ranges for it meanwhile. */
 	if (e->cfg.durable && e->cfg.records && !none) {
-		rc = index_spool_reset(e->cfg.records, f->key);
+		rc = index_records_reset(e->cfg.records, f->key);
 		if (rc) {
 			engine_fail_flight(e, f, rc, "cannot update the cache index");
 			return;
@@ -366,7 +366,7 @@ void cache_start_owned(struct engine *e, struct flight *f)
  * Lets other mounts take the download over: once finished, failed or stopped. Through the
  * recorder, so the lease goes only after the records the next holder starts from.
  */
-void cache_release_lease(struct engine *e, struct flight *f)
+void engine_cache_release_lease(struct engine *e, struct flight *f)
 {
 	if (f->lease_watching)
 		lease_set_unwatch(e->leases, f->key);
@@ -382,7 +382,7 @@ void cache_release_lease(struct engine *e, struct flight *f)
  * A holder's readers may all be sparse, but a mount watching its download can only wait for
  * what it fetches: once watched, it fetches everything, and records progress often.
  */
-void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
+void engine_cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
 {
 	f->next_watch_ms = now + WATCHERS_EVERY_MS;
 	if (f->watched || !lease_set_watched(e->leases, f->key))
@@ -405,7 +405,7 @@ static void take_over(struct engine *e, struct flight *f)
 
 	f->lease_held = true;
 	if (f->spool_fd < 0) {
-		cache_start_owned(e, f); /* it never got far enough to show us a spool */
+		engine_cache_start_owned(e, f); /* it never got far enough to show us a spool */
 		return;
 	}
 	/* A download that fails deletes its spool: its readers got the error, ours do too. */
@@ -415,7 +415,7 @@ static void take_over(struct engine *e, struct flight *f)
 	}
 	flight_claim_spool(f);
 	util_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+	rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == 0 && complete && (rc = check_seal(e, f, true, &complete)) == -ESTALE)
 		why = "the cached copy changed since it was complete";
 	if (rc == 0) {
@@ -441,7 +441,7 @@ static void take_over(struct engine *e, struct flight *f)
  * the file is opened and trusted only while the path still names that file: a holder that
  * starts afresh makes a new file, and the old one's records say nothing about it.
  */
-void cache_watch(struct engine *e, struct flight *f)
+void engine_cache_watch(struct engine *e, struct flight *f)
 {
 	const char *why = "cannot follow another mount's download";
 	struct util_ranges none, recorded;
@@ -463,7 +463,7 @@ void cache_watch(struct engine *e, struct flight *f)
 			rc = 1;
 	}
 	if (rc == 0)
-		rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+		rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == -ENOENT || rc == -EBUSY)
 		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
 	if (rc == 0 && !flight_spool_still_named(f)) {

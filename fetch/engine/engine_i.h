@@ -183,16 +183,16 @@ void schedule_flight(struct engine *e, struct flight *f);
 
 /* engine_cache.c. Each fails f itself (engine_fail_flight) when it cannot go on. */
 /* Records f's progress when one is due (force: now), in a cache directory only. */
-void cache_record_progress(struct engine *e, struct flight *f, bool force);
+void engine_cache_record_progress(struct engine *e, struct flight *f, bool force);
 /* A least-recently-used stamp: wall-clock ms, strictly increasing within a session. */
-int64_t cache_use_stamp(struct engine *e);
+int64_t engine_cache_use_stamp(struct engine *e);
 /* This mount downloads f: from what the cache holds, else from the start. */
-void cache_start_owned(struct engine *e, struct flight *f);
+void engine_cache_start_owned(struct engine *e, struct flight *f);
 /* Lets other mounts take f's download over. */
-void cache_release_lease(struct engine *e, struct flight *f);
+void engine_cache_release_lease(struct engine *e, struct flight *f);
 /* Once another mount watches f's download, it fetches everything and records often. */
-void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
+void engine_cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
 /* Follows another mount's download of f; takes it over when that mount lets go. */
-void cache_watch(struct engine *e, struct flight *f);
+void engine_cache_watch(struct engine *e, struct flight *f);
 
 #endif

@@ -698,7 +698,7 @@ int flight_reopen_spool(struct flight *f, const struct util_ranges *ranges, bool
 		rc = -errno;
 		goto fail;
 	}
-	if (index_entry_unsafe(&st, S_IFREG) || (uint64_t)st.st_size != f->size ||
+	if (index_records_file_unsafe(&st, S_IFREG) || (uint64_t)st.st_size != f->size ||
 	    (ranges->n > 0 && ranges->v[ranges->n - 1].end > f->size) ||
 	    (complete && ranges->total != f->size)) {
 		rc = -ESTALE;

@@ -377,7 +377,7 @@ int flight_reopen_spool(struct flight *f, const struct util_ranges *ranges, bool
                         bool borrowed);
 
 /*
- * Seals a complete spool file, for index_record_sealed: sets its modification time apart
+ * Seals a complete spool file, for index_records_mark_sealed: sets its modification time apart
  * from any write's, so that a later write to it shows (a copy that keeps times does not).
  * The caller makes it durable (fsync, not fdatasync: the time is metadata) before it
  * records the seal. 0 or -errno.
