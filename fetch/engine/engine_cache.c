@@ -58,8 +58,8 @@ static bool record_due(const struct flight *f, uint64_t fresh, uint64_t now, boo
 	if (force || fresh >= RECORD_EVERY_BYTES)
 		return true;
 	/* A watching mount sees only what is recorded: often, then. */
-	return f->watched &&
-	       (fresh >= RECORD_WATCHED_BYTES || now - f->recorded_ms >= RECORD_WATCHED_MS);
+	return f->xfer.watched &&
+	       (fresh >= RECORD_WATCHED_BYTES || now - f->xfer.recorded_ms >= RECORD_WATCHED_MS);
 }
 
 /* Notes f's written ranges for the next serving process of this session, when due. */
@@ -68,23 +68,23 @@ static void note_progress(struct engine *e, struct flight *f, uint64_t total)
 	struct util_ranges written;
 	int rc;
 
-	if (e->cfg.progress_dirfd < 0 || f->spool_fd < 0 || f->spool_borrowed ||
-	    f->noted_bytes == UINT64_MAX || total < f->noted_bytes + NOTE_EVERY_BYTES)
+	if (e->cfg.progress_dirfd < 0 || f->spool.fd < 0 || f->spool.borrowed ||
+	    f->xfer.noted_bytes == UINT64_MAX || total < f->xfer.noted_bytes + NOTE_EVERY_BYTES)
 		return;
 	util_ranges_init(&written);
 	rc = flight_copy_written(f, &written);
 	if (rc == 0)
-		rc = progress_note_write(e->cfg.progress_dirfd, f->spool_name, f->spool_fd, f->size,
+		rc = progress_note_write(e->cfg.progress_dirfd, f->spool.name, f->spool.fd, f->size,
 		                         &written);
 	util_ranges_free(&written);
 	if (rc == 0) {
-		f->noted_bytes = total;
+		f->xfer.noted_bytes = total;
 		return;
 	}
 	/* Only a restart's refetch depends on it: said once per object, then not tried again. */
 	util_log(UTIL_LOG_DEBUG, "%s: cannot note progress for a restart (%s)", f->name,
 	         strerror(-rc));
-	f->noted_bytes = UINT64_MAX;
+	f->xfer.noted_bytes = UINT64_MAX;
 }
 
 void engine_cache_record_progress(struct engine *e, struct flight *f, bool force)
@@ -95,32 +95,32 @@ void engine_cache_record_progress(struct engine *e, struct flight *f, bool force
 
 	/* Records matter only in a cache directory that a later session may reuse, and only the
 	 * lease holder writes them; the last one (complete or failed) is written once. */
-	if (!e->recorder || f->final_recorded || atomic_load(&f->durable) ||
-	    (e->cfg.lease_dirfd >= 0 && !f->lease_held))
+	if (!e->recorder || f->xfer.final_recorded || atomic_load(&f->durable) ||
+	    (e->cfg.lease_dirfd >= 0 && !f->xfer.lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	/* Finished or failed: its note has nothing more to tell a restart (the record does). */
-	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->noted_bytes &&
-	    f->spool_name) {
-		progress_note_remove(e->cfg.progress_dirfd, f->spool_name);
-		f->noted_bytes = 0;
+	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->xfer.noted_bytes &&
+	    f->spool.name) {
+		progress_note_remove(e->cfg.progress_dirfd, f->spool.name);
+		f->xfer.noted_bytes = 0;
 	}
 	if (state == FLIGHT_FAILED) {
 		recorder_failed(e->recorder, f);
-		f->final_recorded = true;
+		f->xfer.final_recorded = true;
 		return;
 	}
 	if (state == FLIGHT_ACTIVE)
 		note_progress(e, f, total);
 	uint64_t now = now_ms();
-	if (state != FLIGHT_COMPLETE && !record_due(f, total - f->recorded_bytes, now, force))
+	if (state != FLIGHT_COMPLETE && !record_due(f, total - f->xfer.recorded_bytes, now, force))
 		return;
 	util_ranges_init(&written);
 	if (flight_copy_written(f, &written) == 0) {
 		recorder_ranges(e->recorder, f, &written, state == FLIGHT_COMPLETE);
-		f->recorded_bytes = total;
-		f->recorded_ms = now;
-		f->final_recorded = state == FLIGHT_COMPLETE;
+		f->xfer.recorded_bytes = total;
+		f->xfer.recorded_ms = now;
+		f->xfer.final_recorded = state == FLIGHT_COMPLETE;
 	}
 	util_ranges_free(&written);
 }
@@ -231,9 +231,9 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 static void found_complete(struct engine *e, struct flight *f)
 {
 	atomic_store(&f->durable, true);
-	if (f->restored)
+	if (f->xfer.restored)
 		return;
-	f->restored = true;
+	f->xfer.restored = true;
 	atomic_fetch_add_explicit(&e->stats->restored, 1, memory_order_relaxed);
 }
 
@@ -292,8 +292,8 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 	}
 	if (rc == 0) {
 		/* Noted bytes are not durable yet: the next record makes them so. */
-		f->recorded_bytes = durable;
-		f->noted_bytes = recorded.total;
+		f->xfer.recorded_bytes = durable;
+		f->xfer.noted_bytes = recorded.total;
 		if (complete)
 			found_complete(e, f);
 		if (recorded.total > durable)
@@ -322,7 +322,7 @@ void engine_cache_start_owned(struct engine *e, struct flight *f)
 	rc = reuse_spool(e, f, &none);
 	if (rc == 0)
 		return;
-	if (f->spool_fd >= 0) {
+	if (f->spool.fd >= 0) {
 		engine_fail_flight(e, f, rc, "cannot restore the spool file");
 		return;
 	}
@@ -368,14 +368,14 @@ void engine_cache_start_owned(struct engine *e, struct flight *f)
  */
 void engine_cache_release_lease(struct engine *e, struct flight *f)
 {
-	if (f->lease_watching)
+	if (f->xfer.lease_watching)
 		lease_set_unwatch(e->leases, f->key);
-	if (f->lease_held && e->recorder)
+	if (f->xfer.lease_held && e->recorder)
 		recorder_release(e->recorder, e->leases, f->key);
-	else if (f->lease_held)
+	else if (f->xfer.lease_held)
 		lease_set_release(e->leases, f->key);
-	f->lease_watching = false;
-	f->lease_held = false;
+	f->xfer.lease_watching = false;
+	f->xfer.lease_held = false;
 }
 
 /*
@@ -384,10 +384,10 @@ void engine_cache_release_lease(struct engine *e, struct flight *f)
  */
 void engine_cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
 {
-	f->next_watch_ms = now + WATCHERS_EVERY_MS;
-	if (f->watched || !lease_set_watched(e->leases, f->key))
+	f->xfer.next_watch_ms = now + WATCHERS_EVERY_MS;
+	if (f->xfer.watched || !lease_set_watched(e->leases, f->key))
 		return;
-	f->watched = true;
+	f->xfer.watched = true;
 	flight_fetch_whole(f);
 }
 
@@ -403,13 +403,13 @@ static void take_over(struct engine *e, struct flight *f)
 	struct stat st;
 	int rc;
 
-	f->lease_held = true;
-	if (f->spool_fd < 0) {
+	f->xfer.lease_held = true;
+	if (f->spool.fd < 0) {
 		engine_cache_start_owned(e, f); /* it never got far enough to show us a spool */
 		return;
 	}
 	/* A download that fails deletes its spool: its readers got the error, ours do too. */
-	if (fstat(f->spool_fd, &st) != 0 || st.st_nlink == 0) {
+	if (fstat(f->spool.fd, &st) != 0 || st.st_nlink == 0) {
 		engine_fail_flight(e, f, -EIO, "the download in another mount of the cache failed");
 		return;
 	}
@@ -420,7 +420,7 @@ static void take_over(struct engine *e, struct flight *f)
 		why = "the cached copy changed since it was complete";
 	if (rc == 0) {
 		rc = flight_adopt(f, &recorded, complete);
-		f->recorded_bytes = recorded.total;
+		f->xfer.recorded_bytes = recorded.total;
 		if (complete)
 			found_complete(e, f);
 	}
@@ -448,18 +448,18 @@ void engine_cache_watch(struct engine *e, struct flight *f)
 	bool complete = false;
 	int rc = lease_set_try(e->leases, f->key);
 
-	f->next_watch_ms = now_ms() + WATCH_EVERY_MS;
+	f->xfer.next_watch_ms = now_ms() + WATCH_EVERY_MS;
 	if (rc == 1) {
 		take_over(e, f);
 		return;
 	}
 	util_ranges_init(&none);
 	util_ranges_init(&recorded);
-	if (rc == 0 && f->spool_fd < 0) {
+	if (rc == 0 && f->spool.fd < 0) {
 		/* Opened with nothing adopted yet: what it holds is decided below. */
 		rc = flight_reopen_spool(f, &none, false, true);
 		/* Not created, or not sized, yet: the holder has only just started. */
-		if (f->spool_fd < 0 && (rc == -ENOENT || rc == -ESTALE))
+		if (f->spool.fd < 0 && (rc == -ENOENT || rc == -ESTALE))
 			rc = 1;
 	}
 	if (rc == 0)

@@ -142,7 +142,7 @@ static inline uint64_t now_ms(void)
 /* A flight that another mount's download serves; the lease says who downloads. */
 static inline bool watching(const struct engine *e, const struct flight *f)
 {
-	return e->cfg.lease_dirfd >= 0 && !f->lease_held;
+	return e->cfg.lease_dirfd >= 0 && !f->xfer.lease_held;
 }
 
 /* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */
