@@ -63,10 +63,10 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 		goto fail;
 	e->cfg = *cfg;
 	e->stats = cfg->stats ? cfg->stats : &e->own_stats;
-	spec_limit_init(&e->spec, cfg->spec_max);
-	atomic_store(&e->stats->spec_limit, e->spec.cur);
-	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
-	if (!e->pending_buf)
+	spec_limit_init(&e->spec.limit, cfg->spec_max);
+	atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
+	e->pending.buf = malloc(SPOOL_WRITE_BYTES);
+	if (!e->pending.buf)
 		goto fail_engine;
 	if (cfg->lease_dirfd >= 0 && (rc = lease_set_create(cfg->lease_dirfd, &e->leases)) != 0)
 		goto fail_engine;
@@ -79,7 +79,7 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	return 0;
 fail_engine:
 	lease_set_destroy(e->leases);
-	free(e->pending_buf);
+	free(e->pending.buf);
 	free(e);
 fail:
 	return rc;
@@ -110,13 +110,13 @@ void engine_kick(struct engine *e, struct flight *f)
 /* Speculation backs off (spec_limit.h), saying why when the bound moved. */
 static void cut_speculation(struct engine *e, const char *why)
 {
-	unsigned before = e->spec.cur;
+	unsigned before = e->spec.limit.cur;
 
-	spec_limit_throttled(&e->spec, now_ms());
-	if (e->spec.cur != before)
+	spec_limit_throttled(&e->spec.limit, now_ms());
+	if (e->spec.limit.cur != before)
 		util_log(UTIL_LOG_INFO, "%s: at most %u speculative requests at once now", why,
-		         e->spec.cur);
-	atomic_store(&e->stats->spec_limit, e->spec.cur);
+		         e->spec.limit.cur);
+	atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
 }
 
 void engine_note_throttled(struct engine *e)
@@ -131,10 +131,10 @@ static void note_fds_short(struct engine *e)
 {
 	unsigned shorts = util_fd_shorts();
 
-	if (shorts == e->fd_shorts_seen)
+	if (shorts == e->spec.fd_shorts_seen)
 		return;
-	e->fd_shorts_seen = shorts;
-	e->spec_fd_checked_ms = 0; /* count again before the next one starts */
+	e->spec.fd_shorts_seen = shorts;
+	e->spec.fd_checked_ms = 0; /* count again before the next one starts */
 	cut_speculation(e, "out of file descriptors (EMFILE or ENFILE)");
 }
 
@@ -144,18 +144,18 @@ static bool spec_may_start(struct engine *e)
 {
 	uint64_t now;
 
-	if (e->n_spec >= e->spec.cur)
+	if (e->spec.n_running >= e->spec.limit.cur)
 		return false;
 	now = now_ms();
-	if (e->spec_fd_checked_ms == 0 || now - e->spec_fd_checked_ms >= SPEC_FD_LOOK_MS) {
-		e->spec_fd_left = util_fd_room() - SPEC_FD_HEADROOM;
-		e->spec_fd_checked_ms = now;
+	if (e->spec.fd_checked_ms == 0 || now - e->spec.fd_checked_ms >= SPEC_FD_LOOK_MS) {
+		e->spec.fd_left = util_fd_room() - SPEC_FD_HEADROOM;
+		e->spec.fd_checked_ms = now;
 	}
-	if (e->spec_fd_left < SPEC_FDS_EACH) {
-		e->spec_fd_blocked = true;
+	if (e->spec.fd_left < SPEC_FDS_EACH) {
+		e->spec.fd_blocked = true;
 		return false;
 	}
-	e->spec_fd_left -= SPEC_FDS_EACH;
+	e->spec.fd_left -= SPEC_FDS_EACH;
 	return true;
 }
 
@@ -308,7 +308,7 @@ static void refusal_code(const struct stream *s, char *code, size_t len)
 	struct s3_list_result r = {0};
 
 	code[0] = '\0';
-	if (s3_list_parse(s->err_body, s->err_len, NULL, &r, NULL, 0) == 0 &&
+	if (s3_list_parse(s->auth.err_body, s->auth.err_len, NULL, &r, NULL, 0) == 0 &&
 	    r.kind == S3_DOC_ERROR)
 		snprintf(code, len, "%s", r.error.code);
 	s3_list_result_free(&r);
@@ -333,7 +333,7 @@ static bool on_refused(struct engine *e, struct stream *s)
 		s->fatal = -EIO;
 		return false;
 	}
-	uint64_t gen = s->creds_gen;
+	uint64_t gen = s->auth.creds_gen;
 	if (e->cfg.creds_expired)
 		e->cfg.creds_expired(e->cfg.sign_ctx, gen);
 	/* Free once until a request succeeds again, for every request signed with the
@@ -373,8 +373,8 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
 		if (s->speculative) {
-			spec_limit_success(&e->spec);
-			atomic_store(&e->stats->spec_limit, e->spec.cur);
+			spec_limit_success(&e->spec.limit);
+			atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
 		}
 		f->xfer.failures = 0;
 		f->xfer.auth.retried = false;
@@ -382,7 +382,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		engine_cache_record_progress(e, f, for_reader);
 		return;
 	}
-	if (s->auth_refused && !s->fatal && on_refused(e, s))
+	if (s->auth.refused && !s->fatal && on_refused(e, s))
 		return;
 	fatal = s->fatal;
 	if (fatal == 0 && s->stalled) {
@@ -493,31 +493,31 @@ static void retire_finished(struct engine *e)
 /* Keeps f (a new speculative flight nobody has opened) until a speculative slot is free. */
 static int park_speculative(struct engine *e, struct flight *f)
 {
-	if (e->n_spec_waiting == e->cap_spec_waiting && e->spec_head > 0) {
+	if (e->spec.n_waiting == e->spec.cap_waiting && e->spec.head > 0) {
 		/* Drop what was taken from the front before growing. */
-		memmove(e->spec_waiting, e->spec_waiting + e->spec_head,
-		        (e->n_spec_waiting - e->spec_head) * sizeof(*e->spec_waiting));
-		e->n_spec_waiting -= e->spec_head;
-		e->spec_head = 0;
+		memmove(e->spec.waiting, e->spec.waiting + e->spec.head,
+		        (e->spec.n_waiting - e->spec.head) * sizeof(*e->spec.waiting));
+		e->spec.n_waiting -= e->spec.head;
+		e->spec.head = 0;
 	}
-	if (e->n_spec_waiting == e->cap_spec_waiting) {
-		size_t cap = e->cap_spec_waiting ? e->cap_spec_waiting * 2 : 64;
-		struct flight **v = realloc(e->spec_waiting, cap * sizeof(*v));
+	if (e->spec.n_waiting == e->spec.cap_waiting) {
+		size_t cap = e->spec.cap_waiting ? e->spec.cap_waiting * 2 : 64;
+		struct flight **v = realloc(e->spec.waiting, cap * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
-		e->spec_waiting = v;
-		e->cap_spec_waiting = cap;
+		e->spec.waiting = v;
+		e->spec.cap_waiting = cap;
 	}
 	flight_ref(f);
-	e->spec_waiting[e->n_spec_waiting++] = f;
+	e->spec.waiting[e->spec.n_waiting++] = f;
 	return 0;
 }
 
 /* Activates waiting speculative flights while slots are free, in the order they came. */
 static void admit_speculative(struct engine *e)
 {
-	while (e->spec_head < e->n_spec_waiting && spec_may_start(e)) {
-		struct flight *f = e->spec_waiting[e->spec_head++];
+	while (e->spec.head < e->spec.n_waiting && spec_may_start(e)) {
+		struct flight *f = e->spec.waiting[e->spec.head++];
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
 		/* A reader's kick may have activated it meanwhile. */
@@ -527,8 +527,8 @@ static void admit_speculative(struct engine *e)
 			schedule_flight(e, f);
 		flight_unref(f);
 	}
-	if (e->spec_head == e->n_spec_waiting)
-		e->spec_head = e->n_spec_waiting = 0;
+	if (e->spec.head == e->spec.n_waiting)
+		e->spec.head = e->spec.n_waiting = 0;
 }
 
 static void drain_queue(struct engine *e)
@@ -646,7 +646,7 @@ static void *engine_main(void *arg)
 		uint64_t now;
 
 		note_fds_short(e);
-		e->spec_fd_blocked = false;
+		e->spec.fd_blocked = false;
 		drain_queue(e);
 		curl_multi_perform(e->multi, &running);
 		(void)stream_flush_pending(
@@ -664,7 +664,7 @@ static void *engine_main(void *arg)
 			end_stopped_streams(e);
 		admit_speculative(e);
 		/* Waiting for fds, not a slot: nothing wakes it when readers close some. */
-		if (e->spec_fd_blocked && e->spec_head < e->n_spec_waiting &&
+		if (e->spec.fd_blocked && e->spec.head < e->spec.n_waiting &&
 		    timeout > SPEC_FD_WAIT_MS)
 			timeout = SPEC_FD_WAIT_MS;
 		now = now_ms();
@@ -740,12 +740,12 @@ void engine_stop(struct engine *e)
 		flight_unref(queued);
 		queued = next;
 	}
-	for (size_t i = e->spec_head; i < e->n_spec_waiting; i++) {
-		if (!e->spec_waiting[i]->xfer.engine_started)
-			flight_stop(e->spec_waiting[i], -EIO);
-		flight_unref(e->spec_waiting[i]);
+	for (size_t i = e->spec.head; i < e->spec.n_waiting; i++) {
+		if (!e->spec.waiting[i]->xfer.engine_started)
+			flight_stop(e->spec.waiting[i], -EIO);
+		flight_unref(e->spec.waiting[i]);
 	}
-	e->spec_head = e->n_spec_waiting = 0;
+	e->spec.head = e->spec.n_waiting = 0;
 	for (size_t i = 0; i < e->n_active; i++) {
 		enum flight_state state;
 		flight_progress(e->active[i], NULL, NULL, &state);
@@ -776,8 +776,8 @@ void engine_destroy(struct engine *e)
 	curl_multi_cleanup(e->multi);
 	lease_set_destroy(e->leases); /* after the recorder let its leases go */
 	pthread_mutex_destroy(&e->queue_lock);
-	free(e->pending_buf);
+	free(e->pending.buf);
 	free(e->active);
-	free(e->spec_waiting);
+	free(e->spec.waiting);
 	free(e);
 }

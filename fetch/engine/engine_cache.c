@@ -154,9 +154,9 @@ static void make_room(struct engine *e, struct flight *f)
 	uint64_t bytes = 0, now = now_ms(), max = e->cfg.cache_max_size;
 	size_t n = 0;
 
-	if (e->room_checked && now - e->room_checked_ms < ROOM_LOOK_EVERY_MS &&
-	    (double)(e->room_seen + e->room_added + f->size) < ROOM_LOOK_SHARE * (double)max) {
-		e->room_added += f->size;
+	if (e->room.checked && now - e->room.checked_ms < ROOM_LOOK_EVERY_MS &&
+	    (double)(e->room.seen + e->room.added + f->size) < ROOM_LOOK_SHARE * (double)max) {
+		e->room.added += f->size;
 		return;
 	}
 	if (index_records_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
@@ -176,10 +176,10 @@ static void make_room(struct engine *e, struct flight *f)
 	for (size_t i = 0; i < n; i++)
 		free(lru[i].key);
 	/* The sum counts f already (activate touched its row with its size). */
-	e->room_checked = true;
-	e->room_checked_ms = now;
-	e->room_seen = bytes;
-	e->room_added = 0;
+	e->room.checked = true;
+	e->room.checked_ms = now;
+	e->room.seen = bytes;
+	e->room.added = 0;
 	if (bytes > e->cfg.cache_max_size)
 		util_log(UTIL_LOG_WARN,
 		         "cache holds %" PRIu64 " bytes, over --cache-max-size %" PRIu64

@@ -162,7 +162,7 @@ static int start_demand(struct engine *e, struct flight *f, const struct util_ra
 
 /*
  * A speculative flight nobody has opened yet (prefetch): one piece at a time, in a slot of
- * its own (n_spec, bounded by spec_limit.h) rather than one of the readers', so a reader's
+ * its own (spec.n_running, bounded by spec_limit.h) rather than one of the readers', so a reader's
  * miss never queues behind speculation. A reader who opens it meanwhile joins the stream.
  */
 static int start_speculative(struct engine *e, struct flight *f, struct util_ranges *claimed)
@@ -179,7 +179,7 @@ static int start_speculative(struct engine *e, struct flight *f, struct util_ran
 		/* stream_start counted it among the readers' transfers, and put it first. */
 		f->xfer.streams->speculative = true;
 		e->n_transfers--;
-		e->n_spec++;
+		e->spec.n_running++;
 	}
 	return rc;
 }
@@ -202,14 +202,14 @@ static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64
 
 	if (to <= s->pos)
 		return 0;
-	if (!s->first_body_ms || got == 0 ||
-	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
-		if (now - s->started_ms >= SPLIT_WAIT_MS)
+	if (!s->clock.first_body_ms || got == 0 ||
+	    (now - s->clock.first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
+		if (now - s->clock.started_ms >= SPLIT_WAIT_MS)
 			return UINT64_MAX;
-		*recheck = s->started_ms + SPLIT_WAIT_MS;
+		*recheck = s->clock.started_ms + SPLIT_WAIT_MS;
 		return 0;
 	}
-	elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
+	elapsed = now - s->clock.first_body_ms ? now - s->clock.first_body_ms : 1;
 	*recheck = now + RATE_SAMPLE_MS;
 	if (to - s->pos > UINT64_MAX / elapsed)
 		return UINT64_MAX;
@@ -399,7 +399,7 @@ void schedule_flight(struct engine *e, struct flight *f)
 	/* Called on every turn of the transfer loop: the ranges are copied only while there is
 	 * something left to fetch. */
 	if (rc == 0 && whole && written < f->size && flight_speculation_unclaimed(f)) {
-		if (f->xfer.n_streams == 0 && e->n_spec < e->spec.cur)
+		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur)
 			rc = start_speculative(e, f, &claimed);
 	} else if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);

@@ -145,7 +145,7 @@ void stream_check_response(struct stream *s)
 	s->checked = true;
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
 	util_histogram_set_observe(&s->engine->stats->latency, code > 0 ? (unsigned)code : 0,
-	                           util_monotonic_ns() - s->started_ns);
+	                           util_monotonic_ns() - s->clock.started_ns);
 	f->xfer.last_status = (int)code;
 	if (strncmp(f->src.urls[s->url_idx], "file:", 5) == 0)
 		return; /* curl applied the range itself; there are no headers to check */
@@ -186,10 +186,10 @@ void stream_check_response(struct stream *s)
 		stream_why(s, "object changed upstream (ETag %s no longer matches)",
 		           f->xfer.version.etag);
 		return;
-	} else if ((code == 400 || code == 403) && s->creds_gen &&
+	} else if ((code == 400 || code == 403) && s->auth.creds_gen &&
 	           s->engine->cfg.error_is_expired) {
 		/* Read the (small) error body: on_done tells expired credentials apart. */
-		s->auth_refused = true;
+		s->auth.refused = true;
 		stream_why(s, "HTTP %ld", code);
 		return;
 	} else {
@@ -209,7 +209,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 	struct stream *s = userdata;
 	size_t len = size * nitems;
 
-	s->last_byte_ms = now_ms();
+	s->clock.last_byte_ms = now_ms();
 	http_response_header(&s->resp, line, len);
 	return len;
 }
@@ -236,22 +236,22 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	struct stream *s = userdata;
 	uint64_t now = now_ms(), window = (uint64_t)s->engine->cfg.stall_timeout_s * 1000;
 
-	if (now - s->last_byte_ms >= window) {
+	if (now - s->clock.last_byte_ms >= window) {
 		s->stalled = true;
 		return 1;
 	}
-	if (now - s->window_ms < window)
+	if (now - s->clock.window_ms < window)
 		return 0;
 	/* The floor is the object's: its parallel requests share it, but the first of them,
 	 * the one a sequential reader waits on, must keep it alone. */
 	unsigned shares = first_of_flight(s) || !s->f->xfer.n_streams ? 1 : s->f->xfer.n_streams;
-	if (s->received - s->window_bytes <
+	if (s->received - s->clock.window_bytes <
 	    (uint64_t)FETCH_NET_LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
 		s->too_slow = true;
 		return 1;
 	}
-	s->window_ms = now;
-	s->window_bytes = s->received;
+	s->clock.window_ms = now;
+	s->clock.window_bytes = s->received;
 	return 0;
 }
 
@@ -270,14 +270,14 @@ static void stream_write_failed(struct stream *s, int rc)
  * they belong to as failed. */
 int stream_flush_pending(struct engine *e)
 {
-	struct stream *s = e->pending_stream;
+	struct stream *s = e->pending.stream;
 	int rc;
 
 	if (!s)
 		return 0;
-	rc = flight_deliver_from(s->f, s->url_idx, e->pending_off, e->pending_buf, e->pending_len);
-	e->pending_stream = NULL;
-	e->pending_len = 0;
+	rc = flight_deliver_from(s->f, s->url_idx, e->pending.off, e->pending.buf, e->pending.len);
+	e->pending.stream = NULL;
+	e->pending.len = 0;
 	if (rc)
 		stream_write_failed(s, rc);
 	return rc;
@@ -300,22 +300,22 @@ static int take_body(struct stream *s, uint64_t off, const char *data, size_t le
 	struct engine *e = s->engine;
 	int rc;
 
-	if (e->pending_stream &&
-	    (e->pending_stream != s || e->pending_off + e->pending_len != off ||
-	     e->pending_len + len > SPOOL_WRITE_BYTES)) {
-		bool mine = e->pending_stream == s;
+	if (e->pending.stream &&
+	    (e->pending.stream != s || e->pending.off + e->pending.len != off ||
+	     e->pending.len + len > SPOOL_WRITE_BYTES)) {
+		bool mine = e->pending.stream == s;
 		rc = stream_flush_pending(e);
 		if (rc && mine)
 			return rc;
 	}
 	if (len > SPOOL_WRITE_BYTES)
 		return flight_deliver_from(s->f, s->url_idx, off, data, len);
-	if (!e->pending_stream) {
-		e->pending_stream = s;
-		e->pending_off = off;
+	if (!e->pending.stream) {
+		e->pending.stream = s;
+		e->pending.off = off;
 	}
-	memcpy(e->pending_buf + e->pending_len, data, len);
-	e->pending_len += len;
+	memcpy(e->pending.buf + e->pending.len, data, len);
+	e->pending.len += len;
 	return 0;
 }
 
@@ -325,17 +325,17 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	size_t len = size * nmemb, used = 0;
 	int rc;
 
-	s->last_byte_ms = now_ms();
-	if (!s->first_body_ms)
-		s->first_body_ms = s->last_byte_ms;
+	s->clock.last_byte_ms = now_ms();
+	if (!s->clock.first_body_ms)
+		s->clock.first_body_ms = s->clock.last_byte_ms;
 	if (!s->checked)
 		stream_check_response(s);
-	if (s->auth_refused) {
-		size_t room = sizeof(s->err_body) - s->err_len;
+	if (s->auth.refused) {
+		size_t room = sizeof(s->auth.err_body) - s->auth.err_len;
 		if (len > room)
 			return CURL_WRITEFUNC_ERROR; /* no S3 error is that long */
-		memcpy(s->err_body + s->err_len, data, len);
-		s->err_len += len;
+		memcpy(s->auth.err_body + s->auth.err_len, data, len);
+		s->auth.err_len += len;
 		return len;
 	}
 	if (s->fatal || s->retryable)
@@ -464,8 +464,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_BUFFER_BYTES);
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
-	s->last_byte_ms = s->started_ms = s->window_ms = now_ms();
-	s->started_ns = util_monotonic_ns();
+	s->clock.last_byte_ms = s->clock.started_ms = s->clock.window_ms = now_ms();
+	s->clock.started_ns = util_monotonic_ns();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
@@ -504,7 +504,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		s->headers = more;
 	}
 	if (e->cfg.sign) {
-		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers, &s->creds_gen);
+		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers, &s->auth.creds_gen);
 		if (rc)
 			goto fail_easy;
 	}
@@ -553,12 +553,12 @@ void stream_free(struct engine *e, struct stream *s)
 	/* Never true while the pending bytes are flushed after each perform and streams are
 	 * freed outside it; kept so that breaking that rule loses no bytes and frees nothing
 	 * still referenced. */
-	if (e->pending_stream == s)
+	if (e->pending.stream == s)
 		(void)stream_flush_pending(e);
 	/* Ended before its headers were looked at: no status to file it under. */
 	if (!s->checked)
 		util_histogram_set_observe(&e->stats->latency, 0,
-		                           util_monotonic_ns() - s->started_ns);
+		                           util_monotonic_ns() - s->clock.started_ns);
 	for (pp = &s->f->xfer.streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
@@ -567,7 +567,7 @@ void stream_free(struct engine *e, struct stream *s)
 	}
 	s->f->xfer.n_streams--;
 	if (s->speculative)
-		e->n_spec--;
+		e->spec.n_running--;
 	else
 		e->n_transfers--;
 	e->n_background -= s->background;
