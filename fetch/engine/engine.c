@@ -1,8 +1,10 @@
 /*
  * The transfer thread (see engine.h). Lock order when it takes locks: queue_lock alone;
- * flight locks only inside flight.h calls. Streams and the active list belong to the
- * transfer thread alone. The loop itself and the flight's life in it are here; the rest of
- * the thread's work is in stream.c, schedule.c and engine_cache.c (engine_i.h).
+ * a flight's lock inside flight.h calls, and alone to change the flight's version and
+ * URL or take its bad-chunk source (transfer_i.h, flight_i.h). Streams, the active list
+ * and each flight's xfer belong to the transfer thread alone. The loop itself and the
+ * flight's life in it are here; the rest of the thread's work is in stream.c, schedule.c
+ * and engine_cache.c (engine_i.h).
  */
 #include "fetch/engine/engine.h"
 
