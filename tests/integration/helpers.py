@@ -48,6 +48,15 @@ def wait_until(pred, what, timeout=20):
         time.sleep(0.01)
 
 
+def readlink_or_empty(path):
+    """Where an fd of another process points ("" when it closed meanwhile); an O_TMPFILE
+    file shows as DIR/#INODE (deleted)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
 def opened_by(pid, path):
     """True when process pid holds path open."""
     try:
