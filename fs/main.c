@@ -115,7 +115,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 	char **keys = NULL, *name = NULL;
 	size_t n = 0, forgotten = 0;
 
-	if (index_spool_keys(s->records, &keys, &n) != 0)
+	if (index_records_keys(s->records, &keys, &n) != 0)
 		return; /* kept, and started afresh by reuse_spool's rules as before */
 	for (size_t i = 0; i < n; i++) {
 		/* A key that holds a password or a signature was written by a spoolfs before
@@ -124,7 +124,7 @@ static void forget_unversioned_spools(struct fs_session *s)
 		    flight_spool_name(keys[i], &name) == 0) {
 			if ((unlinkat(cache_dir_spool_fd(s->cache), name, 0) == 0 ||
 			     errno == ENOENT) &&
-			    index_record_forget(s->records, keys[i]) == 0)
+			    index_records_forget(s->records, keys[i]) == 0)
 				forgotten++;
 			free(name);
 		}
@@ -825,7 +825,7 @@ static void set_default_cache_bound(struct fs_session *s)
 	uint64_t held = 0, bound;
 	size_t n = 0;
 
-	if (index_spool_usage(s->records, &held, NULL, 0, &n) != 0 ||
+	if (index_records_usage(s->records, &held, NULL, 0, &n) != 0 ||
 	    cache_dir_default_bound_of(s->cache, held, &bound) != 0) {
 		util_log(UTIL_LOG_WARN, "cannot size %s's filesystem: the cache is unbounded",
 		         s->opts.cache_dir);

@@ -482,7 +482,7 @@ static bool complete_in_cache(struct fs_session *s, const char *key)
 	if (!s->opts.cache_dir || !s->records)
 		return false;
 	util_ranges_init(&ranges);
-	if (index_spool_lookup(s->records, key, &complete, &ranges) != 0)
+	if (index_records_lookup(s->records, key, &complete, &ranges) != 0)
 		complete = false;
 	util_ranges_free(&ranges);
 	return complete;

@@ -260,7 +260,7 @@ void fs_passthrough_settle(struct fs_session *s, struct flight *f)
 		return;
 	util_ranges_init(&recorded);
 	/* All written but not yet recorded complete: the other mount is about to. */
-	if (index_spool_lookup(s->records, flight_key(f), &complete, &recorded) == 0 &&
+	if (index_records_lookup(s->records, flight_key(f), &complete, &recorded) == 0 &&
 	    (complete || recorded.total == flight_size(f)))
 		wait_readable(f);
 	util_ranges_free(&recorded);

@@ -47,7 +47,7 @@ static int name_record(struct fs_session *s)
 static int open_kept_record(struct fs_session *s)
 {
 	int dirfd = cache_dir_fd(s->cache);
-	const char *why = index_entry_at_unsafe(dirfd, s->reads_name, S_IFREG);
+	const char *why = index_records_file_unsafe_at(dirfd, s->reads_name, S_IFREG);
 	int fd;
 
 	if (why) {

@@ -61,45 +61,45 @@ void index_records_close(struct index_records *rec);
  * of `type` (S_IFREG, S_IFDIR), owned by the effective user, not writable by group or others,
  * and a file must have no other name.
  */
-const char *index_entry_unsafe(const struct stat *st, mode_t type);
+const char *index_records_file_unsafe(const struct stat *st, mode_t type);
 /* The same for name in dirfd, not following a link; NULL also when it does not exist. */
-const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type);
+const char *index_records_file_unsafe_at(int dirfd, const char *name, mode_t type);
 
 /*
- * index_record_ranges replaces the recorded published ranges of key (called after the data
- * is durably written). index_record_forget forgets key, its ranges and its seal.
+ * index_records_set_ranges replaces the recorded published ranges of key (called after the data
+ * is durably written). index_records_forget forgets key, its ranges and its seal.
  */
-int index_record_ranges(struct index_records *rec, const char *key,
-                        const struct util_ranges *ranges);
-int index_record_forget(struct index_records *rec, const char *key);
+int index_records_set_ranges(struct index_records *rec, const char *key,
+                             const struct util_ranges *ranges);
+int index_records_forget(struct index_records *rec, const char *key);
 /*
  * Marks key complete, with the seal of its spool file (fetch/engine/flight.h's flight_spool_seal):
  * a file that no longer shows that seal has been touched since. 0 or -errno.
  */
-int index_record_sealed(struct index_records *rec, const char *key, const char *seal);
+int index_records_mark_sealed(struct index_records *rec, const char *key, const char *seal);
 /* Marks key not complete, keeping its ranges (and dropping its seal). 0 or -errno. */
-int index_record_incomplete(struct index_records *rec, const char *key);
+int index_records_mark_incomplete(struct index_records *rec, const char *key);
 /* The seal recorded with key's completion: 0, -ENOENT when there is none, or -errno. */
-int index_spool_seal(struct index_records *rec, const char *key, char *seal, size_t len);
+int index_records_seal(struct index_records *rec, const char *key, char *seal, size_t len);
 
 /*
  * What a previous session recorded for key: *complete, and the ranges durably written.
  * 0, -ENOENT when there is no record, or -errno.
  */
-int index_spool_lookup(struct index_records *rec, const char *key, bool *complete,
-                       struct util_ranges *ranges);
+int index_records_lookup(struct index_records *rec, const char *key, bool *complete,
+                         struct util_ranges *ranges);
 
 /* Forgets key's recorded ranges and completeness, keeping its size and use time. */
-int index_spool_reset(struct index_records *rec, const char *key);
+int index_records_reset(struct index_records *rec, const char *key);
 
 /* Every key with a spool record, in a malloc'd array of malloc'd strings (*n of them; the
  * caller frees all). 0 or -errno. */
-int index_spool_keys(struct index_records *rec, char ***keys, size_t *n);
+int index_records_keys(struct index_records *rec, char ***keys, size_t *n);
 
 /* Records that key's spool (size bytes) is in use now (`now` orders uses; larger = later). */
-int index_spool_touch(struct index_records *rec, const char *key, uint64_t size, int64_t now);
+int index_records_touch(struct index_records *rec, const char *key, uint64_t size, int64_t now);
 
-struct index_spool_entry {
+struct index_records_entry {
 	char *key; /* malloc'd: the caller frees */
 	uint64_t size;
 };
@@ -109,7 +109,7 @@ struct index_spool_entry {
  * (eviction candidates, complete or not: a partial spool takes the object's whole size)
  * in lru[0..*n). 0 or -errno (then *n is 0 and nothing is left to free).
  */
-int index_spool_usage(struct index_records *rec, uint64_t *bytes, struct index_spool_entry *lru,
-                      size_t max, size_t *n);
+int index_records_usage(struct index_records *rec, uint64_t *bytes, struct index_records_entry *lru,
+                        size_t max, size_t *n);
 
 #endif

@@ -2,7 +2,7 @@
  * spool_records.c owns struct index_records (records.h): the connection to a cache
  * directory's index.db, its schema and upgrades, and every statement on it, prepared at
  * open and finalized at close (through db_i.h). Ranges are recorded only after their bytes
- * were made durable, so what index_spool_lookup returns may be served without a request.
+ * were made durable, so what index_records_lookup returns may be served without a request.
  *
  * Schema (PRAGMA user_version = INDEX_RECORDS_VERSION, shared by every mount of the
  * directory):
@@ -230,7 +230,7 @@ int index_records_open(const char *db_path, struct index_records **out)
 	return open_records(db_path, 0, out);
 }
 
-const char *index_entry_unsafe(const struct stat *st, mode_t type)
+const char *index_records_file_unsafe(const struct stat *st, mode_t type)
 {
 	if (S_ISLNK(st->st_mode))
 		return "is a symbolic link";
@@ -246,13 +246,13 @@ const char *index_entry_unsafe(const struct stat *st, mode_t type)
 	return NULL;
 }
 
-const char *index_entry_at_unsafe(int dirfd, const char *name, mode_t type)
+const char *index_records_file_unsafe_at(int dirfd, const char *name, mode_t type)
 {
 	struct stat st;
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		return errno == ENOENT ? NULL : "cannot be examined";
-	return index_entry_unsafe(&st, type);
+	return index_records_file_unsafe(&st, type);
 }
 
 /*
@@ -272,7 +272,7 @@ int index_records_open_at(int dirfd, const char *dir_path, struct index_records 
 
 	*out = NULL;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		const char *why = index_entry_at_unsafe(dirfd, names[i], S_IFREG);
+		const char *why = index_records_file_unsafe_at(dirfd, names[i], S_IFREG);
 		if (why) {
 			snprintf(err, err_len, "%s/%s %s: refused (remove it)", dir_path, names[i],
 			         why);
@@ -352,8 +352,8 @@ static int exec_key(struct index_records *rec, enum records_stmt which, const ch
 	return rc ? rc : index_db_exec(rec->st[which]);
 }
 
-int index_record_ranges(struct index_records *rec, const char *key,
-                        const struct util_ranges *ranges)
+int index_records_set_ranges(struct index_records *rec, const char *key,
+                             const struct util_ranges *ranges)
 {
 	sqlite3_stmt *ins = rec->st[RS_RANGE_INSERT];
 	int rc;
@@ -412,27 +412,27 @@ out:
 	return rc;
 }
 
-int index_record_forget(struct index_records *rec, const char *key)
+int index_records_forget(struct index_records *rec, const char *key)
 {
 	return change(rec, RS_OBJ_FORGET, key, true, NULL);
 }
 
-int index_record_sealed(struct index_records *rec, const char *key, const char *seal)
+int index_records_mark_sealed(struct index_records *rec, const char *key, const char *seal)
 {
 	return change(rec, RS_OBJ_COMPLETE, key, false, seal);
 }
 
-int index_spool_reset(struct index_records *rec, const char *key)
+int index_records_reset(struct index_records *rec, const char *key)
 {
 	return change(rec, RS_OBJ_RESET, key, true, NULL);
 }
 
-int index_record_incomplete(struct index_records *rec, const char *key)
+int index_records_mark_incomplete(struct index_records *rec, const char *key)
 {
 	return change(rec, RS_OBJ_RESET, key, false, NULL);
 }
 
-int index_spool_touch(struct index_records *rec, const char *key, uint64_t size, int64_t now)
+int index_records_touch(struct index_records *rec, const char *key, uint64_t size, int64_t now)
 {
 	sqlite3_stmt *st = rec->st[RS_OBJ_USE];
 	int rc;
@@ -451,8 +451,8 @@ int index_spool_touch(struct index_records *rec, const char *key, uint64_t size,
 
 /* ---- reads: each takes rec->lock ------------------------------------------------------- */
 
-int index_spool_lookup(struct index_records *rec, const char *key, bool *complete,
-                       struct util_ranges *ranges)
+int index_records_lookup(struct index_records *rec, const char *key, bool *complete,
+                         struct util_ranges *ranges)
 {
 	sqlite3_stmt *obj = rec->st[RS_OBJ_GET], *rng = rec->st[RS_RANGE_GET];
 	int rc;
@@ -486,8 +486,8 @@ out:
 	return rc;
 }
 
-int index_spool_usage(struct index_records *rec, uint64_t *bytes, struct index_spool_entry *lru,
-                      size_t max, size_t *n)
+int index_records_usage(struct index_records *rec, uint64_t *bytes, struct index_records_entry *lru,
+                        size_t max, size_t *n)
 {
 	sqlite3_stmt *sum = rec->st[RS_OBJ_BYTES], *old = rec->st[RS_OBJ_LRU];
 	int rc;
@@ -526,7 +526,7 @@ out:
 	return rc;
 }
 
-int index_spool_keys(struct index_records *rec, char ***keys, size_t *n)
+int index_records_keys(struct index_records *rec, char ***keys, size_t *n)
 {
 	sqlite3_stmt *st = rec->st[RS_OBJ_KEYS];
 	char **v = NULL;
@@ -566,7 +566,7 @@ int index_spool_keys(struct index_records *rec, char ***keys, size_t *n)
 	return rc;
 }
 
-int index_spool_seal(struct index_records *rec, const char *key, char *seal, size_t len)
+int index_records_seal(struct index_records *rec, const char *key, char *seal, size_t len)
 {
 	sqlite3_stmt *st = rec->st[RS_SEAL_GET];
 	int rc;

@@ -9,7 +9,7 @@
 struct thread_start {
 	void *(*fn)(void *arg);
 	void *arg;
-	char name[FETCH_THREAD_NAME_MAX + 1];
+	char name[UTIL_THREAD_NAME_MAX + 1];
 };
 
 /*

@@ -13,10 +13,10 @@
 #include <pthread.h>
 
 /* What /proc/PID/task/TID/comm holds at most (16 bytes with the NUL). */
-#define FETCH_THREAD_NAME_MAX 15
+#define UTIL_THREAD_NAME_MAX 15
 
 /*
- * Starts fn(arg) on a new joinable thread named `name` (cut to FETCH_THREAD_NAME_MAX
+ * Starts fn(arg) on a new joinable thread named `name` (cut to UTIL_THREAD_NAME_MAX
  * characters), with every signal blocked that can be (the termination signals among
  * them), already when fn starts. The caller's own mask is the same afterwards. The caller
  * joins *out. 0, or -errno (nothing started, *out untouched).

@@ -1,7 +1,7 @@
 /*
  * The cache directory's life cycle (see cache_dir.h): every entry is reached through the
  * directory's fd with O_NOFOLLOW or AT_SYMLINK_NOFOLLOW, and checked with
- * index_entry_unsafe before it is used.
+ * index_records_file_unsafe before it is used.
  */
 #include "fetch/cache/cache_dir.h"
 
@@ -104,7 +104,7 @@ static int open_dir(struct cache_dir *cd, char *err, size_t err_len)
 	}
 	if (fstat(cd->fd, &st) != 0)
 		return refuse(cd, NULL, strerror(errno), -errno, err, err_len);
-	why = index_entry_unsafe(&st, S_IFDIR);
+	why = index_records_file_unsafe(&st, S_IFDIR);
 	if (why) {
 		char said[128];
 		snprintf(said, sizeof(said), "%s (uid %u, mode %04o)", why, (unsigned)st.st_uid,
@@ -171,7 +171,8 @@ static int lock_dir(struct cache_dir *cd, char *err, size_t err_len)
 			            err, err_len);
 			break;
 		}
-		why = fstat(fd, &st) == 0 ? index_entry_unsafe(&st, S_IFREG) : strerror(errno);
+		why =
+		    fstat(fd, &st) == 0 ? index_records_file_unsafe(&st, S_IFREG) : strerror(errno);
 		if (why) {
 			rc = refuse(cd, "lock", why, -EPERM, err, err_len);
 			break;
@@ -205,10 +206,11 @@ static int open_spool(struct cache_dir *cd, char *err, size_t err_len)
 	cd->spool_fd = openat(cd->fd, "spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (cd->spool_fd < 0) {
 		rc = -errno;
-		why = index_entry_at_unsafe(cd->fd, "spool", S_IFDIR);
+		why = index_records_file_unsafe_at(cd->fd, "spool", S_IFDIR);
 		return refuse(cd, "spool", why ? why : strerror(-rc), rc, err, err_len);
 	}
-	why = fstat(cd->spool_fd, &st) == 0 ? index_entry_unsafe(&st, S_IFDIR) : strerror(errno);
+	why = fstat(cd->spool_fd, &st) == 0 ? index_records_file_unsafe(&st, S_IFDIR)
+	                                    : strerror(errno);
 	if (why)
 		return refuse(cd, "spool", why, -EPERM, err, err_len);
 	return 0;
@@ -239,7 +241,7 @@ int cache_dir_open(const char *path, bool named_by_user, struct cache_dir **out,
 	 * name, with its sidecars): one planted there is refused now, not at every use, and
 	 * left for the operator to remove. */
 	for (size_t i = 0; rc == 0 && i < sizeof(cache_files) / sizeof(cache_files[0]); i++) {
-		why = index_entry_at_unsafe(cd->fd, cache_files[i], S_IFREG);
+		why = index_records_file_unsafe_at(cd->fd, cache_files[i], S_IFREG);
 		if (why)
 			rc = refuse(cd, cache_files[i], why, -EPERM, err, err_len);
 	}

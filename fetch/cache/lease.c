@@ -27,7 +27,7 @@ int lease_open(int dirfd)
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) != 0 || index_entry_unsafe(&st, S_IFREG)) {
+	if (fstat(fd, &st) != 0 || index_records_file_unsafe(&st, S_IFREG)) {
 		close(fd);
 		return -EPERM;
 	}

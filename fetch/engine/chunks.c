@@ -56,7 +56,7 @@ uint64_t flight_chunk_count(uint64_t size, uint64_t chunk_size)
 
 bool flight_has_chunks(const struct flight *f)
 {
-	return f->chunk_size != 0;
+	return f->verify.chunk_size != 0;
 }
 
 int flight_chunks_init(struct flight *f, const struct flight_spec *spec)
@@ -69,66 +69,68 @@ int flight_chunks_init(struct flight *f, const struct flight_spec *spec)
 		return -EINVAL;
 	if (n > SIZE_MAX / FLIGHT_DIGEST_BYTES)
 		return -ENOMEM;
-	f->chunk_digests = malloc(n ? n * FLIGHT_DIGEST_BYTES : 1);
-	f->chunk_state = calloc(n ? n : 1, 1);
-	f->chunk_src = calloc(n ? n : 1, 1);
-	if (!f->chunk_digests || !f->chunk_state || !f->chunk_src)
+	f->verify.chunk_digests = malloc(n ? n * FLIGHT_DIGEST_BYTES : 1);
+	f->verify.chunk_state = calloc(n ? n : 1, 1);
+	f->verify.chunk_src = calloc(n ? n : 1, 1);
+	if (!f->verify.chunk_digests || !f->verify.chunk_state || !f->verify.chunk_src)
 		return -ENOMEM;
-	memcpy(f->chunk_digests, spec->chunk_digests, n * FLIGHT_DIGEST_BYTES);
-	f->chunk_size = spec->chunk_size;
-	f->n_chunks = n;
+	memcpy(f->verify.chunk_digests, spec->chunk_digests, n * FLIGHT_DIGEST_BYTES);
+	f->verify.chunk_size = spec->chunk_size;
+	f->verify.n_chunks = n;
 	return 0;
 }
 
 void flight_chunks_free(struct flight *f)
 {
-	free(f->chunk_digests);
-	free(f->chunk_state);
-	free(f->chunk_src);
-	f->chunk_digests = NULL;
-	f->chunk_state = NULL;
-	f->chunk_src = NULL;
-	util_ranges_free(&f->chunks_bad);
+	free(f->verify.chunk_digests);
+	free(f->verify.chunk_state);
+	free(f->verify.chunk_src);
+	f->verify.chunk_digests = NULL;
+	f->verify.chunk_state = NULL;
+	f->verify.chunk_src = NULL;
+	util_ranges_free(&f->verify.chunks_bad);
 }
 
 /* Chunk c's bytes: [*lo, *hi). */
 static void chunk_bounds(const struct flight *f, uint64_t c, uint64_t *lo, uint64_t *hi)
 {
-	*lo = c * f->chunk_size;
-	*hi = f->size - *lo < f->chunk_size ? f->size : *lo + f->chunk_size;
+	*lo = c * f->verify.chunk_size;
+	*hi = f->size - *lo < f->verify.chunk_size ? f->size : *lo + f->verify.chunk_size;
 }
 
 void flight_chunks_round(const struct flight *f, uint64_t *start, uint64_t *end)
 {
-	if (!f->chunk_size)
+	if (!f->verify.chunk_size)
 		return;
-	*start -= *start % f->chunk_size;
-	if (*end % f->chunk_size)
-		*end += f->chunk_size - *end % f->chunk_size;
+	*start -= *start % f->verify.chunk_size;
+	if (*end % f->verify.chunk_size)
+		*end += f->verify.chunk_size - *end % f->verify.chunk_size;
 	if (*end > f->size)
 		*end = f->size;
 }
 
 void flight_chunks_written_locked(struct flight *f, uint64_t start, uint64_t end, unsigned url_idx)
 {
-	if (!f->chunk_size || start >= end)
+	if (!f->verify.chunk_size || start >= end)
 		return;
-	for (uint64_t c = start / f->chunk_size; c <= (end - 1) / f->chunk_size; c++) {
+	for (uint64_t c = start / f->verify.chunk_size; c <= (end - 1) / f->verify.chunk_size;
+	     c++) {
 		uint64_t lo, hi;
 		chunk_bounds(f, c, &lo, &hi);
 		/* The last writer of a chunk is the one to blame for it. */
-		f->chunk_src[c] = url_idx < FLIGHT_MAX_URLS ? (uint8_t)url_idx : CHUNK_SRC_CACHE;
-		if ((f->chunk_state[c] & CHUNK_STATE_MASK) == CHUNK_MISSING &&
+		f->verify.chunk_src[c] =
+		    url_idx < FLIGHT_MAX_URLS ? (uint8_t)url_idx : CHUNK_SRC_CACHE;
+		if ((f->verify.chunk_state[c] & CHUNK_STATE_MASK) == CHUNK_MISSING &&
 		    util_ranges_covers(&f->written, lo, hi))
-			f->chunk_state[c] =
-			    (uint8_t)((f->chunk_state[c] & CHUNK_RETRIED) | CHUNK_DUE);
+			f->verify.chunk_state[c] =
+			    (uint8_t)((f->verify.chunk_state[c] & CHUNK_RETRIED) | CHUNK_DUE);
 	}
 }
 
 bool flight_chunks_bad_locked(const struct flight *f, uint64_t off, uint64_t len)
 {
-	return f->chunks_bad.n > 0 &&
-	       util_ranges_next_covered(&f->chunks_bad, off, off + len) < off + len;
+	return f->verify.chunks_bad.n > 0 &&
+	       util_ranges_next_covered(&f->verify.chunks_bad, off, off + len) < off + len;
 }
 
 /* The sha256 of [lo, hi) of the spool fd into digest. 0 or -errno. */
@@ -165,9 +167,9 @@ out:
 /* Who sent chunk bytes, for a log line. */
 static const char *source_shown(const struct flight *f, uint8_t src, char *buf, size_t cap)
 {
-	if (src >= f->n_urls)
+	if (src >= f->src.n_urls)
 		return "the cache directory";
-	return util_redact_url(f->urls[src], buf, cap);
+	return util_redact_url(f->src.urls[src], buf, cap);
 }
 
 /*
@@ -187,9 +189,9 @@ static void chunk_check(struct flight *f, uint64_t c)
 	chunk_bounds(f, c, &lo, &hi);
 	/* A user of the spool while it reads: a completion elsewhere must not close the fd. */
 	pthread_mutex_lock(&f->lock);
-	active = f->state == FLIGHT_ACTIVE && f->spool_fd >= 0;
-	fd = f->spool_fd;
-	f->spool_users += active;
+	active = f->state == FLIGHT_ACTIVE && f->spool.fd >= 0;
+	fd = f->spool.fd;
+	f->spool.users += active;
 	pthread_mutex_unlock(&f->lock);
 	if (!active)
 		return;
@@ -202,34 +204,35 @@ static void chunk_check(struct flight *f, uint64_t c)
 		flight_fail(f, rc);
 		return;
 	}
-	match = memcmp(digest, f->chunk_digests + c * FLIGHT_DIGEST_BYTES, sizeof(digest)) == 0;
+	match =
+	    memcmp(digest, f->verify.chunk_digests + c * FLIGHT_DIGEST_BYTES, sizeof(digest)) == 0;
 
 	pthread_mutex_lock(&f->lock);
 	if (f->state != FLIGHT_ACTIVE) {
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
-	src = f->chunk_src[c];
+	src = f->verify.chunk_src[c];
 	if (match) {
 		rc = util_ranges_add(&f->published, lo, hi);
 		if (rc == 0) {
-			f->chunk_state[c] =
-			    (uint8_t)((f->chunk_state[c] & CHUNK_RETRIED) | CHUNK_VERIFIED);
-			all = ++f->chunks_verified == f->n_chunks;
+			f->verify.chunk_state[c] =
+			    (uint8_t)((f->verify.chunk_state[c] & CHUNK_RETRIED) | CHUNK_VERIFIED);
+			all = ++f->verify.chunks_verified == f->verify.n_chunks;
 			ready = flight_collect_locked(f);
 		}
-	} else if (!(f->chunk_state[c] & CHUNK_RETRIED)) {
+	} else if (!(f->verify.chunk_state[c] & CHUNK_RETRIED)) {
 		/* Its bytes are unwritten again: the transfer thread fetches them anew. */
 		rc = util_ranges_remove(&f->written, lo, hi);
 		if (rc == 0) {
-			f->chunk_state[c] = CHUNK_MISSING | CHUNK_RETRIED;
-			f->chunk_bad_url = src < f->n_urls ? src + 1u : 0;
+			f->verify.chunk_state[c] = CHUNK_MISSING | CHUNK_RETRIED;
+			f->verify.chunk_bad_url = src < f->src.n_urls ? src + 1u : 0;
 			refetch = true;
 		}
 	} else {
-		rc = util_ranges_add(&f->chunks_bad, lo, hi);
+		rc = util_ranges_add(&f->verify.chunks_bad, lo, hi);
 		if (rc == 0) {
-			f->chunk_state[c] = CHUNK_BAD | CHUNK_RETRIED;
+			f->verify.chunk_state[c] = CHUNK_BAD | CHUNK_RETRIED;
 			bad = true;
 			broken = flight_collect_bad_locked(f);
 		}
@@ -270,16 +273,17 @@ int flight_chunks_dispatch(struct flight *f, uint64_t start, uint64_t end)
 {
 	struct util_worker *pool = f->table->chunk_pool;
 
-	if (!f->chunk_size || start >= end)
+	if (!f->verify.chunk_size || start >= end)
 		return 0;
-	for (uint64_t c = start / f->chunk_size; c <= (end - 1) / f->chunk_size; c++) {
+	for (uint64_t c = start / f->verify.chunk_size; c <= (end - 1) / f->verify.chunk_size;
+	     c++) {
 		struct chunk_job *job;
 		bool take;
 		pthread_mutex_lock(&f->lock);
-		take = (f->chunk_state[c] & CHUNK_STATE_MASK) == CHUNK_DUE;
+		take = (f->verify.chunk_state[c] & CHUNK_STATE_MASK) == CHUNK_DUE;
 		if (take)
-			f->chunk_state[c] =
-			    (uint8_t)((f->chunk_state[c] & CHUNK_RETRIED) | CHUNK_HASHING);
+			f->verify.chunk_state[c] =
+			    (uint8_t)((f->verify.chunk_state[c] & CHUNK_RETRIED) | CHUNK_HASHING);
 		pthread_mutex_unlock(&f->lock);
 		if (!take)
 			continue;
@@ -305,16 +309,18 @@ bool flight_retry_bad_chunks(struct flight *f)
 {
 	bool any = false;
 
-	if (!f->chunk_size)
+	if (!f->verify.chunk_size)
 		return false;
 	pthread_mutex_lock(&f->lock);
-	while (f->state == FLIGHT_ACTIVE && f->chunks_bad.n > 0) {
-		struct util_range r = f->chunks_bad.v[0];
+	while (f->state == FLIGHT_ACTIVE && f->verify.chunks_bad.n > 0) {
+		struct util_range r = f->verify.chunks_bad.v[0];
 		if (util_ranges_remove(&f->written, r.start, r.end) != 0)
 			break; /* out of memory: they stay failed */
-		for (uint64_t c = r.start / f->chunk_size; c <= (r.end - 1) / f->chunk_size; c++)
-			f->chunk_state[c] = CHUNK_MISSING | CHUNK_RETRIED; /* one fetch more */
-		(void)util_ranges_remove(&f->chunks_bad, r.start, r.end);  /* a whole range */
+		for (uint64_t c = r.start / f->verify.chunk_size;
+		     c <= (r.end - 1) / f->verify.chunk_size; c++)
+			f->verify.chunk_state[c] =
+			    CHUNK_MISSING | CHUNK_RETRIED; /* one fetch more */
+		(void)util_ranges_remove(&f->verify.chunks_bad, r.start, r.end); /* a whole range */
 		any = true;
 	}
 	pthread_mutex_unlock(&f->lock);

@@ -1,8 +1,10 @@
 /*
  * The transfer thread (see engine.h). Lock order when it takes locks: queue_lock alone;
- * flight locks only inside flight.h calls. Streams and the active list belong to the
- * transfer thread alone. The loop itself and the flight's life in it are here; the rest of
- * the thread's work is in stream.c, schedule.c and engine_cache.c (engine_i.h).
+ * a flight's lock inside flight.h calls, and alone to change the flight's version and
+ * URL or take its bad-chunk source (transfer_i.h, flight_i.h). Streams, the active list
+ * and each flight's xfer belong to the transfer thread alone. The loop itself and the
+ * flight's life in it are here; the rest of the thread's work is in stream.c, schedule.c
+ * and engine_cache.c (engine_i.h).
  */
 #include "fetch/engine/engine.h"
 
@@ -63,10 +65,10 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 		goto fail;
 	e->cfg = *cfg;
 	e->stats = cfg->stats ? cfg->stats : &e->own_stats;
-	spec_limit_init(&e->spec, cfg->spec_max);
-	atomic_store(&e->stats->spec_limit, e->spec.cur);
-	e->pending_buf = malloc(SPOOL_WRITE_BYTES);
-	if (!e->pending_buf)
+	spec_limit_init(&e->spec.limit, cfg->spec_max);
+	atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
+	e->pending.buf = malloc(SPOOL_WRITE_BYTES);
+	if (!e->pending.buf)
 		goto fail_engine;
 	if (cfg->lease_dirfd >= 0 && (rc = lease_set_create(cfg->lease_dirfd, &e->leases)) != 0)
 		goto fail_engine;
@@ -79,7 +81,7 @@ int engine_create(const struct engine_config *cfg, struct engine **out)
 	return 0;
 fail_engine:
 	lease_set_destroy(e->leases);
-	free(e->pending_buf);
+	free(e->pending.buf);
 	free(e);
 fail:
 	return rc;
@@ -95,10 +97,10 @@ void engine_kick(struct engine *e, struct flight *f)
 	bool queued = false;
 
 	pthread_mutex_lock(&e->queue_lock);
-	if (!f->engine_queued && !e->stopping) {
+	if (!f->xfer.engine_queued && !e->stopping) {
 		flight_ref(f);
-		f->engine_queued = true;
-		f->engine_next = e->queue;
+		f->xfer.engine_queued = true;
+		f->xfer.engine_next = e->queue;
 		e->queue = f;
 		queued = true;
 	}
@@ -110,13 +112,13 @@ void engine_kick(struct engine *e, struct flight *f)
 /* Speculation backs off (spec_limit.h), saying why when the bound moved. */
 static void cut_speculation(struct engine *e, const char *why)
 {
-	unsigned before = e->spec.cur;
+	unsigned before = e->spec.limit.cur;
 
-	spec_limit_throttled(&e->spec, now_ms());
-	if (e->spec.cur != before)
+	spec_limit_throttled(&e->spec.limit, now_ms());
+	if (e->spec.limit.cur != before)
 		util_log(UTIL_LOG_INFO, "%s: at most %u speculative requests at once now", why,
-		         e->spec.cur);
-	atomic_store(&e->stats->spec_limit, e->spec.cur);
+		         e->spec.limit.cur);
+	atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
 }
 
 void engine_note_throttled(struct engine *e)
@@ -131,10 +133,10 @@ static void note_fds_short(struct engine *e)
 {
 	unsigned shorts = util_fd_shorts();
 
-	if (shorts == e->fd_shorts_seen)
+	if (shorts == e->spec.fd_shorts_seen)
 		return;
-	e->fd_shorts_seen = shorts;
-	e->spec_fd_checked_ms = 0; /* count again before the next one starts */
+	e->spec.fd_shorts_seen = shorts;
+	e->spec.fd_checked_ms = 0; /* count again before the next one starts */
 	cut_speculation(e, "out of file descriptors (EMFILE or ENFILE)");
 }
 
@@ -144,18 +146,18 @@ static bool spec_may_start(struct engine *e)
 {
 	uint64_t now;
 
-	if (e->n_spec >= e->spec.cur)
+	if (e->spec.n_running >= e->spec.limit.cur)
 		return false;
 	now = now_ms();
-	if (e->spec_fd_checked_ms == 0 || now - e->spec_fd_checked_ms >= SPEC_FD_LOOK_MS) {
-		e->spec_fd_left = util_fd_room() - SPEC_FD_HEADROOM;
-		e->spec_fd_checked_ms = now;
+	if (e->spec.fd_checked_ms == 0 || now - e->spec.fd_checked_ms >= SPEC_FD_LOOK_MS) {
+		e->spec.fd_left = util_fd_room() - SPEC_FD_HEADROOM;
+		e->spec.fd_checked_ms = now;
 	}
-	if (e->spec_fd_left < SPEC_FDS_EACH) {
-		e->spec_fd_blocked = true;
+	if (e->spec.fd_left < SPEC_FDS_EACH) {
+		e->spec.fd_blocked = true;
 		return false;
 	}
-	e->spec_fd_left -= SPEC_FDS_EACH;
+	e->spec.fd_left -= SPEC_FDS_EACH;
 	return true;
 }
 
@@ -163,8 +165,8 @@ void engine_drop_speculation(struct engine *e, struct flight *f, int err)
 {
 	util_log(UTIL_LOG_INFO, "%s: not fetched ahead: %s", f->name, strerror(-err));
 	note_fds_short(e); /* flight_open_spool counted the shortage */
-	while (f->streams)
-		stream_free(e, f->streams);
+	while (f->xfer.streams)
+		stream_free(e, f->xfer.streams);
 	flight_fail(f, err);
 }
 
@@ -173,10 +175,10 @@ void engine_fail_flight(struct engine *e, struct flight *f, int err, const char 
 	char url[512];
 
 	util_log(UTIL_LOG_ERROR, "%s: download failed (%s) from %s", f->name, why,
-	         util_redact_url(f->urls[f->url_idx], url, sizeof(url)));
+	         util_redact_url(f->src.urls[f->xfer.url_idx], url, sizeof(url)));
 	atomic_fetch_add_explicit(&e->stats->failures, 1, memory_order_relaxed);
-	while (f->streams)
-		stream_free(e, f->streams);
+	while (f->xfer.streams)
+		stream_free(e, f->xfer.streams);
 	flight_fail(f, err);
 }
 
@@ -192,13 +194,13 @@ static int activate(struct engine *e, struct flight *f)
 		e->active = v;
 		e->cap_active = cap;
 	}
-	f->engine_started = true;
+	f->xfer.engine_started = true;
 	if (f->speculative)
 		atomic_fetch_add_explicit(&e->stats->spec_flights, 1, memory_order_relaxed);
 	flight_ref(f);
 	e->active[e->n_active++] = f;
 	if (e->cfg.durable && e->cfg.records)
-		index_spool_touch(e->cfg.records, f->key, f->size, cache_use_stamp(e));
+		index_records_touch(e->cfg.records, f->key, f->size, engine_cache_use_stamp(e));
 	if (e->leases) {
 		rc = lease_set_try(e->leases, f->key);
 		if (rc < 0) {
@@ -206,22 +208,22 @@ static int activate(struct engine *e, struct flight *f)
 			                   "cannot lock the cache directory's lease file");
 			return 0;
 		}
-		f->lease_held = rc == 1;
+		f->xfer.lease_held = rc == 1;
 		/* Said before the first look at the records: the holder then goes whole. */
-		if (!f->lease_held && (rc = lease_set_watch(e->leases, f->key)) < 0) {
+		if (!f->xfer.lease_held && (rc = lease_set_watch(e->leases, f->key)) < 0) {
 			engine_fail_flight(e, f, rc,
 			                   "cannot lock the cache directory's lease file");
 			return 0;
 		}
-		f->lease_watching = !f->lease_held;
-		if (!f->lease_held) {
+		f->xfer.lease_watching = !f->xfer.lease_held;
+		if (!f->xfer.lease_held) {
 			util_log(UTIL_LOG_INFO, "%s: another mount of the cache is downloading it",
 			         f->name);
-			cache_watch(e, f);
+			engine_cache_watch(e, f);
 			return 0;
 		}
 	}
-	cache_start_owned(e, f);
+	engine_cache_start_owned(e, f);
 	return 0;
 }
 
@@ -232,32 +234,32 @@ static int activate(struct engine *e, struct flight *f)
  */
 static bool may_switch_mirror(struct flight *f)
 {
-	return f->n_urls > 1 && (flight_hash_names_version(f) || flight_written(f) == 0);
+	return f->src.n_urls > 1 && (flight_hash_names_version(f) || flight_written(f) == 0);
 }
 
 /* Whether url i answered this flight with a refusal (see urls_refused in flight_i.h). */
 static bool refused(const struct flight *f, unsigned i)
 {
-	return f->urls_refused >> i & 1u; /* i < n_urls <= FLIGHT_MAX_URLS */
+	return f->xfer.urls_refused >> i & 1u; /* i < n_urls <= FLIGHT_MAX_URLS */
 }
 
 static void next_mirror(struct flight *f)
 {
-	unsigned next = f->url_idx;
+	unsigned next = f->xfer.url_idx;
 
 	if (!may_switch_mirror(f))
 		return;
 	do
-		next = (next + 1) % f->n_urls;
-	while (refused(f, next) && next != f->url_idx);
+		next = (next + 1) % f->src.n_urls;
+	while (refused(f, next) && next != f->xfer.url_idx);
 	pthread_mutex_lock(&f->lock);
-	f->url_idx = next;
+	f->xfer.url_idx = next;
 	/* A version the source named is part of the object's identity: every mirror must
 	 * serve that one (the key says so). */
 	if (flight_hash_names_version(f) || !f->source_etag) {
-		f->etag[0] = '\0';
-		f->last_modified[0] = '\0';
-		f->version_seen = false;
+		f->xfer.version.etag[0] = '\0';
+		f->xfer.version.last_modified[0] = '\0';
+		f->xfer.version.seen = false;
 	}
 	pthread_mutex_unlock(&f->lock);
 }
@@ -274,14 +276,14 @@ bool engine_try_other_mirror(struct engine *e, struct flight *f, unsigned from, 
 
 	if (!may_switch_mirror(f))
 		return false;
-	f->urls_refused |= 1u << from;
-	if (f->url_idx == from) /* else another stream of it has switched already */
+	f->xfer.urls_refused |= 1u << from;
+	if (f->xfer.url_idx == from) /* else another stream of it has switched already */
 		next_mirror(f);
-	if (refused(f, f->url_idx))
+	if (refused(f, f->xfer.url_idx))
 		return false;
 	util_log(UTIL_LOG_WARN, "%s: %s from %s; trying %s", f->name, why,
-	         util_redact_url(f->urls[from], url, sizeof(url)),
-	         f->url_idx == 0 ? "the manifest's URL" : "the next mirror");
+	         util_redact_url(f->src.urls[from], url, sizeof(url)),
+	         f->xfer.url_idx == 0 ? "the manifest's URL" : "the next mirror");
 	atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 	return true;
 }
@@ -291,14 +293,14 @@ void engine_avoid_bad_source(struct engine *e, struct flight *f)
 	unsigned bad;
 
 	pthread_mutex_lock(&f->lock);
-	bad = f->chunk_bad_url;
-	f->chunk_bad_url = 0;
+	bad = f->verify.chunk_bad_url;
+	f->verify.chunk_bad_url = 0;
 	pthread_mutex_unlock(&f->lock);
 	/* Only when it is still the one asked: another stream may have moved on already. */
-	if (!bad || f->url_idx != bad - 1 || !may_switch_mirror(f))
+	if (!bad || f->xfer.url_idx != bad - 1 || !may_switch_mirror(f))
 		return;
 	next_mirror(f);
-	if (f->url_idx != bad - 1)
+	if (f->xfer.url_idx != bad - 1)
 		atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 }
 
@@ -308,7 +310,7 @@ static void refusal_code(const struct stream *s, char *code, size_t len)
 	struct s3_list_result r = {0};
 
 	code[0] = '\0';
-	if (s3_list_parse(s->err_body, s->err_len, NULL, &r, NULL, 0) == 0 &&
+	if (s3_list_parse(s->auth.err_body, s->auth.err_len, NULL, &r, NULL, 0) == 0 &&
 	    r.kind == S3_DOC_ERROR)
 		snprintf(code, len, "%s", r.error.code);
 	s3_list_result_free(&r);
@@ -333,25 +335,25 @@ static bool on_refused(struct engine *e, struct stream *s)
 		s->fatal = -EIO;
 		return false;
 	}
-	uint64_t gen = s->creds_gen;
+	uint64_t gen = s->auth.creds_gen;
 	if (e->cfg.creds_expired)
 		e->cfg.creds_expired(e->cfg.sign_ctx, gen);
 	/* Free once until a request succeeds again, for every request signed with the
 	 * generation refused first (or an older one): they were all sent before the refresh. */
-	if (f->auth_retried && gen > f->auth_wait_gen) {
+	if (f->xfer.auth.retried && gen > f->xfer.auth.gen) {
 		s->retryable = true; /* refused again after a refresh: a failure like any */
 		return false;
 	}
-	f->auth_retried = true;
-	if (!f->auth_wait)
+	f->xfer.auth.retried = true;
+	if (!f->xfer.auth.wait)
 		util_log(UTIL_LOG_INFO,
 		         "%s: %s: credentials refused as expired; sending again"
 		         " with fresh ones (not counted as a failure)",
 		         f->name, s->why);
-	f->auth_wait = true;
-	if (f->auth_wait_gen < gen)
-		f->auth_wait_gen = gen;
-	f->auth_wait_until_ms = now_ms() + AUTH_WAIT_MS;
+	f->xfer.auth.wait = true;
+	if (f->xfer.auth.gen < gen)
+		f->xfer.auth.gen = gen;
+	f->xfer.auth.until_ms = now_ms() + AUTH_WAIT_MS;
 	stream_free(e, s);
 	return true;
 }
@@ -373,16 +375,16 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		 * recorded every so many bytes (each record is an fdatasync), and at completion. */
 		bool for_reader = !s->background;
 		if (s->speculative) {
-			spec_limit_success(&e->spec);
-			atomic_store(&e->stats->spec_limit, e->spec.cur);
+			spec_limit_success(&e->spec.limit);
+			atomic_store(&e->stats->spec_limit, e->spec.limit.cur);
 		}
-		f->failures = 0;
-		f->auth_retried = false;
+		f->xfer.failures = 0;
+		f->xfer.auth.retried = false;
 		stream_free(e, s);
-		cache_record_progress(e, f, for_reader);
+		engine_cache_record_progress(e, f, for_reader);
 		return;
 	}
-	if (s->auth_refused && !s->fatal && on_refused(e, s))
+	if (s->auth.refused && !s->fatal && on_refused(e, s))
 		return;
 	fatal = s->fatal;
 	if (fatal == 0 && s->stalled) {
@@ -400,7 +402,7 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 		fatal = -EIO;
 		stream_why(s, "%s", s->guard.why);
 	} else if (fatal == 0 && !s->retryable &&
-	           fetch_net_redirect_refused(s->easy, result, f->urls[s->url_idx], s->why,
+	           fetch_net_redirect_refused(s->easy, result, f->src.urls[s->url_idx], s->why,
 	                                      sizeof(s->why))) {
 		fatal = -EIO;
 	} else if (fatal == 0 && !s->retryable) {
@@ -423,31 +425,32 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	/* An outage cuts every connection of a flight at once: the streams started before the
 	 * last counted failure share its try, its backoff and its mirror switch (counting each
 	 * would use up the tries at once and switch mirrors back and forth). */
-	if (round != f->fail_round) {
+	if (round != f->xfer.fail_round) {
 		util_log(UTIL_LOG_DEBUG, "%s: %s (counted with the previous failure)", f->name,
 		         why);
 		return;
 	}
-	f->fail_round++;
+	f->xfer.fail_round++;
 	/* Only real progress earns the tries back: a server that cuts every answer after a few
 	 * bytes would otherwise be asked again for ever. Progress of the object, not only of
 	 * this request: several slow ones may each bring little. */
 	uint64_t now_written = flight_written(f);
 	/* (A chunk that failed its hash leaves `written`: less than before is no progress.) */
 	if (progress >= RESUME_PROGRESS_BYTES ||
-	    (now_written > f->written_at_failure &&
-	     now_written - f->written_at_failure >= RESUME_PROGRESS_BYTES))
-		f->failures = 0;
-	f->written_at_failure = now_written;
-	f->failures++;
-	if (f->failures >= e->cfg.max_tries) {
+	    (now_written > f->xfer.written_at_failure &&
+	     now_written - f->xfer.written_at_failure >= RESUME_PROGRESS_BYTES))
+		f->xfer.failures = 0;
+	f->xfer.written_at_failure = now_written;
+	f->xfer.failures++;
+	if (f->xfer.failures >= e->cfg.max_tries) {
 		char msg[sizeof(why) + 40];
-		snprintf(msg, sizeof(msg), "giving up after %u tries, last: %s", f->failures, why);
+		snprintf(msg, sizeof(msg), "giving up after %u tries, last: %s", f->xfer.failures,
+		         why);
 		engine_fail_flight(e, f, -EIO, msg);
 		return;
 	}
 	uint64_t delay =
-	    http_backoff_ms(f->failures, e->cfg.backoff_base_ms, e->cfg.backoff_cap_ms,
+	    http_backoff_ms(f->xfer.failures, e->cfg.backoff_base_ms, e->cfg.backoff_cap_ms,
 	                    fetch_net_jitter(), retry_after, 4 * e->cfg.backoff_cap_ms);
 	char url[512];
 	uint64_t written = 0;
@@ -455,14 +458,14 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	util_log(UTIL_LOG_WARN,
 	         "%s: %s from %s; retry %u in %" PRIu64 " ms (%" PRIu64 " of %" PRIu64
 	         " bytes local)",
-	         f->name, why, util_redact_url(f->urls[f->url_idx], url, sizeof(url)), f->failures,
-	         delay, written, f->size);
+	         f->name, why, util_redact_url(f->src.urls[f->xfer.url_idx], url, sizeof(url)),
+	         f->xfer.failures, delay, written, f->size);
 	atomic_fetch_add_explicit(&e->stats->retries, 1, memory_order_relaxed);
 	next_mirror(f);
 	/* Other streams of this flight keep going; new ones wait for the backoff. */
 	uint64_t due = now_ms() + delay;
-	if (f->retry_due_ms < due)
-		f->retry_due_ms = due;
+	if (f->xfer.retry_due_ms < due)
+		f->xfer.retry_due_ms = due;
 }
 
 /* Drops flights that need nothing more from the engine. */
@@ -474,12 +477,12 @@ static void retire_finished(struct engine *e)
 		struct flight *f = e->active[i];
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
-		if (state != FLIGHT_ACTIVE && f->n_streams == 0) {
+		if (state != FLIGHT_ACTIVE && f->xfer.n_streams == 0) {
 			if (state == FLIGHT_COMPLETE)
 				atomic_fetch_add_explicit(&e->stats->completed, 1,
 				                          memory_order_relaxed);
-			cache_record_progress(e, f, true);
-			cache_release_lease(e, f);
+			engine_cache_record_progress(e, f, true);
+			engine_cache_release_lease(e, f);
 			flight_engine_done(f);
 			flight_unref(f);
 			continue;
@@ -492,42 +495,42 @@ static void retire_finished(struct engine *e)
 /* Keeps f (a new speculative flight nobody has opened) until a speculative slot is free. */
 static int park_speculative(struct engine *e, struct flight *f)
 {
-	if (e->n_spec_waiting == e->cap_spec_waiting && e->spec_head > 0) {
+	if (e->spec.n_waiting == e->spec.cap_waiting && e->spec.head > 0) {
 		/* Drop what was taken from the front before growing. */
-		memmove(e->spec_waiting, e->spec_waiting + e->spec_head,
-		        (e->n_spec_waiting - e->spec_head) * sizeof(*e->spec_waiting));
-		e->n_spec_waiting -= e->spec_head;
-		e->spec_head = 0;
+		memmove(e->spec.waiting, e->spec.waiting + e->spec.head,
+		        (e->spec.n_waiting - e->spec.head) * sizeof(*e->spec.waiting));
+		e->spec.n_waiting -= e->spec.head;
+		e->spec.head = 0;
 	}
-	if (e->n_spec_waiting == e->cap_spec_waiting) {
-		size_t cap = e->cap_spec_waiting ? e->cap_spec_waiting * 2 : 64;
-		struct flight **v = realloc(e->spec_waiting, cap * sizeof(*v));
+	if (e->spec.n_waiting == e->spec.cap_waiting) {
+		size_t cap = e->spec.cap_waiting ? e->spec.cap_waiting * 2 : 64;
+		struct flight **v = realloc(e->spec.waiting, cap * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
-		e->spec_waiting = v;
-		e->cap_spec_waiting = cap;
+		e->spec.waiting = v;
+		e->spec.cap_waiting = cap;
 	}
 	flight_ref(f);
-	e->spec_waiting[e->n_spec_waiting++] = f;
+	e->spec.waiting[e->spec.n_waiting++] = f;
 	return 0;
 }
 
 /* Activates waiting speculative flights while slots are free, in the order they came. */
 static void admit_speculative(struct engine *e)
 {
-	while (e->spec_head < e->n_spec_waiting && spec_may_start(e)) {
-		struct flight *f = e->spec_waiting[e->spec_head++];
+	while (e->spec.head < e->spec.n_waiting && spec_may_start(e)) {
+		struct flight *f = e->spec.waiting[e->spec.head++];
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
 		/* A reader's kick may have activated it meanwhile. */
-		if (!f->engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)
+		if (!f->xfer.engine_started && state == FLIGHT_ACTIVE && activate(e, f) != 0)
 			engine_fail_flight(e, f, -ENOMEM, "out of memory");
-		else if (f->engine_started)
+		else if (f->xfer.engine_started)
 			schedule_flight(e, f);
 		flight_unref(f);
 	}
-	if (e->spec_head == e->n_spec_waiting)
-		e->spec_head = e->n_spec_waiting = 0;
+	if (e->spec.head == e->spec.n_waiting)
+		e->spec.head = e->spec.n_waiting = 0;
 }
 
 static void drain_queue(struct engine *e)
@@ -541,25 +544,25 @@ static void drain_queue(struct engine *e)
 	 * The queue is last-kicked first: reversed, flights start in the order they were
 	 * kicked (prefetch hands them over in the order it wants them fetched). */
 	struct flight *fifo = NULL;
-	for (struct flight *q = f; q; q = q->engine_next) {
-		q->engine_queued = false;
-		q->engine_drain_next = fifo;
+	for (struct flight *q = f; q; q = q->xfer.engine_next) {
+		q->xfer.engine_queued = false;
+		q->xfer.engine_drain_next = fifo;
 		fifo = q;
 	}
 	f = fifo;
 	pthread_mutex_unlock(&e->queue_lock);
 	while (f) {
-		struct flight *next = f->engine_drain_next;
+		struct flight *next = f->xfer.engine_drain_next;
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
-		bool wait = !f->engine_started && state == FLIGHT_ACTIVE &&
+		bool wait = !f->xfer.engine_started && state == FLIGHT_ACTIVE &&
 		            flight_speculation_unclaimed(f) && !spec_may_start(e);
 		if (wait && park_speculative(e, f) != 0)
 			engine_fail_flight(e, f, -ENOMEM, "out of memory");
-		else if (!wait && !f->engine_started && state == FLIGHT_ACTIVE &&
+		else if (!wait && !f->xfer.engine_started && state == FLIGHT_ACTIVE &&
 		         activate(e, f) != 0)
 			engine_fail_flight(e, f, -ENOMEM, "out of memory");
-		if (f->engine_started)
+		if (f->xfer.engine_started)
 			schedule_flight(e, f);
 		flight_unref(f);
 		f = next;
@@ -579,7 +582,7 @@ static void end_failed_streams(struct engine *e)
 	e->write_failed = false;
 again:
 	for (size_t i = 0; i < e->n_active; i++) {
-		for (struct stream *s = e->active[i]->streams; s; s = s->next) {
+		for (struct stream *s = e->active[i]->xfer.streams; s; s = s->next) {
 			if (s->fatal) {
 				on_done(e, s, CURLE_WRITE_ERROR);
 				goto again;
@@ -594,7 +597,7 @@ static void end_stopped_streams(struct engine *e)
 {
 	e->streams_stopped = false;
 	for (size_t i = 0; i < e->n_active; i++) {
-		struct stream *s = e->active[i]->streams;
+		struct stream *s = e->active[i]->xfer.streams;
 		while (s) {
 			struct stream *next = s->next;
 			if (s->pos >= s->end && !s->fatal)
@@ -613,23 +616,24 @@ static void tend(struct engine *e, struct flight *f, uint64_t now, long *timeout
 		flight_progress(f, NULL, NULL, &state);
 		if (state != FLIGHT_ACTIVE)
 			return; /* failed or finished: retire_finished lets it go */
-		if (f->next_watch_ms <= now)
-			cache_watch(e, f);
-		if (watching(e, f) && (long)(f->next_watch_ms - now) < *timeout)
-			*timeout = (long)(f->next_watch_ms - now);
+		if (f->xfer.next_watch_ms <= now)
+			engine_cache_watch(e, f);
+		if (watching(e, f) && (long)(f->xfer.next_watch_ms - now) < *timeout)
+			*timeout = (long)(f->xfer.next_watch_ms - now);
 		return;
 	}
-	if (f->lease_held && f->next_watch_ms <= now)
-		cache_look_for_watchers(e, f, now);
-	if (f->lease_held && !f->watched && (long)(f->next_watch_ms - now) < *timeout)
-		*timeout = (long)(f->next_watch_ms - now);
-	if (f->retry_due_ms && f->retry_due_ms > now) {
-		if ((long)(f->retry_due_ms - now) < *timeout)
-			*timeout = (long)(f->retry_due_ms - now);
+	if (f->xfer.lease_held && f->xfer.next_watch_ms <= now)
+		engine_cache_look_for_watchers(e, f, now);
+	if (f->xfer.lease_held && !f->xfer.watched &&
+	    (long)(f->xfer.next_watch_ms - now) < *timeout)
+		*timeout = (long)(f->xfer.next_watch_ms - now);
+	if (f->xfer.retry_due_ms && f->xfer.retry_due_ms > now) {
+		if ((long)(f->xfer.retry_due_ms - now) < *timeout)
+			*timeout = (long)(f->xfer.retry_due_ms - now);
 		return;
 	}
 	schedule_flight(e, f);
-	cache_record_progress(e, f, false);
+	engine_cache_record_progress(e, f, false);
 }
 
 static void *engine_main(void *arg)
@@ -644,7 +648,7 @@ static void *engine_main(void *arg)
 		uint64_t now;
 
 		note_fds_short(e);
-		e->spec_fd_blocked = false;
+		e->spec.fd_blocked = false;
 		drain_queue(e);
 		curl_multi_perform(e->multi, &running);
 		(void)stream_flush_pending(
@@ -662,7 +666,7 @@ static void *engine_main(void *arg)
 			end_stopped_streams(e);
 		admit_speculative(e);
 		/* Waiting for fds, not a slot: nothing wakes it when readers close some. */
-		if (e->spec_fd_blocked && e->spec_head < e->n_spec_waiting &&
+		if (e->spec.fd_blocked && e->spec.head < e->spec.n_waiting &&
 		    timeout > SPEC_FD_WAIT_MS)
 			timeout = SPEC_FD_WAIT_MS;
 		now = now_ms();
@@ -672,7 +676,8 @@ static void *engine_main(void *arg)
 		struct flight *first = NULL;
 		for (size_t i = 0; i < e->n_active; i++) {
 			struct flight *f = e->active[i];
-			if (f->starved_ms && (!first || f->starved_ms < first->starved_ms))
+			if (f->xfer.starved_ms &&
+			    (!first || f->xfer.starved_ms < first->xfer.starved_ms))
 				first = f;
 		}
 		if (first)
@@ -731,32 +736,32 @@ void engine_stop(struct engine *e)
 	e->queue = NULL;
 	pthread_mutex_unlock(&e->queue_lock);
 	while (queued) {
-		struct flight *next = queued->engine_next;
-		if (!queued->engine_started)
+		struct flight *next = queued->xfer.engine_next;
+		if (!queued->xfer.engine_started)
 			flight_stop(queued, -EIO); /* its parked readers must not wait forever */
 		flight_unref(queued);
 		queued = next;
 	}
-	for (size_t i = e->spec_head; i < e->n_spec_waiting; i++) {
-		if (!e->spec_waiting[i]->engine_started)
-			flight_stop(e->spec_waiting[i], -EIO);
-		flight_unref(e->spec_waiting[i]);
+	for (size_t i = e->spec.head; i < e->spec.n_waiting; i++) {
+		if (!e->spec.waiting[i]->xfer.engine_started)
+			flight_stop(e->spec.waiting[i], -EIO);
+		flight_unref(e->spec.waiting[i]);
 	}
-	e->spec_head = e->n_spec_waiting = 0;
+	e->spec.head = e->spec.n_waiting = 0;
 	for (size_t i = 0; i < e->n_active; i++) {
 		enum flight_state state;
 		flight_progress(e->active[i], NULL, NULL, &state);
 		if (state == FLIGHT_ACTIVE) {
-			while (e->active[i]->streams)
-				stream_free(e, e->active[i]->streams);
+			while (e->active[i]->xfer.streams)
+				stream_free(e, e->active[i]->xfer.streams);
 			/* Kept for the next session: a persistent cache resumes from here. */
-			cache_record_progress(e, e->active[i], true);
+			engine_cache_record_progress(e, e->active[i], true);
 			flight_stop(e->active[i], -EIO);
 		} else {
 			/* Finished or failed since the last retire: its final record first. */
-			cache_record_progress(e, e->active[i], true);
+			engine_cache_record_progress(e, e->active[i], true);
 		}
-		cache_release_lease(e, e->active[i]);
+		engine_cache_release_lease(e, e->active[i]);
 		flight_unref(e->active[i]);
 	}
 	e->n_active = 0;
@@ -773,8 +778,8 @@ void engine_destroy(struct engine *e)
 	curl_multi_cleanup(e->multi);
 	lease_set_destroy(e->leases); /* after the recorder let its leases go */
 	pthread_mutex_destroy(&e->queue_lock);
-	free(e->pending_buf);
+	free(e->pending.buf);
 	free(e->active);
-	free(e->spec_waiting);
+	free(e->spec.waiting);
 	free(e);
 }

@@ -58,8 +58,8 @@ static bool record_due(const struct flight *f, uint64_t fresh, uint64_t now, boo
 	if (force || fresh >= RECORD_EVERY_BYTES)
 		return true;
 	/* A watching mount sees only what is recorded: often, then. */
-	return f->watched &&
-	       (fresh >= RECORD_WATCHED_BYTES || now - f->recorded_ms >= RECORD_WATCHED_MS);
+	return f->xfer.watched &&
+	       (fresh >= RECORD_WATCHED_BYTES || now - f->xfer.recorded_ms >= RECORD_WATCHED_MS);
 }
 
 /* Notes f's written ranges for the next serving process of this session, when due. */
@@ -68,26 +68,26 @@ static void note_progress(struct engine *e, struct flight *f, uint64_t total)
 	struct util_ranges written;
 	int rc;
 
-	if (e->cfg.progress_dirfd < 0 || f->spool_fd < 0 || f->spool_borrowed ||
-	    f->noted_bytes == UINT64_MAX || total < f->noted_bytes + NOTE_EVERY_BYTES)
+	if (e->cfg.progress_dirfd < 0 || f->spool.fd < 0 || f->spool.borrowed ||
+	    f->xfer.noted_bytes == UINT64_MAX || total < f->xfer.noted_bytes + NOTE_EVERY_BYTES)
 		return;
 	util_ranges_init(&written);
 	rc = flight_copy_written(f, &written);
 	if (rc == 0)
-		rc = progress_note_write(e->cfg.progress_dirfd, f->spool_name, f->spool_fd, f->size,
+		rc = progress_note_write(e->cfg.progress_dirfd, f->spool.name, f->spool.fd, f->size,
 		                         &written);
 	util_ranges_free(&written);
 	if (rc == 0) {
-		f->noted_bytes = total;
+		f->xfer.noted_bytes = total;
 		return;
 	}
 	/* Only a restart's refetch depends on it: said once per object, then not tried again. */
 	util_log(UTIL_LOG_DEBUG, "%s: cannot note progress for a restart (%s)", f->name,
 	         strerror(-rc));
-	f->noted_bytes = UINT64_MAX;
+	f->xfer.noted_bytes = UINT64_MAX;
 }
 
-void cache_record_progress(struct engine *e, struct flight *f, bool force)
+void engine_cache_record_progress(struct engine *e, struct flight *f, bool force)
 {
 	struct util_ranges written;
 	uint64_t total;
@@ -95,32 +95,32 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
 
 	/* Records matter only in a cache directory that a later session may reuse, and only the
 	 * lease holder writes them; the last one (complete or failed) is written once. */
-	if (!e->recorder || f->final_recorded || atomic_load(&f->durable) ||
-	    (e->cfg.lease_dirfd >= 0 && !f->lease_held))
+	if (!e->recorder || f->xfer.final_recorded || atomic_load(&f->durable) ||
+	    (e->cfg.lease_dirfd >= 0 && !f->xfer.lease_held))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	/* Finished or failed: its note has nothing more to tell a restart (the record does). */
-	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->noted_bytes &&
-	    f->spool_name) {
-		progress_note_remove(e->cfg.progress_dirfd, f->spool_name);
-		f->noted_bytes = 0;
+	if (state != FLIGHT_ACTIVE && e->cfg.progress_dirfd >= 0 && f->xfer.noted_bytes &&
+	    f->spool.name) {
+		progress_note_remove(e->cfg.progress_dirfd, f->spool.name);
+		f->xfer.noted_bytes = 0;
 	}
 	if (state == FLIGHT_FAILED) {
 		recorder_failed(e->recorder, f);
-		f->final_recorded = true;
+		f->xfer.final_recorded = true;
 		return;
 	}
 	if (state == FLIGHT_ACTIVE)
 		note_progress(e, f, total);
 	uint64_t now = now_ms();
-	if (state != FLIGHT_COMPLETE && !record_due(f, total - f->recorded_bytes, now, force))
+	if (state != FLIGHT_COMPLETE && !record_due(f, total - f->xfer.recorded_bytes, now, force))
 		return;
 	util_ranges_init(&written);
 	if (flight_copy_written(f, &written) == 0) {
 		recorder_ranges(e->recorder, f, &written, state == FLIGHT_COMPLETE);
-		f->recorded_bytes = total;
-		f->recorded_ms = now;
-		f->final_recorded = state == FLIGHT_COMPLETE;
+		f->xfer.recorded_bytes = total;
+		f->xfer.recorded_ms = now;
+		f->xfer.final_recorded = state == FLIGHT_COMPLETE;
 	}
 	util_ranges_free(&written);
 }
@@ -130,7 +130,7 @@ void cache_record_progress(struct engine *e, struct flight *f, bool force)
  * milliseconds (comparable across sessions), strictly increasing within one, so objects
  * first used in the same millisecond still have an order.
  */
-int64_t cache_use_stamp(struct engine *e)
+int64_t engine_cache_use_stamp(struct engine *e)
 {
 	struct timespec ts;
 	int64_t now;
@@ -150,22 +150,22 @@ int64_t cache_use_stamp(struct engine *e)
  */
 static void make_room(struct engine *e, struct flight *f)
 {
-	struct index_spool_entry lru[64];
+	struct index_records_entry lru[64];
 	uint64_t bytes = 0, now = now_ms(), max = e->cfg.cache_max_size;
 	size_t n = 0;
 
-	if (e->room_checked && now - e->room_checked_ms < ROOM_LOOK_EVERY_MS &&
-	    (double)(e->room_seen + e->room_added + f->size) < ROOM_LOOK_SHARE * (double)max) {
-		e->room_added += f->size;
+	if (e->room.checked && now - e->room.checked_ms < ROOM_LOOK_EVERY_MS &&
+	    (double)(e->room.seen + e->room.added + f->size) < ROOM_LOOK_SHARE * (double)max) {
+		e->room.added += f->size;
 		return;
 	}
-	if (index_spool_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
+	if (index_records_usage(e->cfg.records, &bytes, lru, 64, &n) != 0)
 		return;
 	for (size_t i = 0; i < n && bytes > e->cfg.cache_max_size; i++) {
 		if (strcmp(lru[i].key, f->key) == 0 ||
 		    flight_table_evict(f->table, lru[i].key) != 0)
 			continue;
-		if (index_record_forget(e->cfg.records, lru[i].key) == 0)
+		if (index_records_forget(e->cfg.records, lru[i].key) == 0)
 			bytes -= lru[i].size < bytes ? lru[i].size : bytes;
 		/* Keys name objects by hash or URL (not by path: that is each mount's own). */
 		char shown[512];
@@ -176,10 +176,10 @@ static void make_room(struct engine *e, struct flight *f)
 	for (size_t i = 0; i < n; i++)
 		free(lru[i].key);
 	/* The sum counts f already (activate touched its row with its size). */
-	e->room_checked = true;
-	e->room_checked_ms = now;
-	e->room_seen = bytes;
-	e->room_added = 0;
+	e->room.checked = true;
+	e->room.checked_ms = now;
+	e->room.seen = bytes;
+	e->room.added = 0;
 	if (bytes > e->cfg.cache_max_size)
 		util_log(UTIL_LOG_WARN,
 		         "cache holds %" PRIu64 " bytes, over --cache-max-size %" PRIu64
@@ -204,7 +204,7 @@ static void say_unmatched(struct flight *f)
 static int check_seal(struct engine *e, struct flight *f, bool holder, bool *complete)
 {
 	char recorded[FLIGHT_SEAL_MAX] = "", found[FLIGHT_SEAL_MAX] = "";
-	int rc = index_spool_seal(e->cfg.records, f->key, recorded, sizeof(recorded));
+	int rc = index_records_seal(e->cfg.records, f->key, recorded, sizeof(recorded));
 
 	/* A record from a spoolfs before seals has none: checked like a changed one. */
 	if (rc && rc != -ENOENT)
@@ -224,16 +224,16 @@ static int check_seal(struct engine *e, struct flight *f, bool holder, bool *com
 	}
 	util_log(UTIL_LOG_WARN, "%s: %s; checking its sha256 again", f->name, why);
 	*complete = false;
-	return holder ? index_record_incomplete(e->cfg.records, f->key) : 0;
+	return holder ? index_records_mark_incomplete(e->cfg.records, f->key) : 0;
 }
 
 /* f is complete in the cache directory's records: durable, and its opens were hits. */
 static void found_complete(struct engine *e, struct flight *f)
 {
 	atomic_store(&f->durable, true);
-	if (f->restored)
+	if (f->xfer.restored)
 		return;
-	f->restored = true;
+	f->xfer.restored = true;
 	atomic_fetch_add_explicit(&e->stats->restored, 1, memory_order_relaxed);
 }
 
@@ -277,7 +277,7 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 	    f->after_failure)
 		return -ENOENT;
 	util_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+	rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	*none = (rc == 0 || rc == -ENOENT) && !complete && recorded.total == 0;
 	if (rc == 0 && complete)
 		rc = check_seal(e, f, true, &complete);
@@ -286,14 +286,14 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 		rc = 0;
 	if (rc == 0) {
 		rc = flight_reopen_spool(f, &recorded, complete, false);
-		/* A row without ranges is only a use time (index_spool_touch): nothing kept. */
+		/* A row without ranges is only a use time (index_records_touch): nothing kept. */
 		if ((rc == -ENOENT || rc == -ESTALE) && (complete || recorded.total > 0))
 			say_unmatched(f);
 	}
 	if (rc == 0) {
 		/* Noted bytes are not durable yet: the next record makes them so. */
-		f->recorded_bytes = durable;
-		f->noted_bytes = recorded.total;
+		f->xfer.recorded_bytes = durable;
+		f->xfer.noted_bytes = recorded.total;
 		if (complete)
 			found_complete(e, f);
 		if (recorded.total > durable)
@@ -311,7 +311,7 @@ static int reuse_spool(struct engine *e, struct flight *f, bool *none)
 }
 
 /* This mount downloads f: from what the cache holds, else from the start. */
-void cache_start_owned(struct engine *e, struct flight *f)
+void engine_cache_start_owned(struct engine *e, struct flight *f)
 {
 	char *name = NULL;
 	bool none = false;
@@ -322,7 +322,7 @@ void cache_start_owned(struct engine *e, struct flight *f)
 	rc = reuse_spool(e, f, &none);
 	if (rc == 0)
 		return;
-	if (f->spool_fd >= 0) {
+	if (f->spool.fd >= 0) {
 		engine_fail_flight(e, f, rc, "cannot restore the spool file");
 		return;
 	}
@@ -330,7 +330,7 @@ void cache_start_owned(struct engine *e, struct flight *f)
 	 * Records that hold nothing (a fresh object: only its use time) need no write: this
 	 * mount holds the lease, so no other one records ranges for it meanwhile. */
 	if (e->cfg.durable && e->cfg.records && !none) {
-		rc = index_spool_reset(e->cfg.records, f->key);
+		rc = index_records_reset(e->cfg.records, f->key);
 		if (rc) {
 			engine_fail_flight(e, f, rc, "cannot update the cache index");
 			return;
@@ -366,28 +366,28 @@ void cache_start_owned(struct engine *e, struct flight *f)
  * Lets other mounts take the download over: once finished, failed or stopped. Through the
  * recorder, so the lease goes only after the records the next holder starts from.
  */
-void cache_release_lease(struct engine *e, struct flight *f)
+void engine_cache_release_lease(struct engine *e, struct flight *f)
 {
-	if (f->lease_watching)
+	if (f->xfer.lease_watching)
 		lease_set_unwatch(e->leases, f->key);
-	if (f->lease_held && e->recorder)
+	if (f->xfer.lease_held && e->recorder)
 		recorder_release(e->recorder, e->leases, f->key);
-	else if (f->lease_held)
+	else if (f->xfer.lease_held)
 		lease_set_release(e->leases, f->key);
-	f->lease_watching = false;
-	f->lease_held = false;
+	f->xfer.lease_watching = false;
+	f->xfer.lease_held = false;
 }
 
 /*
  * A holder's readers may all be sparse, but a mount watching its download can only wait for
  * what it fetches: once watched, it fetches everything, and records progress often.
  */
-void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
+void engine_cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now)
 {
-	f->next_watch_ms = now + WATCHERS_EVERY_MS;
-	if (f->watched || !lease_set_watched(e->leases, f->key))
+	f->xfer.next_watch_ms = now + WATCHERS_EVERY_MS;
+	if (f->xfer.watched || !lease_set_watched(e->leases, f->key))
 		return;
-	f->watched = true;
+	f->xfer.watched = true;
 	flight_fetch_whole(f);
 }
 
@@ -403,24 +403,24 @@ static void take_over(struct engine *e, struct flight *f)
 	struct stat st;
 	int rc;
 
-	f->lease_held = true;
-	if (f->spool_fd < 0) {
-		cache_start_owned(e, f); /* it never got far enough to show us a spool */
+	f->xfer.lease_held = true;
+	if (f->spool.fd < 0) {
+		engine_cache_start_owned(e, f); /* it never got far enough to show us a spool */
 		return;
 	}
 	/* A download that fails deletes its spool: its readers got the error, ours do too. */
-	if (fstat(f->spool_fd, &st) != 0 || st.st_nlink == 0) {
+	if (fstat(f->spool.fd, &st) != 0 || st.st_nlink == 0) {
 		engine_fail_flight(e, f, -EIO, "the download in another mount of the cache failed");
 		return;
 	}
 	flight_claim_spool(f);
 	util_ranges_init(&recorded);
-	rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+	rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == 0 && complete && (rc = check_seal(e, f, true, &complete)) == -ESTALE)
 		why = "the cached copy changed since it was complete";
 	if (rc == 0) {
 		rc = flight_adopt(f, &recorded, complete);
-		f->recorded_bytes = recorded.total;
+		f->xfer.recorded_bytes = recorded.total;
 		if (complete)
 			found_complete(e, f);
 	}
@@ -441,29 +441,29 @@ static void take_over(struct engine *e, struct flight *f)
  * the file is opened and trusted only while the path still names that file: a holder that
  * starts afresh makes a new file, and the old one's records say nothing about it.
  */
-void cache_watch(struct engine *e, struct flight *f)
+void engine_cache_watch(struct engine *e, struct flight *f)
 {
 	const char *why = "cannot follow another mount's download";
 	struct util_ranges none, recorded;
 	bool complete = false;
 	int rc = lease_set_try(e->leases, f->key);
 
-	f->next_watch_ms = now_ms() + WATCH_EVERY_MS;
+	f->xfer.next_watch_ms = now_ms() + WATCH_EVERY_MS;
 	if (rc == 1) {
 		take_over(e, f);
 		return;
 	}
 	util_ranges_init(&none);
 	util_ranges_init(&recorded);
-	if (rc == 0 && f->spool_fd < 0) {
+	if (rc == 0 && f->spool.fd < 0) {
 		/* Opened with nothing adopted yet: what it holds is decided below. */
 		rc = flight_reopen_spool(f, &none, false, true);
 		/* Not created, or not sized, yet: the holder has only just started. */
-		if (f->spool_fd < 0 && (rc == -ENOENT || rc == -ESTALE))
+		if (f->spool.fd < 0 && (rc == -ENOENT || rc == -ESTALE))
 			rc = 1;
 	}
 	if (rc == 0)
-		rc = index_spool_lookup(e->cfg.records, f->key, &complete, &recorded);
+		rc = index_records_lookup(e->cfg.records, f->key, &complete, &recorded);
 	if (rc == -ENOENT || rc == -EBUSY)
 		rc = 1; /* nothing recorded yet, or another mount is writing: next time */
 	if (rc == 0 && !flight_spool_still_named(f)) {

@@ -26,6 +26,28 @@
 #define SPOOL_WRITE_BYTES (256u << 10)
 #define CURL_BUFFER_BYTES (64L << 10)
 
+/* When a stream's bytes came (a stream's own, like the rest of it). */
+struct stream_clock {
+	uint64_t started_ms;    /* when this request started */
+	uint64_t started_ns;    /* the same, for the latency histogram */
+	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
+	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
+	uint64_t window_ms;     /* when the current low-speed window started */
+	uint64_t window_bytes;  /* received when it did */
+};
+
+/* A signed request's credentials, and what a refusal of them said. */
+struct stream_auth {
+	uint64_t creds_gen; /* the credentials generation it was signed with (0: unsigned) */
+	/* A signed request answered 400 or 403: its S3 error body is kept (bounded) to tell
+	 * expired credentials from a real refusal. */
+	bool refused;
+	bool creds_expired; /* ...and it says the credentials expired */
+	size_t err_len;
+	char err_body[2048];
+};
+
+/* One request of a flight. Transfer thread only. */
 struct stream {
 	struct engine *engine;
 	struct flight *f;
@@ -35,35 +57,24 @@ struct stream {
 	uint64_t end;           /* exclusive; lowered when a far reader splits the stream */
 	uint64_t attempt_start; /* pos when this request started */
 	uint64_t skip;          /* leading bytes to drop: a 200 answered a ranged request */
-	bool checked;           /* status and headers validated */
+	struct stream_clock clock;
+	bool checked; /* status and headers validated */
 	bool reached_end;
-	bool retryable;         /* the status asked for a retry (5xx, 429, 408) */
-	bool stalled;           /* aborted: no byte for the stall timeout */
-	bool background;        /* fills the object for nobody in particular */
-	bool speculative;       /* counted in n_spec, not n_transfers (spec_limit.h) */
-	bool ranged;            /* asked with Range: a 200 then means the server ignores it */
-	bool answered_short;    /* a 206 with less than asked: end lowered to what it sends */
-	unsigned round;         /* the flight's fail_round when it started */
-	uint64_t last_byte_ms;  /* when the last header or body byte arrived */
-	uint64_t started_ms;    /* when this request started */
-	uint64_t started_ns;    /* the same, for the latency histogram */
-	uint64_t first_body_ms; /* when its first body byte arrived, 0 = not yet */
-	uint64_t received;      /* body bytes curl handed over, skipped ones included */
-	uint64_t window_ms;     /* when the current low-speed window started */
-	uint64_t window_bytes;  /* received when it did */
-	bool too_slow;      /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
-	int fatal;          /* -errno decided in a callback; the flight fails with it */
-	bool spool_fault;   /* fatal is ours (the spool), not the server's answer */
-	unsigned url_idx;   /* which of the flight's urls it asked */
-	int obj_fd;         /* a file: mirror's object, read by curl through /proc; or -1 */
-	char why[320];      /* what went wrong, for the log line */
-	uint64_t creds_gen; /* the credentials generation it was signed with (0: unsigned) */
-	/* A signed request answered 400 or 403: its S3 error body is kept (bounded) to tell
-	 * expired credentials from a real refusal. */
-	bool auth_refused;
-	bool creds_expired; /* ...and it says the credentials expired */
-	size_t err_len;
-	char err_body[2048];
+	bool retryable;      /* the status asked for a retry (5xx, 429, 408) */
+	bool stalled;        /* aborted: no byte for the stall timeout */
+	bool background;     /* fills the object for nobody in particular */
+	bool speculative;    /* counted in n_spec, not n_transfers (spec_limit.h) */
+	bool ranged;         /* asked with Range: a 200 then means the server ignores it */
+	bool answered_short; /* a 206 with less than asked: end lowered to what it sends */
+	unsigned round;      /* the flight's fail_round when it started */
+	uint64_t received;   /* body bytes curl handed over, skipped ones included */
+	bool too_slow;    /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
+	int fatal;        /* -errno decided in a callback; the flight fails with it */
+	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
+	unsigned url_idx; /* which of the flight's urls it asked */
+	int obj_fd;       /* a file: mirror's object, read by curl through /proc; or -1 */
+	char why[320];    /* what went wrong, for the log line */
+	struct stream_auth auth;
 	struct fetch_net_guard guard; /* a link-local address refused (fetch_net_apply) */
 	struct http_response resp;
 	char errbuf[CURL_ERROR_SIZE];
@@ -71,6 +82,44 @@ struct stream {
 };
 
 struct lease_set;
+
+/* Speculation (prefetch's flights). Transfer thread only. */
+struct engine_spec {
+	unsigned n_running;      /* speculative transfers, outside n_transfers */
+	struct spec_limit limit; /* how many n_running may be */
+	/* Speculative flights nobody has opened, waiting for a slot before they are activated
+	 * (an activated flight holds its spool file open: a walk's window of them would hold
+	 * an fd each). Kicked order, from head; each holds a reference. */
+	struct flight **waiting;
+	size_t head, n_waiting, cap_waiting;
+	/* fds speculation may still take before it looks again (what util_fd_room leaves
+	 * above SPEC_FD_HEADROOM), when it last looked, whether a flight waits for fds, and
+	 * the fd shortages (util_fd_shorts) already answered with a cut. */
+	int fd_left;
+	uint64_t fd_checked_ms;
+	bool fd_blocked;
+	unsigned fd_shorts_seen;
+};
+
+/* Transfer thread only: what the last look at the cache's usage found (bytes), the sizes
+ * of objects started since, and when it looked: make_room's estimate between looks. */
+struct engine_room {
+	uint64_t seen, added, checked_ms;
+	bool checked;
+};
+
+/*
+ * Transfer thread only: body bytes of one stream not yet written to its spool. curl hands
+ * a body over 16 KiB at a time, and writing each piece on its own cost a pwrite and a
+ * flight update per 16 KiB (65,536 per GiB). Always empty outside curl_multi_perform, so
+ * everything else sees a stream's bytes as written up to pos.
+ */
+struct engine_pending {
+	struct stream *stream; /* NULL when empty */
+	uint64_t off;
+	size_t len;
+	char *buf; /* SPOOL_WRITE_BYTES */
+};
 
 struct engine {
 	struct engine_config cfg;
@@ -90,35 +139,13 @@ struct engine {
 	size_t n_active;
 	size_t cap_active;
 	unsigned n_transfers;
-	unsigned n_background;  /* transfers of streams nobody is waiting on */
-	unsigned n_spec;        /* speculative transfers, outside n_transfers */
-	struct spec_limit spec; /* how many n_spec may be */
-	/* Speculative flights nobody has opened, waiting for a slot before they are activated
-	 * (an activated flight holds its spool file open: a walk's window of them would hold
-	 * an fd each). Kicked order, from spec_head; each holds a reference. */
-	struct flight **spec_waiting;
-	size_t spec_head, n_spec_waiting, cap_spec_waiting;
-	/* Transfer thread only: fds speculation may still take before it looks again (what
-	 * util_fd_room leaves above SPEC_FD_HEADROOM), when it last looked, whether a flight
-	 * waits for fds, and the fd shortages (util_fd_shorts) already answered with a cut. */
-	int spec_fd_left;
-	uint64_t spec_fd_checked_ms;
-	bool spec_fd_blocked;
-	unsigned fd_shorts_seen;
+	unsigned n_background; /* transfers of streams nobody is waiting on */
+	struct engine_spec spec;
 	int64_t last_use_stamp;
-	/* Transfer thread only: what the last look at the cache's usage found (bytes), the sizes
-	 * of objects started since, and when it looked: make_room's estimate between looks. */
-	uint64_t room_seen, room_added, room_checked_ms;
-	bool room_checked;
+	struct engine_room room;
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
-	/*
-	 * Transfer thread only: body bytes of one stream not yet written to its spool. curl
-	 * hands a body over 16 KiB at a time, and writing each piece on its own cost a pwrite
-	 * and a flight update per 16 KiB (65,536 per GiB). Always empty outside
-	 * curl_multi_perform, so everything else sees a stream's bytes as written up to pos.
-	 */
-	struct stream *pending_stream; /* NULL when empty */
+	struct engine_pending pending;
 	/* Transfer thread only: a flush failed, so some stream curl still runs may carry a
 	 * fatal error no callback of its own will report; engine_main ends such streams. */
 	bool write_failed;
@@ -126,9 +153,6 @@ struct engine {
 	/* Transfer thread only: a callback ended some streams by their end (pos == end);
 	 * engine_main frees them. */
 	bool streams_stopped;
-	uint64_t pending_off;
-	size_t pending_len;
-	char *pending_buf; /* SPOOL_WRITE_BYTES */
 };
 
 static inline uint64_t now_ms(void)
@@ -142,7 +166,7 @@ static inline uint64_t now_ms(void)
 /* A flight that another mount's download serves; the lease says who downloads. */
 static inline bool watching(const struct engine *e, const struct flight *f)
 {
-	return e->cfg.lease_dirfd >= 0 && !f->lease_held;
+	return e->cfg.lease_dirfd >= 0 && !f->xfer.lease_held;
 }
 
 /* engine.c. Stops every stream of f and fails its readers with err; why goes to the log. */
@@ -183,16 +207,16 @@ void schedule_flight(struct engine *e, struct flight *f);
 
 /* engine_cache.c. Each fails f itself (engine_fail_flight) when it cannot go on. */
 /* Records f's progress when one is due (force: now), in a cache directory only. */
-void cache_record_progress(struct engine *e, struct flight *f, bool force);
+void engine_cache_record_progress(struct engine *e, struct flight *f, bool force);
 /* A least-recently-used stamp: wall-clock ms, strictly increasing within a session. */
-int64_t cache_use_stamp(struct engine *e);
+int64_t engine_cache_use_stamp(struct engine *e);
 /* This mount downloads f: from what the cache holds, else from the start. */
-void cache_start_owned(struct engine *e, struct flight *f);
+void engine_cache_start_owned(struct engine *e, struct flight *f);
 /* Lets other mounts take f's download over. */
-void cache_release_lease(struct engine *e, struct flight *f);
+void engine_cache_release_lease(struct engine *e, struct flight *f);
 /* Once another mount watches f's download, it fetches everything and records often. */
-void cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
+void engine_cache_look_for_watchers(struct engine *e, struct flight *f, uint64_t now);
 /* Follows another mount's download of f; takes it over when that mount lets go. */
-void cache_watch(struct engine *e, struct flight *f);
+void engine_cache_watch(struct engine *e, struct flight *f);
 
 #endif

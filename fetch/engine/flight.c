@@ -28,6 +28,18 @@
 #include "fetch/engine/version_pins.h"
 #include "index/records.h"
 
+/* urls[0] is the flight's url, freed with it. */
+static void sources_free(struct flight_sources *src)
+{
+	for (unsigned i = 1; i < src->n_urls; i++) {
+		free(src->urls[i]);
+		free(src->paths[i]);
+	}
+	free(src->urls);
+	free(src->dir_fds);
+	free(src->paths);
+}
+
 struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id)
 {
 	struct flight *f = calloc(1, sizeof(*f));
@@ -37,38 +49,40 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	f->key = strdup(spec->key);
 	f->url = strdup(spec->url);
 	f->name = strdup(spec->name);
-	f->urls = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->urls));
-	f->url_dir_fds = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_dir_fds));
-	f->url_paths = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->url_paths));
-	if (!f->key || !f->url || !f->name || !f->urls || !f->url_dir_fds || !f->url_paths)
+	f->src.urls = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->src.urls));
+	f->src.dir_fds = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->src.dir_fds));
+	f->src.paths = calloc(1 + (size_t)spec->n_mirror_urls, sizeof(*f->src.paths));
+	if (!f->key || !f->url || !f->name || !f->src.urls || !f->src.dir_fds || !f->src.paths)
 		goto fail;
-	f->url_dir_fds[0] = -1;
-	f->urls[f->n_urls++] = f->url;
+	f->src.dir_fds[0] = -1;
+	f->src.urls[f->src.n_urls++] = f->url;
 	/* fs/options.c allows no more mirrors than fit. */
-	for (unsigned i = 0; i < spec->n_mirror_urls && f->n_urls < FLIGHT_MAX_URLS; i++) {
+	for (unsigned i = 0; i < spec->n_mirror_urls && f->src.n_urls < FLIGHT_MAX_URLS; i++) {
 		bool beneath = spec->mirror_dir_fds && spec->mirror_dir_fds[i] >= 0;
-		f->url_dir_fds[f->n_urls] = beneath ? spec->mirror_dir_fds[i] : -1;
-		if (beneath && !(f->url_paths[f->n_urls] = strdup(spec->mirror_paths[i])))
+		f->src.dir_fds[f->src.n_urls] = beneath ? spec->mirror_dir_fds[i] : -1;
+		if (beneath && !(f->src.paths[f->src.n_urls] = strdup(spec->mirror_paths[i])))
 			goto fail;
-		f->urls[f->n_urls] = strdup(spec->mirror_urls[i]);
-		if (!f->urls[f->n_urls]) {
-			free(f->url_paths[f->n_urls]);
+		f->src.urls[f->src.n_urls] = strdup(spec->mirror_urls[i]);
+		if (!f->src.urls[f->src.n_urls]) {
+			free(f->src.paths[f->src.n_urls]);
 			goto fail;
 		}
-		f->n_urls++;
+		f->src.n_urls++;
 	}
-	snprintf(f->sha256, sizeof(f->sha256), "%s", spec->sha256);
-	f->readers_verify = spec->readers_verify;
+	snprintf(f->verify.sha256, sizeof(f->verify.sha256), "%s", spec->sha256);
+	f->verify.readers_verify = spec->readers_verify;
 	f->speculative = spec->speculative;
 	size_t lm_prefix = strlen(VERSION_PIN_LAST_MODIFIED);
 	if (spec->etag && strncmp(spec->etag, VERSION_PIN_LAST_MODIFIED, lm_prefix) == 0) {
 		/* Pinned by an earlier flight whose server sent only a Last-Modified. */
-		snprintf(f->last_modified, sizeof(f->last_modified), "%s", spec->etag + lm_prefix);
-		f->version_seen = true;
+		snprintf(f->xfer.version.last_modified, sizeof(f->xfer.version.last_modified), "%s",
+		         spec->etag + lm_prefix);
+		f->xfer.version.seen = true;
 		f->source_etag = true;
 	} else {
-		snprintf(f->etag, sizeof(f->etag), "%s", spec->etag ? spec->etag : "");
-		f->source_etag = f->etag[0] != '\0';
+		snprintf(f->xfer.version.etag, sizeof(f->xfer.version.etag), "%s",
+		         spec->etag ? spec->etag : "");
+		f->source_etag = f->xfer.version.etag[0] != '\0';
 	}
 	f->size = spec->size;
 	f->ino = spec->ino;
@@ -77,26 +91,20 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	atomic_init(&f->refs, 1);
 	pthread_mutex_init(&f->lock, NULL);
 	f->state = FLIGHT_ACTIVE;
-	f->spool_fd = -1;
+	f->spool.fd = -1;
 	atomic_init(&f->whole, spec->size < FLIGHT_SPARSE_MIN_BYTES);
 	util_ranges_init(&f->written);
 	util_ranges_init(&f->published);
-	util_ranges_init(&f->chunks_bad);
-	f->hash = EVP_MD_CTX_new();
-	if (!f->hash || EVP_DigestInit_ex(f->hash, EVP_sha256(), NULL) != 1 ||
+	util_ranges_init(&f->verify.chunks_bad);
+	f->verify.hash = EVP_MD_CTX_new();
+	if (!f->verify.hash || EVP_DigestInit_ex(f->verify.hash, EVP_sha256(), NULL) != 1 ||
 	    flight_chunks_init(f, spec) != 0)
 		goto fail;
 	return f;
 fail:
 	flight_chunks_free(f);
-	for (unsigned i = 1; i < f->n_urls; i++) {
-		free(f->urls[i]);
-		free(f->url_paths[i]);
-	}
-	free(f->urls);
-	free(f->url_dir_fds);
-	free(f->url_paths);
-	EVP_MD_CTX_free(f->hash);
+	sources_free(&f->src);
+	EVP_MD_CTX_free(f->verify.hash);
 	free(f->key);
 	free(f->url);
 	free(f->name);
@@ -158,22 +166,16 @@ void flight_unref(struct flight *f)
 {
 	if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	if (f->spool_fd >= 0)
-		close(f->spool_fd);
+	if (f->spool.fd >= 0)
+		close(f->spool.fd);
 	util_ranges_free(&f->written);
 	util_ranges_free(&f->published);
 	flight_chunks_free(f);
-	EVP_MD_CTX_free(f->hash);
-	for (unsigned i = 1; i < f->n_urls; i++) {
-		free(f->urls[i]);
-		free(f->url_paths[i]);
-	}
-	free(f->urls);
-	free(f->url_dir_fds);
-	free(f->url_paths);
+	EVP_MD_CTX_free(f->verify.hash);
+	sources_free(&f->src);
 	pthread_mutex_destroy(&f->lock);
-	free(f->spool_name);
-	free(f->inos);
+	free(f->spool.name);
+	free(f->inos.list);
 	free(f->key);
 	free(f->url);
 	free(f->name);
@@ -190,18 +192,18 @@ static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 	int fd = -1;
 
 	pthread_mutex_lock(&f->lock);
-	f->spool_users -= user_left;
+	f->spool.users -= user_left;
 	f->engine_done |= engine_left;
 	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
-	    f->spool_users == 0 && f->spool_fd >= 0) {
+	    f->spool.users == 0 && f->spool.fd >= 0) {
 		struct stat st;
-		fd = f->spool_fd;
-		f->spool_fd = -1;
+		fd = f->spool.fd;
+		f->spool.fd = -1;
 		/* Its inode number may name another file by the reopen (another mount's new
 		 * download of the object): the change time a new file cannot share tells. A seal
 		 * changes it too, but only while held: it is taken here after. */
 		if (fstat(fd, &st) == 0)
-			f->spool_ctime = st.st_ctim;
+			f->spool.ctime = st.st_ctim;
 	}
 	pthread_mutex_unlock(&f->lock);
 	if (fd >= 0)
@@ -215,9 +217,9 @@ static int same_spool_locked(const struct flight *f, int fd)
 
 	if (fstat(fd, &st) != 0)
 		return -errno;
-	if (st.st_dev != f->spool_dev || st.st_ino != f->spool_ino ||
-	    st.st_ctim.tv_sec != f->spool_ctime.tv_sec ||
-	    st.st_ctim.tv_nsec != f->spool_ctime.tv_nsec)
+	if (st.st_dev != f->spool.dev || st.st_ino != f->spool.ino ||
+	    st.st_ctim.tv_sec != f->spool.ctime.tv_sec ||
+	    st.st_ctim.tv_nsec != f->spool.ctime.tv_nsec)
 		return -ESTALE; /* another file has its name now: not these bytes */
 	return 0;
 }
@@ -234,14 +236,14 @@ static int use_spool(struct flight *f, bool failed_too)
 	if (f->state == FLIGHT_FAILED && !failed_too)
 		rc = -ESTALE;
 	else
-		f->spool_users++;
-	/* spool_name is set once, before the flight can be complete: read below unlocked. */
-	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool_fd < 0 && f->spool_name;
+		f->spool.users++;
+	/* spool.name is set once, before the flight can be complete: read below unlocked. */
+	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool.fd < 0 && f->spool.name;
 	pthread_mutex_unlock(&f->lock);
 	if (!reopen)
 		return rc;
 	/* Not under the lock: an open may wait for the disk. */
-	fd = openat(f->table->spool_dirfd, f->spool_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = openat(f->table->spool_dirfd, f->spool.name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		rc = -errno;
 		util_fd_note_short(rc); /* speculation backs off (engine.c) */
@@ -253,14 +255,14 @@ static int use_spool(struct flight *f, bool failed_too)
 	pthread_mutex_lock(&f->lock);
 	/* Checked under the lock against what f remembers now: another user may have reopened
 	 * it meanwhile, and the recorder's seal changed its time before that one closed it. */
-	if (f->spool_fd >= 0) {
+	if (f->spool.fd >= 0) {
 		rc = 0; /* another user reopened it first: that fd passed this check */
 	} else if (rc == 0 && (rc = same_spool_locked(f, fd)) == 0) {
-		f->spool_fd = fd;
+		f->spool.fd = fd;
 		fd = -1;
 	}
 	if (rc)
-		f->spool_users--; /* the fd was -1 all along: nothing to close */
+		f->spool.users--; /* the fd was -1 all along: nothing to close */
 	pthread_mutex_unlock(&f->lock);
 	if (fd >= 0)
 		close(fd); /* another user opened it first, or it is not ours */
@@ -326,7 +328,7 @@ int flight_spool_fd(struct flight *f)
 	int fd;
 
 	pthread_mutex_lock(&f->lock);
-	fd = f->spool_fd;
+	fd = f->spool.fd;
 	pthread_mutex_unlock(&f->lock);
 	return fd;
 }
@@ -431,13 +433,13 @@ bool flight_note_read(struct flight *f, uint64_t off, uint64_t len)
 		/* Within a chunk of where the last read ended: FUSE's worker threads and the
 		 * kernel's readahead deliver a sequential reader's requests slightly out of order.
 		 */
-		bool continues = f->seq_seen && off + FLIGHT_CHUNK_BYTES >= f->seq_next &&
-		                 off <= f->seq_next + FLIGHT_CHUNK_BYTES;
-		f->seq_run = continues ? f->seq_run + len : 0;
-		if (!continues || off + len > f->seq_next)
-			f->seq_next = off + len;
-		f->seq_seen = true;
-		switched = off == 0 || f->seq_run >= FLIGHT_SEQUENTIAL_BYTES;
+		bool continues = f->seq.seen && off + FLIGHT_CHUNK_BYTES >= f->seq.next &&
+		                 off <= f->seq.next + FLIGHT_CHUNK_BYTES;
+		f->seq.run = continues ? f->seq.run + len : 0;
+		if (!continues || off + len > f->seq.next)
+			f->seq.next = off + len;
+		f->seq.seen = true;
+		switched = off == 0 || f->seq.run >= FLIGHT_SEQUENTIAL_BYTES;
 		if (switched)
 			atomic_store(&f->whole, true);
 	}
@@ -536,9 +538,9 @@ bool flight_spool_still_named(struct flight *f)
 {
 	struct stat named, open_file;
 
-	return f->spool_name &&
-	       fstatat(f->table->spool_dirfd, f->spool_name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
-	       fstat(f->spool_fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
+	return f->spool.name &&
+	       fstatat(f->table->spool_dirfd, f->spool.name, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       fstat(f->spool.fd, &open_file) == 0 && named.st_ino == open_file.st_ino &&
 	       named.st_dev == open_file.st_dev;
 }
 
@@ -558,12 +560,12 @@ static int install_spool(struct flight *f, int fd, char *name, bool borrowed)
 		free(name);
 		return rc;
 	}
-	f->spool_fd = fd;
-	f->spool_name = name;
-	f->spool_borrowed = borrowed;
+	f->spool.fd = fd;
+	f->spool.name = name;
+	f->spool.borrowed = borrowed;
 	if (fstat(fd, &st) == 0) {
-		f->spool_dev = st.st_dev;
-		f->spool_ino = st.st_ino;
+		f->spool.dev = st.st_dev;
+		f->spool.ino = st.st_ino;
 	}
 	pthread_mutex_unlock(&f->lock);
 	/* Advisory: without the mark, eviction elsewhere may delete a file still read here, which
@@ -575,7 +577,7 @@ static int install_spool(struct flight *f, int fd, char *name, bool borrowed)
 void flight_claim_spool(struct flight *f)
 {
 	pthread_mutex_lock(&f->lock);
-	f->spool_borrowed = false;
+	f->spool.borrowed = false;
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -698,7 +700,7 @@ int flight_reopen_spool(struct flight *f, const struct util_ranges *ranges, bool
 		rc = -errno;
 		goto fail;
 	}
-	if (index_entry_unsafe(&st, S_IFREG) || (uint64_t)st.st_size != f->size ||
+	if (index_records_file_unsafe(&st, S_IFREG) || (uint64_t)st.st_size != f->size ||
 	    (ranges->n > 0 && ranges->v[ranges->n - 1].end > f->size) ||
 	    (complete && ranges->total != f->size)) {
 		rc = -ESTALE;
@@ -724,7 +726,7 @@ fail:
  */
 static bool withhold_locked(struct flight *f, bool verify)
 {
-	if (!verify || f->readers_verify || f->chunk_size ||
+	if (!verify || f->verify.readers_verify || f->verify.chunk_size ||
 	    f->written.total + FLIGHT_HOLD_BYTES <= f->size)
 		return false;
 	atomic_store(&f->whole, true);
@@ -734,8 +736,8 @@ static bool withhold_locked(struct flight *f, bool verify)
 int flight_adopt(struct flight *f, const struct util_ranges *ranges, bool complete)
 {
 	/* Chunks are checked one by one (below); the whole hash is for objects without. */
-	bool chunked = f->chunk_size != 0, check_chunks = chunked && !complete;
-	bool verify = f->sha256[0] != '\0' && !chunked, borrowed, all_written, grew;
+	bool chunked = f->verify.chunk_size != 0, check_chunks = chunked && !complete;
+	bool verify = f->verify.sha256[0] != '\0' && !chunked, borrowed, all_written, grew;
 	struct flight_waiter *ready;
 	uint64_t before;
 	int rc = 0;
@@ -749,7 +751,7 @@ int flight_adopt(struct flight *f, const struct util_ranges *ranges, bool comple
 	}
 	/* Another mount may know a hash this one does not (S3 sends it with the object): its
 	 * download's last bytes wait for its completion record. */
-	borrowed = f->spool_borrowed;
+	borrowed = f->spool.borrowed;
 	before = f->written.total;
 	for (size_t i = 0; i < ranges->n && rc == 0; i++)
 		rc = ranges->v[i].end <= f->size
@@ -812,16 +814,17 @@ static int hash_catch_up(struct flight *f, int fd, uint64_t upto)
 {
 	char buf[64 * 1024];
 
-	while (f->hashed < upto) {
-		size_t want =
-		    upto - f->hashed < sizeof(buf) ? (size_t)(upto - f->hashed) : sizeof(buf);
-		ssize_t n = pread(fd, buf, want, (off_t)f->hashed);
+	while (f->verify.hashed < upto) {
+		size_t want = upto - f->verify.hashed < sizeof(buf)
+		                  ? (size_t)(upto - f->verify.hashed)
+		                  : sizeof(buf);
+		ssize_t n = pread(fd, buf, want, (off_t)f->verify.hashed);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return n < 0 ? -errno : -EIO;
-		EVP_DigestUpdate(f->hash, buf, (size_t)n);
-		f->hashed += (uint64_t)n;
+		EVP_DigestUpdate(f->verify.hash, buf, (size_t)n);
+		f->verify.hashed += (uint64_t)n;
 	}
 	return 0;
 }
@@ -833,15 +836,15 @@ static bool hash_matches(struct flight *f)
 	char hex[2 * EVP_MAX_MD_SIZE + 1];
 	unsigned int digest_len = 0;
 
-	if (EVP_DigestFinal_ex(f->hash, digest, &digest_len) != 1 || digest_len != 32)
+	if (EVP_DigestFinal_ex(f->verify.hash, digest, &digest_len) != 1 || digest_len != 32)
 		return false;
 	util_hex_encode(digest, digest_len, hex);
-	if (strcmp(hex, f->sha256) == 0)
+	if (strcmp(hex, f->verify.sha256) == 0)
 		return true;
-	util_log(UTIL_LOG_ERROR, "%s: sha256 mismatch: expected %s, got %s", f->name, f->sha256,
-	         hex);
+	util_log(UTIL_LOG_ERROR, "%s: sha256 mismatch: expected %s, got %s", f->name,
+	         f->verify.sha256, hex);
 	pthread_mutex_lock(&f->lock);
-	f->bad_hash = true;
+	f->verify.bad_hash = true;
 	pthread_mutex_unlock(&f->lock);
 	return false;
 }
@@ -857,14 +860,14 @@ int flight_hash_progress(struct flight *f)
 	pthread_mutex_lock(&f->lock);
 	prefix = util_ranges_run_end(&f->written, 0);
 	state = f->state;
-	fd = f->spool_fd;
-	f->spool_users += state == FLIGHT_ACTIVE;
+	fd = f->spool.fd;
+	f->spool.users += state == FLIGHT_ACTIVE;
 	pthread_mutex_unlock(&f->lock);
 	if (state != FLIGHT_ACTIVE)
 		return 0;
-	if (prefix > f->hashed)
+	if (prefix > f->verify.hashed)
 		rc = hash_catch_up(f, fd, prefix);
-	if (rc == 0 && f->hashed == f->size) {
+	if (rc == 0 && f->verify.hashed == f->size) {
 		if (hash_matches(f))
 			complete_flight(f);
 		else
@@ -910,8 +913,8 @@ int flight_deliver(struct flight *f, uint64_t off, const void *data, size_t len)
 int flight_deliver_from(struct flight *f, unsigned url_idx, uint64_t off, const void *data,
                         size_t len)
 {
-	bool chunked = f->chunk_size != 0;
-	bool verify = f->sha256[0] != '\0' && !chunked;
+	bool chunked = f->verify.chunk_size != 0;
+	bool verify = f->verify.sha256[0] != '\0' && !chunked;
 	struct flight_waiter *ready;
 	uint64_t prefix, prefix_before, written_total;
 	int rc;
@@ -920,7 +923,7 @@ int flight_deliver_from(struct flight *f, unsigned url_idx, uint64_t off, const 
 		return -EIO;
 	if (len == 0)
 		return 0;
-	rc = pwrite_all(f->spool_fd, data, len, off);
+	rc = pwrite_all(f->spool.fd, data, len, off);
 	if (rc)
 		return rc;
 
@@ -971,7 +974,7 @@ int flight_deliver_from(struct flight *f, unsigned url_idx, uint64_t off, const 
 
 int flight_complete_empty(struct flight *f)
 {
-	if (f->sha256[0] != '\0' && !hash_matches(f))
+	if (f->verify.sha256[0] != '\0' && !hash_matches(f))
 		return -EIO;
 	complete_flight(f);
 	return 0;
@@ -980,7 +983,7 @@ int flight_complete_empty(struct flight *f)
 void flight_fail(struct flight *f, int err)
 {
 	struct flight_waiter *ready;
-	char etag[sizeof(f->primary_etag)] = "";
+	char etag[sizeof(f->xfer.version.primary_etag)] = "";
 	const char *url;
 	bool first;
 
@@ -993,7 +996,7 @@ void flight_fail(struct flight *f, int err)
 	flight_version_to_pin_locked(f, etag, sizeof(etag));
 	url = f->url; /* what the next flight's spec names: a mirror's ETags are its own */
 	/* Set once, before any byte is written; a borrowed spool is another mount's to delete. */
-	const char *spool_name = f->spool_borrowed ? NULL : f->spool_name;
+	const char *spool_name = f->spool.borrowed ? NULL : f->spool.name;
 	pthread_mutex_unlock(&f->lock);
 	/*
 	 * Out of the table, spool gone, hook run, and only then are the readers told: one who
@@ -1067,12 +1070,12 @@ int flight_copy_inos(struct flight *f, uint64_t **inos, size_t *n, bool *all)
 
 	*inos = NULL;
 	pthread_mutex_lock(&f->lock);
-	*n = f->n_inos;
-	*all = f->inos_lost;
+	*n = f->inos.n;
+	*all = f->inos.lost;
 	if (*n) {
 		*inos = malloc(*n * sizeof(**inos));
 		if (*inos)
-			memcpy(*inos, f->inos, *n * sizeof(**inos));
+			memcpy(*inos, f->inos.list, *n * sizeof(**inos));
 		else
 			rc = -ENOMEM;
 	}
@@ -1088,12 +1091,13 @@ void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap)
 	/* A version the source named comes with every spec anyway. One whose bytes failed
 	 * their hash is not the session's: pinned to it, a fixed object could never be fetched
 	 * again. */
-	if (f->source_etag || f->bad_hash)
+	if (f->source_etag || f->verify.bad_hash)
 		return;
-	if (f->primary_etag[0])
-		snprintf(out, cap, "%s", f->primary_etag);
-	else if (f->last_modified[0] && !flight_hash_names_version(f))
-		snprintf(out, cap, "%s%s", VERSION_PIN_LAST_MODIFIED, f->last_modified);
+	if (f->xfer.version.primary_etag[0])
+		snprintf(out, cap, "%s", f->xfer.version.primary_etag);
+	else if (f->xfer.version.last_modified[0] && !flight_hash_names_version(f))
+		snprintf(out, cap, "%s%s", VERSION_PIN_LAST_MODIFIED,
+		         f->xfer.version.last_modified);
 }
 
 bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end)
@@ -1103,7 +1107,7 @@ bool flight_read_continues_into(struct flight *f, uint64_t start, uint64_t end)
 	if (atomic_load(&f->handles) == 0)
 		return false;
 	pthread_mutex_lock(&f->lock);
-	continues = f->seq_seen && f->seq_next + FLIGHT_CHUNK_BYTES >= start && f->seq_next < end;
+	continues = f->seq.seen && f->seq.next + FLIGHT_CHUNK_BYTES >= start && f->seq.next < end;
 	pthread_mutex_unlock(&f->lock);
 	return continues;
 }

@@ -211,7 +211,7 @@ int flight_table_evict(struct flight_table *table, const char *key);
 
 /*
  * True when ino's cached pages may hold bytes of a failed flight of key (a bad hash): its
- * open must drop them. Once per inode and failure, or always after inos_lost.
+ * open must drop them. Once per inode and failure, or always after inos.lost.
  */
 bool flight_table_take_taint(struct flight_table *table, const char *key, uint64_t ino);
 
@@ -370,14 +370,14 @@ int flight_open_spool(struct flight *f);
  * when `complete`. Restored bytes are published under the same rule as received ones.
  * With `borrowed` the file is another mount's download in progress: it is read, never
  * deleted, until flight_claim_spool. 0, or -errno: before the file is installed
- * (f->spool_fd still -1: -ENOENT, -ESTALE for a file that does not match) start afresh or
+ * (f->spool.fd still -1: -ENOENT, -ESTALE for a file that does not match) start afresh or
  * try later; after it, the flight must fail.
  */
 int flight_reopen_spool(struct flight *f, const struct util_ranges *ranges, bool complete,
                         bool borrowed);
 
 /*
- * Seals a complete spool file, for index_record_sealed: sets its modification time apart
+ * Seals a complete spool file, for index_records_mark_sealed: sets its modification time apart
  * from any write's, so that a later write to it shows (a copy that keeps times does not).
  * The caller makes it durable (fsync, not fdatasync: the time is metadata) before it
  * records the seal. 0 or -errno.

@@ -17,37 +17,103 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "util/worker.h"
+#include "fetch/engine/transfer_i.h"
 #include "util/hash.h"
-
-struct stream;
+#include "util/worker.h"
 
 /*
- * One flight. Its fields fall in five zones by owner: immutable after creation; atomics
- * any thread reads; guarded by lock; owned by whoever hashes; owned by the transfer thread.
- * fs/ sees none of them: it goes through flight.h's functions.
+ * Which URLs serve the object: url (the manifest's or listing's), then its mirrors. Set at
+ * creation, immutable afterwards: any thread reads them without a lock.
+ */
+struct flight_sources {
+	char **urls; /* url, then its mirrors (n_urls in all) */
+	unsigned n_urls;
+	int *dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
+	char **paths; /* per url: the object's path beneath dir_fds, else NULL */
+};
+
+/* The spool file. Guarded by the flight's lock. */
+struct flight_spool {
+	int fd;         /* -1 until the engine created the spool, or while idle (below) */
+	unsigned users; /* open handles using fd (flight_hold_spool) */
+	dev_t dev;      /* the spool file's identity, to know it when it is opened again */
+	ino_t ino;
+	struct timespec ctime; /* its change time when the idle spool was last closed */
+	char *name;            /* in the table's spool directory */
+	/* The spool is another mount's download (shared cache directory): read it, never
+	 * delete it. */
+	bool borrowed;
+};
+
+/*
+ * Every inode opened onto a flight (aliases share a flight): on failure each one's cached
+ * pages go. lost: one could not be noted (out of memory), so all of the key's do. Guarded
+ * by the flight's lock.
+ */
+struct flight_inos {
+	uint64_t *list;
+	unsigned n, cap;
+	bool lost;
+};
+
+/* What the reads so far say about the next one (flight_note_read). Guarded by the
+ * flight's lock. */
+struct flight_seq {
+	bool seen;     /* a read was noted: next means something */
+	uint64_t next; /* where a read continuing the last one starts */
+	uint64_t run;  /* bytes read in a row up to next */
+};
+
+/*
+ * Verification: the whole-object sha256 (flight.c, hasher.c) and the chunk hashes
+ * (chunks.c). Each group below names who may touch it.
+ */
+struct flight_verify {
+	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
+	 * before any byte is delivered; read by whoever delivers and hashes. */
+	char sha256[65];
+	bool readers_verify; /* flight_spec's: nothing is withheld for the whole hash */
+	/* Chunk hashes (flight_spec's, copied), immutable after creation: n_chunks of
+	 * chunk_size bytes, the last one shorter; 0 chunk_size: none. */
+	uint64_t chunk_size;
+	uint64_t n_chunks;
+	unsigned char *chunk_digests; /* FLIGHT_DIGEST_BYTES per chunk */
+
+	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
+	EVP_MD_CTX *hash;                 /* running sha256 of the contiguous prefix */
+	uint64_t hashed;                  /* bytes of the prefix fed to hash */
+	atomic_bool hash_queued;          /* in the hasher's queue, from its kick until its turn */
+	struct util_worker_job hash_link; /* the hasher's queue entry (worker.h) */
+
+	/* Guarded by the flight's lock. */
+	bool bad_hash; /* its bytes failed their sha256: that version is not the session's */
+	/* Chunk verification (chunks.c): per chunk its state (enum chunk_state, with
+	 * CHUNK_RETRIED once it was fetched again) and which of the urls sent its last bytes;
+	 * how many are verified; the byte ranges of the chunks that failed for good (their
+	 * readers get -EIO); and a URL (index + 1, 0 = none) that sent a bad chunk, for the
+	 * transfer thread to move away from. */
+	uint8_t *chunk_state;
+	uint8_t *chunk_src;
+	uint64_t chunks_verified;
+	struct util_ranges chunks_bad;
+	unsigned chunk_bad_url;
+};
+
+/*
+ * One flight: its identity, state, ranges, waiters and spool (flight.c, flight_table.c),
+ * its verification (verify) and its transfer (xfer, transfer_i.h: the engine's). Each
+ * field's zone says who touches it. fs/ sees none of them: it goes through flight.h's
+ * functions.
  */
 struct flight {
 	/* Immutable after creation. */
 	char *key;
 	char *url;
 	char *name;
-	char **urls; /* url, then its mirrors (n_urls in all) */
-	unsigned n_urls;
-	int *url_dir_fds; /* per url: its file: mirror's directory, else -1 (flight_spec) */
-	char **url_paths; /* per url: the object's path beneath url_dir_fds, else NULL */
-	/* Set at creation, or by the transfer thread from the first response (S3 checksums)
-	 * before any byte is delivered; read by whoever delivers and hashes. */
-	char sha256[65];
+	struct flight_sources src;
 	uint64_t size;
 	uint64_t ino;
 	uint64_t id;
-	bool readers_verify; /* flight_spec's: nothing is withheld for the whole hash */
-	/* Chunk hashes (flight_spec's, copied): n_chunks of chunk_size bytes, the last one
-	 * shorter; 0 chunk_size: none. */
-	uint64_t chunk_size;
-	uint64_t n_chunks;
-	unsigned char *chunk_digests; /* FLIGHT_DIGEST_BYTES per chunk */
 	struct flight_table *table;
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
@@ -58,96 +124,24 @@ struct flight {
 	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
 	atomic_bool opened;  /* a handle has held its spool (flight_hold_spool): a reader came */
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
-	 * every read checks it without the lock; seq_* (below) decide when, under it. */
+	 * every read checks it without the lock; seq (below) decides when, under it. */
 	atomic_bool whole;
 
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	enum flight_state state;
-	int error;            /* -errno once FAILED */
-	int spool_fd;         /* -1 until the engine created the spool, or while idle (below) */
-	unsigned spool_users; /* open handles using spool_fd (flight_hold_spool) */
-	dev_t spool_dev;      /* the spool file's identity, to know it when it is opened again */
-	ino_t spool_ino;
-	struct timespec spool_ctime; /* its change time when the idle spool was last closed */
-	bool engine_done;            /* the transfer thread retired it: it writes no more */
-	char *spool_name;            /* in the table's spool directory */
-	/* The spool is another mount's download (shared cache directory): read it, never
-	 * delete it. */
-	bool spool_borrowed;
+	int error;        /* -errno once FAILED */
+	bool engine_done; /* the transfer thread retired it: it writes no more */
+	struct flight_spool spool;
 	struct util_ranges written;   /* on disk */
 	struct util_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
-	/* Every inode opened onto it (aliases share a flight): on failure each one's cached
-	 * pages go. inos_lost: one could not be noted (out of memory), so all of the key's do. */
-	uint64_t *inos;
-	unsigned n_inos, cap_inos;
-	bool inos_lost;
-	bool bad_hash;     /* its bytes failed their sha256: that version is not the session's */
-	bool in_table;     /* also guarded by the table lock (both held to change) */
-	bool seq_seen;     /* a read was noted: seq_next means something */
-	uint64_t seq_next; /* where a read continuing the last one starts */
-	uint64_t seq_run;  /* bytes read in a row up to seq_next */
-	/* Chunk verification (chunks.c): per chunk its state (enum chunk_state, with
-	 * CHUNK_RETRIED once it was fetched again) and which of urls sent its last bytes;
-	 * how many are verified; the byte ranges of the chunks that failed for good (their
-	 * readers get -EIO); and a URL (index + 1, 0 = none) that sent a bad chunk, for the
-	 * transfer thread to move away from. */
-	uint8_t *chunk_state;
-	uint8_t *chunk_src;
-	uint64_t chunks_verified;
-	struct util_ranges chunks_bad;
-	unsigned chunk_bad_url;
+	struct flight_inos inos;
+	bool in_table; /* also guarded by the table lock (both held to change) */
+	struct flight_seq seq;
 
-	/* Owned by whoever hashes: the hasher thread, or the transfer thread without one. */
-	EVP_MD_CTX *hash;                 /* running sha256 of the contiguous prefix */
-	uint64_t hashed;                  /* bytes of the prefix fed to hash */
-	atomic_bool hash_queued;          /* in the hasher's queue, from its kick until its turn */
-	struct util_worker_job hash_link; /* the hasher's queue entry (worker.h) */
-
-	/* Owned by the transfer thread: touched only by the engine (and unit tests). */
-	struct stream *streams;
-	unsigned n_streams;
-	unsigned failures;           /* consecutive failed attempts without progress */
-	uint64_t written_at_failure; /* flight_written() when the last one was counted */
-	uint64_t starved_ms; /* since when its readers find no room for a request, 0 = they don't */
-	unsigned fail_round; /* failures counted so far: streams started since share one */
-	uint64_t retry_due_ms; /* 0 = no retry pending */
-	/* Expired credentials (engine.c): requests wait for a generation newer than
-	 * auth_wait_gen until auth_wait_until_ms. auth_retried: such a free resend was made
-	 * since the last request that succeeded; a refusal of a newer one counts. */
-	bool auth_wait;
-	bool auth_retried;
-	uint64_t auth_wait_gen;
-	uint64_t auth_wait_until_ms;
-	/* The version every request asks for ("" = none yet: the first response's), and which
-	 * of urls the next request goes to. Also read by flight_fail, so the transfer thread
-	 * changes them under lock (it alone changes them, so it reads them without). */
-	char etag[256];
-	unsigned url_idx;
-	char primary_etag[256]; /* the first ETag urls[0] answered with: the version to pin */
-	/* With no ETag: the first response's Last-Modified, which every later one must show
-	 * (and asks for with If-Unmodified-Since). "" = none. */
-	char last_modified[64];
-	bool version_seen;     /* a response has been checked against (or pinned) the version */
-	uint32_t urls_refused; /* bit i: urls[i] refused the object (404...): not asked again */
-	bool engine_started;
-	bool engine_queued;               /* guarded by the engine's queue lock */
-	struct flight *engine_next;       /* guarded by the engine's queue lock */
-	struct flight *engine_drain_next; /* the transfer thread's copy of engine_next */
-	uint64_t recorded_bytes;          /* written bytes already recorded in the index */
-	uint64_t recorded_ms;             /* when they were */
-	uint64_t noted_bytes;             /* written bytes in its progress note (progress_note.h) */
-	int last_status;                  /* last HTTP status, for the failure log line */
-	bool no_ranges;         /* the server answered a ranged GET with 200: one stream */
-	bool ranges_seen;       /* it answered one with a valid 206: pieces may run at once */
-	bool lease_held;        /* this flight downloads; else another mount does and it watches */
-	bool lease_watching;    /* it holds a watch on the key in the engine's lease set */
-	uint64_t next_watch_ms; /* when a watching flight next reads the other's records, or a
-	                   holder next looks for watchers */
-	bool watched;           /* a holder that another mount watches: whole, recorded often */
-	bool final_recorded;    /* its completion or failure is queued for the index */
-	bool restored;          /* found complete in the cache directory (engine_stats) */
+	struct flight_verify verify; /* each part names its owner */
+	struct flight_transfer xfer; /* the transfer thread's (transfer_i.h) */
 };
 
 /*
@@ -158,7 +152,7 @@ struct flight {
  */
 static inline bool flight_hash_names_version(const struct flight *f)
 {
-	return f->sha256[0] != '\0' || f->chunk_size != 0;
+	return f->verify.sha256[0] != '\0' || f->verify.chunk_size != 0;
 }
 
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
@@ -228,7 +222,7 @@ struct flight_waiter *flight_collect_locked(struct flight *f);
 struct flight_waiter *flight_collect_bad_locked(struct flight *f);
 void flight_answer(struct flight_waiter *ready, int err);
 void flight_complete(struct flight *f);
-/* A user of the spool (spool_users, counted under f->lock) is done with it. */
+/* A user of the spool (spool.users, counted under f->lock) is done with it. */
 void flight_spool_user_left(struct flight *f);
 
 /* chunks.c. Sets up f's chunk state from spec (0, or -ENOMEM); frees it. */

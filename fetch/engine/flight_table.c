@@ -214,20 +214,20 @@ static void taint_locked(struct flight_table *table, const char *key, uint64_t i
 /* Notes that ino opened onto f. Caller holds f->lock. */
 static void note_ino_locked(struct flight *f, uint64_t ino)
 {
-	for (unsigned i = 0; i < f->n_inos; i++)
-		if (f->inos[i] == ino)
+	for (unsigned i = 0; i < f->inos.n; i++)
+		if (f->inos.list[i] == ino)
 			return;
-	if (f->n_inos == f->cap_inos) {
-		unsigned cap = f->cap_inos ? f->cap_inos * 2 : 2;
-		uint64_t *v = cap > f->cap_inos ? realloc(f->inos, cap * sizeof(*v)) : NULL;
+	if (f->inos.n == f->inos.cap) {
+		unsigned cap = f->inos.cap ? f->inos.cap * 2 : 2;
+		uint64_t *v = cap > f->inos.cap ? realloc(f->inos.list, cap * sizeof(*v)) : NULL;
 		if (!v) {
-			f->inos_lost = true;
+			f->inos.lost = true;
 			return;
 		}
-		f->inos = v;
-		f->cap_inos = cap;
+		f->inos.list = v;
+		f->inos.cap = cap;
 	}
-	f->inos[f->n_inos++] = ino;
+	f->inos.list[f->inos.n++] = ino;
 }
 
 int flight_table_join(struct flight_table *table, const struct flight_spec *spec,
@@ -313,9 +313,9 @@ static void take_out(struct flight *f, const char *etag, const char *url, bool t
 	if (found) {
 		pthread_mutex_lock(&f->lock);
 		f->in_table = false;
-		for (unsigned i = 0; taint && i < f->n_inos; i++)
-			taint_locked(table, f->key, f->inos[i]);
-		if (taint && f->inos_lost)
+		for (unsigned i = 0; taint && i < f->inos.n; i++)
+			taint_locked(table, f->key, f->inos.list[i]);
+		if (taint && f->inos.lost)
 			taint_locked(table, f->key, 0);
 		pthread_mutex_unlock(&f->lock);
 		if (etag[0])
@@ -341,7 +341,7 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url)
 
 void flight_table_forget(struct flight *f)
 {
-	char etag[sizeof(f->primary_etag)] = "";
+	char etag[sizeof(f->xfer.version.primary_etag)] = "";
 
 	pthread_mutex_lock(&f->lock);
 	flight_version_to_pin_locked(f, etag, sizeof(etag));
@@ -451,7 +451,7 @@ int flight_table_evict(struct flight_table *table, const char *key)
 		 * Joins take the table lock, so with it held the table's reference being the
 		 * only one means no handle, reader, queue or engine can be using the flight.
 		 */
-		char etag[sizeof(f->primary_etag)] = "";
+		char etag[sizeof(f->xfer.version.primary_etag)] = "";
 		pthread_mutex_lock(&f->lock);
 		bool idle = f->state == FLIGHT_COMPLETE && atomic_load(&f->refs) == 1;
 		if (idle)

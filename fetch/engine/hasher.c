@@ -27,10 +27,11 @@ struct flight_hasher {
 static void hash_run(void *ctx, struct util_worker_job *job)
 {
 	struct flight_hasher *h = ctx;
-	struct flight *f = (struct flight *)((char *)job - offsetof(struct flight, hash_link));
+	struct flight *f =
+	    (struct flight *)((char *)job - offsetof(struct flight, verify.hash_link));
 
 	/* Cleared before hashing: bytes that arrive from now on need a turn of their own. */
-	atomic_store(&f->hash_queued, false);
+	atomic_store(&f->verify.hash_queued, false);
 	if (!atomic_load(&h->stopping)) {
 		int rc = flight_hash_progress(f);
 		if (rc)
@@ -67,11 +68,11 @@ void flight_hasher_stop(struct flight_hasher *h)
 
 void flight_hasher_kick(struct flight_hasher *h, struct flight *f)
 {
-	if (atomic_load(&h->stopping) || atomic_exchange(&f->hash_queued, true))
+	if (atomic_load(&h->stopping) || atomic_exchange(&f->verify.hash_queued, true))
 		return;
 	flight_ref(f);
-	if (!util_worker_queue(h->worker, &f->hash_link)) {
-		atomic_store(&f->hash_queued, false);
+	if (!util_worker_queue(h->worker, &f->verify.hash_link)) {
+		atomic_store(&f->verify.hash_queued, false);
 		flight_unref(f);
 	}
 }

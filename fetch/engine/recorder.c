@@ -89,8 +89,8 @@ static void record_ranges(struct recorder *r, struct job *j)
 		         j->f->name, strerror(fd < 0 ? -fd : errno));
 		return;
 	}
-	if (index_record_ranges(r->records, j->f->key, &j->written) == 0 && sealed &&
-	    index_record_sealed(r->records, j->f->key, seal) == 0)
+	if (index_records_set_ranges(r->records, j->f->key, &j->written) == 0 && sealed &&
+	    index_records_mark_sealed(r->records, j->f->key, seal) == 0)
 		atomic_store(&j->f->durable, true);
 }
 
@@ -107,7 +107,7 @@ static void run_one(struct recorder *r, struct job *j)
 			flight_release_spool_recorded(j->f);
 		break;
 	case JOB_FAILED:
-		index_record_forget(r->records, j->f->key);
+		index_records_forget(r->records, j->f->key);
 		break;
 	case JOB_RELEASE:
 		lease_set_release(j->leases, j->key);

@@ -31,14 +31,14 @@ static int claimed_ranges(struct flight *f, struct util_ranges *claimed)
 {
 	int rc = flight_copy_written(f, claimed);
 
-	for (struct stream *s = f->streams; s && rc == 0; s = s->next)
+	for (struct stream *s = f->xfer.streams; s && rc == 0; s = s->next)
 		rc = util_ranges_add(claimed, s->pos, s->end);
 	return rc;
 }
 
 static struct stream *stream_covering(struct flight *f, uint64_t off)
 {
-	for (struct stream *s = f->streams; s; s = s->next)
+	for (struct stream *s = f->xfer.streams; s; s = s->next)
 		if (s->pos <= off && off < s->end)
 			return s;
 	return NULL;
@@ -47,7 +47,7 @@ static struct stream *stream_covering(struct flight *f, uint64_t off)
 static bool can_start(struct engine *e, struct flight *f)
 {
 	return e->n_transfers < e->cfg.max_transfers &&
-	       f->n_streams < e->cfg.max_streams_per_flight;
+	       f->xfer.n_streams < e->cfg.max_streams_per_flight;
 }
 
 /*
@@ -71,7 +71,7 @@ static unsigned background_streams(const struct flight *f)
 {
 	unsigned n = 0;
 
-	for (const struct stream *s = f->streams; s; s = s->next)
+	for (const struct stream *s = f->xfer.streams; s; s = s->next)
 		n += s->background;
 	return n;
 }
@@ -86,11 +86,11 @@ static int start_piece(struct engine *e, struct flight *f, struct util_ranges *c
 	uint64_t to = gap_end;
 	int rc;
 
-	if (!f->no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
+	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
 		to = gap_start + PIECE_BYTES;
 	rc = stream_start(e, f, gap_start, to);
 	if (rc == 0 && background) {
-		f->streams->background = true; /* stream_start puts it first */
+		f->xfer.streams->background = true; /* stream_start puts it first */
 		e->n_background++;
 	}
 	return rc ? rc : util_ranges_add(claimed, gap_start, to);
@@ -103,9 +103,9 @@ static bool room_for_piece(struct engine *e, const struct flight *f)
 
 	/* One request until a 206 shows that the server honours Range: one that answers
 	 * each with the whole object would send it again for every piece. */
-	return background_room(e) > 0 && f->n_streams < room &&
-	       (f->n_streams == 0 ||
-	        (f->ranges_seen && !f->no_ranges && background_streams(f) < e->cfg.parallel_parts));
+	return background_room(e) > 0 && f->xfer.n_streams < room &&
+	       (f->xfer.n_streams == 0 || (f->xfer.ranges_seen && !f->xfer.no_ranges &&
+	                                   background_streams(f) < e->cfg.parallel_parts));
 }
 
 /*
@@ -137,7 +137,7 @@ static int fill_pieces(struct engine *e, struct flight *f, struct util_ranges *c
  */
 static uint64_t unit_of(const struct flight *f, uint64_t unit)
 {
-	return f->chunk_size > unit ? f->chunk_size : unit;
+	return f->verify.chunk_size > unit ? f->verify.chunk_size : unit;
 }
 
 /*
@@ -162,7 +162,7 @@ static int start_demand(struct engine *e, struct flight *f, const struct util_ra
 
 /*
  * A speculative flight nobody has opened yet (prefetch): one piece at a time, in a slot of
- * its own (n_spec, bounded by spec_limit.h) rather than one of the readers', so a reader's
+ * its own (spec.n_running, bounded by spec_limit.h) rather than one of the readers', so a reader's
  * miss never queues behind speculation. A reader who opens it meanwhile joins the stream.
  */
 static int start_speculative(struct engine *e, struct flight *f, struct util_ranges *claimed)
@@ -172,14 +172,14 @@ static int start_speculative(struct engine *e, struct flight *f, struct util_ran
 
 	if (rc || !util_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
 		return rc;
-	if (!f->no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
+	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
 		gap_end = gap_start + PIECE_BYTES;
 	rc = stream_start(e, f, gap_start, gap_end);
 	if (rc == 0) {
 		/* stream_start counted it among the readers' transfers, and put it first. */
-		f->streams->speculative = true;
+		f->xfer.streams->speculative = true;
 		e->n_transfers--;
-		e->n_spec++;
+		e->spec.n_running++;
 	}
 	return rc;
 }
@@ -202,14 +202,14 @@ static uint64_t eta_ms(const struct stream *s, uint64_t to, uint64_t now, uint64
 
 	if (to <= s->pos)
 		return 0;
-	if (!s->first_body_ms || got == 0 ||
-	    (now - s->first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
-		if (now - s->started_ms >= SPLIT_WAIT_MS)
+	if (!s->clock.first_body_ms || got == 0 ||
+	    (now - s->clock.first_body_ms < RATE_SAMPLE_MS && got < RATE_SAMPLE_BYTES)) {
+		if (now - s->clock.started_ms >= SPLIT_WAIT_MS)
 			return UINT64_MAX;
-		*recheck = s->started_ms + SPLIT_WAIT_MS;
+		*recheck = s->clock.started_ms + SPLIT_WAIT_MS;
 		return 0;
 	}
-	elapsed = now - s->first_body_ms ? now - s->first_body_ms : 1;
+	elapsed = now - s->clock.first_body_ms ? now - s->clock.first_body_ms : 1;
 	*recheck = now + RATE_SAMPLE_MS;
 	if (to - s->pos > UINT64_MAX / elapsed)
 		return UINT64_MAX;
@@ -252,7 +252,7 @@ static bool awaited(const struct stream *s, const struct flight_want *wanted, un
  */
 static bool room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
 {
-	bool own = f->n_streams >= e->cfg.max_streams_per_flight;
+	bool own = f->xfer.n_streams >= e->cfg.max_streams_per_flight;
 	struct stream *victim = NULL;
 	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
 	bool victim_background = false;
@@ -265,9 +265,9 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 		unsigned n_wanted = 0;
 		bool wanted_known = false, whole;
 		/* Without ranges a new request starts over from byte 0. */
-		if ((own && g != f) || g->no_ranges)
+		if ((own && g != f) || g->xfer.no_ranges)
 			continue;
-		for (struct stream *s = g->streams; s; s = s->next) {
+		for (struct stream *s = g->xfer.streams; s; s = s->next) {
 			uint64_t when = 0, eta;
 			/* A speculative stream holds no reader's slot: stopping it frees none. */
 			if (s == spare || s->skip > 0 || s->speculative)
@@ -276,7 +276,7 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			 * mount's readers wait on, is still theirs: stopping it would have readers
 			 * take each other's streams in turn. */
 			if (!s->background &&
-			    (g->watched || flight_read_continues_into(g, s->pos, s->end)))
+			    (g->xfer.watched || flight_read_continues_into(g, s->pos, s->end)))
 				continue;
 			eta = eta_ms(s, s->end, now, &when);
 			if (eta <= SPLIT_WAIT_MS) {
@@ -324,25 +324,25 @@ void schedule_flight(struct engine *e, struct flight *f)
 	int rc = 0;
 
 	flight_progress(f, &written, NULL, &state);
-	if (state != FLIGHT_ACTIVE || f->spool_fd < 0 || f->retry_due_ms > now_ms() ||
+	if (state != FLIGHT_ACTIVE || f->spool.fd < 0 || f->xfer.retry_due_ms > now_ms() ||
 	    watching(e, f))
 		return;
 	/* Refused for expired credentials: wait for fresh ones (or the wait's end), looking
 	 * again every 50 ms; the next request sent is the resend. */
-	if (f->auth_wait) {
+	if (f->xfer.auth.wait) {
 		uint64_t now = now_ms();
-		if (e->cfg.creds_generation(e->cfg.sign_ctx) > f->auth_wait_gen ||
-		    now >= f->auth_wait_until_ms) {
-			f->auth_wait = false;
+		if (e->cfg.creds_generation(e->cfg.sign_ctx) > f->xfer.auth.gen ||
+		    now >= f->xfer.auth.until_ms) {
+			f->xfer.auth.wait = false;
 		} else {
-			f->retry_due_ms = now + 50;
+			f->xfer.retry_due_ms = now + 50;
 			return;
 		}
 	}
-	f->retry_due_ms = 0;
+	f->xfer.retry_due_ms = 0;
 	engine_avoid_bad_source(e, f);
-	uint64_t starved_since = f->starved_ms;
-	f->starved_ms = 0;
+	uint64_t starved_since = f->xfer.starved_ms;
+	f->xfer.starved_ms = 0;
 	util_ranges_init(&claimed);
 	n = flight_wanted(f, wanted, MAX_WANTED, &whole);
 	for (unsigned i = 0; i < n && rc == 0; i++) {
@@ -352,7 +352,7 @@ void schedule_flight(struct engine *e, struct flight *f)
 		anchor = anchor < chunk ? anchor : chunk;
 		if (s) {
 			if (!whole || off - s->pos <= FAR_AHEAD_BYTES || chunk <= s->pos ||
-			    f->no_ranges || !split_worth(e, s, chunk, now_ms()))
+			    f->xfer.no_ranges || !split_worth(e, s, chunk, now_ms()))
 				continue;
 			/* Once nothing could be stopped, this turn stops trying: each try scans
 			 * every stream, and the loop looks again soon (recheck_ms). */
@@ -360,7 +360,7 @@ void schedule_flight(struct engine *e, struct flight *f)
 				continue;
 			if (!room_for_reader(e, f, s)) {
 				no_room = true;
-				f->starved_ms = starved_since ? starved_since : now_ms();
+				f->xfer.starved_ms = starved_since ? starved_since : now_ms();
 				continue;
 			}
 			/* Split: the new stream takes the far part, the old one stops there. */
@@ -377,12 +377,12 @@ void schedule_flight(struct engine *e, struct flight *f)
 			continue; /* written, withheld until verification */
 		bool had_room = can_start(e, f);
 		if (no_room || !room_for_reader(e, f, NULL)) {
-			f->starved_ms = starved_since ? starved_since : now_ms();
+			f->xfer.starved_ms = starved_since ? starved_since : now_ms();
 			break;
 		}
 		if (!had_room && (rc = claimed_ranges(f, &claimed)) != 0)
 			break; /* (a stopped piece left a gap to claim) */
-		if (!whole && !f->no_ranges) {
+		if (!whole && !f->xfer.no_ranges) {
 			rc = start_demand(e, f, &claimed, &wanted[i]);
 			continue;
 		}
@@ -399,7 +399,7 @@ void schedule_flight(struct engine *e, struct flight *f)
 	/* Called on every turn of the transfer loop: the ranges are copied only while there is
 	 * something left to fetch. */
 	if (rc == 0 && whole && written < f->size && flight_speculation_unclaimed(f)) {
-		if (f->n_streams == 0 && e->n_spec < e->spec.cur)
+		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur)
 			rc = start_speculative(e, f, &claimed);
 	} else if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);

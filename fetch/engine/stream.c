@@ -45,45 +45,48 @@ static void check_version(struct stream *s)
 {
 	struct flight *f = s->f;
 
-	if (!f->version_seen && f->etag[0] == '\0') {
-		f->version_seen = true;
+	if (!f->xfer.version.seen && f->xfer.version.etag[0] == '\0') {
+		f->xfer.version.seen = true;
 		pthread_mutex_lock(&f->lock);
-		snprintf(f->etag, sizeof(f->etag), "%s", s->resp.etag);
-		if (s->url_idx == 0 && !f->primary_etag[0])
-			snprintf(f->primary_etag, sizeof(f->primary_etag), "%s", s->resp.etag);
+		snprintf(f->xfer.version.etag, sizeof(f->xfer.version.etag), "%s", s->resp.etag);
+		if (s->url_idx == 0 && !f->xfer.version.primary_etag[0])
+			snprintf(f->xfer.version.primary_etag, sizeof(f->xfer.version.primary_etag),
+			         "%s", s->resp.etag);
 		/* Not a hashed object's: copies on several servers may differ in date only. */
 		if (!s->resp.etag[0] && !flight_hash_names_version(f) &&
 		    last_modified_is_strong(&s->resp))
-			snprintf(f->last_modified, sizeof(f->last_modified), "%s",
+			snprintf(f->xfer.version.last_modified,
+			         sizeof(f->xfer.version.last_modified), "%s",
 			         s->resp.last_modified);
 		pthread_mutex_unlock(&f->lock);
 		return;
 	}
-	f->version_seen = true;
+	f->xfer.version.seen = true;
 	/* Only a different ETag fails a hashed object (its sparse reads, answered before the
 	 * hash, must stay one version), not a missing one nor a Last-Modified. */
 	if (flight_hash_names_version(f)) {
-		if (f->etag[0] && s->resp.etag[0] && strcmp(s->resp.etag, f->etag) != 0) {
+		if (f->xfer.version.etag[0] && s->resp.etag[0] &&
+		    strcmp(s->resp.etag, f->xfer.version.etag) != 0) {
 			s->fatal = -EIO;
 			stream_why(s, "object changed upstream (ETag %s, was %s)", s->resp.etag,
-			           f->etag);
+			           f->xfer.version.etag);
 		}
 		return;
 	}
-	if (f->etag[0] != '\0' && strcmp(s->resp.etag, f->etag) != 0) {
+	if (f->xfer.version.etag[0] != '\0' && strcmp(s->resp.etag, f->xfer.version.etag) != 0) {
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (ETag %s, was %s)",
-		           s->resp.etag[0] ? s->resp.etag : "absent", f->etag);
-	} else if (f->etag[0] == '\0' && s->resp.etag[0] != '\0') {
+		           s->resp.etag[0] ? s->resp.etag : "absent", f->xfer.version.etag);
+	} else if (f->xfer.version.etag[0] == '\0' && s->resp.etag[0] != '\0') {
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (ETag %s, where there was none)",
 		           s->resp.etag);
-	} else if (f->last_modified[0] != '\0' &&
-	           strcmp(s->resp.last_modified, f->last_modified) != 0) {
+	} else if (f->xfer.version.last_modified[0] != '\0' &&
+	           strcmp(s->resp.last_modified, f->xfer.version.last_modified) != 0) {
 		s->fatal = -EIO;
 		stream_why(s, "object changed upstream (Last-Modified %s, was %s)",
 		           s->resp.last_modified[0] ? s->resp.last_modified : "absent",
-		           f->last_modified);
+		           f->xfer.version.last_modified);
 	}
 }
 
@@ -100,11 +103,11 @@ static void take_whole_answer(struct stream *s)
 	struct flight *f = s->f;
 
 	s->skip = s->pos;
-	f->no_ranges = true;
+	f->xfer.no_ranges = true;
 	if (s->end <= s->pos)
 		return; /* stopped already by another such answer */
 	s->end = f->size;
-	for (struct stream *t = f->streams; t; t = t->next) {
+	for (struct stream *t = f->xfer.streams; t; t = t->next) {
 		if (t != s && t->pos > s->pos) {
 			t->end = t->pos;
 			s->engine->streams_stopped = true;
@@ -142,9 +145,9 @@ void stream_check_response(struct stream *s)
 	s->checked = true;
 	curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
 	util_histogram_set_observe(&s->engine->stats->latency, code > 0 ? (unsigned)code : 0,
-	                           util_monotonic_ns() - s->started_ns);
-	f->last_status = (int)code;
-	if (strncmp(f->urls[s->url_idx], "file:", 5) == 0)
+	                           util_monotonic_ns() - s->clock.started_ns);
+	f->xfer.last_status = (int)code;
+	if (strncmp(f->src.urls[s->url_idx], "file:", 5) == 0)
 		return; /* curl applied the range itself; there are no headers to check */
 	if (code == 206) {
 		if (!s->resp.has_content_range || s->resp.range_start != s->pos) {
@@ -162,7 +165,7 @@ void stream_check_response(struct stream *s)
 			s->end = s->resp.range_end + 1;
 			s->answered_short = true;
 		}
-		f->ranges_seen = true;
+		f->xfer.ranges_seen = true;
 	} else if (code == 200) {
 		if (!size_as_expected(s, s->resp.has_content_length, s->resp.content_length))
 			return;
@@ -180,12 +183,13 @@ void stream_check_response(struct stream *s)
 		return;
 	} else if (code == 412) {
 		s->fatal = -EIO;
-		stream_why(s, "object changed upstream (ETag %s no longer matches)", f->etag);
+		stream_why(s, "object changed upstream (ETag %s no longer matches)",
+		           f->xfer.version.etag);
 		return;
-	} else if ((code == 400 || code == 403) && s->creds_gen &&
+	} else if ((code == 400 || code == 403) && s->auth.creds_gen &&
 	           s->engine->cfg.error_is_expired) {
 		/* Read the (small) error body: on_done tells expired credentials apart. */
-		s->auth_refused = true;
+		s->auth.refused = true;
 		stream_why(s, "HTTP %ld", code);
 		return;
 	} else {
@@ -194,8 +198,9 @@ void stream_check_response(struct stream *s)
 		return;
 	}
 	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
-	if (!f->sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 && flight_written(f) == 0)
-		memcpy(f->sha256, s->resp.sha256, sizeof(f->sha256));
+	if (!f->verify.sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 &&
+	    flight_written(f) == 0)
+		memcpy(f->verify.sha256, s->resp.sha256, sizeof(f->verify.sha256));
 	check_version(s);
 }
 
@@ -204,7 +209,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 	struct stream *s = userdata;
 	size_t len = size * nitems;
 
-	s->last_byte_ms = now_ms();
+	s->clock.last_byte_ms = now_ms();
 	http_response_header(&s->resp, line, len);
 	return len;
 }
@@ -212,7 +217,7 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *userdata)
 /* Whether no other stream of s's flight is behind it. */
 static bool first_of_flight(const struct stream *s)
 {
-	for (const struct stream *t = s->f->streams; t; t = t->next)
+	for (const struct stream *t = s->f->xfer.streams; t; t = t->next)
 		if (t->pos < s->pos)
 			return false;
 	return true;
@@ -231,22 +236,22 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	struct stream *s = userdata;
 	uint64_t now = now_ms(), window = (uint64_t)s->engine->cfg.stall_timeout_s * 1000;
 
-	if (now - s->last_byte_ms >= window) {
+	if (now - s->clock.last_byte_ms >= window) {
 		s->stalled = true;
 		return 1;
 	}
-	if (now - s->window_ms < window)
+	if (now - s->clock.window_ms < window)
 		return 0;
 	/* The floor is the object's: its parallel requests share it, but the first of them,
 	 * the one a sequential reader waits on, must keep it alone. */
-	unsigned shares = first_of_flight(s) || !s->f->n_streams ? 1 : s->f->n_streams;
-	if (s->received - s->window_bytes <
+	unsigned shares = first_of_flight(s) || !s->f->xfer.n_streams ? 1 : s->f->xfer.n_streams;
+	if (s->received - s->clock.window_bytes <
 	    (uint64_t)FETCH_NET_LOW_SPEED_BYTES_PER_S * s->engine->cfg.stall_timeout_s / shares) {
 		s->too_slow = true;
 		return 1;
 	}
-	s->window_ms = now;
-	s->window_bytes = s->received;
+	s->clock.window_ms = now;
+	s->clock.window_bytes = s->received;
 	return 0;
 }
 
@@ -265,14 +270,14 @@ static void stream_write_failed(struct stream *s, int rc)
  * they belong to as failed. */
 int stream_flush_pending(struct engine *e)
 {
-	struct stream *s = e->pending_stream;
+	struct stream *s = e->pending.stream;
 	int rc;
 
 	if (!s)
 		return 0;
-	rc = flight_deliver_from(s->f, s->url_idx, e->pending_off, e->pending_buf, e->pending_len);
-	e->pending_stream = NULL;
-	e->pending_len = 0;
+	rc = flight_deliver_from(s->f, s->url_idx, e->pending.off, e->pending.buf, e->pending.len);
+	e->pending.stream = NULL;
+	e->pending.len = 0;
 	if (rc)
 		stream_write_failed(s, rc);
 	return rc;
@@ -295,22 +300,22 @@ static int take_body(struct stream *s, uint64_t off, const char *data, size_t le
 	struct engine *e = s->engine;
 	int rc;
 
-	if (e->pending_stream &&
-	    (e->pending_stream != s || e->pending_off + e->pending_len != off ||
-	     e->pending_len + len > SPOOL_WRITE_BYTES)) {
-		bool mine = e->pending_stream == s;
+	if (e->pending.stream &&
+	    (e->pending.stream != s || e->pending.off + e->pending.len != off ||
+	     e->pending.len + len > SPOOL_WRITE_BYTES)) {
+		bool mine = e->pending.stream == s;
 		rc = stream_flush_pending(e);
 		if (rc && mine)
 			return rc;
 	}
 	if (len > SPOOL_WRITE_BYTES)
 		return flight_deliver_from(s->f, s->url_idx, off, data, len);
-	if (!e->pending_stream) {
-		e->pending_stream = s;
-		e->pending_off = off;
+	if (!e->pending.stream) {
+		e->pending.stream = s;
+		e->pending.off = off;
 	}
-	memcpy(e->pending_buf + e->pending_len, data, len);
-	e->pending_len += len;
+	memcpy(e->pending.buf + e->pending.len, data, len);
+	e->pending.len += len;
 	return 0;
 }
 
@@ -320,17 +325,17 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	size_t len = size * nmemb, used = 0;
 	int rc;
 
-	s->last_byte_ms = now_ms();
-	if (!s->first_body_ms)
-		s->first_body_ms = s->last_byte_ms;
+	s->clock.last_byte_ms = now_ms();
+	if (!s->clock.first_body_ms)
+		s->clock.first_body_ms = s->clock.last_byte_ms;
 	if (!s->checked)
 		stream_check_response(s);
-	if (s->auth_refused) {
-		size_t room = sizeof(s->err_body) - s->err_len;
+	if (s->auth.refused) {
+		size_t room = sizeof(s->auth.err_body) - s->auth.err_len;
 		if (len > room)
 			return CURL_WRITEFUNC_ERROR; /* no S3 error is that long */
-		memcpy(s->err_body + s->err_len, data, len);
-		s->err_len += len;
+		memcpy(s->auth.err_body + s->auth.err_len, data, len);
+		s->auth.err_len += len;
 		return len;
 	}
 	if (s->fatal || s->retryable)
@@ -398,10 +403,10 @@ static int stream_url(struct engine *e, struct flight *f, struct stream *s, char
 {
 	char fd_url[64];
 
-	while (f->url_dir_fds[f->url_idx] >= 0) {
-		unsigned idx = f->url_idx;
+	while (f->src.dir_fds[f->xfer.url_idx] >= 0) {
+		unsigned idx = f->xfer.url_idx;
 		char shown[512], why[200];
-		int fd = fetch_open_beneath(f->url_dir_fds[idx], f->url_paths[idx]);
+		int fd = fetch_open_beneath(f->src.dir_fds[idx], f->src.paths[idx]);
 		if (fd >= 0) {
 			s->obj_fd = fd;
 			snprintf(fd_url, sizeof(fd_url), "file:///proc/self/fd/%d", fd);
@@ -410,11 +415,11 @@ static int stream_url(struct engine *e, struct flight *f, struct stream *s, char
 		}
 		snprintf(why, sizeof(why), "refused: %s", beneath_refusal(fd));
 		util_log(fd == -ENOENT ? UTIL_LOG_WARN : UTIL_LOG_ERROR, "%s: mirror %s: %s",
-		         f->name, util_redact_url(f->urls[idx], shown, sizeof(shown)), why);
+		         f->name, util_redact_url(f->src.urls[idx], shown, sizeof(shown)), why);
 		if (!engine_try_other_mirror(e, f, idx, why))
 			return -EIO;
 	}
-	*url = strdup(f->urls[f->url_idx]);
+	*url = strdup(f->src.urls[f->xfer.url_idx]);
 	return *url ? 0 : -ENOMEM;
 }
 
@@ -435,18 +440,18 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	s->f = f;
 	s->pos = s->attempt_start = start;
 	s->end = end;
-	s->round = f->fail_round;
+	s->round = f->xfer.fail_round;
 	http_response_reset(&s->resp);
 	s->easy = curl_easy_init();
 	if (!s->easy)
 		goto fail_stream;
-	s->url_idx = f->url_idx;
+	s->url_idx = f->xfer.url_idx;
 	curl_easy_setopt(s->easy, CURLOPT_URL, url); /* curl copies it */
 	curl_easy_setopt(s->easy, CURLOPT_PRIVATE, s);
 
 	curl_easy_setopt(s->easy, CURLOPT_PROTOCOLS_STR, "http,https,file");
 	curl_easy_setopt(s->easy, CURLOPT_REDIR_PROTOCOLS_STR,
-	                 http_redirect_protocols(f->urls[f->url_idx]));
+	                 http_redirect_protocols(f->src.urls[f->xfer.url_idx]));
 	/* Not for signed requests: curl drops Authorization on a redirect to another host, but
 	 * not the signer's other headers, a session token among them. */
 	curl_easy_setopt(s->easy, CURLOPT_FOLLOWLOCATION, e->cfg.sign ? 0L : 1L);
@@ -459,8 +464,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	curl_easy_setopt(s->easy, CURLOPT_BUFFERSIZE, CURL_BUFFER_BYTES);
 
 	/* A stall is "no byte for stall_timeout_s", waiting for headers included. */
-	s->last_byte_ms = s->started_ms = s->window_ms = now_ms();
-	s->started_ns = util_monotonic_ns();
+	s->clock.last_byte_ms = s->clock.started_ms = s->clock.window_ms = now_ms();
+	s->clock.started_ns = util_monotonic_ns();
 	curl_easy_setopt(s->easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(s->easy, CURLOPT_XFERINFODATA, s);
@@ -487,10 +492,11 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		goto fail_easy;
 	/* Pin every later request to the version the first response showed us. */
 	header[0] = '\0';
-	if (http_etag_sendable(f->etag))
-		snprintf(header, sizeof(header), "If-Match: %s", f->etag);
-	else if (!f->etag[0] && f->last_modified[0])
-		snprintf(header, sizeof(header), "If-Unmodified-Since: %s", f->last_modified);
+	if (http_etag_sendable(f->xfer.version.etag))
+		snprintf(header, sizeof(header), "If-Match: %s", f->xfer.version.etag);
+	else if (!f->xfer.version.etag[0] && f->xfer.version.last_modified[0])
+		snprintf(header, sizeof(header), "If-Unmodified-Since: %s",
+		         f->xfer.version.last_modified);
 	if (header[0]) {
 		struct curl_slist *more = curl_slist_append(s->headers, header);
 		if (!more)
@@ -498,7 +504,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		s->headers = more;
 	}
 	if (e->cfg.sign) {
-		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers, &s->creds_gen);
+		rc = e->cfg.sign(e->cfg.sign_ctx, f->url, &s->headers, &s->auth.creds_gen);
 		if (rc)
 			goto fail_easy;
 	}
@@ -507,9 +513,9 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		rc = -EIO;
 		goto fail_easy;
 	}
-	s->next = f->streams;
-	f->streams = s;
-	f->n_streams++;
+	s->next = f->xfer.streams;
+	f->xfer.streams = s;
+	f->xfer.n_streams++;
 	e->n_transfers++;
 	atomic_fetch_add_explicit(&e->stats->requests, 1, memory_order_relaxed);
 	util_log(UTIL_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
@@ -547,21 +553,21 @@ void stream_free(struct engine *e, struct stream *s)
 	/* Never true while the pending bytes are flushed after each perform and streams are
 	 * freed outside it; kept so that breaking that rule loses no bytes and frees nothing
 	 * still referenced. */
-	if (e->pending_stream == s)
+	if (e->pending.stream == s)
 		(void)stream_flush_pending(e);
 	/* Ended before its headers were looked at: no status to file it under. */
 	if (!s->checked)
 		util_histogram_set_observe(&e->stats->latency, 0,
-		                           util_monotonic_ns() - s->started_ns);
-	for (pp = &s->f->streams; *pp; pp = &(*pp)->next) {
+		                           util_monotonic_ns() - s->clock.started_ns);
+	for (pp = &s->f->xfer.streams; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
 			break;
 		}
 	}
-	s->f->n_streams--;
+	s->f->xfer.n_streams--;
 	if (s->speculative)
-		e->n_spec--;
+		e->spec.n_running--;
 	else
 		e->n_transfers--;
 	e->n_background -= s->background;

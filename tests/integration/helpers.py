@@ -50,6 +50,15 @@ def wait_until(pred, what, timeout=20, interval=0.01):
         time.sleep(interval)
 
 
+def readlink_or_empty(path):
+    """Where an fd of another process points ("" when it closed meanwhile); an O_TMPFILE
+    file shows as DIR/#INODE (deleted)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
 def opened_by(pid, path):
     """True when process pid holds path open."""
     try:

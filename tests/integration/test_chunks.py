@@ -15,8 +15,8 @@ import threading
 import pytest
 
 from conftest import SLOW, read_file
-from helpers import (expected, flight_records, mount_with_tmpdir, read_until_error, wait_durable,
-                     wait_until)
+from helpers import (expected, flight_records, mount_with_tmpdir, read_until_error,
+                     readlink_or_empty, wait_durable, wait_until)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream"))
 import chunklist  # noqa: E402
@@ -276,7 +276,8 @@ def test_a_chunked_object_whose_idle_spool_was_swept_is_fetched_again(store, mou
 
     def spool_fd_open():
         fds = "/proc/%d/fd" % m.serving_pid()
-        return any(os.readlink(os.path.join(fds, fd)).startswith(spools[0])
+        # An fd closed between the listing and its readlink is the very thing awaited.
+        return any(readlink_or_empty(os.path.join(fds, fd)).startswith(spools[0])
                    for fd in os.listdir(fds))
     wait_until(lambda: not spool_fd_open(), "the idle spool's fd stays open")
     os.unlink(spools[0])

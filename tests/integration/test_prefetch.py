@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 from conftest import SPOOLFS, read_file
-from helpers import expected, flight_records, wait_until
+from helpers import expected, flight_records, readlink_or_empty, wait_until
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -257,15 +257,6 @@ def test_keep_cache_record_makes_the_next_mount_fetch_ahead(store, mount, upstre
     wait_until(lambda: prefetch_done(m), lambda: stats(m))
     assert set(object_gets(upstream)) == {names[5], names[1], names[8]}
     assert "prefetching what the last mount of this source opened" in m.stderr()
-
-
-def readlink_or_empty(path):
-    """Where an fd of another process points ("" when it closed meanwhile); an O_TMPFILE
-    file shows as DIR/#INODE (deleted)."""
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""
 
 
 def test_a_reader_under_a_low_fd_limit_never_fails_for_a_walk(store, mount, upstream):

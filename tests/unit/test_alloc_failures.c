@@ -180,7 +180,7 @@ static void probe_records_fn(void *arg)
 {
 	char seal[64];
 
-	index_spool_seal(arg, "probe", seal, sizeof(seal));
+	index_records_seal(arg, "probe", seal, sizeof(seal));
 }
 
 static void assert_records_unlocked(struct index_records *rec)
@@ -954,7 +954,7 @@ static const sqlite3_mem_methods sqlite_counting = {
     sqlite_roundup, sqlite_init, sqlite_shutdown, NULL,
 };
 
-static void free_lru(struct index_spool_entry *lru, size_t *n)
+static void free_lru(struct index_records_entry *lru, size_t *n)
 {
 	while (*n)
 		free(lru[--*n].key);
@@ -967,7 +967,7 @@ static void records_run(void *ctx, unsigned long n)
 	char db[128], seal[64], **keys = NULL;
 	struct index_records *rec = NULL;
 	struct util_ranges want, back;
-	struct index_spool_entry lru[4];
+	struct index_records_entry lru[4];
 	uint64_t bytes = 0;
 	size_t nlru = 0, nkeys = 0;
 	bool complete = false;
@@ -986,41 +986,41 @@ static void records_run(void *ctx, unsigned long n)
 		assert_null(rec);
 		goto out;
 	}
-	RETRY_REC(index_record_ranges(rec, "sha256:" SHA_A, &want));
-	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	RETRY_REC(index_records_set_ranges(rec, "sha256:" SHA_A, &want));
+	RETRY_REC(index_records_lookup(rec, "sha256:" SHA_A, &complete, &back));
 	assert_false(complete);
 	assert_int_equal(back.n, want.n);
 	assert_int_equal(back.total, want.total);
 	assert_memory_equal(back.v, want.v, want.n * sizeof(*want.v));
-	RETRY_REC(index_record_sealed(rec, "sha256:" SHA_A, "seal"));
-	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	RETRY_REC(index_records_mark_sealed(rec, "sha256:" SHA_A, "seal"));
+	RETRY_REC(index_records_lookup(rec, "sha256:" SHA_A, &complete, &back));
 	assert_true(complete);
-	RETRY_REC(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
+	RETRY_REC(index_records_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
 	assert_string_equal(seal, "seal");
-	RETRY_REC(index_spool_touch(rec, "sha256:" SHA_A, 4096, 2));
-	RETRY_REC(index_spool_touch(rec, "url:https://example.com/x", 10, 1));
-	RETRY_REC(index_spool_usage(rec, &bytes, lru, 4, &nlru));
+	RETRY_REC(index_records_touch(rec, "sha256:" SHA_A, 4096, 2));
+	RETRY_REC(index_records_touch(rec, "url:https://example.com/x", 10, 1));
+	RETRY_REC(index_records_usage(rec, &bytes, lru, 4, &nlru));
 	assert_int_equal(bytes, 4096 + 10);
 	assert_int_equal(nlru, 2);
 	assert_string_equal(lru[0].key, "url:https://example.com/x"); /* used first */
 	assert_int_equal(lru[1].size, 4096);
 	free_lru(lru, &nlru);
-	RETRY_REC(index_spool_keys(rec, &keys, &nkeys));
+	RETRY_REC(index_records_keys(rec, &keys, &nkeys));
 	assert_int_equal(nkeys, 2);
 	while (nkeys)
 		free(keys[--nkeys]);
 	free(keys);
 	keys = NULL;
-	RETRY_REC(index_record_incomplete(rec, "sha256:" SHA_A));
-	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	RETRY_REC(index_records_mark_incomplete(rec, "sha256:" SHA_A));
+	RETRY_REC(index_records_lookup(rec, "sha256:" SHA_A, &complete, &back));
 	assert_false(complete);
 	assert_int_equal(back.n, want.n); /* kept */
-	RETRY_REC_ENOENT(index_spool_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
-	RETRY_REC(index_spool_reset(rec, "sha256:" SHA_A));
-	RETRY_REC(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	RETRY_REC_ENOENT(index_records_seal(rec, "sha256:" SHA_A, seal, sizeof(seal)));
+	RETRY_REC(index_records_reset(rec, "sha256:" SHA_A));
+	RETRY_REC(index_records_lookup(rec, "sha256:" SHA_A, &complete, &back));
 	assert_int_equal(back.n, 0);
-	RETRY_REC(index_record_forget(rec, "sha256:" SHA_A));
-	RETRY_REC_ENOENT(index_spool_lookup(rec, "sha256:" SHA_A, &complete, &back));
+	RETRY_REC(index_records_forget(rec, "sha256:" SHA_A));
+	RETRY_REC_ENOENT(index_records_lookup(rec, "sha256:" SHA_A, &complete, &back));
 	alloc_fail_disarm();
 	assert_records_unlocked(rec);
 out:

@@ -257,7 +257,7 @@ static void test_bad_chunk_refetched_once_then_eio(void **state)
 	flight_progress(f, &written, NULL, NULL);
 	assert_int_equal(written, size - CHUNK);
 	assert_int_equal(refetches(fx, 0), 1);
-	assert_int_equal(f->chunk_bad_url, 1); /* url 0, plus one */
+	assert_int_equal(f->verify.chunk_bad_url, 1); /* url 0, plus one */
 	/* What readers want again is that chunk, whole. */
 	assert_int_equal(flight_wanted(f, want, 4, &whole), 2);
 	assert_int_equal(want[0].off, 2 * CHUNK);

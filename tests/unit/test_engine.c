@@ -785,7 +785,7 @@ static void test_recorder_completion_record(void **state)
 	assert_int_equal(read_once(fx, fx->sha256, 0, fx->size, &f), 0);
 	assert_true(atomic_load(&f->durable));
 	util_ranges_init(&ranges);
-	assert_int_equal(index_spool_lookup(fx->records, fx->key, &complete, &ranges), 0);
+	assert_int_equal(index_records_lookup(fx->records, fx->key, &complete, &ranges), 0);
 	assert_true(complete);
 	assert_int_equal(ranges.total, fx->size);
 	util_ranges_free(&ranges);

@@ -991,15 +991,15 @@ static void test_record_hold_reopens_idle_spool(void **state)
 	assert_int_equal(flight_spool_fd(f), -1);
 
 	/* Another file under the name (as another mount's new download) is not recorded. */
-	assert_int_equal(unlinkat(fx->dirfd, f->spool_name, 0), 0);
-	other = openat(fx->dirfd, f->spool_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_int_equal(unlinkat(fx->dirfd, f->spool.name, 0), 0);
+	other = openat(fx->dirfd, f->spool.name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	assert_true(other >= 0);
 	assert_int_equal(pwrite(other, data, size, 0), (ssize_t)size);
 	close(other);
 	assert_int_equal(flight_hold_spool_to_record(f), -ESTALE);
 	assert_int_equal(flight_spool_fd(f), -1);
 	/* Nor a deleted one. */
-	assert_int_equal(unlinkat(fx->dirfd, f->spool_name, 0), 0);
+	assert_int_equal(unlinkat(fx->dirfd, f->spool.name, 0), 0);
 	assert_int_equal(flight_hold_spool_to_record(f), -ENOENT);
 	assert_int_equal(flight_spool_fd(f), -1);
 

@@ -350,8 +350,8 @@ static void test_second_open_starts_fresh(void **state)
 	util_ranges_init(&r);
 	assert_int_equal(util_ranges_add(&r, 0, 4096), 0);
 	assert_int_equal(util_ranges_add(&r, 8192, 9000), 0);
-	assert_int_equal(index_record_ranges(f->rec, "sha256:" SHA_LOWER, &r), 0);
-	assert_int_equal(index_record_sealed(f->rec, "url:https://x/y", "seal"), 0);
+	assert_int_equal(index_records_set_ranges(f->rec, "sha256:" SHA_LOWER, &r), 0);
+	assert_int_equal(index_records_mark_sealed(f->rec, "url:https://x/y", "seal"), 0);
 	util_ranges_free(&r);
 	index_close(f->idx);
 	f->idx = NULL;
@@ -404,15 +404,15 @@ static void test_record_ranges_and_complete(void **state)
 
 	util_ranges_init(&r);
 	assert_int_equal(util_ranges_add(&r, 0, 10), 0);
-	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0);
+	assert_int_equal(index_records_set_ranges(f->rec, "k", &r), 0);
 	assert_int_equal(util_ranges_add(&r, 20, 30), 0);
-	assert_int_equal(index_record_ranges(f->rec, "k", &r), 0); /* replaces */
-	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0);
-	assert_int_equal(index_record_sealed(f->rec, "k", "seal"), 0); /* idempotent */
-	assert_int_equal(index_record_forget(f->rec, "k"), 0);
-	assert_int_equal(index_record_forget(f->rec, "never-seen"), 0);
+	assert_int_equal(index_records_set_ranges(f->rec, "k", &r), 0); /* replaces */
+	assert_int_equal(index_records_mark_sealed(f->rec, "k", "seal"), 0);
+	assert_int_equal(index_records_mark_sealed(f->rec, "k", "seal"), 0); /* idempotent */
+	assert_int_equal(index_records_forget(f->rec, "k"), 0);
+	assert_int_equal(index_records_forget(f->rec, "never-seen"), 0);
 	util_ranges_clear(&r);
-	assert_int_equal(index_record_ranges(f->rec, "empty", &r), 0);
+	assert_int_equal(index_records_set_ranges(f->rec, "empty", &r), 0);
 	util_ranges_free(&r);
 	index_records_close(f->rec);
 	f->rec = NULL;

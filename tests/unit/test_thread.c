@@ -86,7 +86,7 @@ static void test_a_long_name_is_cut(void **state)
 	struct seen seen = seen_by("spoolfs-a-name-too-long");
 
 	(void)state;
-	assert_int_equal(strlen(seen.comm), FETCH_THREAD_NAME_MAX);
+	assert_int_equal(strlen(seen.comm), UTIL_THREAD_NAME_MAX);
 	assert_string_equal(seen.comm, "spoolfs-a-name-");
 }
 
