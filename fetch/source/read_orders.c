@@ -171,6 +171,13 @@ void source_read_orders_take(const char *type, const char *value,
 		         "read_orders: not an object");
 		return;
 	}
+	/* sqlite's JSON functions end a string at an escaped NUL: "a\u0000b" would be "a", a
+	 * path the author did not write. Refused here (a path with a literal "\u0000" too). */
+	if (strstr(value, "\\u0000")) {
+		snprintf(opts->read_order_why, sizeof(opts->read_order_why),
+		         "read_orders: a path holds a NUL byte (\\u0000)");
+		return;
+	}
 	t.out = open_memstream(&lines, &size);
 	rc = t.out ? walk_orders(&t, value) : -ENOMEM;
 	if (t.out && fclose(t.out) != 0 && rc == 0)
