@@ -306,6 +306,14 @@ static int load_manifest(struct fs_session *s)
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
 	if (rc)
 		goto out;
+	if (s->opts.read_order_name &&
+	    !source_read_order_name_ok(s->opts.read_order_name, strlen(s->opts.read_order_name))) {
+		fprintf(stderr,
+		        "spoolfs: --read-order-name: a name is 1 to %d of A-Z a-z 0-9 . _ -\n",
+		        READ_ORDER_NAME_MAX);
+		rc = -EINVAL;
+		goto out;
+	}
 	if (!s->opts.no_read_order)
 		load_opts.read_order_name =
 		    s->opts.read_order_name ? s->opts.read_order_name : READ_ORDER_DEFAULT;

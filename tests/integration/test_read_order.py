@@ -15,7 +15,7 @@ import pytest
 
 from conftest import SLOW, SPOOLFS, read_file
 from client import Upstream
-from helpers import publish_tree, wait_until
+from helpers import publish_tree, refused_mount, wait_until
 
 KiB = 1 << 10
 NAMES = ["lib/m%02d.py" % i for i in range(12)] + ["data/blob.bin"]
@@ -159,6 +159,37 @@ def test_a_name_picks_its_own_order_and_the_budget_bounds_it(served, mount):
     assert 'no read order named "nosuch"' in m.stderr(), m.stderr()
     assert "prefetch_list_entries" not in stats(m)
     assert object_gets(up) == {}
+
+
+def test_a_bad_read_order_name_is_refused(served, tmp_path):
+    _, up, _ = served
+    err = refused_mount(up.url("manifest.json"), tmp_path / "mnt", "--read-order-name", "a b")
+    assert "--read-order-name: a name is 1 to 64 of" in err, err
+
+
+def test_an_order_below_nested_manifests_loads_them_at_mount(tree, mount):
+    """lib/ in a manifest of its own: the order's paths there load it from mount time, as a
+    list line does, and its files are fetched before any lookup."""
+    src, out, rec = tree
+    publish_tree(src, out, "--pack-under", "0", "--nest-over", "5", "--read-order",
+                 str(rec / "test"))
+    with open(out / "manifest.json") as f:
+        top = json.load(f)
+    nested = [e for e in top["entries"] if "manifest" in e]
+    assert [e["path"] for e in nested] == ["lib"]
+    assert top["read_orders"]["default"][0] == "lib/m05.py"
+    up = Upstream(out)
+    try:
+        m = mount(up.url("manifest.json"), "--prefetch-requests", "0")
+        wait_until(lambda: order_done(m), lambda: (stats(m), m.stderr()))
+        gets = object_gets(up)
+        assert gets.pop(nested[0]["manifest"]["url"]) == 1
+        assert len(gets) == 4 and set(gets.values()) == {1}, gets
+        assert stats(m)["prefetch_list_started"] == 4
+        assert read_file(m.p("lib/m05.py")) == (src / "lib/m05.py").read_bytes()
+        assert m.unmount() == 0
+    finally:
+        up.stop()
 
 
 def test_no_read_order_fetches_nothing(served, mount):
