@@ -71,6 +71,8 @@ struct fs_options {
 	char *prefetch_budget;      /* "2G": parsed by main */
 	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
 	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
+	char *read_order_name;      /* --read-order-name NAME; NULL: "default", if any */
+	int no_read_order;          /* --no-read-order */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
 	unsigned stall_timeout_s;
 	unsigned start_timeout_s; /* --start-timeout: a serving process serves within it */
@@ -326,6 +328,10 @@ struct fs_session {
 	uint64_t prefetch_budget;
 	char reads_name[48];    /* the record's name in the cache directory ("" without one) */
 	atomic_bool loop_ended; /* the FUSE loop returned: no request will be read any more */
+	/* read_order.c: the manifest's read order prefetched ("" without one), and its name in
+	 * log lines. Set before the loop starts. */
+	char read_order_name[72];
+	char read_order_label[96];
 	/* Handles the kernel has not released: a release still queued when the loop ends is
 	 * never read, so the session frees what is left (fs_handles_free_all). */
 	pthread_mutex_t handles_lock;
@@ -444,6 +450,15 @@ int fs_prefetch_open(struct fs_session *s);
 int fs_prefetch_start(struct fs_session *s);
 void fs_prefetch_stop(struct fs_session *s);
 void fs_prefetch_free(struct fs_session *s);
+/*
+ * The manifest's read order (read_order.c). fs_read_order_keep, after the root manifest is
+ * loaded: logs why none was taken, and keeps the one taken (load_opts->read_order, freed)
+ * in the index for every serving process. fs_read_order_open: the kept order as a
+ * prefetch list, *fd (-1: none), its name in s->read_order_name and _label. 0 or -errno.
+ */
+struct manifest_load_options;
+int fs_read_order_keep(struct fs_session *s, struct manifest_load_options *load_opts);
+int fs_read_order_open(struct fs_session *s, int *fd);
 /* An open of file ino in directory parent (not a virtual file). */
 void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent);
 

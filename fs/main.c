@@ -28,6 +28,7 @@
 #include "fetch/cache/cache_dir.h"
 #include "util/log.h"
 #include "fetch/source/manifest_load.h"
+#include "fetch/source/read_orders.h"
 #include "util/size.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
@@ -305,6 +306,17 @@ static int load_manifest(struct fs_session *s)
 	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
 	if (rc)
 		goto out;
+	if (s->opts.read_order_name &&
+	    !source_read_order_name_ok(s->opts.read_order_name, strlen(s->opts.read_order_name))) {
+		fprintf(stderr,
+		        "spoolfs: --read-order-name: a name is 1 to %d of A-Z a-z 0-9 . _ -\n",
+		        READ_ORDER_NAME_MAX);
+		rc = -EINVAL;
+		goto out;
+	}
+	if (!s->opts.no_read_order)
+		load_opts.read_order_name =
+		    s->opts.read_order_name ? s->opts.read_order_name : READ_ORDER_DEFAULT;
 	rc = source_manifest_load_text(s->idx, text, len, base_url, &load_opts, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
@@ -315,7 +327,9 @@ static int load_manifest(struct fs_session *s)
 		         "%u symlinks lead out of the mount: left out "
 		         "(--outside-symlinks=hide)",
 		         load_opts.hidden_symlinks);
-	rc = index_meta_put(s->idx, "manifest_url", base_url);
+	rc = fs_read_order_keep(s, &load_opts);
+	if (rc == 0)
+		rc = index_meta_put(s->idx, "manifest_url", base_url);
 	if (rc == 0)
 		rc = keep_nested_rules(s, &src, &load_opts, &base_url);
 out:

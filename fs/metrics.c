@@ -208,6 +208,9 @@ void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labe
 	metric_rows(out, labels, "prefetch_", ROWS(walks));
 	if (!atomic_load(&ps->list_given))
 		return;
+	/* Names are [A-Za-z0-9._-] (read_orders.h): safe in a comment (spoolfs status). */
+	if (!labels && s->read_order_name[0])
+		fprintf(out, "# read_order %s\n", s->read_order_name);
 	const struct metric_row list[] = {
 	    {"entries", "gauge", "lines read from the prefetch list (blank ones left out)",
 	     atomic_load(&ps->list_entries)},

@@ -107,6 +107,10 @@ static const struct fuse_opt option_spec[] = {
     OPT("prefetch_list=%s", prefetch_list),
     OPT("--record-reads %s", record_reads),
     OPT("record_reads=%s", record_reads),
+    OPT("--read-order-name %s", read_order_name),
+    OPT("read_order_name=%s", read_order_name),
+    OPT_FLAG("--no-read-order", no_read_order),
+    OPT_FLAG("no_read_order", no_read_order),
     OPT_FLAG("-h", show_help),
     OPT_FLAG("--help", show_help),
     OPT_FLAG("-V", show_version),
@@ -193,6 +197,9 @@ void fs_options_usage(const char *prog)
 	    "                         background from mount time, objects already local skipped\n"
 	    "  --prefetch-budget SIZE bytes --prefetch-list may fetch, at most (default 4G;\n"
 	    "                         --cache-max-size bounds it too)\n"
+	    "  --read-order-name NAME the manifest's read order to fetch from mount time, before\n"
+	    "                         --prefetch-list's paths (default: the one named default)\n"
+	    "  --no-read-order        fetch no read order of the manifest\n"
 	    "  --record-reads FILE    at unmount, write the paths of the files opened, in the\n"
 	    "                         order first opened (a --prefetch-list for the next run);\n"
 	    "                         with --keep-cache the record is also kept in the cache\n"
@@ -683,6 +690,7 @@ void fs_options_free(struct fs_options *opts)
 	free(opts->prefetch_budget);
 	free(opts->prefetch_list);
 	free(opts->record_reads);
+	free(opts->read_order_name);
 	free(opts->metrics_file);
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
 		free(opts->mirrors[i]);

@@ -108,7 +108,7 @@ static int ensure_listed(void *ctx, uint64_t dir)
 
 int fs_prefetch_open(struct fs_session *s)
 {
-	struct prefetch_config cfg = {.list_fd = -1};
+	struct prefetch_config cfg = {.list_fd = -1, .order_fd = -1};
 	int rc;
 
 	if (parse_size_option("--prefetch-window", s->opts.prefetch_window, 32u << 20,
@@ -133,11 +133,13 @@ int fs_prefetch_open(struct fs_session *s)
 		cfg.list_fd = open_kept_record(s);
 		cfg.list_name = s->reads_name;
 	}
-	if (s->opts.record_reads || s->reads_name[0]) {
+	/* The manifest's read order goes first, then the job's own list. */
+	rc = fs_read_order_open(s, &cfg.order_fd);
+	cfg.order_name = s->read_order_label;
+	if (rc == 0 && (s->opts.record_reads || s->reads_name[0]))
 		rc = prefetch_record_create(&s->reads);
-		if (rc)
-			goto fail;
-	}
+	if (rc)
+		goto fail;
 	cfg.walk = s->opts.prefetch_requests > 0;
 	/* Enough ahead to keep every speculative request busy while the reader catches up. */
 	cfg.ahead_files = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 0;
@@ -148,16 +150,18 @@ int fs_prefetch_open(struct fs_session *s)
 	if (s->cache_max_size && s->cache_max_size < cfg.list_budget)
 		cfg.list_budget = s->cache_max_size;
 	cfg.list_inflight = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 64;
-	if (!cfg.walk && cfg.list_fd < 0)
+	if (!cfg.walk && cfg.list_fd < 0 && cfg.order_fd < 0)
 		return 0;
 	rc = prefetch_create(
 	    s->idx, &cfg,
 	    &(struct prefetch_ops){.start = start_flight, .ensure_listed = ensure_listed, .ctx = s},
 	    &s->prefetch);
-	cfg.list_fd = -1; /* prefetch_create's now, or closed */
+	cfg.list_fd = cfg.order_fd = -1; /* prefetch_create's now, or closed */
 fail:
 	if (cfg.list_fd >= 0)
 		close(cfg.list_fd);
+	if (cfg.order_fd >= 0)
+		close(cfg.order_fd);
 	if (rc)
 		fprintf(stderr, "spoolfs: cannot set up prefetch: %s\n", strerror(-rc));
 	return rc;

@@ -56,6 +56,7 @@ struct snapshot {
 	double restarts;
 	double reloads;
 	char version[64];
+	char read_order[72]; /* the manifest's read order the list begins with; "": none */
 	struct timespec at;
 };
 
@@ -186,6 +187,8 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	for (const char *line = text; line && *line;
 	     line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
 		if (sscanf(line, "# version %63s", snap->version) == 1)
+			continue;
+		if (sscanf(line, "# read_order %71s", snap->read_order) == 1)
 			continue;
 		if (*line == '#' || sscanf(line, "%127s %lf", name, &value) != 2)
 			continue;
@@ -371,6 +374,9 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	printf("prefetch: %.0f walks, %.0f speculative downloads, %s fetched ahead and not"
 	       " opened\n",
 	       now->walks, now->spec_flights, human(now->spec_unread, a, sizeof(a)));
+	if (now->read_order[0])
+		printf("read order: \"%s\" from the manifest, first in the prefetch list\n",
+		       now->read_order);
 	if (now->list_entries >= 0)
 		printf("prefetch list: %s; %.0f entries: %.0f of %.0f started finished (%s),"
 		       " %.0f local already, %.0f skipped, %.0f over the budget\n",

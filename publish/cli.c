@@ -1,4 +1,5 @@
 /* `spoolfs publish`'s command line: options, their checks, the usage text. */
+#include <errno.h>
 #include <getopt.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fetch/source/read_orders.h"
 #include "publish/publish.h"
 #include "util/size.h"
 
@@ -26,6 +28,7 @@ static void usage(FILE *f)
 	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
 	        "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
 	        "                       [--chunk-size SIZE] [--verify-existing] [-j N]\n"
+	        "                       [--read-order [NAME=]FILE]...\n"
 	        "\n"
 	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
 	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
@@ -44,6 +47,10 @@ static void usage(FILE *f)
 	        "                      verifies each chunk before serving it (default 1M; 0:\n"
 	        "                      none)\n"
 	        "  --chunk-size SIZE   the chunks' size (default 256K; a power of two)\n"
+	        "  --read-order [NAME=]FILE  a --record-reads file of a job's run: its paths,\n"
+	        "                      in first-read order, go into the manifest as the read\n"
+	        "                      order NAME (default: default) that mounts fetch ahead;\n"
+	        "                      repeatable, files of one name are merged by rank\n"
 	        "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
 	        "                      (without: it is kept when its size is right); a wrong\n"
 	        "                      one is replaced\n"
@@ -59,6 +66,46 @@ static unsigned cpus(void)
 	return n < 1 ? 1 : n > MAX_JOBS ? MAX_JOBS : (unsigned)n;
 }
 
+/* --read-order [NAME=]FILE into orders (room for argc of them). 0, or an exit status. */
+static int add_read_order(struct publish_options *o, struct publish_read_order *orders, char *arg)
+{
+	char *eq = strchr(arg, '=');
+	struct publish_read_order *r = &orders[o->n_read_orders];
+	size_t names = 0;
+
+	*r = (struct publish_read_order){.name = READ_ORDER_DEFAULT, .file = arg};
+	/* A FILE's own '=' is kept when what goes before it is no name (e.g. "./a=b"). */
+	if (eq && source_read_order_name_ok(arg, (size_t)(eq - arg))) {
+		*eq = '\0';
+		r->name = arg;
+		r->file = eq + 1;
+	} else if (eq && !memchr(arg, '/', (size_t)(eq - arg))) {
+		fprintf(stderr,
+		        "spoolfs publish: --read-order NAME=FILE: a NAME is 1 to %d of A-Z a-z 0-9"
+		        " . _ -\n",
+		        READ_ORDER_NAME_MAX);
+		return 2;
+	}
+	if (!r->file[0]) {
+		fprintf(stderr, "spoolfs publish: --read-order %s=: no FILE\n", r->name);
+		return 2;
+	}
+	/* Distinct names, this one's included: no more than a mount accepts. */
+	for (size_t i = 0; i <= o->n_read_orders; i++) {
+		bool first = true;
+		for (size_t k = 0; k < i; k++)
+			first &= strcmp(orders[k].name, orders[i].name) != 0;
+		names += first;
+	}
+	if (names > READ_ORDERS_MAX) {
+		fprintf(stderr, "spoolfs publish: --read-order: more than %d names\n",
+		        READ_ORDERS_MAX);
+		return 2;
+	}
+	o->n_read_orders++;
+	return 0;
+}
+
 /* A plain file name in OUT_DIR: not objects/, not a temporary file's dot name. */
 static bool good_manifest_name(const char *name)
 {
@@ -66,7 +113,8 @@ static bool good_manifest_name(const char *name)
 	       strlen(name) <= 200;
 }
 
-int publish_main(int argc, char **argv)
+/* The command line, with room in orders for a --read-order per argument. */
+static int parse_and_run(int argc, char **argv, struct publish_read_order *orders)
 {
 	static const struct option longs[] = {
 	    {"manifest", required_argument, NULL, 'm'},
@@ -77,6 +125,7 @@ int publish_main(int argc, char **argv)
 	    {"chunk-over", required_argument, NULL, 'c'},
 	    {"chunk-size", required_argument, NULL, 's'},
 	    {"verify-existing", no_argument, NULL, 'V'},
+	    {"read-order", required_argument, NULL, 'R'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -89,7 +138,7 @@ int publish_main(int argc, char **argv)
 	                            .chunk_size = DEFAULT_CHUNK_SIZE};
 	unsigned long jobs;
 	char *end;
-	int c;
+	int c, rc;
 
 	opterr = 0;
 	optind = 1;
@@ -142,6 +191,11 @@ int publish_main(int argc, char **argv)
 		case 'V':
 			o.verify_existing = true;
 			break;
+		case 'R':
+			rc = add_read_order(&o, orders, optarg);
+			if (rc)
+				return rc;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -165,7 +219,22 @@ int publish_main(int argc, char **argv)
 		fprintf(stderr, "spoolfs publish: --pack-under must not exceed --pack-max\n");
 		return 2;
 	}
+	o.read_orders = orders;
 	o.src = argv[optind];
 	o.out = argv[optind + 1];
 	return publish_run(&o) == 0 ? 0 : 1;
+}
+
+int publish_main(int argc, char **argv)
+{
+	struct publish_read_order *orders = calloc((size_t)argc + 1, sizeof(*orders));
+	int rc;
+
+	if (!orders) {
+		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));
+		return 1;
+	}
+	rc = parse_and_run(argc, argv, orders);
+	free(orders);
+	return rc;
 }

@@ -20,7 +20,7 @@
 #include "util/hex.h"
 #include "publish/publish_i.h"
 
-enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_CHUNKED, Q_MEMBER, Q_PACK, Q_COUNT };
+enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_CHUNKED, Q_MEMBER, Q_PACK, Q_STRING, Q_COUNT };
 
 static const char *const queries[Q_COUNT] = {
     [Q_DIR] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
@@ -38,6 +38,7 @@ static const char *const queries[Q_COUNT] = {
     [Q_MEMBER] = "SELECT json_object('path', :path, 'size', :size, 'sha256', :sha256,"
                  " 'pack', :pack, 'offset', :offset, 'mode', :mode, 'mtime', :mtime)",
     [Q_PACK] = "SELECT json_object('sha256', :sha256, 'size', :size, 'url', :url)",
+    [Q_STRING] = "SELECT json_quote(:s)",
 };
 
 struct writer {
@@ -133,6 +134,28 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 	return emit(w, st, sep);
 }
 
+/* "read_orders": {"NAME": ["path", ...], ...}, one order a line. */
+static int write_orders(struct writer *w, const struct pub_tree *t)
+{
+	sqlite3_stmt *st = w->q[Q_STRING];
+	int rc = fputs(",\n\"read_orders\":{", w->f) < 0 ? -EIO : 0;
+
+	for (size_t i = 0; i < t->n_orders && rc == 0; i++) {
+		const struct pub_order *order = &t->orders[i];
+		bind_text(st, ":s", order->name);
+		rc = fputs(i ? ",\n" : "\n", w->f) < 0 ? -EIO : emit(w, st, ":[");
+		for (size_t k = 0; k < order->n && rc == 0; k++) {
+			bind_text(st, ":s", order->paths[k]->path);
+			rc = emit(w, st, k + 1 < order->n ? "," : "");
+		}
+		if (rc == 0 && fputs("]", w->f) < 0)
+			rc = -EIO;
+	}
+	if (rc == 0 && fputs("\n}", w->f) < 0)
+		rc = -EIO;
+	return rc;
+}
+
 /* The manifest of the entries owner holds (NULL: the top one's): its packs (a pack's
  * members are of one directory, so of one manifest) and entries, in the tree's order. */
 static int write_json(struct writer *w, const struct pub_tree *t, const struct pub_entry *owner)
@@ -158,7 +181,12 @@ static int write_json(struct writer *w, const struct pub_tree *t, const struct p
 		rc = fputs(sep, w->f) < 0 ? -EIO : emit_entry(w, t->entries[i], skip, "");
 		sep = ",\n";
 	}
-	if (rc == 0 && fputs("\n]}\n", w->f) < 0)
+	if (rc == 0 && fputs("\n]", w->f) < 0)
+		rc = -EIO;
+	/* Only the top manifest: its paths start at the mount's root. */
+	if (rc == 0 && !owner && t->n_orders)
+		rc = write_orders(w, t);
+	if (rc == 0 && fputs("}\n", w->f) < 0)
 		rc = -EIO;
 	return rc;
 }

@@ -10,6 +10,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* --read-order [NAME=]FILE: a record of what a job's run opened (name "default"). */
+struct publish_read_order {
+	const char *name;
+	const char *file;
+};
+
 struct publish_options {
 	const char *src;      /* the tree to publish */
 	const char *out;      /* where objects/ and the manifest go (made when missing) */
@@ -27,6 +33,9 @@ struct publish_options {
 	uint64_t chunk_size;
 	/* An object already in OUT_DIR is re-hashed (not only sized) before it is kept. */
 	bool verify_existing;
+	/* Read orders written into the top manifest (several files may share a name). */
+	const struct publish_read_order *read_orders;
+	size_t n_read_orders;
 };
 
 /*

@@ -63,6 +63,7 @@ struct pub_entry {
 	bool nested;
 	unsigned char nested_sha256[PUB_SHA256_LEN];
 	uint64_t nested_size;
+	bool in_order; /* read_order.c's mark while it merges one order */
 };
 
 /* Small files of one directory, in name order, concatenated into one object. */
@@ -74,11 +75,20 @@ struct pub_pack {
 	unsigned char sha256[PUB_SHA256_LEN];
 };
 
+/* A read order for the top manifest (read_order.c): files of the tree, in order. */
+struct pub_order {
+	const char *name; /* the option's */
+	struct pub_entry **paths;
+	size_t n;
+};
+
 struct pub_tree {
 	struct pub_entry **entries; /* sorted by path once pub_walk returns */
 	size_t n_entries, cap_entries;
 	struct pub_pack **packs; /* sorted by their first member's path */
 	size_t n_packs, cap_packs;
+	struct pub_order *orders; /* --read-order's, by name in the order first given */
+	size_t n_orders;
 };
 
 /*
@@ -113,6 +123,14 @@ int pub_open_seen(int src_fd, const char *src, const struct pub_entry *e);
  * for every directory above (fetch_path_trusted). 0, or -errno said naming the path. */
 int pub_out_trusted(const char *out_real);
 void pub_tree_free(struct pub_tree *tree);
+
+/*
+ * Reads o->read_orders' files into tree->orders (after pub_walk): each path checked against
+ * the tree, a path that is no file of it dropped with a warning, the files of one name
+ * merged by rank. 0, or -errno said (a file that cannot be read).
+ */
+int pub_read_orders(const struct publish_options *o, struct pub_tree *tree);
+void pub_read_orders_free(struct pub_tree *tree);
 
 /* Writes s into buf for a message: control bytes (and with high, bytes >= 0x80) as \xNN,
  * cut with "..." when it would not fit. Returns buf. */

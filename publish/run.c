@@ -276,6 +276,8 @@ int publish_run(const struct publish_options *o)
 	if (rc)
 		goto out;
 	rc = pub_walk(r.src_fd, src, o, &tree);
+	if (rc == 0)
+		rc = pub_read_orders(o, &tree);
 	if (rc)
 		goto out;
 	test_gate();

@@ -360,5 +360,6 @@ void pub_tree_free(struct pub_tree *tree)
 	}
 	free(tree->entries);
 	free(tree->packs);
+	pub_read_orders_free(tree);
 	memset(tree, 0, sizeof(*tree));
 }

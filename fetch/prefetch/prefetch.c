@@ -56,6 +56,8 @@ struct prefetch {
 	struct walk walk;
 	struct prefetch_list_reader *list;
 	bool list_eof;
+	int next_fd;     /* the list read once list's fd ends (the order's successor), or -1 */
+	char *next_name; /* its name */
 	struct flight **inflight; /* list flights not finished (references) */
 	unsigned n_inflight;
 	unsigned logged_bad;
@@ -76,13 +78,22 @@ int prefetch_create(struct index *idx, const struct prefetch_config *cfg,
 	p->ops = *ops;
 	if (p->cfg.list_inflight == 0)
 		p->cfg.list_inflight = 1;
-	if (cfg->list_fd >= 0) {
+	p->next_fd = -1;
+	if (cfg->list_fd >= 0 || cfg->order_fd >= 0) {
+		const char *first = cfg->order_fd >= 0 ? cfg->order_name : cfg->list_name;
 		p->list = malloc(sizeof(*p->list));
 		p->inflight = calloc(p->cfg.list_inflight, sizeof(*p->inflight));
-		p->list_name = strdup(cfg->list_name ? cfg->list_name : "the prefetch list");
-		if (!p->list || !p->inflight || !p->list_name)
+		p->list_name = strdup(first ? first : "the prefetch list");
+		if (cfg->order_fd >= 0 && cfg->list_fd >= 0)
+			p->next_name =
+			    strdup(cfg->list_name ? cfg->list_name : "the prefetch list");
+		if (!p->list || !p->inflight || !p->list_name ||
+		    (cfg->order_fd >= 0 && cfg->list_fd >= 0 && !p->next_name))
 			goto fail_p;
-		prefetch_list_reader_init(p->list, cfg->list_fd);
+		prefetch_list_reader_init(p->list,
+		                          cfg->order_fd >= 0 ? cfg->order_fd : cfg->list_fd);
+		if (cfg->order_fd >= 0)
+			p->next_fd = cfg->list_fd;
 		atomic_store(&p->stats.list_given, true);
 	}
 	walk_init(&p->walk, idx,
@@ -99,10 +110,13 @@ fail_p:
 	free(p->list);
 	free(p->inflight);
 	free(p->list_name);
+	free(p->next_name);
 	free(p);
 fail:
 	if (cfg->list_fd >= 0)
 		close(cfg->list_fd);
+	if (cfg->order_fd >= 0)
+		close(cfg->order_fd);
 	return rc;
 }
 
@@ -248,6 +262,20 @@ static bool prune_inflight(struct prefetch *p)
 	return kept > 0;
 }
 
+/* The read order is read: the job's own list follows, by the same reader. Its paths that
+ * the order had are found local or downloading already: fetched once. */
+static void next_list(struct prefetch *p)
+{
+	close(p->list->fd);
+	prefetch_list_reader_init(p->list, p->next_fd);
+	p->next_fd = -1;
+	free(p->list_name);
+	p->list_name = p->next_name;
+	p->next_name = NULL;
+	p->list_eof = false;
+	p->logged_bad = 0;
+}
+
 /* Reads on in the list while fewer than list_inflight of its objects download. True while
  * the list has work left (to read, or downloading). */
 static bool work_list(struct prefetch *p)
@@ -274,6 +302,8 @@ static bool work_list(struct prefetch *p)
 			         atomic_load(&p->stats.list_bytes),
 			         atomic_load(&p->stats.list_local), atomic_load(&p->stats.list_bad),
 			         atomic_load(&p->stats.list_over_budget));
+			if (p->next_fd >= 0)
+				next_list(p);
 			break;
 		}
 		atomic_fetch_add(&p->stats.list_entries, 1);
@@ -375,8 +405,11 @@ void prefetch_destroy(struct prefetch *p)
 		close(p->list->fd);
 		free(p->list);
 	}
+	if (p->next_fd >= 0)
+		close(p->next_fd);
 	free(p->inflight);
 	free(p->list_name);
+	free(p->next_name);
 	pthread_cond_destroy(&p->wake);
 	pthread_mutex_destroy(&p->lock);
 	free(p);

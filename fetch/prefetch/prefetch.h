@@ -40,6 +40,10 @@ struct prefetch_config {
 	/* Where the walk counters live (memory the mount's later serving processes map too);
 	 * NULL: the prefetch's own. */
 	struct prefetch_walk_counters *walk_counters;
+	/* A list read before list_fd (the manifest's read order), the same way; its entries
+	 * count in the list's figures. Owned from prefetch_create, or -1. */
+	int order_fd;
+	const char *order_name; /* its name, for log lines (copied) */
 };
 
 struct prefetch_ops {
@@ -79,7 +83,7 @@ struct prefetch_stats {
 
 struct prefetch;
 
-/* 0 or -errno; on failure cfg->list_fd is closed all the same. */
+/* 0 or -errno; on failure cfg->list_fd and cfg->order_fd are closed all the same. */
 int prefetch_create(struct index *idx, const struct prefetch_config *cfg,
                     const struct prefetch_ops *ops, struct prefetch **out);
 /* Starts the thread. 0 or -errno. */

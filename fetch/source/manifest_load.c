@@ -14,6 +14,7 @@
 #include "fetch/source/load_pipe.h"
 #include "fetch/source/manifest_entries.h"
 #include "fetch/source/manifest_url.h"
+#include "fetch/source/read_orders.h"
 #include "fetch/source/symlink_judge.h"
 
 #include <errno.h>
@@ -38,8 +39,10 @@ struct load {
 	sqlite3 *db; /* private, in memory: only for sqlite's JSON functions */
 	struct index_builder *b;
 	sqlite3_stmt *st_keys, *st_top, *st_packs, *st_chunks;
-	char *packs;    /* owned: the "packs" array's text, as st_keys gave it; NULL: none */
-	bool has_packs; /* a version 2 manifest with "packs" (an array, check_top says) */
+	char *packs;         /* owned: the "packs" array's text, as st_keys gave it; NULL: none */
+	bool has_packs;      /* a version 2 manifest with "packs" (an array, check_top says) */
+	char *orders;        /* owned: "read_orders"'s text (an object; read_orders.h), or NULL */
+	char orders_type[8]; /* its JSON type; "": the manifest has none */
 	struct manifest_base base;
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
@@ -65,7 +68,7 @@ struct load {
  */
 static const char keys_sql[] =
     "SELECT t.key, t.type, t.atom, CASE WHEN t.key = 'packs' AND t.type = 'array'"
-    " THEN t.value END FROM json_each(:json) AS t";
+    " OR t.key = 'read_orders' AND t.type = 'object' THEN t.value END FROM json_each(:json) AS t";
 
 static const char top_sql[] =
     "SELECT json_valid(:json),"
@@ -604,6 +607,14 @@ struct top_keys {
 	bool seen[4];        /* version, files, entries, packs: the first of each counts */
 };
 
+/* Keeps "read_orders" (type, and the object's text) for read_orders.c. 0 or -ENOMEM. */
+static int take_orders(struct load *ld, const char *type, const unsigned char *text)
+{
+	snprintf(ld->orders_type, sizeof(ld->orders_type), "%s", type);
+	ld->orders = text ? strdup((const char *)text) : NULL;
+	return text && !ld->orders ? -ENOMEM : 0;
+}
+
 /*
  * check_top in one parse: 1 when the manifest is well formed (ld->version, ld->array and
  * ld->packs set), 0 when check_top must say why not (or the pass could not tell), -ENOMEM.
@@ -626,6 +637,9 @@ static int check_top_fast(struct load *ld)
 		}
 		const char *key = (const char *)sqlite3_column_text(st, 0);
 		const char *type = (const char *)sqlite3_column_text(st, 1);
+		if (key && type && strcmp(key, "read_orders") == 0 && !ld->orders_type[0] &&
+		    (rc = take_orders(ld, type, sqlite3_column_text(st, 3))) < 0)
+			break;
 		for (int n = 0; key && type && n < 4; n++) {
 			if (k.seen[n] || strcmp(key, names[n]) != 0)
 				continue;
@@ -828,6 +842,9 @@ static int load_manifest(struct index *idx, uint64_t dir, const char *json, size
 		rc = check_top(&ld);
 	else if (rc == 1)
 		rc = 0;
+	if (rc == 0 && ld.at_root && ld.version >= 2)
+		source_read_orders_take(ld.orders_type[0] ? ld.orders_type : NULL, ld.orders,
+		                        ld.opts);
 	/* Unbound (NULL), :packs makes packs_sql read the whole text (see check_top). */
 	if (rc == 0 && ld.has_packs && ld.packs)
 		rc = bind_text(ld.st_packs, ":packs", ld.packs);
@@ -868,6 +885,11 @@ out:
 	manifest_base_free(&ld.base);
 	free(ld.json_copy);
 	free(ld.packs);
+	free(ld.orders);
+	if (rc < 0 && ld.at_root) {
+		free(ld.opts->read_order);
+		ld.opts->read_order = NULL;
+	}
 	return rc;
 }
 

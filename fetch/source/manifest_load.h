@@ -37,6 +37,15 @@ struct manifest_load_options {
 	 */
 	const char *confine_origin;
 	const char *confine_dir;
+	/*
+	 * The read order to take from a root manifest's "read_orders" (read_orders.h); NULL:
+	 * none. Out: its paths, one a line (malloc'd, the caller's; NULL: none taken), how
+	 * many, and why none was taken ("" when one was, or none was asked for).
+	 */
+	const char *read_order_name;
+	char *read_order;
+	size_t read_order_paths;
+	char read_order_why[192];
 };
 
 /*
