@@ -21,8 +21,8 @@ Programs (PROGRAMS, default aws,npm,cc):
        compiled with `gcc -O0 -c -nostdinc` against TREE (gcc's own headers stay local),
        two at a time as `make -j2` would.
 Variants, one after another within each run (interleaved, so load drifts hit all alike):
-  local    the tree on local disk, page cache warm (every run but the first reads it
-           right before), as in the issue's figures
+  local    the tree on local disk, page cache warm (the setup ran the program once from
+           it, and every run reads it again), as in the issue's figures
   archive  curl the tree's .tar.zst from the same upstream | zstd -d | tar -x, then run
   order    first run with a read order in the manifest: n/a until manifests carry one
            (one entry in VARIANTS to add)
