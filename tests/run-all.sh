@@ -131,6 +131,16 @@ for v in $variants; do
 			failed_steps+=("publish benchmark")
 			total_failed=$((total_failed + 1))
 		fi
+		# Keeps the real-programs benchmark working: npm alone (about 15 s), one run,
+		# loopback; it fails when a mount fails or npm prints other bytes than from disk.
+		step "$v: real programs benchmark smoke run"
+		if SPOOLFS_BIN="$PWD/$dir/spoolfs" RUNS=1 PROGRAMS=npm NETS=lat \
+			$python tests/bench/real_programs.py; then
+			total_passed=$((total_passed + 1))
+		else
+			failed_steps+=("real programs benchmark")
+			total_failed=$((total_failed + 1))
+		fi
 		# Regressions in the parsers of untrusted input surface here; longer runs: run.sh.
 		step "fuzz: ${FUZZ_SECONDS:-20} s per target"
 		if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh; then

@@ -103,8 +103,10 @@ class ServerProcess:
 
 class Upstream(ServerProcess):
     def __init__(self, root, host="127.0.0.1", port=0, verbose=False, startup_timeout=10.0,
-                 tls_cert=None, tls_key=None, delay_ms=0):
+                 tls_cert=None, tls_key=None, delay_ms=0, total_rate=0):
         cmd = [PYTHON, UPSTREAM, "--root", str(root), "--host", host, "--port", str(port)]
+        if total_rate:
+            cmd += ["--total-rate", str(total_rate)]
         if verbose:
             cmd.append("--verbose")
         if delay_ms:

@@ -402,6 +402,36 @@ def test_concurrent_keepalive(up):
     assert s["gets"] == 200 and s["bytes"] == 200 * 5000
 
 
+def test_total_rate_caps_every_path_together(tmp_path):
+    # Two paths at once, half the bytes each: a cap per path would let each go at the full
+    # rate (done in half the time), so finishing no sooner than all bytes at one rate shows
+    # that every response takes from one budget.
+    rate = 4 << 20
+    make_store(str(tmp_path), ["x.bin:512K", "y.bin:512K"])
+    with Upstream(tmp_path, total_rate=rate) as up:
+        bodies = {}
+
+        def get(path):
+            bodies[path] = up.request(path)[2]
+
+        ts = [threading.Thread(target=get, args=(p,)) for p in ("x.bin", "y.bin")]
+        t0 = time.monotonic()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        dt = time.monotonic() - t0
+        assert bodies == {p: content(p, 512 << 10) for p in ("x.bin", "y.bin")}
+        assert dt >= (1 << 20) / rate * 0.95
+
+
+def test_total_rate_must_be_positive(store):
+    p = subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "upstream.py"),
+                        "--root", str(store[0]), "--total-rate", "-1"],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and "--total-rate must be a positive" in p.stderr
+
+
 def test_sigterm_exit(store):
     up = Upstream(store[0])
     assert up.request("s.bin")[0] == 200

@@ -3,7 +3,7 @@
 byte-precise fault injection and request/byte accounting.
 
 Usage: upstream.py --root DIR [--host 127.0.0.1] [--port 0] [--verbose] [--delay-ms MS]
-                   [--tls-cert CERT.pem --tls-key KEY.pem]
+                   [--total-rate B/S] [--tls-cert CERT.pem --tls-key KEY.pem]
 Prints "PORT <n>" on stdout once listening; exits 0 on SIGTERM/SIGINT.
 With --tls-cert/--tls-key it speaks HTTPS only (control endpoints included); the TLS
 handshake runs in the connection's own thread, so a client that rejects the certificate
@@ -22,7 +22,8 @@ Control (never files):
 With --index, GET/HEAD of a directory answers an HTML page linking its entries (for peers
 that crawl listings, e.g. rclone's http remote and httpdirfs); without it, 404 as before.
 Fault options: gate (gate_skip: how many requests pass it first), rate (B/s per
-response), total_rate (B/s shared by all responses for the path), drop_after, drop_at, stall_at,
+response), total_rate (B/s shared by all responses for the path; --total-rate caps all
+  responses of every path together, as one link does), drop_after, drop_at, stall_at,
   hold_at (abs offset: the body pauses there until release or clear, then goes on in the
   same response; counted in "held" while it waits), corrupt_at,
   fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
@@ -106,6 +107,9 @@ ROOT = "."
 DELAY = 0.0  # --delay-ms: every object request waits this long (seconds) before its answer
 INDEX = False  # --index: GET of a directory answers an HTML listing (for crawling peers)
 RATE_NEXT = {}  # path -> monotonic time the next total_rate slot starts; under STATE.lock
+# --total-rate: B/s of object bodies for all paths together (0: none); its next slot is
+# RATE_NEXT[None], so a path never shares a budget with the whole server.
+TOTAL_RATE = 0.0
 
 
 def log(msg):
@@ -242,6 +246,18 @@ def etag_list_match(header, etag):
         if tag == etag:
             return True
     return False
+
+
+def pace(key, n, rate):
+    """Waits for n bytes' slot of a budget of rate B/s that every response with this key
+    (a path, or None for the whole server) takes its slots from, one after another: a
+    token bucket without a burst. Sleeps without STATE.lock."""
+    with STATE.lock:
+        now = time.monotonic()
+        slot = max(now, RATE_NEXT.get(key, 0.0)) + n / rate
+        RATE_NEXT[key] = slot
+    if slot > now:
+        time.sleep(slot - now)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -617,8 +633,9 @@ class Handler(BaseHTTPRequestHandler):
                 if rate:
                     n = min(n, max(4096, int(rate / 100)))
                 trate = cfg.get("total_rate")
-                if trate:
-                    n = min(n, max(4096, int(trate / 100)))
+                for r in (trate, TOTAL_RATE):
+                    if r:
+                        n = min(n, max(4096, int(r / 100)))
                 lim = pos + n
                 da = cfg.get("drop_after")
                 if da is not None and pos <= start + da < lim:
@@ -654,12 +671,9 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     cur_rate = None
                 if trate:  # all responses for this path share one budget of B/s
-                    with st.lock:
-                        now = time.monotonic()
-                        slot = max(now, RATE_NEXT.get(rel, 0.0)) + n / trate
-                        RATE_NEXT[rel] = slot
-                    if slot > now:
-                        time.sleep(slot - now)
+                    pace(rel, n, trate)
+                if TOTAL_RATE:  # and every response of the server shares another
+                    pace(None, n, TOTAL_RATE)
                 data = b""
                 if pos < real_size:
                     data = os.pread(fd, min(n, real_size - pos), pos)
@@ -763,7 +777,7 @@ class Server(ThreadingHTTPServer):
 
 
 def main(argv=None):
-    global VERBOSE, ROOT, INDEX, DELAY
+    global VERBOSE, ROOT, INDEX, DELAY, TOTAL_RATE
     ap = argparse.ArgumentParser(description="spoolfs test upstream")
     ap.add_argument("--root", required=True)
     ap.add_argument("--host", default="127.0.0.1")
@@ -774,6 +788,9 @@ def main(argv=None):
     ap.add_argument("--delay-ms", type=float, default=0.0,
                     help="every object request waits this long before its answer (a round"
                          " trip to a distant store)")
+    ap.add_argument("--total-rate", type=float, default=0.0,
+                    help="B/s of object bodies for all responses together (a link's"
+                         " bandwidth; default: no cap)")
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", help="the certificate's private key (PEM)")
     a = ap.parse_args(argv)
@@ -783,6 +800,10 @@ def main(argv=None):
     VERBOSE = a.verbose
     INDEX = a.index
     DELAY = max(0.0, a.delay_ms) / 1000.0
+    if a.total_rate < 0:
+        sys.stderr.write("upstream: --total-rate must be a positive number of B/s\n")
+        return 2
+    TOTAL_RATE = a.total_rate
     ROOT = os.path.realpath(a.root)
     if not os.path.isdir(ROOT):
         sys.stderr.write("upstream: --root %s is not a directory\n" % a.root)
