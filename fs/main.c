@@ -949,6 +949,7 @@ int main(int argc, char *argv[])
 		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
+	s.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_mutex_init(&s.handover_lock, NULL);
@@ -1049,13 +1050,15 @@ int main(int argc, char *argv[])
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
 	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
 	    (s.opts.metrics_file &&
-	     fs_check_output_path("--metrics-file", &s.opts.metrics_file) != 0)) {
+	     fs_check_output_path("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
 	fs_set_log_level(s.opts.log_level, s.opts.debug);
-	if (s.opts.log_file && (rc = util_log_use_file(s.opts.log_file)) != 0) {
-		fprintf(stderr, "spoolfs: --log-file %s: %s\n", s.opts.log_file, strerror(-rc));
+	char log_why[PATH_MAX + 256];
+	if (s.opts.log_file &&
+	    (rc = util_log_use_file(s.opts.log_file, log_why, sizeof(log_why))) != 0) {
+		fprintf(stderr, "spoolfs: --log-file: %s\n", log_why);
 		status = 2;
 		goto out_args;
 	}
@@ -1169,6 +1172,8 @@ out_cache:
 	free(s.manifest_url);
 	curl_global_cleanup();
 out_args:
+	fs_output_close(&s.metrics_out);
+	fs_output_close(&s.reads_out);
 	fs_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */
 	util_strings_free(strings, n_strings);

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -216,6 +217,7 @@ static void options_setup(struct supervisor *sv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fs_options opts;
+	char why[PATH_MAX + 256];
 
 	memset(&opts, 0, sizeof(opts));
 	for (size_t i = FS_RUN_ARGV; i < sv->n_strings; i++)
@@ -226,8 +228,8 @@ static void options_setup(struct supervisor *sv)
 		goto out;
 	sv->start_timeout_ns = (uint64_t)opts.start_timeout_s * 1000000000ULL;
 	fs_set_log_level(opts.log_level, opts.debug);
-	if (opts.log_file)
-		util_log_use_file(opts.log_file);
+	if (opts.log_file && util_log_use_file(opts.log_file, why, sizeof(why)) != 0)
+		fprintf(stderr, "spoolfs: supervisor: --log-file: %s\n", why);
 	else if (!opts.foreground)
 		util_log_use_syslog();
 out:

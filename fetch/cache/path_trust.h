@@ -1,21 +1,23 @@
 /*
- * Whether a directory's path name can be trusted to keep naming it (sshd's StrictModes
- * rule). sqlite opens index.db by its path text, after fetch/cache/cache_dir.c checked the
- * directory through an fd; anyone who may rename a directory on that path could swap in one of
- * theirs in between, and the daemon (often root) would then parse their database.
+ * Whether a directory's path name can be trusted to keep naming it: kept for callers of the
+ * older name. The rule and its walk are util/trusted_path.h's, for every user-given path.
  */
 #ifndef SPOOLFS_FETCH_PATH_TRUST_H
 #define SPOOLFS_FETCH_PATH_TRUST_H
 
 #include <stddef.h>
 
+#include "util/trusted_path.h"
+
 /*
- * `path` is absolute and canonical (realpath's). It and every directory above it up to
- * "/" must be owned by root or the effective uid and not writable by group or others,
- * unless sticky (others cannot rename our entries in a 1777 /tmp). 0 when trusted;
- * otherwise -EACCES (or -errno when a component cannot be examined, -EINVAL for a path
- * that is not absolute) with one sentence in why naming the directory and its fault.
+ * `path` is absolute and canonical (realpath's): util_path_trusted with no symlink allowed
+ * on it. 0 when trusted; otherwise -EACCES (or -errno when a component cannot be examined,
+ * -EINVAL for a path that is not absolute) with one sentence in why naming the directory
+ * and its fault.
  */
-int fetch_path_trusted(const char *path, char *why, size_t why_len);
+static inline int fetch_path_trusted(const char *path, char *why, size_t why_len)
+{
+	return util_path_trusted(path, UTIL_TRUST_NO_SYMLINKS, why, why_len);
+}
 
 #endif
