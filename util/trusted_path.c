@@ -318,7 +318,7 @@ static const char *file_refused(const struct stat *st, enum util_trusted_how how
 		return "is owned by another user";
 	/* Root reading a file others may change would take their words for its own (a
 	 * credential_process to run, a password to send). */
-	if (how == UTIL_TRUSTED_READ && geteuid() == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)))
+	if (how != UTIL_TRUSTED_APPEND && geteuid() == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)))
 		return "is writable by group or others";
 	/* A second name for a file of root's, linked in a sticky /tmp where the kernel does not
 	 * protect hard links. */
@@ -339,7 +339,7 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 		say(why, why_len, "%s: name a file, not a directory", name);
 		return -EINVAL;
 	}
-	flags |= how == UTIL_TRUSTED_READ ? O_RDONLY : O_WRONLY | O_APPEND | O_CREAT;
+	flags |= how == UTIL_TRUSTED_APPEND ? O_WRONLY | O_APPEND | O_CREAT : O_RDONLY;
 	fd = openat(dir_fd, name, flags, 0600);
 	if (fd < 0) {
 		rc = -errno;
@@ -372,25 +372,64 @@ fail:
 	return rc;
 }
 
+/* The path a trusted symlink name in dir full/.. leads to (malloc'd), or -errno, said. */
+static int follow_last(int dir_fd, const char *name, const char *full, char **next, char *why,
+                       size_t why_len)
+{
+	char target[PATH_MAX];
+	struct stat st;
+	ssize_t n;
+
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode))
+		return -ELOOP;
+	if (!owner_trusted(st.st_uid)) {
+		say(why, why_len, "%s is a symbolic link owned by uid %u, not root or uid %u", full,
+		    (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EACCES;
+	}
+	n = readlinkat(dir_fd, name, target, sizeof(target) - 1);
+	if (n < 0)
+		return -errno;
+	target[n] = '\0';
+	if (target[0] == '/')
+		*next = strdup(target);
+	else if (asprintf(next, "%.*s/%s", (int)(strrchr(full, '/') - full), full, target) < 0)
+		*next = NULL;
+	return *next ? 0 : -ENOMEM;
+}
+
 int util_trusted_open(const char *path, enum util_trusted_how how, char *why, size_t why_len)
 {
-	char *name = NULL, *full = NULL;
-	int dir_fd, fd;
+	char *name = NULL, *full = NULL, *next = NULL;
+	int dir_fd, fd, links = 0;
 
-	fd = util_trusted_parent(path, &dir_fd, &name, &full, why, why_len);
-	if (fd < 0)
-		return fd;
-	fd = util_trusted_openat(dir_fd, name, how, why, why_len);
-	/* The message names the whole path, not the last component only. */
-	if (fd < 0 && why_len) {
-		char *said = strdup(why);
-		if (said && strncmp(said, name, strlen(name)) == 0)
-			say(why, why_len, "%s%s", full, said + strlen(name));
-		free(said);
+	for (;;) {
+		fd = util_trusted_parent(next ? next : path, &dir_fd, &name, &full, why, why_len);
+		if (fd < 0)
+			break;
+		fd = util_trusted_openat(dir_fd, name, how, why, why_len);
+		/* The message names the whole path, not the last component only. */
+		if (fd < 0 && why_len) {
+			char *said = strdup(why);
+			if (said && strncmp(said, name, strlen(name)) == 0)
+				say(why, why_len, "%s%s", full, said + strlen(name));
+			free(said);
+		}
+		free(next);
+		next = NULL;
+		if (fd == -ELOOP && how == UTIL_TRUSTED_READ_FOLLOW && links++ < MAX_LINKS) {
+			int rc = follow_last(dir_fd, name, full, &next, why, why_len);
+			if (rc)
+				fd = rc;
+		}
+		close(dir_fd);
+		free(name);
+		free(full);
+		name = full = NULL;
+		if (!next)
+			break;
 	}
-	close(dir_fd);
-	free(name);
-	free(full);
+	free(next);
 	return fd;
 }
 

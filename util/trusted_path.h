@@ -61,6 +61,11 @@ int util_trusted_parent(const char *path, int *dir_fd, char **name, char **full,
 enum util_trusted_how {
 	UTIL_TRUSTED_READ,   /* O_RDONLY */
 	UTIL_TRUSTED_APPEND, /* O_WRONLY | O_APPEND | O_CREAT, made 0600 */
+	/* O_RDONLY, and by util_trusted_open only: a last component that is a symlink owned
+	 * by root or the euid (it sits in a checked directory) is followed, its target checked
+	 * the same way. For secrets that tools rotate by a link (a Kubernetes secret volume's
+	 * "token -> ..data/token"); never for a file that is written. */
+	UTIL_TRUSTED_READ_FOLLOW,
 };
 
 /*
@@ -73,7 +78,8 @@ enum util_trusted_how {
 int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how, char *why,
                         size_t why_len);
 
-/* util_trusted_parent then util_trusted_openat: the file's fd or -errno. */
+/* util_trusted_parent then util_trusted_openat (see UTIL_TRUSTED_READ_FOLLOW): the file's
+ * fd or -errno, why naming the whole path. */
 int util_trusted_open(const char *path, enum util_trusted_how how, char *why, size_t why_len);
 
 /*
