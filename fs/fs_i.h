@@ -632,6 +632,9 @@ struct fs_mount_top {
 /* fs_mount_top_in giving the whole fs_mount_top. */
 int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top);
 
+/* fs_mount_top_info_in on this process's table (/proc/self/mountinfo). */
+int fs_mount_top_info(const char *mountpoint, struct fs_mount_top *top);
+
 /* The mount ID of the mount fd is on (/proc/self/fdinfo's mnt_id:, kernel 3.15), or -errno. */
 long fs_fd_mount_id(int fd);
 
