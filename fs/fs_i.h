@@ -225,6 +225,13 @@ struct fs_handle {
 /* FUSE worker threads at most: see run_session. */
 #define FS_MAX_WORKERS 256
 
+/* A file the daemon writes later by a path a user gave: its directory, held as a descriptor
+ * (util/trusted_path.h), and its name in it; dir_fd -1 and name NULL when there is none. */
+struct fs_output {
+	int dir_fd;
+	char *name;
+};
+
 struct fs_session {
 	struct fs_options opts;
 	/* The mountpoint's canonical path (set before mounting), and whether its readahead has
@@ -320,6 +327,11 @@ struct fs_session {
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
 	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
 	struct fs_metrics *metrics;      /* metrics.c's writer; NULL without --metrics-file */
+	/* Where --metrics-file and --record-reads are written: their directories, resolved and
+	 * held at start (fs_check_output_path), written only through these. Set before any
+	 * thread starts; read-only afterwards. */
+	struct fs_output metrics_out;
+	struct fs_output reads_out;
 	/* prefetch.c: the prefetch thread (its own lock) and the record of what was opened
 	 * (its own lock); NULL when off. Set before the loop starts. */
 	struct prefetch *prefetch;
@@ -640,6 +652,9 @@ struct fs_mount_top {
 
 /* fs_mount_top_in giving the whole fs_mount_top. */
 int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top);
+
+/* fs_mount_top_info_in on this process's table (/proc/self/mountinfo). */
+int fs_mount_top_info(const char *mountpoint, struct fs_mount_top *top);
 
 /* The mount ID of the mount fd is on (/proc/self/fdinfo's mnt_id:, kernel 3.15), or -errno. */
 long fs_fd_mount_id(int fd);

@@ -27,6 +27,7 @@
 
 #include "fetch/cache/cache_dir.h"
 #include "util/log.h"
+#include "util/trusted_path.h"
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/read_orders.h"
 #include "util/size.h"
@@ -81,19 +82,32 @@ static void warn_unused_options(const struct fs_options *o)
 /*
  * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
  * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
- * one is refused now rather than failing downloads later. An absolute name is kept as
- * given: a symlink (a rotated secret) is followed at each connection. 0 or -EINVAL, said.
+ * one is refused now rather than failing downloads later. curl opens it again at each
+ * connection, by its path: so the path must be one only root or this user can change
+ * (util/trusted_path.h), which util_trusted_open checks now. A last symlink of theirs is
+ * followed (a rotated secret), one of another user's is refused. 0 or -EINVAL, said.
  */
 static int check_file_option(const char *option, char **name)
 {
-	char *absolute;
+	char why[PATH_MAX + 256], *absolute;
+	int fd = util_trusted_open(*name, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
 
-	if ((*name)[0] == '/') {
-		if (access(*name, R_OK) == 0)
-			return 0;
-		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+	if (fd == -EACCES || fd == -ELOOP || fd == -EINVAL) {
+		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *name, why);
 		return -EINVAL;
 	}
+	if (fd < 0) {
+		/* The path as it was looked up: a relative one from where the mount started. */
+		char cwd[PATH_MAX] = "";
+		if ((*name)[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+			cwd[0] = '\0';
+		fprintf(stderr, "spoolfs: %s %s%s%s: %s\n", option, cwd, cwd[0] ? "/" : "", *name,
+		        strerror(-fd));
+		return -EINVAL;
+	}
+	close(fd);
+	if ((*name)[0] == '/')
+		return 0;
 	absolute = realpath(*name, NULL);
 	if (!absolute) {
 		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
@@ -927,7 +941,7 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[FS_RUN_MOUNT_DEV]);
 	if (!s->run_dir || !s->mount_path || s->generation == 0)
 		return -ENOMEM;
-	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* Relative options name files from where the mount was started. */
 	if (s->run_dir_fd < 0 ||
 	    ((*strings)[FS_RUN_CWD][0] && chdir((*strings)[FS_RUN_CWD]) != 0)) {
@@ -963,6 +977,7 @@ int main(int argc, char *argv[])
 		return fs_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
+	s.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
 	pthread_mutex_init(&s.passthrough_lock, NULL);
 	pthread_mutex_init(&s.handles_lock, NULL);
 	pthread_mutex_init(&s.handover_lock, NULL);
@@ -1064,13 +1079,15 @@ int main(int argc, char *argv[])
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
 	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
 	    (s.opts.metrics_file &&
-	     fs_check_output_path("--metrics-file", &s.opts.metrics_file) != 0)) {
+	     fs_check_output_path("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
 	fs_set_log_level(s.opts.log_level, s.opts.debug);
-	if (s.opts.log_file && (rc = util_log_use_file(s.opts.log_file)) != 0) {
-		fprintf(stderr, "spoolfs: --log-file %s: %s\n", s.opts.log_file, strerror(-rc));
+	char log_why[PATH_MAX + 256];
+	if (s.opts.log_file &&
+	    (rc = util_log_use_file(s.opts.log_file, log_why, sizeof(log_why))) != 0) {
+		fprintf(stderr, "spoolfs: --log-file: %s\n", log_why);
 		status = 2;
 		goto out_args;
 	}
@@ -1184,6 +1201,8 @@ out_cache:
 	free(s.manifest_url);
 	curl_global_cleanup();
 out_args:
+	fs_output_close(&s.metrics_out);
+	fs_output_close(&s.reads_out);
 	fs_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */
 	util_strings_free(strings, n_strings);

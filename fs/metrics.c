@@ -21,6 +21,7 @@
 #include "fs/supervisor.h"
 #include "util/log.h"
 #include "util/thread.h"
+#include "util/trusted_path.h"
 
 struct fs_metrics {
 	const char *path; /* the session's opts.metrics_file, absolute */
@@ -311,35 +312,23 @@ static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
 	return 0;
 }
 
-/* text into a new file beside path, renamed over it. 0 or -errno; no file is left over. */
-static int replace_file(const char *path, const char *text, size_t len)
-{
-	char tmp[PATH_MAX + 16];
-	int fd, rc = 0;
+struct text {
+	const char *text;
+	size_t len;
+};
 
-	/* Not "*.prom": the textfile collector reads only those, so never this half. */
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	for (size_t done = 0; done < len && rc == 0;) {
-		ssize_t n = write(fd, text + done, len - done);
+static int write_text(int fd, void *ctx)
+{
+	const struct text *t = ctx;
+
+	for (size_t done = 0; done < t->len;) {
+		ssize_t n = write(fd, t->text + done, t->len - done);
 		if (n < 0 && errno != EINTR)
-			rc = -errno;
-		else if (n > 0)
+			return -errno;
+		if (n > 0)
 			done += (size_t)n;
 	}
-	/* A collector runs as another user; nothing here is secret (no URL, no name). */
-	if (rc == 0 && fchmod(fd, 0644) != 0)
-		rc = -errno;
-	if (close(fd) != 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && rename(tmp, path) != 0)
-		rc = -errno;
-	if (rc)
-		unlink(tmp);
-	return rc;
+	return 0;
 }
 
 static void write_once(struct fs_session *s, bool mounted)
@@ -350,8 +339,11 @@ static void write_once(struct fs_session *s, bool mounted)
 	int rc;
 
 	rc = build(s, mounted, &text, &len);
+	/* Through the directory held since start; 0644: a collector runs as another user, and
+	 * nothing here is secret (no URL, no name). */
 	if (rc == 0)
-		rc = replace_file(m->path, text, len);
+		rc = util_trusted_replace(s->metrics_out.dir_fd, s->metrics_out.name, 0644,
+		                          write_text, &(struct text){text, len});
 	free(text);
 	if (rc && rc != -m->failed)
 		util_log(UTIL_LOG_WARN, "--metrics-file %s: %s (tried again every %u s)", m->path,
@@ -408,43 +400,41 @@ static char *label(const char *name, const char *value)
 	return out;
 }
 
-int fs_check_output_path(const char *option, char **path)
+int fs_check_output_path(const char *option, char **path, struct fs_output *out)
 {
-	const char *slash = strrchr(*path, '/');
-	const char *base = slash ? slash + 1 : *path;
-	char *dir = NULL, *dir_abs = NULL, *full = NULL;
-	struct stat st;
-	int rc = -EINVAL;
+	char why[PATH_MAX + 256], *full = NULL;
+	int rc;
 
-	if (!base[0] || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-		fprintf(stderr, "spoolfs: %s %s: name a file, not a directory\n", option, *path);
+	rc = util_trusted_parent(*path, &out->dir_fd, &out->name, &full, why, sizeof(why));
+	if (rc) {
+		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *path, why);
+		return rc == -ENOMEM ? rc : -EINVAL;
+	}
+	/* Said now rather than at the first write, an interval (or a whole mount) later. */
+	char *slash = strrchr(full, '/');
+	*slash = '\0';
+	rc = access(full[0] ? full : "/", W_OK) != 0 ? -errno : 0;
+	if (rc)
+		fprintf(stderr, "spoolfs: %s %s: its directory %s: %s\n", option, *path,
+		        full[0] ? full : "/", strerror(-rc));
+	*slash = '/';
+	if (rc) {
+		free(full);
+		fs_output_close(out);
 		return -EINVAL;
-	}
-	/* "/x" is in "/", "x" in ".". */
-	dir = slash ? strndup(*path, (size_t)(slash - *path) + 1) : strdup(".");
-	if (!dir)
-		return -ENOMEM;
-	dir_abs = realpath(dir, NULL);
-	const char *why = !dir_abs                     ? strerror(errno)
-	                  : stat(dir_abs, &st) != 0    ? strerror(errno)
-	                  : !S_ISDIR(st.st_mode)       ? "not a directory"
-	                  : access(dir_abs, W_OK) != 0 ? strerror(errno)
-	                                               : NULL;
-	if (why) {
-		fprintf(stderr, "spoolfs: %s %s: its directory %s: %s\n", option, *path, dir, why);
-		goto out;
-	}
-	if (asprintf(&full, "%s%s%s", dir_abs, strcmp(dir_abs, "/") ? "/" : "", base) < 0) {
-		rc = -ENOMEM;
-		goto out;
 	}
 	free(*path);
 	*path = full;
-	rc = 0;
-out:
-	free(dir_abs);
-	free(dir);
-	return rc;
+	return 0;
+}
+
+void fs_output_close(struct fs_output *out)
+{
+	if (out->dir_fd >= 0)
+		close(out->dir_fd);
+	free(out->name);
+	out->dir_fd = -1;
+	out->name = NULL;
 }
 
 int fs_metrics_start(struct fs_session *s)

@@ -23,16 +23,19 @@
  */
 void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels);
 
-/*
- * A file the daemon writes (--metrics-file, --record-reads, named by option) as it will write it:
- * its directory must exist and be writable, and a relative path is made absolute (the daemon works
- * in "/"). 0, or -EINVAL after saying why on stderr.
- */
 /* The prefetch part of the stats (speculation and the prefetch list). */
 void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
                                uint64_t spec_unread);
 
-int fs_check_output_path(const char *option, char **path);
+/*
+ * A file the daemon writes later (--metrics-file, --record-reads, named by option): its
+ * directory is resolved now under util/trusted_path.h's rule (no directory another user
+ * controls) and held in *out, so that every later write lands where the path led now; it
+ * must be writable. *path becomes the canonical path, for messages. 0, or -EINVAL (-ENOMEM)
+ * after saying why on stderr. fs_output_close releases *out.
+ */
+int fs_check_output_path(const char *option, char **path, struct fs_output *out);
+void fs_output_close(struct fs_output *out);
 
 /* Writes the file once and starts the writer thread (after daemonising); a no-op without
  * --metrics-file. 0 or -errno. */

@@ -155,8 +155,7 @@ int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, si
 	return rc;
 }
 
-/* fs_mount_top_info_in on this process's table. */
-static int mount_top_info(const char *mountpoint, struct fs_mount_top *top)
+int fs_mount_top_info(const char *mountpoint, struct fs_mount_top *top)
 {
 	FILE *table = fopen("/proc/self/mountinfo", "re");
 	int rc;
@@ -308,7 +307,7 @@ static int clear_dead_mount(int fd, const char *path)
 
 	/* What cannot be read is left to the caller's check of the directory, and an
 	 * unreadable table to the mount itself. */
-	if (fd_mount < 0 || mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
+	if (fd_mount < 0 || fs_mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
 		return 0;
 	/* Not the mount fd is on (one hidden by a mount over a directory above it, or the
 	 * table changed since the open): nothing this fd could check or detach. */

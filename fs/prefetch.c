@@ -22,6 +22,7 @@
 #include "util/hex.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/trusted_path.h"
 
 /* Walks leave files over this to their readers: one request's worth (design.md). */
 #define WALK_MAX_OBJECT (8u << 20)
@@ -117,15 +118,17 @@ int fs_prefetch_open(struct fs_session *s)
 	                      &s->prefetch_budget) != 0)
 		return -EINVAL;
 	if (s->opts.record_reads &&
-	    (rc = fs_check_output_path("--record-reads", &s->opts.record_reads)) != 0)
+	    (rc = fs_check_output_path("--record-reads", &s->opts.record_reads, &s->reads_out)) !=
+	        0)
 		return rc;
 	if (s->opts.keep_cache && (rc = name_record(s)) != 0)
 		return rc;
 	if (s->opts.prefetch_list) {
-		cfg.list_fd = open(s->opts.prefetch_list, O_RDONLY | O_CLOEXEC);
+		char why[PATH_MAX + 256];
+		cfg.list_fd =
+		    util_trusted_open(s->opts.prefetch_list, UTIL_TRUSTED_READ, why, sizeof(why));
 		if (cfg.list_fd < 0) {
-			fprintf(stderr, "spoolfs: --prefetch-list %s: %s\n", s->opts.prefetch_list,
-			        strerror(errno));
+			fprintf(stderr, "spoolfs: --prefetch-list: refused: %s\n", why);
 			return -EINVAL;
 		}
 		cfg.list_name = s->opts.prefetch_list;
@@ -190,28 +193,27 @@ static void path_of(void *ctx, uint64_t ino, char *buf, size_t len)
 		fs_node_path(s, &n, buf, len);
 }
 
+struct record_fill {
+	struct fs_session *s;
+	size_t left_out;
+};
+
+static int fill_record(int fd, void *ctx)
+{
+	struct record_fill *f = ctx;
+
+	return prefetch_record_write(f->s->reads, fd, path_of, f->s, &f->left_out);
+}
+
 /* The record into a new file in dirfd, renamed over name. 0 or -errno; nothing left over. */
 static int write_record(struct fs_session *s, int dirfd, const char *name, mode_t mode)
 {
-	char tmp[NAME_MAX + 1];
-	size_t left_out = 0;
-	int fd, rc;
+	struct record_fill fill = {.s = s};
+	int rc = util_trusted_replace(dirfd, name, mode, fill_record, &fill);
 
-	if (snprintf(tmp, sizeof(tmp), ".%.200s.%d.tmp", name, (int)getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-	if (fd < 0)
-		return -errno;
-	rc = prefetch_record_write(s->reads, fd, path_of, s, &left_out);
-	if (close(fd) != 0 && rc == 0)
-		rc = -errno;
-	if (rc == 0 && renameat(dirfd, tmp, dirfd, name) != 0)
-		rc = -errno;
-	if (rc)
-		unlinkat(dirfd, tmp, 0);
-	if (rc == 0 && left_out)
+	if (rc == 0 && fill.left_out)
 		util_log(UTIL_LOG_WARN, "%s: %zu paths left out (a name with a newline)", name,
-		         left_out);
+		         fill.left_out);
 	return rc;
 }
 
@@ -220,18 +222,8 @@ static void write_records(struct fs_session *s)
 	int rc;
 
 	if (s->opts.record_reads) {
-		char *dir = strdup(s->opts.record_reads);
-		char *slash = dir ? strrchr(dir, '/') : NULL;
-		int dirfd = -1;
-		rc = -ENOMEM;
-		if (slash) {
-			*slash = '\0';
-			dirfd = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-			rc = dirfd < 0 ? -errno : write_record(s, dirfd, slash + 1, 0644);
-		}
-		if (dirfd >= 0)
-			close(dirfd);
-		free(dir);
+		/* Through the directory held since start, whatever its path names now. */
+		rc = write_record(s, s->reads_out.dir_fd, s->reads_out.name, 0644);
 		if (rc)
 			util_log(UTIL_LOG_ERROR, "--record-reads %s: %s", s->opts.record_reads,
 			         strerror(-rc));

@@ -23,6 +23,7 @@
 
 #include "util/log.h"
 #include "util/supervise.h"
+#include "util/trusted_path.h"
 #include "fs/fs_i.h"
 
 #define RUN_DIR_PREFIX "spoolfs-run."
@@ -116,20 +117,34 @@ static int make_lock(int run_dir_fd)
 int fs_run_dir_make(struct fs_session *s)
 {
 	const char *tmp = getenv("TMPDIR");
-	char path[PATH_MAX];
+	char path[PATH_MAX], why[PATH_MAX + 256], *canonical = NULL;
 	int rc;
 
 	if (!tmp || !*tmp)
 		tmp = "/var/tmp";
-	sweep_stale(tmp);
-	snprintf(path, sizeof(path), "%s/" RUN_DIR_PREFIX "XXXXXX", tmp);
+	/* The namespace database is opened by its path (sqlite), and the supervisor removes
+	 * the tree by it: TMPDIR must be a directory no one else can rename things in. */
+	rc = util_trusted_dir(tmp, &canonical, why, sizeof(why));
+	if (rc < 0) {
+		fprintf(stderr,
+		        "spoolfs: TMPDIR %s refused for the run directory: %s (every directory on "
+		        "it must be owned by root or uid %u and writable by no one else unless "
+		        "sticky)\n",
+		        tmp, why, (unsigned)geteuid());
+		return rc;
+	}
+	close(rc);
+	sweep_stale(canonical);
+	snprintf(path, sizeof(path), "%s/" RUN_DIR_PREFIX "XXXXXX",
+	         strcmp(canonical, "/") ? canonical : "");
+	free(canonical);
 	if (!mkdtemp(path) || !(s->run_dir = strdup(path))) {
 		rc = -errno;
 		fprintf(stderr, "spoolfs: cannot make a run directory in %s: %s\n", tmp,
 		        strerror(errno));
 		return rc;
 	}
-	s->run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	rc = s->run_dir_fd < 0 ? -errno : make_lock(s->run_dir_fd);
 	if (rc < 0) {
 		fprintf(stderr, "spoolfs: cannot use the run directory %s: %s\n", path,

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -216,6 +217,7 @@ static void options_setup(struct supervisor *sv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fs_options opts;
+	char why[PATH_MAX + 256];
 
 	memset(&opts, 0, sizeof(opts));
 	for (size_t i = FS_RUN_ARGV; i < sv->n_strings; i++)
@@ -226,8 +228,8 @@ static void options_setup(struct supervisor *sv)
 		goto out;
 	sv->start_timeout_ns = (uint64_t)opts.start_timeout_s * 1000000000ULL;
 	fs_set_log_level(opts.log_level, opts.debug);
-	if (opts.log_file)
-		util_log_use_file(opts.log_file);
+	if (opts.log_file && util_log_use_file(opts.log_file, why, sizeof(why)) != 0)
+		fprintf(stderr, "spoolfs: supervisor: --log-file: %s\n", why);
 	else if (!opts.foreground)
 		util_log_use_syslog();
 out:
@@ -513,75 +515,4 @@ int fs_supervisor_main(int argc, char **argv)
 	util_strings_free(sv.strings, sv.n_strings);
 	close(sig_fd);
 	return rc == 0 ? 0 : 1;
-}
-
-/* The mount's supervisor, from its stats file: 0 or -errno. */
-/* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */
-struct supervision_seen {
-	long sup, serving, reloads, failed;
-};
-
-static int find_supervisor(const char *mountpoint, struct supervision_seen *seen)
-{
-	char path[4200], line[256];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/.spoolfs/stats", mountpoint);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	seen->sup = seen->serving = seen->reloads = seen->failed = -1;
-	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "spoolfs_supervisor_pid %ld", &seen->sup);
-		sscanf(line, "spoolfs_serving_pid %ld", &seen->serving);
-		sscanf(line, "spoolfs_reloads_total %ld", &seen->reloads);
-		sscanf(line, "spoolfs_reloads_failed_total %ld", &seen->failed);
-	}
-	fclose(f);
-	return seen->sup > 0 ? 0 : -ESRCH;
-}
-
-int fs_reload_main(int argc, char **argv)
-{
-	struct supervision_seen before, now;
-	int rc;
-
-	if (argc != 3) {
-		fprintf(stderr, "usage: spoolfs reload MOUNTPOINT\n");
-		return 2;
-	}
-	rc = find_supervisor(argv[2], &before);
-	if (rc) {
-		fprintf(stderr, "spoolfs reload: %s: %s\n", argv[2],
-		        rc == -ESRCH ? "no supervisor (a mount of an older spoolfs?)"
-		                     : strerror(-rc));
-		return 1;
-	}
-	if (kill((pid_t)before.sup, SIGUSR2) != 0) {
-		fprintf(stderr, "spoolfs reload: supervisor %ld: %s\n", before.sup,
-		        strerror(errno));
-		return 1;
-	}
-	/* Until the supervisor counts the outcome: a reload, or one refused or rolled back. */
-	for (int i = 0; i < 600; i++) {
-		struct timespec tick = {0, 100000000L};
-		nanosleep(&tick, NULL);
-		if (find_supervisor(argv[2], &now) != 0)
-			continue;
-		if (now.reloads > before.reloads) {
-			printf("spoolfs reload: %s: serving process %ld replaced by %ld\n", argv[2],
-			       before.serving, now.serving);
-			return 0;
-		}
-		if (now.failed > before.failed) {
-			fprintf(
-			    stderr,
-			    "spoolfs reload: %s: not reloaded (refused, or the new binary did not"
-			    " start); serving process %ld serves on (see the log)\n",
-			    argv[2], now.serving);
-			return 1;
-		}
-	}
-	fprintf(stderr, "spoolfs reload: %s: no outcome within 60 s\n", argv[2]);
-	return 1;
 }

@@ -120,7 +120,7 @@ int pub_open_seen(int src_fd, const char *src, const struct pub_entry *e);
 
 /* Checks that OUT_DIR (real, canonical) and OUT_DIR/objects, when it exists, are trusted:
  * neither a symlink, each owned by us (or root) and not writable by others, and the same
- * for every directory above (fetch_path_trusted). 0, or -errno said naming the path. */
+ * for every directory above (util_path_trusted). 0, or -errno said naming the path. */
 int pub_out_trusted(const char *out_real);
 void pub_tree_free(struct pub_tree *tree);
 

@@ -184,7 +184,7 @@ static int prepare_out(const char *src, const char *out, char **real)
 		}
 		exists = true; /* made since, by another publish: not ours to take back */
 	}
-	/* Made (or found) first, then checked: fetch_path_trusted examines what is there. A
+	/* Made (or found) first, then checked: util_path_trusted examines what is there. A
 	 * refused OUT_DIR that this run made goes again, empty. */
 	rc = pub_out_trusted(made);
 	if (rc) {

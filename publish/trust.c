@@ -3,7 +3,7 @@
  * objects and manifest by names under OUT_DIR, so anyone who could rename or plant an entry
  * on that path (OUT_DIR or objects/ swapped for a symlink, a directory of theirs) would
  * choose where root writes. The rule is sshd's StrictModes, as the cache directory has it
- * (fetch/cache/path_trust.h): OUT_DIR, objects/ and every directory above them owned by
+ * (util/trusted_path.h): OUT_DIR, objects/ and every directory above them owned by
  * root or by us, none writable by group or others unless sticky. Inside a trusted
  * objects/, only we (or root) make names, so objects/XX need no check of their own.
  */
@@ -11,14 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fetch/cache/path_trust.h"
+#include "util/trusted_path.h"
 #include "publish/publish_i.h"
 
 /* One path's check; ENOENT is no fault when missing is (objects/ is made later, by us). */
 static int trusted(const char *path, bool missing_ok)
 {
 	char why[512], quoted[2048];
-	int rc = fetch_path_trusted(path, why, sizeof(why));
+	int rc = util_path_trusted(path, UTIL_TRUST_NO_SYMLINKS, why, sizeof(why));
 
 	if (rc == -ENOENT && missing_ok)
 		return 0;

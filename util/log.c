@@ -17,33 +17,53 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/trusted_path.h"
+
 /* Written once at start-up, before any thread starts; read-only afterwards. */
 static enum util_log_level min_level = UTIL_LOG_INFO;
 static bool use_syslog;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
-/* The log file (util_log_use_file), or -1. Its path is written once at start-up; the
- * descriptor number never changes afterwards: util_log_reopen dup3()s the new file onto it,
- * so a line being written goes whole to the old file or whole to the new one. */
-static char file_path[PATH_MAX];
+/* The log file (util_log_use_file), or -1. Its directory (held, util/trusted_path.h) and
+ * name are set once at start-up; the descriptor number never changes afterwards:
+ * util_log_reopen dup3()s the new file onto it, so a line being written goes whole to the
+ * old file or whole to the new one. The reopen goes through the held directory: whatever
+ * its path names by then, a link or another user's directory put there is never written. */
+static int file_dir_fd = -1;
+static char file_name[NAME_MAX + 1];
 static atomic_int file_fd = -1;
 
-static int open_log_file(const char *path)
+int util_log_use_file(const char *path, char *why, size_t why_len)
 {
-	return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-}
+	char *name = NULL;
+	int dir_fd, fd;
 
-int util_log_use_file(const char *path)
-{
-	if (strlen(path) >= sizeof(file_path))
-		return -ENAMETOOLONG;
-	int fd = open_log_file(path);
+	fd = util_trusted_parent(path, &dir_fd, &name, NULL, why, why_len);
 	if (fd < 0)
-		return -errno;
-	strcpy(file_path, path);
+		return fd;
+	if (strlen(name) >= sizeof(file_name)) {
+		fd = -ENAMETOOLONG;
+		snprintf(why, why_len, "%s: %s", path, strerror(-fd));
+		goto out;
+	}
+	fd = util_trusted_openat(dir_fd, name, UTIL_TRUSTED_APPEND, why, why_len);
+	if (fd < 0) {
+		char said[256];
+		snprintf(said, sizeof(said), "%s", why_len ? why : "");
+		snprintf(why, why_len, "%s: %s", path, said);
+		goto out;
+	}
+	strcpy(file_name, name);
+	file_dir_fd = dir_fd;
+	dir_fd = -1;
 	atomic_store(&file_fd, fd);
-	return 0;
+	fd = 0;
+out:
+	if (dir_fd >= 0)
+		close(dir_fd);
+	free(name);
+	return fd;
 }
 
 void util_log_reopen(void)
@@ -52,7 +72,8 @@ void util_log_reopen(void)
 	int old = atomic_load(&file_fd);
 
 	if (old >= 0) {
-		int fd = open_log_file(file_path);
+		/* why_len 0: no message, nothing but system calls (async-signal-safe). */
+		int fd = util_trusted_openat(file_dir_fd, file_name, UTIL_TRUSTED_APPEND, NULL, 0);
 		if (fd >= 0) {
 			dup3(fd, old, O_CLOEXEC);
 			close(fd);

@@ -23,13 +23,15 @@ void util_log_set_level(enum util_log_level level);
 void util_log_use_syslog(void);
 /*
  * Sends lines to the file at path (appended, created 0600), each with a UTC timestamp,
- * instead of stderr or syslog: for hosts with neither journald nor syslog. 0 or -errno.
+ * instead of stderr or syslog: for hosts with neither journald nor syslog. The path is
+ * opened as util/trusted_path.h says (no directory another user controls, no symlink or
+ * another user's file at the name) and its directory held. 0, or -errno with why said.
  */
-int util_log_use_file(const char *path);
+int util_log_use_file(const char *path, char *why, size_t why_len);
 /*
- * Opens the log file's path again and writes there from now on (logrotate renames the
- * file, then signals). Async-signal-safe: meant for a SIGUSR1 handler. A failure keeps the
- * old file.
+ * Opens the log file's name again in the directory held since util_log_use_file, under
+ * the same rules, and writes there from now on (logrotate renames the file, then signals).
+ * Async-signal-safe: meant for a SIGUSR1 handler. A failure keeps the old file.
  */
 void util_log_reopen(void);
 void util_log(enum util_log_level level, const char *fmt, ...)

@@ -16,7 +16,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "fetch/cache/path_trust.h"
+#include "util/trusted_path.h"
 #include "index/records.h"
 
 struct cache_dir {
@@ -121,7 +121,7 @@ static int open_dir(struct cache_dir *cd, char *err, size_t err_len)
 	/* sqlite opens index.db by this name: no one but root or us may rename a directory on
 	 * it. */
 	char why_path[PATH_MAX + 128], said[PATH_MAX + 400];
-	rc = fetch_path_trusted(cd->path, why_path, sizeof(why_path));
+	rc = util_path_trusted(cd->path, UTIL_TRUST_NO_SYMLINKS, why_path, sizeof(why_path));
 	if (rc == 0)
 		return 0;
 	snprintf(said, sizeof(said),

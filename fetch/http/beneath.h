@@ -7,6 +7,12 @@
  * nor an encoded separator, however it is spelled); fetch_open_beneath opens such a file
  * with no symlink followed and no step out of the directory, so that neither a clever
  * URL nor a symlink inside the mirror makes the mount serve another file of this machine.
+ *
+ * Paths a local user gives (options, profile files) go through util/trusted_path.h, which
+ * shares this file's last step (O_NOFOLLOW, a regular file only) but not its walk: there a
+ * link owned by root or the daemon's user is followed anywhere (/var/run), since only they
+ * could have made it; here the manifest's author names the path, so no link is followed at
+ * all and nothing may leave the directory, whoever made it.
  */
 #ifndef SPOOLFS_FETCH_BENEATH_H
 #define SPOOLFS_FETCH_BENEATH_H

@@ -190,12 +190,14 @@ static int resolve(struct prefetch *p, char *path, struct index_node *n)
 	return rc;
 }
 
-static void bad_line(struct prefetch *p, const char *path, const char *why)
+/* The line's number and the reason, never its text: the list may be a file the daemon
+ * (root) can read and the log's readers cannot, and a planted link to one would copy its
+ * lines into the log. */
+static void bad_line(struct prefetch *p, const char *why)
 {
 	atomic_fetch_add(&p->stats.list_bad, 1);
 	if (p->logged_bad++ < LIST_LOG_MAX)
-		util_log(UTIL_LOG_WARN, "%s: line %u%s%.200s%s: %s: skipped", p->list_name,
-		         p->list->line_no, path ? " (" : "", path ? path : "", path ? ")" : "",
+		util_log(UTIL_LOG_WARN, "%s: line %u: %s: skipped", p->list_name, p->list->line_no,
 		         why);
 }
 
@@ -210,28 +212,26 @@ static void list_entry(struct prefetch *p, char *path)
 	if (rc == 0 && n.kind != INDEX_KIND_FILE)
 		rc = n.is_dir ? -EISDIR : -ELOOP;
 	if (rc) {
-		bad_line(p, path,
-		         rc == -ENOENT || rc == -ENOTDIR ? "not in the source"
-		         : rc == -EISDIR                 ? "a directory"
-		         : rc == -ELOOP                  ? "a symbolic link"
-		                                         : strerror(-rc));
+		bad_line(p, rc == -ENOENT || rc == -ENOTDIR ? "not in the source"
+		            : rc == -EISDIR                 ? "a directory"
+		            : rc == -ELOOP                  ? "a symbolic link"
+		                                            : strerror(-rc));
 		return;
 	}
 	uint64_t spent = atomic_load(&p->stats.list_bytes);
 	if (n.size > p->cfg.list_budget || spent > p->cfg.list_budget - n.size) {
 		atomic_fetch_add(&p->stats.list_over_budget, 1);
 		if (!p->said_budget)
-			util_log(
-			    UTIL_LOG_INFO,
-			    "%s: line %u (%.200s) and others left out: over the prefetch budget"
-			    " of %" PRIu64 " bytes",
-			    p->list_name, p->list->line_no, path, p->cfg.list_budget);
+			util_log(UTIL_LOG_INFO,
+			         "%s: line %u and others left out: over the prefetch budget"
+			         " of %" PRIu64 " bytes",
+			         p->list_name, p->list->line_no, p->cfg.list_budget);
 		p->said_budget = true;
 		return;
 	}
 	rc = p->ops.start(p->ops.ctx, n.ino, true, &f);
 	if (rc < 0) {
-		bad_line(p, path, strerror(-rc));
+		bad_line(p, strerror(-rc));
 		return;
 	}
 	if (rc == 0) {
@@ -308,7 +308,7 @@ static bool work_list(struct prefetch *p)
 		}
 		atomic_fetch_add(&p->stats.list_entries, 1);
 		if (!path)
-			bad_line(p, NULL, why);
+			bad_line(p, why);
 		else
 			list_entry(p, (char *)path);
 	}

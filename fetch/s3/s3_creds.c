@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+
+#include "util/trusted_path.h"
 
 #define CREDS_FILE_MAX (1u << 20)
 
@@ -268,20 +271,29 @@ fail:
 int s3_creds_read_file(const char *path, char **buf, size_t *len, char *err, size_t err_len)
 {
 	struct stat st;
-	char *b = NULL, ebuf[128];
+	char *b = NULL, ebuf[128], why[PATH_MAX + 256];
 	size_t n = 0, cap;
 	int fd, rc;
 
 	*buf = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* As ssh does with its config: a file that names a command to run (credential_process)
+	 * or keys to use is read only when no one but root or this user could have written
+	 * it, nor renamed a directory above it (util/trusted_path.h). */
+	fd = util_trusted_open(path, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
 		if (rc == -ENOENT)
 			set_err(
 			    err, err_len,
 			    "no credentials: AWS_ACCESS_KEY_ID is not set and %s does not exist",
 			    path);
+		else if (rc == -EACCES || rc == -ELOOP || rc == -EINVAL)
+			set_err(
+			    err, err_len,
+			    "refused %s: %s (it must be owned by root or uid %u, and neither it "
+			    "nor a directory above it writable by group or others)",
+			    path, why, (unsigned)geteuid());
 		else
 			set_err(err, err_len, "cannot open %s: %s", path, errstr(-rc, ebuf));
 		return rc;
