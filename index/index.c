@@ -725,6 +725,8 @@ int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *o
 		rc = row_to_object(st, out);
 	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
+	if (rc)
+		index_object_ref_free(out);
 	return rc;
 }
 

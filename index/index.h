@@ -215,7 +215,7 @@ struct index_object_ref {
 	struct index_pack_ref pack;     /* pack.url NULL: not packed */
 	struct index_chunks_ref chunks; /* chunks.chunk_size 0: none */
 };
-/* 0 and *out filled (free it even after a failure), -ENOENT, -ENOMEM, or -EIO. */
+/* 0 and *out filled, or -ENOENT, -ENOMEM, -EIO with nothing in *out to free. */
 int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *out);
 void index_object_ref_free(struct index_object_ref *ref);
 
