@@ -496,12 +496,13 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
 
 /* Reads that are not local yet: parks them on the flight (see reply.c). Replies always. */
 /*
- * Opening an object (ops.c): fetch_object_open decides which object and joins its flight;
- * fs_open_finish holds the flight's spool for h and replies to the open (takes h and the
- * reference f). FETCH_OBJECT_HASH_LIST: a new flight of a chunked object needs its hash
- * list first (fs_open_after_hash_list). With read, h is rebuilt for a read of an earlier
- * serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh, and the read
- * is answered, not an open.
+ * Opening an object (ops.c): fs_open_object is fetch_object_open (which decides which
+ * object, and joins its flight) for the new handle h, which keeps the member's view and the
+ * file's directory; *f gets the reference. fs_open_finish holds the flight's spool for h and
+ * replies to the open (takes h and the reference f). FETCH_OBJECT_HASH_LIST: a new flight of a
+ * chunked object needs its hash list first (fs_open_after_hash_list). With read, h is rebuilt for a
+ * read of an earlier serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh,
+ * and the read is answered, not an open.
  */
 int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *digests,
                    struct fs_handle *h, struct flight **f, bool *created);
