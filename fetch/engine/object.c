@@ -176,19 +176,18 @@ struct target {
 };
 
 static void target_of(const struct index_object_ref *ref, const struct fetch_object_req *req,
-                      struct target *t, uint64_t *hash_list_size)
+                      struct target *t)
 {
 	const struct index_node *n = &ref->node;
 
 	if (req->hash_list) {
 		/* Its length is what the object's size and chunk size make it: no other is
 		 * taken. */
-		*hash_list_size =
-		    flight_chunk_count(n->size, ref->chunks.chunk_size) * FLIGHT_DIGEST_BYTES;
 		*t = (struct target){.url = ref->chunks.url,
 		                     .etag = "",
 		                     .sha256 = ref->chunks.sha256,
-		                     .size = *hash_list_size,
+		                     .size = flight_chunk_count(n->size, ref->chunks.chunk_size) *
+		                             FLIGHT_DIGEST_BYTES,
 		                     .suffix = " (hash list)"};
 	} else if (ref->pack.url) {
 		/* A member's flight is its pack's: one download for all its members, keyed by
@@ -215,7 +214,6 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 	struct index_object_ref ref;
 	struct flight_spec spec;
 	struct target t;
-	uint64_t list_size = 0;
 	char *key = NULL, name[1024];
 	int rc;
 
@@ -238,7 +236,7 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 		out->member.size = ref.node.size;
 		memcpy(out->member.sha256, ref.node.sha256, sizeof(out->member.sha256));
 	}
-	target_of(&ref, req, &t, &list_size);
+	target_of(&ref, req, &t);
 	rc = flight_key_build(t.sha256, t.size, t.url, t.etag, &key);
 	if (rc)
 		goto out;
@@ -277,8 +275,6 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 	                            .chunk_digests = req->digests,
 	                            .speculative = req->speculative};
 	rc = join_new(o, &spec, &out->flight, &out->created);
-	if (rc == -ENOENT && t.chunk_size && !req->digests)
-		rc = FETCH_OBJECT_HASH_LIST; /* not reached: joined above */
 	if (rc)
 		goto out;
 	/* A new flight starts downloading now, before the first read asks; an existing one
@@ -320,8 +316,7 @@ int fetch_object_view(struct fetch_objects *o, uint64_t ino, bool want_cached,
 	if (want_cached) {
 		struct fetch_object_req req = {.ino = ino};
 		struct target t;
-		uint64_t unused;
-		target_of(&ref, &req, &t, &unused);
+		target_of(&ref, &req, &t);
 		rc = flight_key_build(t.sha256, t.size, t.url, t.etag, &key);
 		if (rc)
 			goto out;
