@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fs/fs_i.h"
 #include "util/log.h"
@@ -48,39 +47,6 @@ static void pending_free(struct pending_open *po)
 	free(po);
 }
 
-/* Reads the verified hash list: flight_size(list) bytes, malloc'd into *out. */
-static int read_digests(struct flight *list, unsigned char **out)
-{
-	uint64_t size = flight_size(list), got = 0;
-	unsigned char *buf = malloc(size ? size : 1);
-	int fd, rc;
-
-	*out = NULL;
-	if (!buf)
-		return -ENOMEM;
-	rc = flight_hold_spool(list); /* reopens it if it was closed while idle */
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	fd = flight_spool_fd(list);
-	while (got < size && rc == 0) {
-		ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			rc = n < 0 ? -errno : -EIO;
-		else
-			got += (uint64_t)n;
-	}
-	flight_release_spool(list);
-	if (rc)
-		free(buf);
-	else
-		*out = buf;
-	return rc;
-}
-
 /* The rest of the open, once the hash list's flight answered. Replies; frees po. */
 static void finish(struct pending_open *po)
 {
@@ -92,7 +58,7 @@ static void finish(struct pending_open *po)
 	int rc = po->err;
 
 	if (rc == 0)
-		rc = read_digests(po->list, &digests);
+		rc = fetch_hash_list_read(po->list, &digests);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR,
 		         "%s: its hash list from %s could not be fetched or does not match its "

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight_key.h"
@@ -298,6 +299,38 @@ out:
 	}
 	index_object_ref_free(&ref);
 	free(key);
+	return rc;
+}
+
+int fetch_hash_list_read(struct flight *list, unsigned char **out)
+{
+	uint64_t size = flight_size(list), got = 0;
+	unsigned char *buf = malloc(size ? size : 1);
+	int fd, rc;
+
+	*out = NULL;
+	if (!buf)
+		return -ENOMEM;
+	rc = flight_hold_spool(list); /* reopens it if it was closed while idle */
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	fd = flight_spool_fd(list);
+	while (got < size && rc == 0) {
+		ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			got += (uint64_t)n;
+	}
+	flight_release_spool(list);
+	if (rc)
+		free(buf);
+	else
+		*out = buf;
 	return rc;
 }
 

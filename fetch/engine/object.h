@@ -97,6 +97,13 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 void fetch_object_clear(struct fetch_object *out);
 
 /*
+ * The digests in a hash list's flight (fetch_object_req.hash_list) once it is complete and
+ * verified: flight_size(list) bytes, malloc'd into *out (the caller frees them). 0 or
+ * -errno (the spool cannot be held or read).
+ */
+int fetch_hash_list_read(struct flight *list, unsigned char **out);
+
+/*
  * What the extended attributes show of node ino: the node; for a file, url, its object's
  * (a member's is its pack's; malloc'd), and with want_cached the bytes of it readable now
  * (a member: all of it once its pack is complete, else 0). 0, -ENOENT, -ENOMEM, -EIO; free

@@ -59,6 +59,13 @@ static uint64_t ino_of(struct index *idx, const char *path)
 	return parent;
 }
 
+/* The hash list of "big": 4 chunks of 4096 bytes (its content is never checked here). */
+static void fill_digests(unsigned char digests[4 * FLIGHT_DIGEST_BYTES])
+{
+	for (size_t i = 0; i < 4 * FLIGHT_DIGEST_BYTES; i++)
+		digests[i] = (unsigned char)(i * 13);
+}
+
 static void add(struct index_builder *b, const struct index_build_entry *e)
 {
 	char why[256] = "";
@@ -76,10 +83,12 @@ static int build(struct fixture *fx, bool corrupt)
 	char sha[MEMBERS][UTIL_SHA256_HEX_LEN], why[256] = "", path[32];
 	char plain_sha[UTIL_SHA256_HEX_LEN], big_sha[UTIL_SHA256_HEX_LEN],
 	    list_sha[UTIL_SHA256_HEX_LEN];
+	unsigned char digests[4 * FLIGHT_DIGEST_BYTES];
 	struct index_builder *b;
 
 	for (size_t i = 0; i < sizeof(fx->pack); i++)
 		fx->pack[i] = (uint8_t)(i * 7 + i / 251);
+	fill_digests(digests);
 	if (util_sha256_hex(fx->pack, sizeof(fx->pack), fx->pack_sha256) != 0)
 		return -1;
 	for (unsigned i = 0; i < MEMBERS; i++)
@@ -87,7 +96,8 @@ static int build(struct fixture *fx, bool corrupt)
 			return -1;
 	if ((corrupt && util_sha256_hex(other, sizeof(other), sha[BAD_MEMBER]) != 0) ||
 	    util_sha256_hex("plain", 5, plain_sha) != 0 ||
-	    util_sha256_hex("big", 3, big_sha) != 0 || util_sha256_hex("list", 4, list_sha) != 0)
+	    util_sha256_hex("big", 3, big_sha) != 0 ||
+	    util_sha256_hex(digests, sizeof(digests), list_sha) != 0)
 		return -1;
 	if (index_open(&fx->idx) != 0 || index_build_begin(fx->idx, &b) != 0)
 		return -1;
@@ -283,10 +293,17 @@ static void test_plain_dir_and_chunked(void **state)
 	assert_string_equal(obj.url, "http://store.example/objects/big.list");
 	assert_true(flight_is_whole(obj.flight));
 	assert_non_null(strstr(flight_name(obj.flight), "big (hash list)"));
+	/* Its bytes, as the opener reads them once the list is verified. */
+	unsigned char digests[4 * FLIGHT_DIGEST_BYTES], *got = NULL;
+	fill_digests(digests);
+	assert_int_equal(flight_open_spool(obj.flight), 0);
+	assert_int_equal(flight_deliver(obj.flight, 0, digests, sizeof(digests)), 0);
+	assert_int_equal(fetch_hash_list_read(obj.flight, &got), 0);
+	assert_memory_equal(got, digests, sizeof(digests));
+	free(got);
 	flight_unref(obj.flight);
 	fetch_object_clear(&obj);
 	/* With its digests, the object's own flight. */
-	unsigned char digests[4 * FLIGHT_DIGEST_BYTES] = {0};
 	assert_int_equal(fetch_object_open(
 	                     fx->objects,
 	                     &(struct fetch_object_req){.ino = fx->chunked_ino, .digests = digests},
