@@ -23,6 +23,7 @@
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/source.h"
 #include "fetch/engine/flight.h"
+#include "fetch/engine/object.h"
 #include "fetch/prefetch/prefetch.h"
 #include "fetch/source/listing_flight.h"
 #include "util/histogram.h"
@@ -165,23 +166,13 @@ struct fs_object { /* every field guarded by fs_session.passthrough_lock */
 };
 #define FS_OBJECT_BUCKETS 256
 
-/*
- * A pack member as its readers see it (member.c): a view of [base, base + size) of its
- * pack's flight, served only once those bytes match the member's own sha256. Fixed at
- * open.
- */
-struct fs_member {
-	uint64_t base; /* where the member starts in its pack */
-	uint64_t size;
-	char sha256[65];
-};
-
 /* An open file: an object's flight, or a snapshot of a virtual file. */
 struct fs_handle {
 	struct flight *flight; /* a reference; NULL for a virtual file */
-	/* A pack member's handle reads its pack's flight through this view (member.c). */
+	/* A pack member's handle reads its pack's flight through this view (member.c); both
+	 * fixed at open. */
 	bool is_member;
-	struct fs_member member;
+	struct fetch_member member;
 	atomic_bool member_verified; /* this handle saw the member's bytes match */
 	/* Its flight's entry in fs_session.objects, set by fs_passthrough_open; guarded by
 	 * passthrough_lock. NULL for a virtual file, or once released. */
@@ -200,7 +191,7 @@ struct fs_handle {
 	/* Its fh (handles.c), set by fs_handle_track or fs_handle_adopt and fixed after. */
 	uint64_t id;
 	uint64_t ino;    /* the inode it opens; fixed at open */
-	uint64_t parent; /* its directory, as fs_open_flight read it: for walk prefetch */
+	uint64_t parent; /* its directory, as fetch_object_open read it: for walk prefetch */
 	/* A passthrough open of an inode an earlier serving process left open passthrough:
 	 * the kernel's backing id is that process's (fs_passthrough_inherited). No flight. */
 	bool inherited_passthrough;
@@ -261,7 +252,10 @@ struct fs_session {
 	struct util_worker *list_ahead;
 	atomic_uint_fast64_t listed_ahead_dir;
 	atomic_bool list_ahead_stopping;
-	struct index *idx;             /* the namespace: its own lock (index.h) */
+	struct index *idx; /* the namespace: its own lock (index.h) */
+	/* Which object an inode is, and its flight (fetch/engine/object.h): its own lock.
+	 * Made with the engine, destroyed after it. */
+	struct fetch_objects *resolver;
 	struct index_records *records; /* the cache directory's: its own lock (records.h) */
 	struct flight_table *flights;
 	struct engine *engine;
@@ -510,9 +504,6 @@ int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir);
 int fs_list_ahead_start(struct fs_session *s);
 void fs_list_ahead_stop(struct fs_session *s);
 
-/* The node's path from the mount root ("a/b/c.bin", "" for the root). */
-void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len);
-
 /* Gives a new handle its fh (returned; h->passthrough decided before) and links it into
  * the session's tables; fs_handle_free unlinks and frees it (its flight reference or its
  * snapshot). */
@@ -538,23 +529,16 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
 
 /* Reads that are not local yet: parks them on the flight (see reply.c). Replies always. */
 /*
- * Opening an object's flight (ops.c). fs_join_object joins or starts the flight spec names
- * (its mirrors added here; they last the call only), kicking the engine for a new one.
- * fs_open_flight does it for file ino: FS_OPEN_HASH_LIST when the object has chunk hashes,
- * no flight of it runs and digests is NULL: fs_open_after_hash_list fetches its hash list
- * and calls it again with them. speculative: started by prefetch, and -EEXIST when the
- * cache directory holds the object complete (nothing to fetch). *parent (may be NULL)
- * gets the file's directory. fs_open_finish holds the flight's spool for h and replies to
- * the open (takes h and the reference f). With read, h is rebuilt for a read of an earlier
- * serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh, and the read
- * is answered, not an open.
+ * Opening an object (ops.c): fs_open_object is fetch_object_open (which decides which
+ * object, and joins its flight) for the new handle h, which keeps the member's view and the
+ * file's directory; *f gets the reference. fs_open_finish holds the flight's spool for h and
+ * replies to the open (takes h and the reference f). FETCH_OBJECT_HASH_LIST: a new flight of a
+ * chunked object needs its hash list first (fs_open_after_hash_list). With read, h is rebuilt for a
+ * read of an earlier serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh,
+ * and the read is answered, not an open.
  */
-#define FS_OPEN_HASH_LIST 1
-int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
-                   bool *created);
-int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
-                   bool *created, bool *is_member, struct fs_member *member,
-                   const unsigned char *digests, uint64_t *parent);
+int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *digests,
+                   struct fs_handle *h, struct flight **f, bool *created);
 struct fs_adopting_read {
 	off_t off;
 	size_t size;
@@ -584,14 +568,14 @@ void fs_replier_stop(struct fs_session *s);
  * member: the wait is for the member's whole range, which is verified before the reply.
  * opened_ns: the open's time when this is its first read (fs_counters.first_byte), else 0. */
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len, const struct fs_member *member, uint64_t opened_ns);
+                  uint64_t len, const struct fetch_member *member, uint64_t opened_ns);
 
 /*
- * Checks member m's bytes in its pack's spool (readable: the caller holds the spool and
- * saw the range ready) against m's sha256. 0, or -EIO after failing the pack's flight:
- * every reader of it gets -EIO, and the next open fetches the pack again.
+ * fetch_member_verify, counted (member_hash_failures): 0, or -EIO (after failing the pack's
+ * flight when the bytes do not match: every reader of it gets -EIO, and the next open
+ * fetches the pack again).
  */
-int fs_member_verify(struct fs_session *s, struct flight *f, const struct fs_member *m);
+int fs_member_verify(struct fs_session *s, struct flight *f, const struct fetch_member *m);
 
 /* The open's time, for the first read of handle h (fs_counters.first_byte); 0 for the
  * others. Call before the handle's reads_done goes up. */
@@ -603,7 +587,7 @@ uint64_t fs_handle_first_read_ns(struct fs_handle *h);
  * and a parked read waits for, and verifies, the whole member).
  */
 void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int ready, uint64_t off,
-                    uint64_t len, const struct fs_member *member, uint64_t opened_ns);
+                    uint64_t len, const struct fetch_member *member, uint64_t opened_ns);
 
 /* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
  * parked. Replies always. */

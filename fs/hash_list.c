@@ -18,9 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "fetch/engine/flight_key.h"
 #include "fs/fs_i.h"
 #include "util/log.h"
 
@@ -49,39 +47,6 @@ static void pending_free(struct pending_open *po)
 	free(po);
 }
 
-/* Reads the verified hash list: flight_size(list) bytes, malloc'd into *out. */
-static int read_digests(struct flight *list, unsigned char **out)
-{
-	uint64_t size = flight_size(list), got = 0;
-	unsigned char *buf = malloc(size ? size : 1);
-	int fd, rc;
-
-	*out = NULL;
-	if (!buf)
-		return -ENOMEM;
-	rc = flight_hold_spool(list); /* reopens it if it was closed while idle */
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	fd = flight_spool_fd(list);
-	while (got < size && rc == 0) {
-		ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			rc = n < 0 ? -errno : -EIO;
-		else
-			got += (uint64_t)n;
-	}
-	flight_release_spool(list);
-	if (rc)
-		free(buf);
-	else
-		*out = buf;
-	return rc;
-}
-
 /* The rest of the open, once the hash list's flight answered. Replies; frees po. */
 static void finish(struct pending_open *po)
 {
@@ -93,7 +58,7 @@ static void finish(struct pending_open *po)
 	int rc = po->err;
 
 	if (rc == 0)
-		rc = read_digests(po->list, &digests);
+		rc = fetch_hash_list_read(po->list, &digests);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR,
 		         "%s: its hash list from %s could not be fetched or does not match its "
@@ -104,9 +69,8 @@ static void finish(struct pending_open *po)
 		pending_free(po);
 		return;
 	}
-	rc = fs_open_flight(s, po->ino, false, &f, &created, &po->h->is_member, &po->h->member,
-	                    digests, &po->h->parent);
-	if (rc == FS_OPEN_HASH_LIST)
+	rc = fs_open_object(s, po->ino, digests, po->h, &f, &created);
+	if (rc == FETCH_OBJECT_HASH_LIST)
 		rc = -EIO; /* not reached: with digests it joins or creates */
 	if (rc) {
 		fuse_reply_err(po->req, -rc);
@@ -135,48 +99,19 @@ static void on_list_ready(struct flight_waiter *w, int err)
 		finish(po); /* shutting down: answered here */
 }
 
-/* Joins the hash list's flight for file ino into po->list. 0 or -errno. */
+/* Joins the hash list's flight for file ino into po->list (fetch_object_open: downloading
+ * whole). 0 or -errno. */
 static int join_list(struct fs_session *s, fuse_ino_t ino, struct pending_open *po)
 {
-	struct index_chunks_ref chunks = {0};
-	struct index_node n;
-	struct flight_spec spec;
-	char *key = NULL, path[1024];
-	uint64_t size;
-	bool created;
-	int rc;
+	struct fetch_object obj;
+	int rc = fetch_object_open(s->resolver,
+	                           &(struct fetch_object_req){.ino = ino, .hash_list = true}, &obj);
 
-	rc = index_get(s->idx, ino, &n);
-	if (rc == 0)
-		rc = index_get_chunks(s->idx, ino, &chunks);
 	if (rc)
-		goto out;
-	/* Its length is what the object's size and chunk size make it: no other is taken. */
-	size = flight_chunk_count(n.size, chunks.chunk_size) * FLIGHT_DIGEST_BYTES;
-	rc = flight_key_build(chunks.sha256, size, chunks.url, "", &key);
-	if (rc)
-		goto out;
-	fs_node_path(s, &n, path, sizeof(path));
-	snprintf(path + strnlen(path, sizeof(path) - 16), 16, " (hash list)");
-	spec = (struct flight_spec){.key = key,
-	                            .url = chunks.url,
-	                            .etag = "",
-	                            .sha256 = chunks.sha256,
-	                            .name = path,
-	                            .size = size,
-	                            .ino = ino};
-	rc = fs_join_object(s, &spec, &po->list, &created);
-	if (rc)
-		goto out;
-	po->list_url = chunks.url;
-	chunks.url = NULL;
-	/* Read in full at once, whatever its size (a sparse flight would wait for a reader). */
-	flight_fetch_whole(po->list);
-	engine_kick(s->engine, po->list);
-out:
-	free(chunks.url);
-	free(key);
-	return rc;
+		return rc;
+	po->list = obj.flight;
+	po->list_url = obj.url;
+	return 0;
 }
 
 void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,

@@ -37,7 +37,7 @@ static int list_dir(void *ctx, uint64_t dir)
 
 	rc = index_get(s->idx, dir, &n);
 	if (rc == 0) {
-		fs_node_path(s, &n, path, sizeof(path));
+		index_node_path(s->idx, &n, path, sizeof(path));
 		if (s->manifest_url) {
 			/* Each listing counts its own hidden symlinks: listings run at once. */
 			struct manifest_load_options rules = s->nested_rules;

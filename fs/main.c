@@ -542,7 +542,22 @@ static int start_fetching(struct fs_session *s)
 		cfg.creds_generation = s3_source_creds_generation;
 		cfg.error_is_expired = s3_error_is_expired_creds;
 	}
-	return engine_create(&cfg, &s->engine);
+	rc = engine_create(&cfg, &s->engine);
+	if (rc)
+		return rc;
+	return fetch_objects_create(
+	    &(struct fetch_objects_config){
+	        .idx = s->idx,
+	        /* Only a named directory holds what earlier sessions fetched. */
+	        .records = s->opts.cache_dir ? s->records : NULL,
+	        .flights = s->flights,
+	        .engine = s->engine,
+	        .manifest_dir = s->manifest_dir,
+	        .mirrors = s->opts.mirrors,
+	        .n_mirrors = s->opts.n_mirrors,
+	        .mirror_dir_fds = s->mirror_dir_fds,
+	    },
+	    &s->resolver);
 }
 
 void fs_set_log_level(const char *name, bool debug)
@@ -1169,6 +1184,7 @@ int main(int argc, char *argv[])
 out_fetch:
 	fs_prefetch_free(&s);
 	engine_destroy(s.engine);
+	fetch_objects_destroy(s.resolver);
 	flight_table_destroy(s.flights);
 out_cache:
 	close_mirror_dirs(&s);

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fetch/http/beneath.h"
 #include "util/log.h"
 #include "fs/fs_i.h"
 #include "fs/notify.h"
@@ -356,236 +355,25 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
-/* The node's path from the mount root, for log lines and status ("a/b/c.bin"). */
-void fs_node_path(struct fs_session *s, const struct index_node *n, char *buf, size_t len)
-{
-	struct index_node cur = *n;
-	size_t used = 0;
-
-	/* Built right to left: each parent's name goes in front of what we have. */
-	buf[len - 1] = '\0';
-	used = 1;
-	for (int depth = 0; depth < 256 && cur.ino != INDEX_ROOT_INO; depth++) {
-		size_t name_len = strlen(cur.name) + (used > 1 ? 1 : 0);
-		if (used + name_len > len)
-			break;
-		used += name_len;
-		memcpy(buf + len - used, cur.name, strlen(cur.name));
-		if (name_len > strlen(cur.name))
-			buf[len - used + strlen(cur.name)] = '/';
-		if (index_get(s->idx, cur.parent, &cur) != 0)
-			break;
-	}
-	memmove(buf, buf + len - used, used);
-}
-
-/* An object's URLs on the --mirror bases (mirror_urls). */
-struct mirror_set {
-	char **urls;     /* per --mirror; NULL: the object is asked of no mirror */
-	char *path;      /* its path beneath a mirror's base, decoded (fetch_mirror_path) */
-	const char *rel; /* its URL's part after the manifest's directory */
-	size_t rel_len;  /* the path of rel, without query or fragment */
-	bool refused;    /* that path could lead out of a mirror's base: no mirror is asked */
-};
-
 /*
- * The object's URL on each --mirror: the part after the manifest's directory, on the
- * mirror's base. m->urls stays NULL when there are no mirrors or the URL is elsewhere,
- * and when that part's path could leave the base however a mirror decodes it (see
- * fetch_mirror_path: the manifest's author writes it): the object is then fetched from its
- * own URL only, and m->refused says why. A refusal at mount would have failed a whole
- * manifest for names that are legal on a server ("a\\b", "100%.txt" once encoded); this
- * way the only loss is the mirror, for that entry, and the log names it.
+ * Joins file ino's object for handle h (fetch_object_open), which notes what it is: a pack
+ * member's view and the file's directory. *f gets the reference. 0, FETCH_OBJECT_HASH_LIST
+ * (no digests yet for a new flight of a chunked object), or -errno.
  */
-static int mirror_urls(struct fs_session *s, const char *url, struct mirror_set *m)
+int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *digests,
+                   struct fs_handle *h, struct flight **f, bool *created)
 {
-	size_t dir_len = s->manifest_dir ? strlen(s->manifest_dir) : 0;
-	int rc;
+	struct fetch_object obj;
+	int rc = fetch_object_open(
+	    s->resolver, &(struct fetch_object_req){.ino = ino, .digests = digests}, &obj);
 
-	memset(m, 0, sizeof(*m));
-	if (!s->opts.n_mirrors || !dir_len || strncmp(url, s->manifest_dir, dir_len) != 0)
-		return 0;
-	m->rel = url + dir_len;
-	m->rel_len = strcspn(m->rel, "?#");
-	rc = fetch_mirror_path(m->rel, m->rel_len, &m->path);
-	if (rc == -EINVAL) {
-		m->refused = true;
-		return 0;
+	*f = obj.flight;
+	*created = obj.created;
+	if (rc == 0) {
+		h->is_member = obj.is_member;
+		h->member = obj.member;
+		h->parent = obj.parent;
 	}
-	if (rc)
-		return rc;
-	m->urls = calloc(s->opts.n_mirrors, sizeof(*m->urls));
-	if (!m->urls)
-		return -ENOMEM;
-	for (unsigned i = 0; i < s->opts.n_mirrors; i++) {
-		const char *base = s->opts.mirrors[i];
-		size_t len = strlen(base);
-		if (asprintf(&m->urls[i], "%s%s%s", base, len && base[len - 1] == '/' ? "" : "/",
-		             m->rel) < 0) {
-			m->urls[i] = NULL;
-			return -ENOMEM;
-		}
-	}
-	return 0;
-}
-
-static void mirror_set_free(const struct fs_session *s, struct mirror_set *m)
-{
-	for (unsigned i = 0; m->urls && i < s->opts.n_mirrors; i++)
-		free(m->urls[i]);
-	free(m->urls);
-	free(m->path);
-}
-
-/* Said once per flight: every open of the entry asks its own URL only. */
-static void log_mirrors_refused(const struct fs_session *s, const char *name,
-                                const struct mirror_set *m)
-{
-	char shown[512];
-
-	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
-		util_log(UTIL_LOG_ERROR,
-		         "%s: not fetched from --mirror %s: its URL's path \"%.*s\" after the "
-		         "manifest's directory could lead out of the mirror (a \"..\", \".\" or "
-		         "empty segment, or an encoded '/', '\\' or '%%')",
-		         name, util_redact_url(s->opts.mirrors[i], shown, sizeof(shown)),
-		         (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
-}
-
-/*
- * A pack member's flight is its pack's: one download for all its members, keyed by the
- * pack's sha256 like any object. Fills m; 0, -ENODATA when ino is no member, or -errno.
- */
-static int member_spec(struct fs_session *s, const struct index_node *n, struct fs_member *m,
-                       char **url, char *sha256, uint64_t *size)
-{
-	struct index_pack_ref ref;
-	int rc = index_get_pack(s->idx, n->ino, &ref);
-
-	if (rc)
-		return rc;
-	m->base = ref.offset;
-	m->size = n->size;
-	memcpy(m->sha256, n->sha256, sizeof(m->sha256));
-	memcpy(sha256, ref.pack_sha256, INDEX_SHA256_HEX + 1);
-	*size = ref.pack_size;
-	*url = ref.url;
-	return 0;
-}
-
-/* Whether the cache directory holds key's object complete (an earlier session's). */
-static bool complete_in_cache(struct fs_session *s, const char *key)
-{
-	struct util_ranges ranges;
-	bool complete = false;
-
-	if (!s->opts.cache_dir || !s->records)
-		return false;
-	util_ranges_init(&ranges);
-	if (index_records_lookup(s->records, key, &complete, &ranges) != 0)
-		complete = false;
-	util_ranges_free(&ranges);
-	return complete;
-}
-
-int fs_join_object(struct fs_session *s, struct flight_spec *spec, struct flight **out,
-                   bool *created)
-{
-	struct mirror_set mirrors = {0};
-	const char *paths[FS_MAX_MIRRORS];
-	int rc;
-
-	rc = mirror_urls(s, spec->url, &mirrors);
-	if (rc)
-		goto out;
-	for (unsigned i = 0; mirrors.urls && i < s->opts.n_mirrors; i++)
-		paths[i] = s->mirror_dir_fds[i] >= 0 ? mirrors.path : NULL;
-	spec->mirror_urls = (const char *const *)mirrors.urls;
-	spec->n_mirror_urls = mirrors.urls ? s->opts.n_mirrors : 0;
-	spec->mirror_dir_fds = s->mirror_dir_fds;
-	spec->mirror_paths = paths;
-	rc = flight_table_join(s->flights, spec, out, created);
-	spec->mirror_urls = NULL; /* mirrors' and paths' lives end here */
-	spec->mirror_paths = NULL;
-	if (rc)
-		goto out;
-	if (*created && mirrors.refused)
-		log_mirrors_refused(s, spec->name, &mirrors);
-	/* A new flight starts downloading now, before the first read asks. */
-	if (*created)
-		engine_kick(s->engine, *out);
-	/* Chunks that failed for good get one more try at each open, as failed objects do. */
-	else if (flight_retry_bad_chunks(*out))
-		engine_kick(s->engine, *out);
-out:
-	mirror_set_free(s, &mirrors);
-	return rc;
-}
-
-int fs_open_flight(struct fs_session *s, fuse_ino_t ino, bool speculative, struct flight **out,
-                   bool *created, bool *is_member, struct fs_member *member,
-                   const unsigned char *digests, uint64_t *parent)
-{
-	struct index_node n;
-	struct index_chunks_ref chunks = {0};
-	struct flight_spec spec;
-	char *url = NULL, *key = NULL, path[1024], etag[256] = "";
-	char sha256[INDEX_SHA256_HEX + 1];
-	uint64_t size;
-	int rc;
-
-	rc = index_get(s->idx, ino, &n);
-	if (rc)
-		goto out;
-	if (n.kind != INDEX_KIND_FILE) { /* the kernel follows symlinks before it opens */
-		rc = n.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
-		goto out;
-	}
-	if (parent)
-		*parent = n.parent;
-	rc = member_spec(s, &n, member, &url, sha256, &size);
-	*is_member = rc == 0;
-	if (rc == -ENODATA) {
-		memcpy(sha256, n.sha256, sizeof(sha256));
-		size = n.size;
-		rc = index_get_url(s->idx, ino, &url);
-		if (rc == 0)
-			rc = index_get_etag(s->idx, ino, etag, sizeof(etag));
-		if (rc == 0 && (rc = index_get_chunks(s->idx, ino, &chunks)) == -ENODATA)
-			rc = 0;
-	}
-	if (rc)
-		goto out;
-	rc = flight_key_build(sha256, size, url, etag, &key);
-	if (rc)
-		goto out;
-	/* Nothing to fetch: its reader's open finds it there without a request. */
-	if (speculative && complete_in_cache(s, key)) {
-		rc = -EEXIST;
-		goto out;
-	}
-	fs_node_path(s, &n, path, sizeof(path));
-	if (*is_member) /* the pack's log lines name the member that opened it */
-		snprintf(path + strnlen(path, sizeof(path) - 32), 32, " (pack %.12s)", sha256);
-	spec = (struct flight_spec){.key = key,
-	                            .url = url,
-	                            .etag = etag,
-	                            .sha256 = sha256,
-	                            .name = path,
-	                            .size = size,
-	                            .ino = ino,
-	                            .readers_verify = *is_member,
-	                            .chunk_size = chunks.chunk_size,
-	                            .chunk_digests = digests,
-	                            .speculative = speculative};
-	rc = fs_join_object(s, &spec, out, created);
-	/* Nothing to join, and no digests: its hash list comes first (hash_list.c). */
-	if (rc == -ENOENT && chunks.chunk_size && !digests)
-		rc = FS_OPEN_HASH_LIST;
-out:
-	free(chunks.url);
-	free(key);
-	free(url);
 	return rc;
 }
 
@@ -594,12 +382,11 @@ out:
  * while idle may be gone (a tmp cleaner) or replaced: its flight fails and a new one
  * fetches it again. It may also have failed just after the join: the same. Other errors
  * (out of fds) fail this open only, and leave the object cached. On failure *f is
- * unreferenced and NULL; returns 0, -errno, or FS_OPEN_HASH_LIST when a new flight of a
+ * unreferenced and NULL; returns 0, -errno, or FETCH_OBJECT_HASH_LIST when a new flight of a
  * chunked object needs its digests (digests NULL): its hash list comes first.
  */
-static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct flight **f,
-                                    bool *created, bool *is_member, struct fs_member *member,
-                                    const unsigned char *digests)
+static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h,
+                                    struct flight **f, bool *created, const unsigned char *digests)
 {
 	int rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
 
@@ -616,8 +403,8 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		}
 		flight_unref(*f);
 		*f = NULL;
-		rc = fs_open_flight(s, ino, false, f, created, is_member, member, digests, NULL);
-		if (rc == FS_OPEN_HASH_LIST)
+		rc = fs_open_object(s, ino, digests, h, f, created);
+		if (rc == FETCH_OBJECT_HASH_LIST)
 			return rc; /* its hash list first, as at a first open */
 		if (rc == 0)
 			rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
@@ -707,9 +494,8 @@ static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
 	bool created = false;
 	int rc;
 
-	rc = fs_open_flight(s, ino, false, &f, &created, &h->is_member, &h->member, NULL,
-	                    &h->parent);
-	if (rc == FS_OPEN_HASH_LIST) {
+	rc = fs_open_object(s, ino, NULL, h, &f, &created);
+	if (rc == FETCH_OBJECT_HASH_LIST) {
 		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
 		return;
 	}
@@ -724,7 +510,7 @@ static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
 /*
  * Makes f, joined for the new handle h of ino, h's: holds its spool (or starts over), lets
  * a walk be seen in its directory's opens, and makes a speculative download this reader's.
- * 0, FS_OPEN_HASH_LIST (a new flight needs its hash list first), or -errno; f is h's or
+ * 0, FETCH_OBJECT_HASH_LIST (a new flight needs its hash list first), or -errno; f is h's or
  * unreferenced.
  */
 static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h, struct flight *f,
@@ -732,7 +518,7 @@ static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h
 {
 	int rc;
 
-	rc = hold_spool_or_start_over(s, ino, &f, created, &h->is_member, &h->member, digests);
+	rc = hold_spool_or_start_over(s, ino, h, &f, created, digests);
 	if (rc)
 		return rc;
 	fs_prefetch_note_open(s, ino, h->parent);
@@ -754,7 +540,7 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	int backing_id, rc;
 
 	rc = take_flight(s, ino, h, f, &created, digests);
-	if (rc == FS_OPEN_HASH_LIST) {
+	if (rc == FETCH_OBJECT_HASH_LIST) {
 		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
 		return;
 	}
@@ -928,7 +714,7 @@ static void read_handle(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, st
 }
 
 void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int ready, uint64_t off,
-                    uint64_t len, const struct fs_member *member, uint64_t opened_ns)
+                    uint64_t len, const struct fetch_member *member, uint64_t opened_ns)
 {
 	if (ready == 1) {
 		fs_reply_spool(req, f, member ? member->base + off : off, len);
@@ -996,9 +782,8 @@ static void reply_xattr(fuse_req_t req, const char *value, size_t len, size_t si
 static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct fs_session *s = session_of(req);
-	struct index_node n;
-	struct index_pack_ref pack = {0}; /* pack.url is url for a member, else NULL */
-	char *url = NULL, *key = NULL, *shown = NULL, cached[32];
+	struct fetch_object_view v = {0};
+	char *shown = NULL, cached[32];
 	int rc;
 
 	/*
@@ -1017,63 +802,39 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
-	rc = index_get(s->idx, ino, &n);
-
-	if (rc == 0 && n.kind != INDEX_KIND_FILE)
+	rc = fetch_object_view(s->resolver, ino, strcmp(name, XATTR_CACHED) == 0, &v);
+	if (rc == 0 && v.node.kind != INDEX_KIND_FILE)
 		rc = -ENODATA;
 	if (rc)
 		goto fail;
 	if (strcmp(name, XATTR_SHA256) == 0) {
-		if (!n.sha256[0]) {
+		if (!v.node.sha256[0]) {
 			rc = -ENODATA;
 			goto fail;
 		}
-		reply_xattr(req, n.sha256, strlen(n.sha256), size);
-		return;
+		reply_xattr(req, v.node.sha256, strlen(v.node.sha256), size);
+		goto out;
 	}
-	/* A pack member's URL is its pack's, and it is cached once its pack is. */
-	rc = index_get_pack(s->idx, ino, &pack);
-	if (rc == 0)
-		url = pack.url;
-	else if (rc == -ENODATA)
-		rc = index_get_url(s->idx, ino, &url);
-	if (rc)
-		goto fail;
 	if (strcmp(name, XATTR_URL) == 0) {
 		/* Query strings carry signatures: never hand them out. Redacted, a URL is never
 		 * longer; a path may make it longer than PATH_MAX. */
-		shown = malloc(strlen(url) + 1);
+		shown = malloc(strlen(v.url) + 1);
 		if (!shown) {
 			rc = -ENOMEM;
 			goto fail;
 		}
-		util_redact_url(url, shown, strlen(url) + 1);
+		util_redact_url(v.url, shown, strlen(v.url) + 1);
 		reply_xattr(req, shown, strlen(shown), size);
 		goto out;
 	}
-	if (strcmp(name, XATTR_CACHED) == 0) {
-		char etag[256];
-		uint64_t bytes;
-		rc = pack.url ? flight_key_build(pack.pack_sha256, pack.pack_size, url, "", &key)
-		              : index_get_etag(s->idx, ino, etag, sizeof(etag));
-		if (rc == 0 && !pack.url)
-			rc = flight_key_build(n.sha256, n.size, url, etag, &key);
-		if (rc)
-			goto fail;
-		bytes = flight_table_cached_bytes(s->flights, key);
-		if (pack.url)
-			bytes = bytes == pack.pack_size ? n.size : 0;
-		snprintf(cached, sizeof(cached), "%" PRIu64, bytes);
-		reply_xattr(req, cached, strlen(cached), size);
-		goto out;
-	}
-	rc = -ENODATA;
+	snprintf(cached, sizeof(cached), "%" PRIu64, v.cached);
+	reply_xattr(req, cached, strlen(cached), size);
+	goto out;
 fail:
 	fuse_reply_err(req, -rc);
 out:
 	free(shown);
-	free(key);
-	free(url);
+	fetch_object_view_clear(&v);
 }
 
 static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)

@@ -80,17 +80,18 @@ static int parse_size_option(const char *name, const char *text, uint64_t fallba
 static int start_flight(void *ctx, uint64_t ino, bool whole, struct flight **out)
 {
 	struct fs_session *s = ctx;
-	struct fs_member member;
-	bool created = false, is_member = false;
-	int rc = fs_open_flight(s, ino, true, out, &created, &is_member, &member, NULL, NULL);
+	struct fetch_object obj;
+	int rc = fetch_object_open(
+	    s->resolver, &(struct fetch_object_req){.ino = ino, .speculative = true}, &obj);
 
+	*out = obj.flight;
 	/* Local already, or chunked: a chunked object's flight starts at a reader's open,
 	 * once its hash list is in (hash_list.c). */
-	if (rc == -EEXIST || rc == FS_OPEN_HASH_LIST)
+	if (rc == -EEXIST || rc == FETCH_OBJECT_HASH_LIST)
 		return 0;
 	if (rc)
 		return rc;
-	if (!created) {
+	if (!obj.created) {
 		flight_unref(*out);
 		*out = NULL;
 		return 0;
@@ -190,7 +191,7 @@ static void path_of(void *ctx, uint64_t ino, char *buf, size_t len)
 
 	buf[0] = '\0';
 	if (index_get(s->idx, ino, &n) == 0)
-		fs_node_path(s, &n, buf, len);
+		index_node_path(s->idx, &n, buf, len);
 }
 
 struct record_fill {

@@ -31,7 +31,7 @@ struct read_wait {
 	/* A pack member's read: the waiter waits for the whole member, which the replier
 	 * verifies; the reply is [reply_off, reply_off + reply_len) of the pack. */
 	bool is_member;
-	struct fs_member member;
+	struct fetch_member member;
 	uint64_t reply_off, reply_len;
 };
 
@@ -139,7 +139,7 @@ static void on_interrupt(fuse_req_t req, void *data)
 }
 
 void fs_read_wait(fuse_req_t req, struct fs_session *s, struct flight *f, uint64_t off,
-                  uint64_t len, const struct fs_member *member, uint64_t opened_ns)
+                  uint64_t len, const struct fetch_member *member, uint64_t opened_ns)
 {
 	struct read_wait *rw = calloc(1, sizeof(*rw));
 	int rc;

@@ -171,7 +171,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 16
+#define NAMESPACE_STMTS 15
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -192,11 +192,12 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	    {&idx->st_readlink, "SELECT kind, target FROM node WHERE ino = :ino"},
 	    {&idx->st_get_nested,
 	     "SELECT kind, nested_sha256, nested_size, nested_url FROM node WHERE ino = :ino"},
-	    {&idx->st_get_pack,
-	     "SELECT n.kind, p.sha256, p.size, n.pack_offset, p.url FROM node AS n"
+	    /* An open's one query: the node's columns in NODE_COLUMNS' order, then OBJECT_*. */
+	    {&idx->st_get_object,
+	     "SELECT n.ino, n.parent, n.name, n.is_dir, n.size, n.mtime, n.executable, n.sha256,"
+	     " n.kind, n.mode, n.url, n.etag, p.sha256, p.size, n.pack_offset, p.url,"
+	     " n.chunk_sha256, n.chunk_size, n.chunk_url FROM node AS n"
 	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
-	    {&idx->st_get_chunks,
-	     "SELECT kind, chunk_sha256, chunk_size, chunk_url FROM node WHERE ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
@@ -439,6 +440,29 @@ int index_get(struct index *idx, uint64_t ino, struct index_node *out)
 	return rc;
 }
 
+void index_node_path(struct index *idx, const struct index_node *n, char *buf, size_t len)
+{
+	struct index_node cur = *n;
+	size_t used = 1;
+
+	/* Built right to left: each parent's name goes in front of what we have. */
+	buf[len - 1] = '\0';
+	pthread_mutex_lock(&idx->lock);
+	for (int depth = 0; depth < 256 && cur.ino != INDEX_ROOT_INO; depth++) {
+		size_t name_len = strlen(cur.name), sep = used > 1 ? 1 : 0;
+		if (used + name_len + sep > len)
+			break;
+		used += name_len + sep;
+		memcpy(buf + len - used, cur.name, name_len);
+		if (sep)
+			buf[len - used + name_len] = '/';
+		if (get_locked(idx, cur.parent, &cur) != 0)
+			break;
+	}
+	pthread_mutex_unlock(&idx->lock);
+	memmove(buf, buf + len - used, used);
+}
+
 int index_get_url(struct index *idx, uint64_t ino, char **url)
 {
 	sqlite3_stmt *st = idx->st_get_url;
@@ -610,47 +634,26 @@ int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len)
 }
 
 /*
- * The object a row of st refers to: column 0 the node's kind (a directory when dir_wanted,
- * else a file: -ENOTDIR or -EISDIR otherwise), column 1 the object's sha256 (NULL:
- * -ENODATA), url_col its URL, strdup'd into *url. 0 or -errno.
+ * An object reference in a row of st: sha_col its sha256 (NULL: -ENODATA, nothing set),
+ * size_col its size, url_col its URL, strdup'd into *url. The shape of a pack, a hash list
+ * and a nested manifest alike. 0 or -errno.
  */
-static int row_object_ref(sqlite3_stmt *st, bool dir_wanted, int url_col,
-                          char sha256[INDEX_SHA256_HEX + 1], char **url)
+static int row_ref(sqlite3_stmt *st, int sha_col, int size_col, int url_col,
+                   char sha256[INDEX_SHA256_HEX + 1], uint64_t *size, char **url)
 {
-	const unsigned char *sha = sqlite3_column_text(st, 1);
+	const unsigned char *sha = sqlite3_column_text(st, sha_col);
 	const unsigned char *u = sqlite3_column_text(st, url_col);
-	bool is_dir = sqlite3_column_int(st, 0) == INDEX_KIND_DIR;
 
-	if (is_dir != dir_wanted)
-		return dir_wanted ? -ENOTDIR : -EISDIR;
-	if (sqlite3_column_type(st, 1) == SQLITE_NULL)
+	if (sqlite3_column_type(st, sha_col) == SQLITE_NULL)
 		return -ENODATA;
-	if (!sha || !u || sqlite3_column_bytes(st, 1) != INDEX_SHA256_HEX)
+	if (!sha || !u || sqlite3_column_bytes(st, sha_col) != INDEX_SHA256_HEX)
 		return -EIO; /* the builder let neither in */
 	*url = strdup((const char *)u);
 	if (!*url)
 		return -ENOMEM;
 	memcpy(sha256, sha, INDEX_SHA256_HEX + 1);
+	*size = (uint64_t)sqlite3_column_int64(st, size_col);
 	return 0;
-}
-
-int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out)
-{
-	sqlite3_stmt *st = idx->st_get_pack;
-	int rc;
-
-	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&idx->lock);
-	rc = index_step_ino(st, ino);
-	if (rc == 1)
-		rc = row_object_ref(st, false, 4, out->pack_sha256, &out->url);
-	if (rc == 0) {
-		out->pack_size = (uint64_t)sqlite3_column_int64(st, 2);
-		out->offset = (uint64_t)sqlite3_column_int64(st, 3);
-	}
-	rc = index_db_reset_keep(st, rc);
-	pthread_mutex_unlock(&idx->lock);
-	return rc;
 }
 
 int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *out)
@@ -662,27 +665,75 @@ int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *o
 	pthread_mutex_lock(&idx->lock);
 	rc = index_step_ino(st, ino);
 	if (rc == 1)
-		rc = row_object_ref(st, true, 3, out->sha256, &out->url);
-	if (rc == 0)
-		out->size = (uint64_t)sqlite3_column_int64(st, 2);
+		rc = sqlite3_column_int(st, 0) != INDEX_KIND_DIR
+		         ? -ENOTDIR
+		         : row_ref(st, 1, 2, 3, out->sha256, &out->size, &out->url);
 	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
 	return rc;
 }
 
-int index_get_chunks(struct index *idx, uint64_t ino, struct index_chunks_ref *out)
+/* Columns of st_get_object after the node's. */
+enum {
+	OBJECT_URL = 10,
+	OBJECT_ETAG,
+	OBJECT_PACK_SHA256,
+	OBJECT_PACK_SIZE,
+	OBJECT_PACK_OFFSET,
+	OBJECT_PACK_URL,
+	OBJECT_CHUNK_SHA256,
+	OBJECT_CHUNK_SIZE,
+	OBJECT_CHUNK_URL,
+};
+
+/* A file's part of st_get_object's row into out. 0 or -errno. */
+static int row_to_object(sqlite3_stmt *st, struct index_object_ref *out)
 {
-	sqlite3_stmt *st = idx->st_get_chunks;
+	const unsigned char *etag = sqlite3_column_text(st, OBJECT_ETAG);
+	int rc;
+
+	snprintf(out->etag, sizeof(out->etag), "%s", etag ? (const char *)etag : "");
+	rc = row_ref(st, OBJECT_PACK_SHA256, OBJECT_PACK_SIZE, OBJECT_PACK_URL,
+	             out->pack.pack_sha256, &out->pack.pack_size, &out->pack.url);
+	if (rc == 0)
+		out->pack.offset = (uint64_t)sqlite3_column_int64(st, OBJECT_PACK_OFFSET);
+	if (rc == -ENODATA) { /* not packed: the file is an object of its own */
+		const unsigned char *u = sqlite3_column_text(st, OBJECT_URL);
+		if (!u)
+			return -ENOENT; /* as index_get_url says of a file without one */
+		out->url = strdup((const char *)u);
+		rc = out->url ? 0 : -ENOMEM;
+	}
+	if (rc)
+		return rc;
+	rc = row_ref(st, OBJECT_CHUNK_SHA256, OBJECT_CHUNK_SIZE, OBJECT_CHUNK_URL,
+	             out->chunks.sha256, &out->chunks.chunk_size, &out->chunks.url);
+	return rc == -ENODATA ? 0 : rc;
+}
+
+int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *out)
+{
+	sqlite3_stmt *st = idx->st_get_object;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&idx->lock);
 	rc = index_step_ino(st, ino);
 	if (rc == 1)
-		rc = row_object_ref(st, false, 3, out->sha256, &out->url);
-	if (rc == 0)
-		out->chunk_size = (uint64_t)sqlite3_column_int64(st, 2);
+		rc = row_to_node(st, &out->node);
+	if (rc == 0 && out->node.kind == INDEX_KIND_FILE)
+		rc = row_to_object(st, out);
 	rc = index_db_reset_keep(st, rc);
 	pthread_mutex_unlock(&idx->lock);
+	if (rc)
+		index_object_ref_free(out);
 	return rc;
+}
+
+void index_object_ref_free(struct index_object_ref *ref)
+{
+	free(ref->url);
+	free(ref->pack.url);
+	free(ref->chunks.url);
+	ref->url = ref->pack.url = ref->chunks.url = NULL;
 }

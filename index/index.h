@@ -114,7 +114,7 @@ struct index_build_entry {
 	const char *nested_sha256;
 	uint64_t nested_size;
 	const char *nested_url;
-	/* Chunk hashes (index_get_chunks). chunk_size 0: none. */
+	/* Chunk hashes (index_chunks_ref). chunk_size 0: none. */
 	uint64_t chunk_size;
 	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
 	const char *chunk_url;    /* where the hash list is */
@@ -167,6 +167,11 @@ int index_lookup(struct index *idx, uint64_t parent, const char *name, struct in
 /* The node with inode `ino`, or -ENOENT. */
 int index_get(struct index *idx, uint64_t ino, struct index_node *out);
 
+/* Node n's path from the root ("a/b/c.bin", "" for the root) in buf (len > 0 bytes), for
+ * log lines and listings: what does not fit is left off at the root's end. Walks its
+ * parents under one turn of the lock. */
+void index_node_path(struct index *idx, const struct index_node *n, char *buf, size_t len);
+
 /*
  * The target of symlink `ino`, NUL-terminated in buf (at most INDEX_SYMLINK_MAX + 1 bytes
  * are needed). Returns the target's length, -ENOENT, -EINVAL when ino is no symlink, or
@@ -177,16 +182,14 @@ int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len);
 /*
  * Where a packed file's bytes are: its pack (an object of its own, named by the pack's
  * sha256, fetched whole by one flight) and the member's offset in it. The member's own
- * size and sha256 are the node's. *url is malloc'd for the caller.
+ * size and sha256 are the node's.
  */
 struct index_pack_ref {
 	char pack_sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex */
 	uint64_t pack_size;
 	uint64_t offset; /* offset + node size <= pack_size, checked at load */
-	char *url;       /* the pack's URL, resolved like any object URL */
+	char *url;       /* the pack's URL, resolved like any object URL; malloc'd */
 };
-/* 0 and *out filled, -ENODATA when file `ino` is not packed, -ENOENT, -EISDIR, -ENOMEM. */
-int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out);
 
 /*
  * A file's chunk hashes: its object is verified chunk by chunk, each chunk_size bytes (the
@@ -196,11 +199,25 @@ int index_get_pack(struct index *idx, uint64_t ino, struct index_pack_ref *out);
 struct index_chunks_ref {
 	uint64_t chunk_size;               /* a power of two, checked at load */
 	char sha256[INDEX_SHA256_HEX + 1]; /* the hash list's, lower-case hex */
-	char *url;                         /* the hash list's, malloc'd for the caller */
+	char *url;                         /* the hash list's, malloc'd */
 };
-/* 0 and *out filled, -ENODATA when file `ino` has no chunk hashes, -ENOENT, -EISDIR,
- * -ENOMEM. */
-int index_get_chunks(struct index *idx, uint64_t ino, struct index_chunks_ref *out);
+
+/*
+ * Everything an open needs of node ino, read in one query (one turn of the index lock): the
+ * node, and for a file where its bytes are: its own URL and pinned version, or its pack
+ * (pack.url set: a pack member, whose url is NULL), and its chunk hashes (chunks.chunk_size
+ * 0: none). A directory or symlink gives the node only. Free with index_object_ref_free.
+ */
+struct index_object_ref {
+	struct index_node node;
+	char *url;                      /* the file's own object URL; NULL for a pack member */
+	char etag[256];                 /* the version to pin, "" when none (as index_get_etag) */
+	struct index_pack_ref pack;     /* pack.url NULL: not packed */
+	struct index_chunks_ref chunks; /* chunks.chunk_size 0: none */
+};
+/* 0 and *out filled, or -ENOENT, -ENOMEM, -EIO with nothing in *out to free. */
+int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *out);
+void index_object_ref_free(struct index_object_ref *ref);
 
 /* The object URL of file `ino` in *url (malloc'd, caller frees). -ENOENT, -EISDIR, -ENOMEM. */
 int index_get_url(struct index *idx, uint64_t ino, char **url);

@@ -17,6 +17,7 @@
 
 #include "fetch/engine/spool_reserve.h"
 #include "fetch/engine/flight_i.h"
+#include "fetch/engine/object.h"
 #include "fetch/cache/lease.h"
 #include "util/log.h"
 #include "fetch/engine/version_pins.h"
@@ -496,5 +497,20 @@ int flight_table_evict(struct flight_table *table, const char *key)
 	else if (rc == 0 && unlinkat(table->spool_dirfd, name, 0) != 0 && errno != ENOENT)
 		rc = -errno;
 	free(name);
+	return rc;
+}
+
+/* For fetch/engine/object.c (declared in object.h): an open of a running flight joins it
+ * without a spec, so that nothing a new flight needs (its name, its mirrors) is built. */
+int flight_table_join_existing(struct flight_table *table, const char *key, uint64_t ino,
+                               struct flight **out)
+{
+	int rc = flight_table_find(table, key, out);
+
+	if (rc == 0) {
+		pthread_mutex_lock(&(*out)->lock);
+		note_ino_locked(*out, ino);
+		pthread_mutex_unlock(&(*out)->lock);
+	}
 	return rc;
 }

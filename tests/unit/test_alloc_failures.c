@@ -819,6 +819,12 @@ static void index_run(void *ctx, unsigned long n)
 	assert_string_equal(url, "https://example.com/m/data/a.bin");
 	free(url);
 	url = NULL;
+	/* An open's one query: what it copies out is freed on every failure. */
+	struct index_object_ref ref;
+	RETRY(index_get_object(idx, node.ino, &ref));
+	assert_string_equal(ref.url, "https://example.com/m/data/a.bin");
+	assert_string_equal(ref.node.sha256, SHA_A);
+	index_object_ref_free(&ref);
 	RETRY(index_readdir(idx, INDEX_ROOT_INO, 0, collect_name, &names));
 	assert_int_equal(names.n, 3);
 	RETRY(index_totals(idx, &files, &dirs, &bytes));

@@ -143,7 +143,7 @@ static void test_directories_symlinks_and_modes(void **state)
 static void test_pack_members(void **state)
 {
 	struct fixture *f = *state;
-	struct index_pack_ref ref;
+	struct index_object_ref ref;
 	struct index_node n;
 
 	assert_int_equal(load(f, "{\"version\":2," PACKS ",\"entries\":["
@@ -154,17 +154,33 @@ static void test_pack_members(void **state)
 	                         "{\"path\":\"d/c\",\"size\":5,\"sha256\":\"" SHA_C "\","
 	                         "\"url\":\"objects/cc\"}]}"),
 	                 0);
+	/* One query gives a member its node and its pack, and no URL of its own. */
 	n = lookup_path(f, "d/b");
-	assert_int_equal(index_get_pack(f->idx, n.ino, &ref), 0);
-	assert_string_equal(ref.pack_sha256, SHA_P);
-	assert_int_equal(ref.pack_size, 100);
-	assert_int_equal(ref.offset, 40);
-	assert_string_equal(ref.url, "http://store.example/rel/objects/dd/p");
-	free(ref.url);
+	assert_int_equal(index_get_object(f->idx, n.ino, &ref), 0);
+	assert_int_equal(ref.node.ino, n.ino);
+	assert_int_equal(ref.node.size, 60);
+	assert_string_equal(ref.node.sha256, SHA_B);
+	assert_string_equal(ref.pack.pack_sha256, SHA_P);
+	assert_int_equal(ref.pack.pack_size, 100);
+	assert_int_equal(ref.pack.offset, 40);
+	assert_string_equal(ref.pack.url, "http://store.example/rel/objects/dd/p");
+	assert_null(ref.url);
+	assert_int_equal(ref.chunks.chunk_size, 0);
+	index_object_ref_free(&ref);
 	n = lookup_path(f, "d/c");
-	assert_int_equal(index_get_pack(f->idx, n.ino, &ref), -ENODATA);
+	assert_int_equal(index_get_object(f->idx, n.ino, &ref), 0);
+	assert_null(ref.pack.url);
+	assert_string_equal(ref.url, "http://store.example/rel/objects/cc");
+	assert_string_equal(ref.etag, "");
+	index_object_ref_free(&ref);
 	n = lookup_path(f, "d");
-	assert_int_equal(index_get_pack(f->idx, n.ino, &ref), -EISDIR);
+	assert_int_equal(index_get_object(f->idx, n.ino, &ref), 0);
+	assert_int_equal(ref.node.kind, INDEX_KIND_DIR);
+	assert_null(ref.url);
+	assert_null(ref.pack.url);
+	index_object_ref_free(&ref);
+	assert_int_equal(index_get_object(f->idx, 999999, &ref), -ENOENT);
+	index_object_ref_free(&ref);
 }
 
 static void test_chunks_are_accepted(void **state)
@@ -175,6 +191,14 @@ static void test_chunks_are_accepted(void **state)
 	                         "\"sha256\":\"" SHA_A "\",\"chunks\":{\"size\":262144,"
 	                         "\"sha256\":\"" SHA_B "\",\"url\":\"objects/bb\"}}]}"),
 	                 0);
+	struct index_node n = lookup_path(f, "big");
+	struct index_object_ref ref;
+	assert_int_equal(index_get_object(f->idx, n.ino, &ref), 0);
+	assert_int_equal(ref.chunks.chunk_size, 262144);
+	assert_string_equal(ref.chunks.sha256, SHA_B);
+	assert_string_equal(ref.chunks.url, "http://store.example/rel/objects/bb");
+	assert_non_null(ref.url);
+	index_object_ref_free(&ref);
 }
 
 /* Version 1 reads none of version 2's fields: a "type" there is an unknown key. */

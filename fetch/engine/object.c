@@ -1,0 +1,381 @@
+/*
+ * object.c: from an inode to its object's flight (object.h). One index query gives the file
+ * and where its bytes are; the key names the object; a running flight is joined at once,
+ * and only a new one is given its name, its --mirror URLs and a kick of the engine.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fetch/engine/engine.h"
+#include "fetch/engine/flight_key.h"
+#include "fetch/engine/object.h"
+#include "fetch/engine/object_i.h"
+#include "fetch/http/beneath.h"
+#include "index/records.h"
+#include "util/log.h"
+#include "util/ranges.h"
+
+int fetch_objects_create(const struct fetch_objects_config *cfg, struct fetch_objects **out)
+{
+	struct fetch_objects *o = calloc(1, sizeof(*o));
+
+	*out = NULL;
+	if (!o)
+		return -ENOMEM;
+	if (cfg->n_mirrors > FLIGHT_MAX_URLS - 1) {
+		free(o);
+		return -EINVAL; /* the options refuse more */
+	}
+	o->cfg = *cfg;
+	pthread_mutex_init(&o->verified_lock, NULL);
+	*out = o;
+	return 0;
+}
+
+void fetch_objects_destroy(struct fetch_objects *o)
+{
+	if (!o)
+		return;
+	fetch_member_forget_all(o);
+	pthread_mutex_destroy(&o->verified_lock);
+	free(o);
+}
+
+void fetch_object_clear(struct fetch_object *out)
+{
+	free(out->url);
+	out->url = NULL;
+}
+
+/* An object's URLs on the --mirror bases (mirror_urls). */
+struct mirror_set {
+	char **urls;     /* per --mirror; NULL: the object is asked of no mirror */
+	char *path;      /* its path beneath a mirror's base, decoded (fetch_mirror_path) */
+	const char *rel; /* its URL's part after the manifest's directory */
+	size_t rel_len;  /* the path of rel, without query or fragment */
+	bool refused;    /* that path could lead out of a mirror's base: no mirror is asked */
+};
+
+/*
+ * The object's URL on each --mirror: the part after the manifest's directory, on the
+ * mirror's base. m->urls stays NULL when there are no mirrors or the URL is elsewhere,
+ * and when that part's path could leave the base however a mirror decodes it (see
+ * fetch_mirror_path: the manifest's author writes it): the object is then fetched from its
+ * own URL only, and m->refused says why. A refusal at mount would have failed a whole
+ * manifest for names that are legal on a server ("a\\b", "100%.txt" once encoded); this
+ * way the only loss is the mirror, for that entry, and the log names it.
+ */
+static int mirror_urls(const struct fetch_objects_config *c, const char *url, struct mirror_set *m)
+{
+	size_t dir_len = c->manifest_dir ? strlen(c->manifest_dir) : 0;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	if (!c->n_mirrors || !dir_len || strncmp(url, c->manifest_dir, dir_len) != 0)
+		return 0;
+	m->rel = url + dir_len;
+	m->rel_len = strcspn(m->rel, "?#");
+	rc = fetch_mirror_path(m->rel, m->rel_len, &m->path);
+	if (rc == -EINVAL) {
+		m->refused = true;
+		return 0;
+	}
+	if (rc)
+		return rc;
+	m->urls = calloc(c->n_mirrors, sizeof(*m->urls));
+	if (!m->urls)
+		return -ENOMEM;
+	for (unsigned i = 0; i < c->n_mirrors; i++) {
+		const char *base = c->mirrors[i];
+		size_t len = strlen(base);
+		if (asprintf(&m->urls[i], "%s%s%s", base, len && base[len - 1] == '/' ? "" : "/",
+		             m->rel) < 0) {
+			m->urls[i] = NULL;
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static void mirror_set_free(const struct fetch_objects_config *c, struct mirror_set *m)
+{
+	for (unsigned i = 0; m->urls && i < c->n_mirrors; i++)
+		free(m->urls[i]);
+	free(m->urls);
+	free(m->path);
+}
+
+/* Said once per flight: every open of the entry asks its own URL only. */
+static void log_mirrors_refused(const struct fetch_objects_config *c, const char *name,
+                                const struct mirror_set *m)
+{
+	char shown[512];
+
+	for (unsigned i = 0; i < c->n_mirrors; i++)
+		util_log(UTIL_LOG_ERROR,
+		         "%s: not fetched from --mirror %s: its URL's path \"%.*s\" after the "
+		         "manifest's directory could lead out of the mirror (a \"..\", \".\" or "
+		         "empty segment, or an encoded '/', '\\' or '%%')",
+		         name, util_redact_url(c->mirrors[i], shown, sizeof(shown)),
+		         (int)(m->rel_len > 300 ? 300 : m->rel_len), m->rel);
+}
+
+/* Whether the cache directory holds key's object complete (an earlier session's). */
+static bool complete_in_cache(const struct fetch_objects_config *c, const char *key)
+{
+	struct util_ranges ranges;
+	bool complete = false;
+
+	if (!c->records)
+		return false;
+	util_ranges_init(&ranges);
+	if (index_records_lookup(c->records, key, &complete, &ranges) != 0)
+		complete = false;
+	util_ranges_free(&ranges);
+	return complete;
+}
+
+/* Joins or starts the flight spec names, with its mirrors (which last the call only). */
+static int join_new(struct fetch_objects *o, struct flight_spec *spec, struct flight **out,
+                    bool *created)
+{
+	const struct fetch_objects_config *c = &o->cfg;
+	struct mirror_set mirrors = {0};
+	const char *paths[FLIGHT_MAX_URLS];
+	int rc;
+
+	rc = mirror_urls(c, spec->url, &mirrors);
+	if (rc)
+		goto out;
+	for (unsigned i = 0; mirrors.urls && i < c->n_mirrors; i++)
+		paths[i] = c->mirror_dir_fds && c->mirror_dir_fds[i] >= 0 ? mirrors.path : NULL;
+	spec->mirror_urls = (const char *const *)mirrors.urls;
+	spec->n_mirror_urls = mirrors.urls ? c->n_mirrors : 0;
+	spec->mirror_dir_fds = c->mirror_dir_fds;
+	spec->mirror_paths = paths;
+	rc = flight_table_join(c->flights, spec, out, created);
+	spec->mirror_urls = NULL; /* mirrors' and paths' lives end here */
+	spec->mirror_paths = NULL;
+	if (rc == 0 && *created && mirrors.refused)
+		log_mirrors_refused(c, spec->name, &mirrors);
+out:
+	mirror_set_free(c, &mirrors);
+	return rc;
+}
+
+/* What an object is, from its index row: the flight_spec's fields, name aside. */
+struct target {
+	const char *url;
+	const char *etag;
+	const char *sha256;
+	uint64_t size;
+	uint64_t chunk_size; /* the object's own chunk hashes; 0: none */
+	const char *suffix;  /* after the path in its flight's name */
+};
+
+static void target_of(const struct index_object_ref *ref, const struct fetch_object_req *req,
+                      struct target *t)
+{
+	const struct index_node *n = &ref->node;
+
+	if (req->hash_list) {
+		/* Its length is what the object's size and chunk size make it: no other is
+		 * taken. */
+		*t = (struct target){.url = ref->chunks.url,
+		                     .etag = "",
+		                     .sha256 = ref->chunks.sha256,
+		                     .size = flight_chunk_count(n->size, ref->chunks.chunk_size) *
+		                             FLIGHT_DIGEST_BYTES,
+		                     .suffix = " (hash list)"};
+	} else if (ref->pack.url) {
+		/* A member's flight is its pack's: one download for all its members, keyed by
+		 * the pack's sha256 like any object. */
+		*t = (struct target){.url = ref->pack.url,
+		                     .etag = "",
+		                     .sha256 = ref->pack.pack_sha256,
+		                     .size = ref->pack.pack_size,
+		                     .suffix = ""};
+	} else {
+		*t = (struct target){.url = ref->url,
+		                     .etag = ref->etag,
+		                     .sha256 = n->sha256,
+		                     .size = n->size,
+		                     .chunk_size = ref->chunks.chunk_size,
+		                     .suffix = ""};
+	}
+}
+
+int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *req,
+                      struct fetch_object *out)
+{
+	const struct fetch_objects_config *c = &o->cfg;
+	struct index_object_ref ref;
+	struct flight_spec spec;
+	struct target t;
+	char *key = NULL, name[1024];
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = index_get_object(c->idx, req->ino, &ref);
+	if (rc)
+		goto out;
+	if (ref.node.kind != INDEX_KIND_FILE) { /* the kernel follows symlinks before it opens */
+		rc = ref.node.kind == INDEX_KIND_DIR ? -EISDIR : -ELOOP;
+		goto out;
+	}
+	if (req->hash_list && !ref.chunks.chunk_size) {
+		rc = -EIO; /* only a chunked object has one */
+		goto out;
+	}
+	out->parent = ref.node.parent;
+	out->is_member = !req->hash_list && ref.pack.url;
+	if (out->is_member) {
+		out->member.base = ref.pack.offset;
+		out->member.size = ref.node.size;
+		memcpy(out->member.sha256, ref.node.sha256, sizeof(out->member.sha256));
+	}
+	target_of(&ref, req, &t);
+	rc = flight_key_build(t.sha256, t.size, t.url, t.etag, &key);
+	if (rc)
+		goto out;
+	/* Nothing to fetch: its reader's open finds it there without a request. */
+	if (req->speculative && complete_in_cache(c, key)) {
+		rc = -EEXIST;
+		goto out;
+	}
+	rc = flight_table_join_existing(c->flights, key, req->ino, &out->flight);
+	if (rc == 0) {
+		/* Chunks that failed for good get one more try at each open, as failed objects
+		 * do. */
+		if (flight_retry_bad_chunks(out->flight) && c->engine)
+			engine_kick(c->engine, out->flight);
+		goto joined;
+	}
+	/* Nothing to join, and no digests: its hash list comes first. */
+	if (t.chunk_size && !req->digests) {
+		rc = FETCH_OBJECT_HASH_LIST;
+		goto out;
+	}
+	/* A new flight (most likely): its name is the file's path, for its log lines. */
+	index_node_path(c->idx, &ref.node, name, sizeof(name));
+	snprintf(name + strnlen(name, sizeof(name) - 32), 32, "%s", t.suffix);
+	if (out->is_member) /* the pack's log lines name the member that opened it */
+		snprintf(name + strnlen(name, sizeof(name) - 32), 32, " (pack %.12s)", t.sha256);
+	spec = (struct flight_spec){.key = key,
+	                            .url = t.url,
+	                            .etag = t.etag,
+	                            .sha256 = t.sha256,
+	                            .name = name,
+	                            .size = t.size,
+	                            .ino = req->ino,
+	                            .readers_verify = out->is_member,
+	                            .chunk_size = t.chunk_size,
+	                            .chunk_digests = req->digests,
+	                            .speculative = req->speculative};
+	rc = join_new(o, &spec, &out->flight, &out->created);
+	if (rc)
+		goto out;
+	/* A new flight starts downloading now, before the first read asks; an existing one
+	 * that lost a race to this join gets its retry like any other. */
+	if (c->engine && (out->created || flight_retry_bad_chunks(out->flight)))
+		engine_kick(c->engine, out->flight);
+joined:
+	if (req->hash_list) {
+		/* Read in full at once, whatever its size (a sparse flight would wait for a
+		 * reader). */
+		flight_fetch_whole(out->flight);
+		if (c->engine)
+			engine_kick(c->engine, out->flight);
+		out->url = ref.chunks.url;
+		ref.chunks.url = NULL;
+	}
+out:
+	if (rc && out->flight) {
+		flight_unref(out->flight);
+		out->flight = NULL;
+	}
+	index_object_ref_free(&ref);
+	free(key);
+	return rc;
+}
+
+int fetch_hash_list_read(struct flight *list, unsigned char **out)
+{
+	uint64_t size = flight_size(list), got = 0;
+	unsigned char *buf = malloc(size ? size : 1);
+	int fd, rc;
+
+	*out = NULL;
+	if (!buf)
+		return -ENOMEM;
+	rc = flight_hold_spool(list); /* reopens it if it was closed while idle */
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	fd = flight_spool_fd(list);
+	while (got < size && rc == 0) {
+		ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			got += (uint64_t)n;
+	}
+	flight_release_spool(list);
+	if (rc)
+		free(buf);
+	else
+		*out = buf;
+	return rc;
+}
+
+int fetch_object_view(struct fetch_objects *o, uint64_t ino, bool want_cached,
+                      struct fetch_object_view *out)
+{
+	struct index_object_ref ref;
+	char *key = NULL;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = index_get_object(o->cfg.idx, ino, &ref);
+	if (rc || ref.node.kind != INDEX_KIND_FILE)
+		goto out;
+	out->node = ref.node;
+	if (want_cached) {
+		struct fetch_object_req req = {.ino = ino};
+		struct target t;
+		target_of(&ref, &req, &t);
+		rc = flight_key_build(t.sha256, t.size, t.url, t.etag, &key);
+		if (rc)
+			goto out;
+		out->cached = flight_table_cached_bytes(o->cfg.flights, key);
+		/* A member is cached once its pack is, whole. */
+		if (ref.pack.url)
+			out->cached = out->cached == ref.pack.pack_size ? ref.node.size : 0;
+	}
+	/* A pack member's URL is its pack's. */
+	if (ref.pack.url) {
+		out->url = ref.pack.url;
+		ref.pack.url = NULL;
+	} else {
+		out->url = ref.url;
+		ref.url = NULL;
+	}
+out:
+	if (rc == 0 && ref.node.kind != INDEX_KIND_FILE)
+		out->node = ref.node;
+	index_object_ref_free(&ref);
+	free(key);
+	return rc;
+}
+
+void fetch_object_view_clear(struct fetch_object_view *v)
+{
+	free(v->url);
+	v->url = NULL;
+}

@@ -1,0 +1,388 @@
+/*
+ * Unit tests for resolving an inode to its object (fetch/engine/object.h), without FUSE,
+ * curl or an engine: a namespace built in a private index (a plain file, a chunked one, a
+ * directory, and members of one pack), a flight table on a temporary spool directory, and
+ * the test playing the transfer thread with flight_open_spool and flight_deliver.
+ *
+ * What they guard: a pack is one flight whatever members open it (also at once, from many
+ * threads); a member's bytes are checked against its own sha256 once per pack flight, and a
+ * mismatch fails the pack so that the next open starts a new flight that is checked again.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fetch/engine/flight.h"
+#include "fetch/engine/flight_i.h" /* white-box: flight_deliver, flight_progress */
+#include "fetch/engine/object.h"
+#include "helpers.h"
+#include "index/index.h"
+#include "util/hex.h"
+
+#define PACK_URL "http://store.example/objects/pack"
+#define MEMBERS 8
+#define MEMBER_SIZE 1000u
+#define BAD_MEMBER 5 /* in the "corrupt" namespace, this member's sha256 names other bytes */
+
+struct fixture {
+	char dir[64];
+	int dirfd;
+	struct index *idx;
+	struct flight_table *table;
+	struct fetch_objects *objects;
+	uint8_t pack[MEMBERS * MEMBER_SIZE];
+	char pack_sha256[UTIL_SHA256_HEX_LEN];
+	uint64_t member_ino[MEMBERS];
+	uint64_t plain_ino, chunked_ino, dir_ino;
+};
+
+static uint64_t ino_of(struct index *idx, const char *path)
+{
+	struct index_node n;
+	uint64_t parent = INDEX_ROOT_INO;
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *seg = strtok_r(buf, "/", &save); seg; seg = strtok_r(NULL, "/", &save)) {
+		assert_int_equal(index_lookup(idx, parent, seg, &n), 0);
+		parent = n.ino;
+	}
+	return parent;
+}
+
+/* The hash list of "big": 4 chunks of 4096 bytes (its content is never checked here). */
+static void fill_digests(unsigned char digests[4 * FLIGHT_DIGEST_BYTES])
+{
+	for (size_t i = 0; i < 4 * FLIGHT_DIGEST_BYTES; i++)
+		digests[i] = (unsigned char)(i * 13);
+}
+
+static void add(struct index_builder *b, const struct index_build_entry *e)
+{
+	char why[256] = "";
+	int rc = index_build_add(b, e, why, sizeof(why));
+
+	if (rc)
+		fprintf(stderr, "%.*s: %s\n", (int)e->path_len, e->path, why);
+	assert_int_equal(rc, 0);
+}
+
+/* The namespace; with corrupt, member BAD_MEMBER's sha256 is of other bytes. */
+static int build(struct fixture *fx, bool corrupt)
+{
+	static const char other[] = "not the member";
+	char sha[MEMBERS][UTIL_SHA256_HEX_LEN], why[256] = "", path[32];
+	char plain_sha[UTIL_SHA256_HEX_LEN], big_sha[UTIL_SHA256_HEX_LEN],
+	    list_sha[UTIL_SHA256_HEX_LEN];
+	unsigned char digests[4 * FLIGHT_DIGEST_BYTES];
+	struct index_builder *b;
+
+	for (size_t i = 0; i < sizeof(fx->pack); i++)
+		fx->pack[i] = (uint8_t)(i * 7 + i / 251);
+	fill_digests(digests);
+	if (util_sha256_hex(fx->pack, sizeof(fx->pack), fx->pack_sha256) != 0)
+		return -1;
+	for (unsigned i = 0; i < MEMBERS; i++)
+		if (util_sha256_hex(fx->pack + i * MEMBER_SIZE, MEMBER_SIZE, sha[i]) != 0)
+			return -1;
+	if ((corrupt && util_sha256_hex(other, sizeof(other), sha[BAD_MEMBER]) != 0) ||
+	    util_sha256_hex("plain", 5, plain_sha) != 0 ||
+	    util_sha256_hex("big", 3, big_sha) != 0 ||
+	    util_sha256_hex(digests, sizeof(digests), list_sha) != 0)
+		return -1;
+	if (index_open(&fx->idx) != 0 || index_build_begin(fx->idx, &b) != 0)
+		return -1;
+	assert_int_equal(
+	    index_build_add_pack(b, fx->pack_sha256, sizeof(fx->pack), PACK_URL, why, sizeof(why)),
+	    0);
+	for (unsigned i = 0; i < MEMBERS; i++) {
+		snprintf(path, sizeof(path), "d/m%u", i);
+		add(b, &(struct index_build_entry){.path = path,
+		                                   .path_len = strlen(path),
+		                                   .kind = INDEX_KIND_FILE,
+		                                   .size = MEMBER_SIZE,
+		                                   .sha256 = sha[i],
+		                                   .pack_sha256 = fx->pack_sha256,
+		                                   .offset = (uint64_t)i * MEMBER_SIZE});
+	}
+	add(b, &(struct index_build_entry){.path = "plain",
+	                                   .path_len = 5,
+	                                   .kind = INDEX_KIND_FILE,
+	                                   .size = 10,
+	                                   .sha256 = plain_sha,
+	                                   .url = "http://store.example/objects/plain",
+	                                   .etag = "\"v1\""});
+	add(b, &(struct index_build_entry){.path = "big",
+	                                   .path_len = 3,
+	                                   .kind = INDEX_KIND_FILE,
+	                                   .size = 3 * 4096 + 1,
+	                                   .sha256 = big_sha,
+	                                   .url = "http://store.example/objects/big",
+	                                   .chunk_size = 4096,
+	                                   .chunk_sha256 = list_sha,
+	                                   .chunk_url = "http://store.example/objects/big.list"});
+	if (index_build_commit(b) != 0)
+		return -1;
+	for (unsigned i = 0; i < MEMBERS; i++) {
+		snprintf(path, sizeof(path), "d/m%u", i);
+		fx->member_ino[i] = ino_of(fx->idx, path);
+	}
+	fx->plain_ino = ino_of(fx->idx, "plain");
+	fx->chunked_ino = ino_of(fx->idx, "big");
+	fx->dir_ino = ino_of(fx->idx, "d");
+	return 0;
+}
+
+static int setup_with(void **state, bool corrupt)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	if (!fx)
+		return -1;
+	fx->dirfd = test_dir_make("object", fx->dir, sizeof(fx->dir));
+	if (fx->dirfd < 0 || build(fx, corrupt) != 0 ||
+	    flight_table_create(fx->dirfd, &fx->table) != 0 ||
+	    fetch_objects_create(
+	        &(struct fetch_objects_config){.idx = fx->idx, .flights = fx->table},
+	        &fx->objects) != 0)
+		return -1;
+	*state = fx;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, false);
+}
+
+static int setup_corrupt(void **state)
+{
+	return setup_with(state, true);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	fetch_objects_destroy(fx->objects);
+	flight_table_destroy(fx->table);
+	index_close(fx->idx);
+	test_dir_remove(fx->dir, fx->dirfd);
+	free(fx);
+	return 0;
+}
+
+static struct fetch_object open_ok(struct fixture *fx, uint64_t ino)
+{
+	struct fetch_object obj;
+
+	assert_int_equal(
+	    fetch_object_open(fx->objects, &(struct fetch_object_req){.ino = ino}, &obj), 0);
+	assert_non_null(obj.flight);
+	return obj;
+}
+
+/* Plays the transfer thread: the whole pack into f's spool. */
+static void deliver_pack(struct fixture *fx, struct flight *f)
+{
+	assert_int_equal(flight_open_spool(f), 0);
+	assert_int_equal(flight_deliver(f, 0, fx->pack, sizeof(fx->pack)), 0);
+	assert_int_equal(flight_ready(f, 0, sizeof(fx->pack)), 1);
+}
+
+/* ---- which object ----------------------------------------------------------------- */
+
+static void test_members_share_their_pack_flight(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object a = open_ok(fx, fx->member_ino[0]);
+	struct fetch_object b = open_ok(fx, fx->member_ino[3]);
+
+	assert_true(a.created);
+	assert_false(b.created);
+	assert_ptr_equal(a.flight, b.flight);
+	assert_int_equal(flight_size(a.flight), sizeof(fx->pack));
+	assert_true(a.is_member && b.is_member);
+	assert_int_equal(b.member.base, 3 * MEMBER_SIZE);
+	assert_int_equal(b.member.size, MEMBER_SIZE);
+	assert_int_equal(b.parent, fx->dir_ino);
+	/* The pack's name is the path of the member that started it. */
+	assert_non_null(strstr(flight_name(a.flight), "d/m0 (pack "));
+	flight_unref(a.flight);
+	flight_unref(b.flight);
+}
+
+struct opener {
+	struct fixture *fx;
+	uint64_t ino;
+	int rc;
+	bool created;
+	struct flight *flight;
+};
+
+static void *open_member(void *arg)
+{
+	struct opener *op = arg;
+	struct fetch_object obj;
+
+	op->rc =
+	    fetch_object_open(op->fx->objects, &(struct fetch_object_req){.ino = op->ino}, &obj);
+	op->created = obj.created;
+	op->flight = obj.flight;
+	return NULL;
+}
+
+static void test_pack_single_flight_concurrent(void **state)
+{
+	struct fixture *fx = *state;
+	struct opener ops[MEMBERS * 4];
+	unsigned created = 0;
+
+	for (unsigned i = 0; i < MEMBERS * 4; i++)
+		ops[i] = (struct opener){.fx = fx, .ino = fx->member_ino[i % MEMBERS]};
+	test_threads_run(MEMBERS * 4, open_member, ops, sizeof(ops[0]));
+	for (unsigned i = 0; i < MEMBERS * 4; i++) {
+		assert_int_equal(ops[i].rc, 0);
+		assert_ptr_equal(ops[i].flight, ops[0].flight);
+		created += ops[i].created;
+	}
+	assert_int_equal(created, 1);
+	for (unsigned i = 0; i < MEMBERS * 4; i++)
+		flight_unref(ops[i].flight);
+}
+
+static void test_plain_dir_and_chunked(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj = open_ok(fx, fx->plain_ino);
+
+	assert_true(obj.created);
+	assert_false(obj.is_member);
+	assert_int_equal(flight_size(obj.flight), 10);
+	assert_string_equal(flight_name(obj.flight), "plain");
+	flight_unref(obj.flight);
+
+	assert_int_equal(
+	    fetch_object_open(fx->objects, &(struct fetch_object_req){.ino = fx->dir_ino}, &obj),
+	    -EISDIR);
+	assert_null(obj.flight);
+	assert_int_equal(
+	    fetch_object_open(fx->objects, &(struct fetch_object_req){.ino = 999999}, &obj),
+	    -ENOENT);
+	/* A chunked object's first open reads its hash list first. */
+	assert_int_equal(fetch_object_open(
+	                     fx->objects, &(struct fetch_object_req){.ino = fx->chunked_ino}, &obj),
+	                 FETCH_OBJECT_HASH_LIST);
+	assert_null(obj.flight);
+	assert_int_equal(
+	    fetch_object_open(fx->objects,
+	                      &(struct fetch_object_req){.ino = fx->chunked_ino, .hash_list = true},
+	                      &obj),
+	    0);
+	assert_true(obj.created);
+	assert_int_equal(flight_size(obj.flight), 4 * FLIGHT_DIGEST_BYTES);
+	assert_string_equal(obj.url, "http://store.example/objects/big.list");
+	assert_true(flight_is_whole(obj.flight));
+	assert_non_null(strstr(flight_name(obj.flight), "big (hash list)"));
+	/* Its bytes, as the opener reads them once the list is verified. */
+	unsigned char digests[4 * FLIGHT_DIGEST_BYTES], *got = NULL;
+	fill_digests(digests);
+	assert_int_equal(flight_open_spool(obj.flight), 0);
+	assert_int_equal(flight_deliver(obj.flight, 0, digests, sizeof(digests)), 0);
+	assert_int_equal(fetch_hash_list_read(obj.flight, &got), 0);
+	assert_memory_equal(got, digests, sizeof(digests));
+	free(got);
+	flight_unref(obj.flight);
+	fetch_object_clear(&obj);
+	/* With its digests, the object's own flight. */
+	assert_int_equal(fetch_object_open(
+	                     fx->objects,
+	                     &(struct fetch_object_req){.ino = fx->chunked_ino, .digests = digests},
+	                     &obj),
+	                 0);
+	assert_true(obj.created);
+	assert_true(flight_has_chunks(obj.flight));
+	flight_unref(obj.flight);
+}
+
+/* ---- members verified ------------------------------------------------------------- */
+
+static void test_member_verified_once_per_flight(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj = open_ok(fx, fx->member_ino[2]);
+	static const uint8_t junk[MEMBER_SIZE];
+
+	deliver_pack(fx, obj.flight);
+	assert_false(fetch_member_verified(fx->objects, obj.flight, &obj.member));
+	assert_int_equal(fetch_member_verify(fx->objects, obj.flight, &obj.member), 0);
+	assert_true(fetch_member_verified(fx->objects, obj.flight, &obj.member));
+	/* Another member of the same pack is checked on its own. */
+	struct fetch_object other = open_ok(fx, fx->member_ino[3]);
+	assert_false(fetch_member_verified(fx->objects, other.flight, &other.member));
+	/* Once verified, the member's bytes are not read back again: what the spool holds now
+	 * would not match (nothing but this test writes there). */
+	assert_int_equal(
+	    pwrite(flight_spool_fd(obj.flight), junk, sizeof(junk), (off_t)obj.member.base),
+	    (ssize_t)sizeof(junk));
+	assert_int_equal(fetch_member_verify(fx->objects, obj.flight, &obj.member), 0);
+	/* ... while an unverified one is: the pack fails for it. */
+	assert_int_equal(
+	    pwrite(flight_spool_fd(other.flight), junk, sizeof(junk), (off_t)other.member.base),
+	    (ssize_t)sizeof(junk));
+	assert_int_equal(fetch_member_verify(fx->objects, other.flight, &other.member), -EBADMSG);
+	flight_unref(obj.flight);
+	flight_unref(other.flight);
+}
+
+static void test_member_mismatch_refetches(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object bad = open_ok(fx, fx->member_ino[BAD_MEMBER]);
+	struct fetch_object good = open_ok(fx, fx->member_ino[0]);
+	uint64_t first_id = flight_id(bad.flight);
+
+	deliver_pack(fx, bad.flight);
+	assert_int_equal(fetch_member_verify(fx->objects, good.flight, &good.member), 0);
+	assert_int_equal(fetch_member_verify(fx->objects, bad.flight, &bad.member), -EBADMSG);
+	assert_false(fetch_member_verified(fx->objects, bad.flight, &bad.member));
+	/* Every reader of the pack gets EIO now, also the good member's. */
+	assert_int_equal(flight_ready(bad.flight, bad.member.base, bad.member.size), -EIO);
+	assert_int_equal(flight_ready(good.flight, good.member.base, good.member.size), -EIO);
+	/* The next open fetches the pack again, with a flight whose members are checked
+	 * afresh: the good member's match was the failed flight's. */
+	struct fetch_object again = open_ok(fx, fx->member_ino[0]);
+	assert_true(again.created);
+	assert_int_not_equal(flight_id(again.flight), first_id);
+	assert_false(fetch_member_verified(fx->objects, again.flight, &again.member));
+	deliver_pack(fx, again.flight);
+	assert_int_equal(fetch_member_verify(fx->objects, again.flight, &again.member), 0);
+	flight_unref(bad.flight);
+	flight_unref(good.flight);
+	flight_unref(again.flight);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_members_share_their_pack_flight, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pack_single_flight_concurrent, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_plain_dir_and_chunked, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_member_verified_once_per_flight, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_member_mismatch_refetches, setup_corrupt,
+	                                    teardown),
+	};
+
+	if (index_init_process() != 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
