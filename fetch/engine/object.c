@@ -259,8 +259,9 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 		rc = FETCH_OBJECT_HASH_LIST;
 		goto out;
 	}
-	/* A new flight (most likely): its name is the file's path, for its log lines. */
-	index_node_path(c->idx, &ref.node, name, sizeof(name));
+	/* A new flight (most likely): its name is the file's path, for its log lines. The path
+	 * keeps its tail when cut, and leaves room for the suffixes after it. */
+	index_node_path(c->idx, &ref.node, name, sizeof(name) - 64);
 	snprintf(name + strnlen(name, sizeof(name) - 32), 32, "%s", t.suffix);
 	if (out->is_member) /* the pack's log lines name the member that opened it */
 		snprintf(name + strnlen(name, sizeof(name) - 32), 32, " (pack %.12s)", t.sha256);
