@@ -17,7 +17,7 @@ Fault options (per path): gate (+ gate_skip N: the first N requests pass), rate 
 drop_after (N body bytes per response), drop_at ([abs offsets], each fires once), stall_at (abs offset, once; until clear or
 client close), hold_at (abs offset: the body pauses there until release/clear, then the same
 response goes on; stats "held" counts the waiting ones), corrupt_at (abs offset or list; byte ^ 0xFF), fail_status + fail_count
-(+ retry_after), etag, ignore_range, size_lie (N), content_range_lie (+4096),
+(+ retry_after; + fail_gated: only requests held at the gate fail), etag, ignore_range, size_lie (N), content_range_lie (+4096),
 ignore_if_match (answer as if no If-Match came: e.g. 206 with a new ETag),
 basic_auth ("user:password": 401 to a request without that Authorization),
 no_auth (401 to a request carrying any credential: Authorization or X-Amz-* headers).

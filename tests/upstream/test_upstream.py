@@ -182,6 +182,21 @@ def test_gate_release(up):
     assert up.request("s.bin")[0] == 200
 
 
+def test_fail_gated_fails_only_the_requests_held_at_the_gate(up):
+    up.fault("s.bin", gate=True)
+    res = []
+    t = threading.Thread(target=lambda: res.append(up.request("s.bin")))
+    t.start()
+    up.wait_for(lambda s: s["gated"] == 1, path="s.bin")
+    up.fault("s.bin", fail_status=503, fail_count=2, fail_gated=True)
+    up.release("s.bin")
+    # Not held: it passes, and leaves the failures to the held requests.
+    assert up.request("s.bin")[0] == 200
+    t.join(5)
+    assert [r[0] for r in res] == [503]
+    assert sorted(up.stats("s.bin")["statuses"]) == [200, 503]
+
+
 def test_gate_skip_lets_the_first_requests_through(up):
     up.fault("s.bin", gate=True, gate_skip=1)
     assert up.request("s.bin")[0] == 200  # the first passes

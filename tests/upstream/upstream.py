@@ -26,7 +26,8 @@ response), total_rate (B/s shared by all responses for the path; --total-rate ca
   responses of every path together, as one link does), drop_after, drop_at, stall_at,
   hold_at (abs offset: the body pauses there until release or clear, then goes on in the
   same response; counted in "held" while it waits), corrupt_at,
-  fail_status, fail_count, retry_after, etag, ignore_range, size_lie,
+  fail_status, fail_count, retry_after (fail_gated: only requests that waited at the gate
+  take the failures, so a request that comes after the release cannot), etag, ignore_range, size_lie,
   content_range_lie, ignore_if_match, basic_auth ("user:password": 401 without it),
   no_auth (401 to a request that carries any credential: Authorization, X-Amz-*).
   See tests/upstream/client.py for a summary.
@@ -52,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CHUNK = 64 * 1024
 CTL = "/_ctl/"
 
-BOOL_OPTS = ("gate", "ignore_range", "content_range_lie", "ignore_if_match", "no_auth")
+BOOL_OPTS = ("gate", "fail_gated", "ignore_range", "content_range_lie", "ignore_if_match", "no_auth")
 INT_OPTS = ("drop_after", "stall_at", "hold_at", "fail_status", "fail_count", "size_lie", "gate_skip")
 NUM_OPTS = ("rate", "total_rate")
 INT_LIST_OPTS = ("drop_at", "corrupt_at")
@@ -426,6 +427,7 @@ class Handler(BaseHTTPRequestHandler):
     def _gate(self, path):
         """Wait while the path is gated. Returns False if the client went away."""
         st = STATE
+        self._held = False  # per request: a keep-alive connection's handler serves many
         with st.cond:
             cfg = st.faults.get(path, {})
             if not cfg.get("gate"):
@@ -433,6 +435,7 @@ class Handler(BaseHTTPRequestHandler):
             if cfg.get("gate_skip"):  # the first gate_skip requests pass the gate
                 cfg["gate_skip"] -= 1
                 return True
+            self._held = True
             s = st.stat(path)
             s["gated"] += 1
             st.gated += 1
@@ -542,7 +545,9 @@ class Handler(BaseHTTPRequestHandler):
         st = STATE
         with st.lock:
             cfg = st.faults.get(rel, {})
-            fail = take_fail(cfg)
+            fail = None
+            if not cfg.get("fail_gated") or getattr(self, "_held", False):
+                fail = take_fail(cfg)
             cfg = dict(cfg)
         if fail is not None:
             code, ra = fail
