@@ -84,25 +84,15 @@ stop() {
 
 # The mount answers: an open always reaches the daemon, where a stat may be answered from
 # the kernel's attribute cache even on a dead mount.
-answers() { head -c 1 "$mnt/.spoolfs/stats" >/dev/null 2>&1; }
-
-ready() { mounted && answers; }
+ready() { mounted && head -c 1 "$mnt/.spoolfs/stats" >/dev/null 2>&1; }
 
 serve() {
 	local source=${SPOOLFS_SOURCE:-} pid rc watchdog=""
 	[ -n "$source" ] || die "SPOOLFS_SOURCE is not set: a manifest URL or path, or s3://BUCKET/PREFIX"
 	mkdir -p "$run_dir" "$mnt"
-	# A pod killed without its preStop (SIGKILL, an OOM kill, a node crash) leaves a dead
-	# mount on the node ("Transport endpoint is not connected") that would refuse this one.
-	# A live one is someone else's (the systemd unit, an old pod still stopping): never
-	# stacked on, never taken away.
-	if mounted; then
-		if answers; then
-			die "$mnt is already mounted and answers: another spoolfs (the systemd unit, or a pod still stopping) serves it"
-		fi
-		say "clearing the dead mount on $mnt that a killed daemon left"
-		fusermount3 -u -z "$mnt"
-	fi
+	# A dead mount a killed pod left there ("Transport endpoint is not connected") is
+	# cleared by spoolfs itself, and a live one (the systemd unit, an old pod still
+	# stopping) refused: fs/mountinfo.c.
 	local -a opts=()
 	# SPOOLFS_OPTIONS is split at spaces, with no globbing.
 	set -f
