@@ -62,8 +62,9 @@ alive() {
 	[ -n "$state" ] && [ "$state" != Z ]
 }
 
-# The preStop: unmount, then wait for the daemon to exit, boundedly; SIGTERM after
-# SPOOLFS_STOP_TIMEOUT (open files of a lazily detached mount then fail), SIGKILL 10 s later.
+# The preStop, and SIGTERM's: unmount, then wait for the daemon to exit, boundedly: SIGTERM
+# after SPOOLFS_STOP_TIMEOUT (reads of a lazily detached mount's open files then fail, but
+# for what the kernel has cached), SIGKILL 10 s later.
 stop() {
 	local pid i
 	pid=$(daemon_pid)
@@ -106,20 +107,9 @@ serve() {
 		[ "$stopping" = 0 ] || return 0
 		stopping=1
 		say "stopping: unmounting $mnt"
-		unmount || true
-		# Bounded like the preStop: a job holding a file open keeps a lazily detached
-		# mount's daemon up until then, or until this.
-		# The sleep is ended with it, so nothing of the container outlives it.
-		(
-			trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-			sleep "$timeout" &
-			nap=$!
-			wait "$nap"
-			if alive "$pid"; then
-				say "the daemon had not exited ${timeout} s after the unmount: stopping it"
-				kill -TERM "$pid"
-			fi
-		) &
+		# The preStop's own steps, beside the wait below: a job holding a file open keeps
+		# a lazily detached mount's daemon up until it closes it, or until the timeout.
+		stop &
 		watchdog=$!
 	}
 	trap on_signal TERM INT

@@ -237,6 +237,24 @@ def test_stop_detaches_a_busy_mount_and_waits_for_the_last_file(store, pods, tmp
     pod.check_clean_exit(pod.wait())
 
 
+def test_sigterm_stops_a_daemon_kept_by_an_open_file_after_the_timeout(store, pods, tmp_path):
+    """A job that never closes its file cannot hold the pod past SPOOLFS_STOP_TIMEOUT: the
+    daemon is stopped then."""
+    store.add("held.bin", 2 << 20)
+    url = store.write()
+    pod = pods(url, tmp_path / "srv" / "store", env={"SPOOLFS_STOP_TIMEOUT": "1"})
+    pod.wait_ready()
+    with open(pod.path("held.bin"), "rb", buffering=0) as held:
+        assert held.read(4096) == expected(store, "held.bin")[:4096]
+        daemons = pod.daemon_pids()
+        pod.proc.send_signal(signal.SIGTERM)
+        rc = pod.wait()
+        out = pod.output()
+        assert "detaching it lazily" in out and "had not exited 1 s after the unmount" in out
+        assert not any(alive(p) for p in daemons)
+    assert rc == 0, out  # SIGTERM is a clean stop for spoolfs
+
+
 def make_node(namespaces, tmp_path):
     """A node whose /srv/spoolfs (tmp_path/srv) is on a shared mount, as / is under
     systemd -> (node, the mount point below it)."""
