@@ -492,6 +492,9 @@ def test_dockerfile_uses_debian_12_packages_only():
     for word, rest in build + runtime:
         assert not re.search(r"\b(curl|wget|pip|npm|git clone|ADD)\b", word + " " + rest), rest
     pkgs = apt_packages(build) + apt_packages(runtime)
+    lists = "/var/lib/apt/lists"
+    if not any("_Packages" in n for n in (os.listdir(lists) if os.path.isdir(lists) else [])):
+        pytest.skip("apt has no package lists here (apt-get update)")
     policy = subprocess.run(["apt-cache", "policy"] + pkgs, capture_output=True, text=True).stdout
     for p in pkgs:
         block = re.search(r"^%s:\n(.*?)(?=^\S|\Z)" % re.escape(p), policy, re.M | re.S)
