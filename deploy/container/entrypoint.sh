@@ -55,11 +55,12 @@ unmount() {
 
 daemon_pid() { cat "$run_dir/pid" 2>/dev/null || true; }
 
-# alive PID: the daemon has not exited (a zombie waiting for its parent counts as gone).
+# alive PID: the daemon has not exited (a zombie waiting for its parent counts as gone; one
+# stopped by a tracer, state "t", as LeakSanitizer does at exit, has not).
 alive() {
 	local state
-	state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
-	[ -n "$state" ] && [ "$state" != Z ]
+	state=$(sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
 # The preStop, and SIGTERM's: unmount, then wait for the daemon to exit, boundedly: SIGTERM
