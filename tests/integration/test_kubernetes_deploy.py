@@ -596,8 +596,9 @@ def test_a_cache_dir_on_overlayfs_loses_passthrough(store, mount, tmp_path, on_o
         wait_until(lambda: flight_records(m)["obj.bin"]["state"] == "complete",
                    lambda: flight_records(m))
         assert read_file(m.p("obj.bin")) == want  # a complete object's open: passthrough
-        # Lazily: the kernel's passthrough backing file holds the mount until the daemon has
-        # answered the release, so a plain unmount just after the close may find it busy.
+        # Lazily: a plain unmount just after the close failed once in 12 ASan runs under load
+        # (busy; the passthrough backing file, held until the release is answered, is the
+        # suspect, not shown). What is checked here is the log line and a clean exit.
         subprocess.run(["fusermount3", "-u", "-z", m.path], check=True)
         check_exited_clean(m)
         off = "passthrough reads are off: Too many levels of symbolic links"
