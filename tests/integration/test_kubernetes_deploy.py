@@ -388,11 +388,11 @@ def test_manifests_have_what_kubernetes_requires_and_agree():
     host = volumes[bidi["name"]]["hostPath"]["path"]
     # The mount is made below the Bidirectional volume, and at the same path on the node.
     assert os.path.dirname(config["SPOOLFS_MOUNTPOINT"]) == bidi["mountPath"] == host
-    for opt in ("--cache-dir",):
-        cache = shlex.split(config["SPOOLFS_OPTIONS"])
-        cache_dir = cache[cache.index(opt) + 1]
-        assert any(cache_dir.startswith(vm["mountPath"] + "/") and "hostPath" in volumes[vm["name"]]
-                   for vm in c["volumeMounts"]), "the cache directory is not on the node"
+    # The cache directory on the node: kept across pods, and not on the container's overlayfs.
+    options = shlex.split(config["SPOOLFS_OPTIONS"])
+    cache_dir = options[options.index("--cache-dir") + 1]
+    assert any(cache_dir.startswith(vm["mountPath"] + "/") and "hostPath" in volumes[vm["name"]]
+               for vm in c["volumeMounts"]), "the cache directory is not on the node"
     assert "allow_other" in config["SPOOLFS_OPTIONS"]
 
     job = docs[("Pod", "ci-job")]
