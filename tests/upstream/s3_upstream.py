@@ -37,7 +37,11 @@ S3 API (path-style: /BUCKET/KEY; virtual-hosted addressing is not supported):
           If-None-Match (304), If-Range; ETag = quoted md5 hex; Last-Modified;
           x-amz-meta-*; x-amz-checksum-sha256 (+ x-amz-checksum-type FULL_OBJECT)
           on a full GET when the request has x-amz-checksum-mode: ENABLED
-  PUT  /B  (create bucket), PUT /B/KEY (body; x-amz-meta-*, x-amz-checksum-sha256),
+  PUT  /B  (create bucket), PUT /B/KEY (body; x-amz-meta-*, x-amz-checksum-sha256
+          checked (400 BadDigest), Cache-Control kept and sent back on GET/HEAD,
+          If-None-Match: * answered 412 when the key exists; counted in "puts" of the
+          path and "total_puts"; faults fail_status, gate (nothing stored while gated)
+          and corrupt_at (received bytes flipped before the checks) apply),
   DELETE /B/KEY
 Errors are S3 XML (<Error><Code/>...</Error>): NoSuchBucket, NoSuchKey (404),
 AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch, RequestTimeTooSkewed,
@@ -54,7 +58,8 @@ live --creds-lifetime seconds (default 3); S3 requests signed with them are veri
 against them, and answered 400 ExpiredToken once they expire (403 InvalidToken for a wrong
 session token). POST /_ctl/s3opts {"requester_pays": [B], "owner": ID}: requests to B
 without x-amz-request-payer: requester, or with an x-amz-expected-bucket-owner other than
-ID, are 403 AccessDenied.
+ID, are 403 AccessDenied. {"ignore_if_none_match": true}: a conditional PUT overwrites
+like an unconditional one (a store such as s3rver).
 
 Authentication: a request with an AWS4-HMAC-SHA256 Authorization header always
 has its credential-scope region checked against --region. With --verify-sigv4
@@ -409,7 +414,7 @@ def verify(method, raw_path, raw_query, headers, creds, region, session_token=No
 
 class Obj:
     __slots__ = ("key", "path", "size", "mtime", "md5", "meta", "checksum", "ctype",
-                 "source", "sig")
+                 "source", "sig", "cache_control")
 
     @property
     def etag(self):
@@ -447,6 +452,7 @@ class Config:
     max_skew = 900
     etag_mode = "md5"
     blobdir = None
+    ignore_if_none_match = False  # s3opts: write over an existing key anyway (as s3rver)
     requester_pays = set()  # buckets whose requests must say x-amz-request-payer: requester
     owner = "111122223333"  # every bucket's owner, for x-amz-expected-bucket-owner
 
@@ -455,6 +461,7 @@ CFG = Config()
 STORE = {}
 STORE_LOCK = threading.RLock()
 LISTS = []          # listing requests (dicts), guarded by up.STATE.lock
+PUTS = [0]          # objects stored by S3 PUT, under up.STATE.lock
 PAYER_SEEN = [0]    # requests that said x-amz-request-payer: requester, under up.STATE.lock
 AUTH_FAILS = []     # recent auth failures, guarded by up.STATE.lock
 AUTH_FAIL_COUNT = [0]
@@ -610,6 +617,7 @@ def put_blob(bucket, key, data=None, src=None, spec=None):
     o.mtime = time.time()
     o.md5 = file_md5(path, o.sig)
     apply_meta(o, spec or {})
+    o.cache_control = (spec or {}).get("cache_control")
     with STORE_LOCK:
         b = create_bucket(bucket)
         b.put(o)  # in-flight GETs keep their open fd of the previous version
@@ -870,6 +878,7 @@ class S3Handler(up.Handler):
                        "total_heads": sum(s["heads"] for s in objs.values()),
                        "total_bytes": sum(s["bytes"] for s in objs.values()),
                        "total_lists": sum(s["gets"] + s["heads"] for s in lists.values()),
+                       "total_puts": PUTS[0],
                        "auth_failures": AUTH_FAIL_COUNT[0]}
             return self._json(200, out)
         if name == "creds":
@@ -886,6 +895,8 @@ class S3Handler(up.Handler):
                     CFG.requester_pays = set(body["requester_pays"])
                 if "owner" in body:
                     CFG.owner = body["owner"]
+                if "ignore_if_none_match" in body:
+                    CFG.ignore_if_none_match = bool(body["ignore_if_none_match"])
             return self._json(200, {})
         if method == "GET" and name == "lists":
             with up.STATE.lock:
@@ -1276,6 +1287,8 @@ class S3Handler(up.Handler):
         self.send_header("x-amz-request-id", request_id())
         for k, v in sorted(o.meta.items()):
             self.send_header("x-amz-meta-" + k, v)
+        if getattr(o, "cache_control", None):
+            self.send_header("Cache-Control", o.cache_control)
         if o.checksum and not partial and \
                 (self.headers.get("x-amz-checksum-mode") or "").upper() == "ENABLED":
             self.send_header("x-amz-checksum-sha256", o.checksum)
@@ -1288,8 +1301,35 @@ class S3Handler(up.Handler):
         self._send_body(rel, fd, real_size, start, end)
 
     # ------------------------------------------------------------ writes
+    def _put_faults(self, rel, body):
+        """Faults of a PUT of rel, once its body is read: fail_status answers an error;
+        gate holds it (counted in "gated"; nothing stored while it waits, and nothing if
+        the client goes away); corrupt_at flips those bytes of the body as received, so
+        the checksums must refuse it. -> the body, or None when the client went away."""
+        fail = self._take_fail(rel)
+        if fail is not None:
+            e = self._injected(*fail)
+            e.injected = True
+            raise e
+        if not self._gate(rel):
+            self._abort()
+            return None
+        with up.STATE.lock:
+            corrupt = list(up.STATE.faults.get(rel, {}).get("corrupt_at", ()))
+        if corrupt:
+            b = bytearray(body)
+            for off in corrupt:
+                if 0 <= off < len(b):
+                    b[off] ^= 0xFF
+            body = bytes(b)
+        return body
+
     def _write(self, method, bucket, key, q, raw_path, raw_query):
         body = self._read_body() if method == "PUT" else b""
+        if method == "PUT" and key:
+            body = self._put_faults(bucket + "/" + key, body)
+            if body is None:
+                return
         body_sha = hashlib.sha256(body).hexdigest() if body else None
         self._authenticate(method, bucket, raw_path, raw_query, body_sha=body_sha)
         if not bucket:
@@ -1320,12 +1360,23 @@ class S3Handler(up.Handler):
         spec = {"meta": {k: v for k, v in meta.items() if k != "sha256"},
                 "sha256": meta.get("sha256"),
                 "checksum_sha256": self.headers.get("x-amz-checksum-sha256"),
-                "content_type": self.headers.get("Content-Type")}
+                "content_type": self.headers.get("Content-Type"),
+                "cache_control": self.headers.get("Cache-Control")}
         if spec["checksum_sha256"] and spec["checksum_sha256"] != base64.b64encode(
                 hashlib.sha256(body).digest()).decode():
             raise S3Error(400, "BadDigest", "The SHA256 you specified did not match the "
                           "calculated checksum.")
+        # If-None-Match: * (a conditional write): 412 when the key exists, unless the
+        # server plays a store that ignores it (s3opts ignore_if_none_match, as s3rver).
+        if (self.headers.get("If-None-Match") or "").strip() == "*" and o is not None \
+                and not CFG.ignore_if_none_match:
+            raise S3Error(412, "PreconditionFailed", "At least one of the pre-conditions "
+                          "you specified did not hold", Condition="If-None-Match")
         o = put_blob(bucket, key, data=body, spec=spec)
+        with up.STATE.lock:
+            up.STATE.stat(bucket + "/" + key).setdefault("puts", 0)
+            up.STATE.stat(bucket + "/" + key)["puts"] += 1
+            PUTS[0] += 1
         return self._simple(200, b"", "application/xml", extra=[("ETag", o.etag)])
 
 
