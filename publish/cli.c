@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "publish/publish.h"
+#include "publish/publish_i.h"
 #include "util/size.h"
 
 #define DEFAULT_PACK_UNDER (64u << 10)
@@ -48,7 +48,12 @@ static void usage(FILE *f)
 	        "                      (without: it is kept when its size is right); a wrong\n"
 	        "                      one is replaced\n"
 	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
-	        "  -h, --help          print this and exit\n");
+	        "  -h, --help          print this and exit\n"
+	        "\n"
+	        "OUT_DIR may be s3://BUCKET[/PREFIX]: objects the store lacks are uploaded,\n"
+	        "then the manifest (doc/publish.md). With it: --endpoint URL, --region R,\n"
+	        "--profile NAME, --role-arn ARN, --path-style (as for a mount), --if-absent\n"
+	        "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8)\n");
 }
 
 static unsigned cpus(void)
@@ -78,6 +83,15 @@ int publish_main(int argc, char **argv)
 	    {"chunk-size", required_argument, NULL, 's'},
 	    {"verify-existing", no_argument, NULL, 'V'},
 	    {"help", no_argument, NULL, 'h'},
+	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c): the mount's store options. */
+	    {"endpoint", required_argument, NULL, 'E'},
+	    {"region", required_argument, NULL, 'R'},
+	    {"profile", required_argument, NULL, 'P'},
+	    {"role-arn", required_argument, NULL, 'A'},
+	    {"path-style", no_argument, NULL, 'S'},
+	    {"if-absent", no_argument, NULL, 'I'},
+	    {"dry-run", no_argument, NULL, 'D'},
+	    {"uploads", required_argument, NULL, 'U'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct publish_options o = {.manifest = "manifest.json",
@@ -145,6 +159,17 @@ int publish_main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'E':
+		case 'R':
+		case 'P':
+		case 'A':
+		case 'S':
+		case 'I':
+		case 'D':
+		case 'U':
+			if (pub_s3_option(&o.s3, c, optarg) != 0)
+				return 2;
+			break;
 		default:
 			fprintf(stderr, "spoolfs publish: bad option '%s'\n", argv[optind - 1]);
 			usage(stderr);

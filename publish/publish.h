@@ -10,6 +10,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* OUT_DIR given as s3://BUCKET[/PREFIX]: how to reach the store (doc/publish.md). The
+ * store options are the mount's (doc/s3.md); NULL or 0 takes the same defaults. */
+struct publish_s3_options {
+	const char *endpoint, *region, *profile, *role_arn;
+	bool path_style;
+	bool if_absent;   /* write the manifest only where its key is absent (probed first) */
+	bool dry_run;     /* say what would be uploaded; upload nothing */
+	unsigned uploads; /* PUTs at once */
+	bool given;       /* any of these was: refused for a local OUT_DIR */
+};
+
 struct publish_options {
 	const char *src;      /* the tree to publish */
 	const char *out;      /* where objects/ and the manifest go (made when missing) */
@@ -27,6 +38,9 @@ struct publish_options {
 	uint64_t chunk_size;
 	/* An object already in OUT_DIR is re-hashed (not only sized) before it is kept. */
 	bool verify_existing;
+	/* Used when out is s3://...: objects are staged in a private OUT_DIR, then uploaded. */
+	struct publish_s3_options s3;
+	bool quiet; /* no summary line: the S3 route prints its own */
 };
 
 /*

@@ -114,6 +114,9 @@ int pub_open_seen(int src_fd, const char *src, const struct pub_entry *e);
 int pub_out_trusted(const char *out_real);
 void pub_tree_free(struct pub_tree *tree);
 
+/* n bytes for a person: "512 B", "1.5 MiB". Returns buf. */
+const char *pub_human(uint64_t n, char *buf, size_t cap);
+
 /* Writes s into buf for a message: control bytes (and with high, bytes >= 0x80) as \xNN,
  * cut with "..." when it would not fit. Returns buf. */
 const char *pub_quote(const char *s, bool high, char *buf, size_t cap);
@@ -255,5 +258,32 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
  * parent names its children's digests. 0 or -errno, said.
  */
 int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
+
+/* The S3 route (s3.c stages, upload_s3.c uploads). */
+struct s3_source;
+struct up_item;
+struct pub_s3 {
+	struct s3_source *src;
+	const char *display; /* "s3://bucket/prefix/", no credentials */
+	const char *stage;   /* the staged OUT_DIR, a real path */
+	unsigned uploads;    /* PUTs at once */
+	unsigned max_tries;  /* of one PUT that fails transiently */
+	bool if_absent, dry_run;
+	bool tty;              /* stderr is a terminal: progress is shown */
+	struct up_item *items; /* the staged objects; owned */
+	size_t n_items;
+	size_t to_upload, uploaded, skipped;
+	uint64_t upload_bytes, sent_bytes;
+	double started, shown; /* CLOCK_MONOTONIC seconds */
+};
+
+#define PUB_MAX_UPLOADS 64
+/* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
+int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
+/* Publishes o->src into the store o->out names (s3://...). 0 or -errno, said. */
+int pub_s3_publish(const struct publish_options *o);
+/* Uploads s->stage's objects the store lacks, confirms them all there, then the manifest
+ * (o->manifest, written last). Prints one summary line. 0 or -errno, said. */
+int pub_s3_upload(struct pub_s3 *s, const char *manifest);
 
 #endif

@@ -1,0 +1,220 @@
+"""`spoolfs publish SRC s3://BUCKET/PREFIX` (doc/publish.md), against the test S3 server that
+verifies every SigV4 signature and checks x-amz-checksum-sha256 (tests/upstream/s3_upstream.py):
+objects first, only those the store lacks, each PUT checked by the store; the manifest last;
+a killed publish resumed; --if-absent probed, not assumed. Each tree is mounted from the
+bucket and compared with its source.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, read_file
+from helpers import wait_until
+from test_s3 import BUCKET, aws_env, s3_server, s3rver_installed  # noqa: F401 (fixtures)
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
+import s3rver  # noqa: E402
+
+
+def make_tree(src, big=3 << 20):
+    (src / "inc").mkdir(parents=True)
+    for i in range(20):
+        (src / ("inc/h%02d.h" % i)).write_bytes(b"#define H%d %d\n" % (i, i) * (i + 1))
+    (src / "big.bin").write_bytes(os.urandom(big))
+    (src / "tool").write_bytes(os.urandom(200 << 10))
+    os.chmod(src / "tool", 0o755)
+    os.symlink("big.bin", src / "big-link")
+    (src / "empty").mkdir()
+
+
+def start(s3_server, tmp_path, big=3 << 20):
+    """A verifying S3 server with an empty bucket, and a tree to publish."""
+    s3 = s3_server()
+    s3.create_bucket(BUCKET)
+    src = tmp_path / "src"
+    make_tree(src, big)
+    return s3, src
+
+
+def publish(s3, src, dest, *args, check=True, env=None):
+    """Runs `spoolfs publish src dest --endpoint ...`: (status, stdout, stderr)."""
+    proc = subprocess.run([SPOOLFS, "publish", str(src), dest, "--endpoint", s3.endpoint] +
+                          [str(a) for a in args], capture_output=True, timeout=120 * SLOW,
+                          env=env or daemon_env())
+    out, err = proc.stdout.decode(), proc.stderr.decode("utf-8", "replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    if check:
+        assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+def compare(root, src):
+    """The mounted tree is the source: names, bytes, links, modes."""
+    for dirpath, dirs, files in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        mdir = os.path.join(root, rel)
+        assert sorted(os.listdir(mdir)) == sorted(dirs + files), rel
+        for f in files:
+            p, m = os.path.join(dirpath, f), os.path.join(mdir, f)
+            if os.path.islink(p):
+                assert os.readlink(m) == os.readlink(p)
+            else:
+                assert read_file(m) == open(p, "rb").read(), m
+                assert os.stat(m).st_mode & 0o111 == os.stat(p).st_mode & 0o111
+
+
+def object_keys(s3, prefix):
+    return sorted(k for k in s3.objects(BUCKET) if k.startswith(prefix + "/objects/"))
+
+
+def puts(s3):
+    return s3.stats()["total_puts"]
+
+
+def test_publish_mount_republish_change(s3_server, mount, tmp_path):
+    s3, src = start(s3_server, tmp_path)
+    _, out, _ = publish(s3, src, "s3://%s/rel" % BUCKET)
+    keys = object_keys(s3, "rel")
+    # Every object, then the manifest: one PUT each, no more.
+    assert puts(s3) == len(keys) + 1, out
+    assert "%d objects" % len(keys) in out
+    m = mount("s3://%s/rel" % BUCKET, "--manifest", "manifest.json", "--endpoint",
+              s3.endpoint)
+    compare(m.p(), src)
+    m.unmount()
+    # Objects are immutable for every cache, the manifest is not.
+    status, headers, _ = s3.head(BUCKET, keys[0])
+    assert status == 200 and headers["cache-control"] == "public, max-age=31536000, immutable"
+    status, headers, _ = s3.head(BUCKET, "rel/manifest.json")
+    assert status == 200 and headers["cache-control"] == "no-cache"
+
+    # Again, unchanged: nothing but the manifest goes up.
+    before = puts(s3)
+    _, out, _ = publish(s3, src, "s3://%s/rel" % BUCKET)
+    assert puts(s3) == before + 1
+    assert "0 objects" in out and "%d already there" % len(keys) in out
+
+    # A changed file: its object alone (and the manifest).
+    (src / "tool").write_bytes(os.urandom(100 << 10))
+    before = puts(s3)
+    _, out, _ = publish(s3, src, "s3://%s/rel" % BUCKET)
+    assert puts(s3) == before + 2, out
+    assert "1 objects" in out
+    m = mount("s3://%s/rel" % BUCKET, "--manifest", "manifest.json", "--endpoint",
+              s3.endpoint, name="mnt2")
+    compare(m.p(), src)
+    # Every request of all three publishes and the mounts was signed right.
+    assert s3.auth_failures() == []
+
+
+def test_dry_run_uploads_nothing(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    _, out, _ = publish(s3, src, "s3://%s/p" % BUCKET, "--dry-run")
+    assert puts(s3) == 0
+    assert "would upload s3://%s/p/objects/" % BUCKET in out
+    assert "would upload s3://%s/p/manifest.json (manifest, last)" % BUCKET in out
+    assert s3.objects(BUCKET) in ([], {})
+
+
+def test_a_killed_publish_resumes(s3_server, mount, tmp_path):
+    """A publish killed while an object's PUT is held by the server's gate stores no part of
+    that object and no manifest; the rerun uploads only what is missing."""
+    s3, src = start(s3_server, tmp_path)
+    big = BUCKET + "/r/objects/%s" % (lambda h: h[:2] + "/" + h)(
+        hashlib.sha256((src / "big.bin").read_bytes()).hexdigest())
+    s3.fault(big, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/r" % BUCKET, "--endpoint",
+                             s3.endpoint, "--uploads", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=daemon_env())
+    try:
+        # Largest first: the big file's PUT is the first, held once its body arrived.
+        s3.wait_for(lambda s: s["gated"] == 1, timeout=60 * SLOW, path=big)
+    finally:
+        proc.kill()
+        proc.communicate()
+    wait_until(lambda: s3.stats(big)["gated"] == 0, "the held PUT ended")
+    s3.clear(big)
+    assert big.split("/", 1)[1] not in s3.objects(BUCKET)
+    assert "r/manifest.json" not in s3.objects(BUCKET)
+    stored = len(object_keys(s3, "r"))
+    before = puts(s3)
+    _, out, _ = publish(s3, src, "s3://%s/r" % BUCKET)
+    total = len(object_keys(s3, "r"))
+    assert puts(s3) - before == total - stored + 1
+    assert "%d already there" % stored in out
+    m = mount("s3://%s/r" % BUCKET, "--manifest", "manifest.json", "--endpoint", s3.endpoint)
+    compare(m.p(), src)
+    assert s3.auth_failures() == []
+
+
+def test_a_corrupted_upload_is_refused_by_the_store(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    h = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
+    key = "c/objects/%s/%s" % (h[:2], h)
+    s3.fault(BUCKET + "/" + key, corrupt_at=[1000])
+    status, _, err = publish(s3, src, "s3://%s/c" % BUCKET, check=False)
+    assert status == 1
+    assert key in err and ("BadDigest" in err or "SHA256Mismatch" in err), err
+    keys = s3.objects(BUCKET)
+    assert key not in keys and "c/manifest.json" not in keys
+
+
+def test_if_absent(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    publish(s3, src, "s3://%s/v1" % BUCKET, "--if-absent")
+    manifest = s3.get(BUCKET, "v1/manifest.json")[2]
+    # A second publisher of the same release name is refused, and the first one's stays.
+    (src / "tool").write_bytes(b"another tool\n")
+    status, _, err = publish(s3, src, "s3://%s/v1" % BUCKET, "--if-absent", check=False)
+    assert status == 1 and "exists already" in err, err
+    assert s3.get(BUCKET, "v1/manifest.json")[2] == manifest
+    # A store that ignores If-None-Match is found out, and --if-absent refused on it.
+    s3.s3opts(ignore_if_none_match=True)
+    status, _, err = publish(s3, src, "s3://%s/v2" % BUCKET, "--if-absent", check=False)
+    assert status == 1 and "does not honour If-None-Match" in err, err
+    assert not [k for k in s3.objects(BUCKET) if k.startswith("v2/")]
+    assert s3.auth_failures() == []
+
+
+def test_bad_s3_usage(s3_server, tmp_path):
+    s3 = s3_server()
+    src = tmp_path / "src"
+    make_tree(src, big=1 << 10)
+    status, _, err = publish(s3, src, "s3:///nobucket", check=False)
+    assert status == 1 and "bad S3 source" in err, err
+    status, _, err = publish(s3, src, str(tmp_path / "out"), check=False)
+    assert status == 1 and "for an s3:// OUT_DIR" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--uploads", "0", check=False)
+    assert status == 2 and "--uploads takes" in err, err
+
+
+class Endpoint:
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+
+@pytest.mark.slow  # s3rver starts in seconds: the plain pass only (pytest.ini)
+def test_s3rver(s3rver_installed, aws_env, mount, tmp_path):
+    """A third-party store: publish, mount, diff, publish again (nothing uploaded); and
+    s3rver writes over a key despite If-None-Match: *, so --if-absent is refused there."""
+    aws_env(s3rver.ACCESS_KEY, s3rver.SECRET)
+    src = tmp_path / "src"
+    make_tree(src)
+    with s3rver.S3rver(buckets=[BUCKET]) as srv:
+        ep = Endpoint(srv.endpoint)
+        _, out, _ = publish(ep, src, "s3://%s/t" % BUCKET)
+        n = int(out.split("publish: ")[1].split(" objects")[0])
+        assert n > 3
+        m = mount("s3://%s/t" % BUCKET, "--manifest", "manifest.json", "--endpoint",
+                  srv.endpoint)
+        compare(m.p(), src)
+        m.unmount()
+        _, out, _ = publish(ep, src, "s3://%s/t" % BUCKET)
+        assert "0 objects" in out and "%d already there" % n in out
+        status, _, err = publish(ep, src, "s3://%s/u" % BUCKET, "--if-absent", check=False)
+        assert status == 1 and "does not honour If-None-Match" in err, err
