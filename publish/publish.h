@@ -54,4 +54,8 @@ int publish_run(const struct publish_options *o);
 /* The subcommand: argv[0] is "publish". Exit status: 0 done, 1 failed, 2 bad usage. */
 int publish_main(int argc, char **argv);
 
+/* `spoolfs verify SOURCE` (publish/verify.c): argv[0] is "verify". Exit status: 0 every
+ * object is there and right, 1 not (or it could not be checked), 2 bad usage. */
+int publish_verify_main(int argc, char **argv);
+
 #endif

@@ -264,10 +264,10 @@ struct s3_source;
 struct up_item;
 struct pub_s3 {
 	struct s3_source *src;
-	const char *display; /* "s3://bucket/prefix/", no credentials */
-	const char *stage;   /* the staged OUT_DIR, a real path */
-	unsigned uploads;    /* PUTs at once */
-	unsigned max_tries;  /* of one PUT that fails transiently */
+	char *display;      /* "s3://bucket/prefix", no credentials; owned */
+	const char *stage;  /* the staged OUT_DIR, a real path */
+	unsigned uploads;   /* PUTs at once */
+	unsigned max_tries; /* of one PUT that fails transiently */
 	bool if_absent, dry_run;
 	bool tty;              /* stderr is a terminal: progress is shown */
 	struct up_item *items; /* the staged objects; owned */
@@ -280,6 +280,31 @@ struct pub_s3 {
 #define PUB_MAX_UPLOADS 64
 /* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
+/* A key the store holds (relative to the prefix), and its size. */
+struct pub_s3_have {
+	char *key;
+	uint64_t size;
+};
+struct pub_s3_list {
+	struct pub_s3_have *v; /* sorted by key */
+	size_t n, cap;
+};
+/* Lists every key under PREFIX/under (no delimiter: the whole subtree) into l, relative to
+ * the prefix, sorted. 0 or -errno, said. */
+int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l);
+/* The size the store holds key at, or -1. */
+int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key);
+void pub_s3_list_free(struct pub_s3_list *l);
+/* GETs key (under the prefix), handing a 2xx answer's body to sink as curl does (a short
+ * count ends the transfer). The HTTP status, or 0 with why set (why is set for a status
+ * other than 2xx too). */
+long pub_s3_get(struct pub_s3 *s, const char *key,
+                size_t (*sink)(char *data, size_t size, size_t nmemb, void *ctx), void *ctx,
+                char *why, size_t cap);
+/* Opens the store o names for s (the mount's client and credentials). 0 or -errno, said. */
+int pub_s3_open(const struct publish_s3_options *o, const char *dest, struct pub_s3 *s);
+void pub_s3_close(struct pub_s3 *s);
+
 /* Publishes o->src into the store o->out names (s3://...). 0 or -errno, said. */
 int pub_s3_publish(const struct publish_options *o);
 /* Uploads s->stage's objects the store lacks, confirms them all there, then the manifest

@@ -75,45 +75,69 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
 	return 0;
 }
 
-int pub_s3_publish(const struct publish_options *o)
+int pub_s3_open(const struct publish_s3_options *o, const char *dest, struct pub_s3 *s)
 {
-	struct s3_options so = {.source = o->out,
-	                        .endpoint = o->s3.endpoint,
-	                        .region = o->s3.region,
-	                        .profile = o->s3.profile,
-	                        .role_arn = o->s3.role_arn,
-	                        .path_style = o->s3.path_style};
-	struct pub_s3 s = {.uploads = o->s3.uploads ? o->s3.uploads : 8,
-	                   .if_absent = o->s3.if_absent,
-	                   .dry_run = o->s3.dry_run,
-	                   .tty = isatty(STDERR_FILENO) == 1};
-	struct publish_options staged = *o;
-	const char *tmp = getenv("TMPDIR");
-	char err[512] = "", stage[PATH_MAX] = "", *real = NULL, *display = NULL;
+	struct s3_options so = {.source = dest,
+	                        .endpoint = o->endpoint,
+	                        .region = o->region,
+	                        .profile = o->profile,
+	                        .role_arn = o->role_arn,
+	                        .path_style = o->path_style};
+	char err[512] = "";
 	int rc;
 
+	*s = (struct pub_s3){.uploads = o->uploads ? o->uploads : 8,
+	                     .if_absent = o->if_absent,
+	                     .dry_run = o->dry_run,
+	                     .tty = isatty(STDERR_FILENO) == 1};
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		fprintf(stderr, "spoolfs publish: cannot initialise libcurl\n");
+		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		return -EIO;
 	}
-	rc = s3_source_open(&so, &s.src, err, sizeof(err));
+	rc = s3_source_open(&so, &s->src, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "spoolfs publish: %s\n", err);
-		goto out;
+		fprintf(stderr, "spoolfs: %s\n", err);
+		goto fail;
 	}
-	rc = s3_source_start(s.src);
+	rc = s3_source_start(s->src);
 	if (rc)
-		goto out;
+		goto fail;
 	/* Without its last '/': messages add one before the key. */
-	display = strdup(s3_source_display(s.src));
-	if (!display) {
+	s->display = strdup(s3_source_display(s->src));
+	if (!s->display) {
 		rc = -ENOMEM;
-		goto out;
+		goto fail;
 	}
-	for (size_t n = strlen(display); n > 5 && display[n - 1] == '/'; n--)
-		display[n - 1] = '\0';
-	s.display = display;
-	s.max_tries = s3_source_net(s.src)->max_tries;
+	for (size_t n = strlen(s->display); n > 5 && s->display[n - 1] == '/'; n--)
+		s->display[n - 1] = '\0';
+	s->max_tries = s3_source_net(s->src)->max_tries;
+	return 0;
+fail:
+	pub_s3_close(s);
+	return rc;
+}
+
+void pub_s3_close(struct pub_s3 *s)
+{
+	if (!s->src && !s->display)
+		return;
+	free(s->items);
+	free(s->display);
+	s3_source_free(s->src);
+	*s = (struct pub_s3){0};
+	curl_global_cleanup();
+}
+
+int pub_s3_publish(const struct publish_options *o)
+{
+	struct pub_s3 s;
+	struct publish_options staged = *o;
+	const char *tmp = getenv("TMPDIR");
+	char stage[PATH_MAX] = "", *real = NULL;
+	int rc = pub_s3_open(&o->s3, o->out, &s);
+
+	if (rc)
+		return rc;
 	/* Not /tmp by default: it is often memory, and a tree may be large. */
 	snprintf(stage, sizeof(stage), "%s/spoolfs-publish.XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
 	if (!mkdtemp(stage) || !(real = realpath(stage, NULL))) {
@@ -133,10 +157,7 @@ out:
 	/* Private to this run (mode 0700): nothing in it is anyone else's. */
 	if (stage[0])
 		nftw(stage, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-	free(s.items);
 	free(real);
-	free(display);
-	s3_source_free(s.src);
-	curl_global_cleanup();
+	pub_s3_close(&s);
 	return rc;
 }

@@ -49,17 +49,6 @@ struct up_item {
 	unsigned char sha256[PUB_SHA256_LEN];
 };
 
-/* A key the store holds, and its size. */
-struct up_have {
-	char *key;
-	uint64_t size;
-};
-
-struct up_list {
-	struct up_have *v;
-	size_t n, cap;
-};
-
 /* A body sent from a file or from memory; rewound when curl must send it again. */
 struct up_body {
 	int fd;
@@ -269,22 +258,22 @@ static long perform(struct up_xfer *x, char *why, size_t cap)
 
 static int cmp_have(const void *a, const void *b)
 {
-	return strcmp(((const struct up_have *)a)->key, ((const struct up_have *)b)->key);
+	return strcmp(((const struct pub_s3_have *)a)->key, ((const struct pub_s3_have *)b)->key);
 }
 
-static void list_free(struct up_list *l)
+void pub_s3_list_free(struct pub_s3_list *l)
 {
 	for (size_t i = 0; i < l->n; i++)
 		free(l->v[i].key);
 	free(l->v);
-	*l = (struct up_list){0};
+	*l = (struct pub_s3_list){0};
 }
 
-static int list_add(struct up_list *l, const char *key, uint64_t size)
+static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 1024;
-		struct up_have *v = realloc(l->v, cap * sizeof(*v));
+		struct pub_s3_have *v = realloc(l->v, cap * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		l->v = v;
@@ -296,18 +285,15 @@ static int list_add(struct up_list *l, const char *key, uint64_t size)
 	return 0;
 }
 
-/* The size the store holds key at, or -1. */
-static int64_t list_size(const struct up_list *l, const char *key)
+int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key)
 {
-	struct up_have want = {.key = (char *)key}, *hit;
+	struct pub_s3_have want = {.key = (char *)key}, *hit;
 
 	hit = l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 	return hit ? (int64_t)hit->size : -1;
 }
 
-/* Lists every key under PREFIX/under (no delimiter: the whole store) into l, relative to
- * the prefix, sorted. 0 or -errno, said. */
-static int list_store(struct pub_s3 *s, const char *under, struct up_list *l)
+int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l)
 {
 	char *full = NULL, *token = NULL;
 	const char *prefix = s3_source_prefix(s->src);
@@ -596,6 +582,47 @@ static long put_bytes(struct pub_s3 *s, const char *key, const void *mem, size_t
 	return code;
 }
 
+struct get_sink {
+	struct up_xfer *x;
+	size_t (*sink)(char *data, size_t size, size_t nmemb, void *ctx);
+	void *ctx;
+};
+
+/* The body of a 2xx answer goes to the caller's sink; any other is kept for its message. */
+static size_t on_get(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct get_sink *g = ctx;
+	long code = 0;
+
+	curl_easy_getinfo(g->x->easy, CURLINFO_RESPONSE_CODE, &code);
+	return code / 100 == 2 ? g->sink(data, size, nmemb, g->ctx)
+	                       : on_answer(data, size, nmemb, g->x);
+}
+
+long pub_s3_get(struct pub_s3 *s, const char *key,
+                size_t (*sink)(char *data, size_t size, size_t nmemb, void *ctx), void *ctx,
+                char *why, size_t cap)
+{
+	struct up_xfer *x = xfer_new();
+	struct get_sink g = {.x = x, .sink = sink, .ctx = ctx};
+	long code = 0;
+	int rc =
+	    x ? s3_source_request(s->src, "GET", key, NULL, 0, NULL, 0, NULL, &x->url, &x->headers)
+	      : -ENOMEM;
+
+	if (rc == 0)
+		rc = easy_setup(s, x);
+	if (rc) {
+		snprintf(why, cap, "%s", strerror(-rc));
+	} else {
+		curl_easy_setopt(x->easy, CURLOPT_WRITEFUNCTION, on_get);
+		curl_easy_setopt(x->easy, CURLOPT_WRITEDATA, &g);
+		code = perform(x, why, cap);
+	}
+	xfer_free(x);
+	return code;
+}
+
 /* DELETEs key; what it answers is not a publish's concern. */
 static void delete_key(struct pub_s3 *s, const char *key)
 {
@@ -654,12 +681,12 @@ static int probe_if_absent(struct pub_s3 *s)
  * or wrong one said. */
 static int confirm(struct pub_s3 *s)
 {
-	struct up_list have = {0};
+	struct pub_s3_list have = {0};
 	size_t bad = 0;
-	int rc = list_store(s, "objects/", &have);
+	int rc = pub_s3_list(s, "objects/", &have);
 
 	for (size_t i = 0; rc == 0 && i < s->n_items; i++) {
-		int64_t size = list_size(&have, s->items[i].key);
+		int64_t size = pub_s3_list_size(&have, s->items[i].key);
 		char why[120];
 		if (size == (int64_t)s->items[i].size)
 			continue;
@@ -672,7 +699,7 @@ static int confirm(struct pub_s3 *s)
 		pub_say("", s->display, s->items[i].key, why, false);
 		bad++;
 	}
-	list_free(&have);
+	pub_s3_list_free(&have);
 	return rc ? rc : bad ? -EIO : 0;
 }
 
@@ -710,7 +737,7 @@ static int read_manifest(struct pub_s3 *s, const char *name, char **data, size_t
 
 int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 {
-	struct up_list have = {0};
+	struct pub_s3_list have = {0};
 	bool *go = NULL;
 	char *body = NULL, why[700] = "", a[32], b[32];
 	size_t len = 0;
@@ -721,13 +748,13 @@ int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 	if (rc == 0)
 		rc = stage_items(s, &s->items, &s->n_items);
 	if (rc == 0)
-		rc = list_store(s, "objects/", &have);
+		rc = pub_s3_list(s, "objects/", &have);
 	if (rc == 0 && !(go = calloc(s->n_items + 1, sizeof(*go))))
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < s->n_items; i++) {
 		/* Content-addressed: a name of the right size holds these bytes (or was
 		 * damaged by hand; `spoolfs verify --deep` finds that). */
-		go[i] = list_size(&have, s->items[i].key) != (int64_t)s->items[i].size;
+		go[i] = pub_s3_list_size(&have, s->items[i].key) != (int64_t)s->items[i].size;
 		s->to_upload += go[i];
 		s->upload_bytes += go[i] ? s->items[i].size : 0;
 		s->skipped += !go[i];
@@ -767,6 +794,6 @@ out:
 		       s->skipped, s->dry_run ? "would write" : "wrote", s->display, manifest);
 	free(body);
 	free(go);
-	list_free(&have);
+	pub_s3_list_free(&have);
 	return rc;
 }

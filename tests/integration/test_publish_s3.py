@@ -193,6 +193,77 @@ def test_bad_s3_usage(s3_server, tmp_path):
     assert status == 2 and "--uploads takes" in err, err
 
 
+def verify(*args, env=None):
+    """Runs `spoolfs verify args...`: (status, stdout, stderr)."""
+    proc = subprocess.run([SPOOLFS, "verify"] + [str(a) for a in args], capture_output=True,
+                          timeout=120 * SLOW, env=env or daemon_env())
+    out, err = proc.stdout.decode(), proc.stderr.decode("utf-8", "replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    return proc.returncode, out, err
+
+
+def test_verify_s3(s3_server, tmp_path):
+    """verify finds a missing object and one of the wrong size by one listing; --deep finds
+    one of the right size with the wrong bytes; nested manifests and chunk lists count."""
+    s3, src = start(s3_server, tmp_path)
+    for i in range(30):
+        (src / "inc" / ("many%02d.h" % i)).write_bytes(b"x%d\n" % i)
+    dest = "s3://%s/v" % BUCKET
+    publish(s3, src, dest, "--nest-over", "10")
+    status, out, err = verify(dest, "--endpoint", s3.endpoint)
+    assert status == 0, out + err
+    n = int(out.split(": ")[-1].split(" objects")[0])
+    # Every object key, the nested manifests' and the chunk list's included.
+    assert n == len(object_keys(s3, "v")), out
+    lists = s3.stats()["total_lists"]
+    status, out, _ = verify(dest, "--endpoint", s3.endpoint)
+    assert s3.stats()["total_lists"] == lists + 1  # one listing, no HEAD or GET per object
+
+    def key_of(name):
+        h = hashlib.sha256((src / name).read_bytes()).hexdigest()
+        return "v/objects/%s/%s" % (h[:2], h)
+    tool, big = key_of("tool"), key_of("big.bin")
+    s3.delete(BUCKET, tool)
+    s3.put(BUCKET, big, b"short")
+    status, out, _ = verify(dest, "--endpoint", s3.endpoint)
+    assert status == 1
+    assert "%s: missing" % tool[2:] in out
+    assert "%s: 5 bytes, not %d" % (big[2:], 3 << 20) in out
+    data = bytearray((src / "big.bin").read_bytes())
+    data[12345] ^= 1
+    s3.put(BUCKET, big, bytes(data))
+    status, out, _ = verify(dest, "--endpoint", s3.endpoint)
+    assert status == 1 and big[2:] not in out
+    status, out, _ = verify(dest, "--endpoint", s3.endpoint, "--deep")
+    assert status == 1
+    assert "%s: its bytes do not hash to its sha256" % big[2:] in out
+    assert s3.auth_failures() == []
+
+
+def test_verify_local(tmp_path):
+    from helpers import publish_tree
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, big=1 << 20)
+    publish_tree(src, out)
+    assert verify(out)[0] == 0
+    assert verify(out / "manifest.json", "--deep")[0] == 0
+    obj = sorted((out / "objects").glob("*/*"))[0]
+    data = obj.read_bytes()
+    obj.write_bytes(bytes([data[0] ^ 1]) + data[1:])
+    status, text, _ = verify(out)
+    assert status == 0
+    status, text, _ = verify(out, "--deep")
+    assert status == 1 and "its bytes do not hash" in text
+    obj.unlink()
+    status, text, _ = verify(out)
+    assert status == 1 and "missing" in text
+    status, _, err = verify(tmp_path / "nothing")
+    assert status == 1 and "No such file" in err
+    status, _, err = verify(out, "--endpoint", "http://127.0.0.1:1")
+    assert status == 2 and "s3:// SOURCE" in err
+
+
 class Endpoint:
     def __init__(self, endpoint):
         self.endpoint = endpoint
