@@ -53,7 +53,8 @@ static void usage(FILE *f)
 	        "OUT_DIR may be s3://BUCKET[/PREFIX]: objects the store lacks are uploaded,\n"
 	        "then the manifest (doc/publish.md). With it: --endpoint URL, --region R,\n"
 	        "--profile NAME, --role-arn ARN, --path-style (as for a mount), --if-absent\n"
-	        "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8)\n");
+	        "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8),\n"
+	        "--part-size SIZE (larger objects go up in parts of SIZE, 8M)\n");
 }
 
 static unsigned cpus(void)
@@ -92,6 +93,7 @@ int publish_main(int argc, char **argv)
 	    {"if-absent", no_argument, NULL, 'I'},
 	    {"dry-run", no_argument, NULL, 'D'},
 	    {"uploads", required_argument, NULL, 'U'},
+	    {"part-size", required_argument, NULL, 'Z'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct publish_options o = {.manifest = "manifest.json",
@@ -167,6 +169,7 @@ int publish_main(int argc, char **argv)
 		case 'I':
 		case 'D':
 		case 'U':
+		case 'Z':
 			if (pub_s3_option(&o.s3, c, optarg) != 0)
 				return 2;
 			break;

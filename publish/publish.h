@@ -15,10 +15,11 @@
 struct publish_s3_options {
 	const char *endpoint, *region, *profile, *role_arn;
 	bool path_style;
-	bool if_absent;   /* write the manifest only where its key is absent (probed first) */
-	bool dry_run;     /* say what would be uploaded; upload nothing */
-	unsigned uploads; /* PUTs at once */
-	bool given;       /* any of these was: refused for a local OUT_DIR */
+	bool if_absent;     /* write the manifest only where its key is absent (probed first) */
+	bool dry_run;       /* say what would be uploaded; upload nothing */
+	unsigned uploads;   /* PUTs at once */
+	uint64_t part_size; /* objects over this go up in parts of this size; 0: 8 MiB */
+	bool given;         /* any of these was: refused for a local OUT_DIR */
 };
 
 struct publish_options {

@@ -264,10 +264,12 @@ struct s3_source;
 struct up_item;
 struct pub_s3 {
 	struct s3_source *src;
-	char *display;      /* "s3://bucket/prefix", no credentials; owned */
-	const char *stage;  /* the staged OUT_DIR, a real path */
-	unsigned uploads;   /* PUTs at once */
-	unsigned max_tries; /* of one PUT that fails transiently */
+	char *display;           /* "s3://bucket/prefix", no credentials; owned */
+	const char *stage;       /* the staged OUT_DIR, a real path */
+	unsigned uploads;        /* PUTs at once */
+	unsigned max_tries;      /* of one PUT that fails transiently */
+	uint64_t multipart_over; /* objects over this go up in parts of part_size */
+	uint64_t part_size;
 	bool if_absent, dry_run;
 	bool tty;              /* stderr is a terminal: progress is shown */
 	struct up_item *items; /* the staged objects; owned */
@@ -278,6 +280,9 @@ struct pub_s3 {
 };
 
 #define PUB_MAX_UPLOADS 64
+/* Parts of a multipart upload, and the size over which an object goes up in parts: the
+ * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is held in memory while it is sent). */
+#define PUB_PART_SIZE (8u << 20)
 /* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
 /* A key the store holds (relative to the prefix), and its size. */

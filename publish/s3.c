@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@
 #include <curl/curl.h>
 
 #include "fetch/s3/source_s3.h"
-#include "publish/publish_i.h"
+#include "publish/s3_i.h"
+#include "util/size.h"
 
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg)
 {
@@ -50,6 +52,13 @@ int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg)
 		break;
 	case 'D':
 		s3->dry_run = true;
+		break;
+	case 'Z':
+		if (util_parse_size(arg, &s3->part_size) != 0 || s3->part_size < (5u << 20) ||
+		    s3->part_size > (5ull << 30)) {
+			fprintf(stderr, "spoolfs publish: --part-size takes 5M to 5G\n");
+			return -EINVAL;
+		}
 		break;
 	case 'U':
 		n = strtoul(arg, &end, 10);
@@ -87,6 +96,8 @@ int pub_s3_open(const struct publish_s3_options *o, const char *dest, struct pub
 	int rc;
 
 	*s = (struct pub_s3){.uploads = o->uploads ? o->uploads : 8,
+	                     .part_size = o->part_size ? o->part_size : PUB_PART_SIZE,
+	                     .multipart_over = o->part_size ? o->part_size : PUB_PART_SIZE,
 	                     .if_absent = o->if_absent,
 	                     .dry_run = o->dry_run,
 	                     .tty = isatty(STDERR_FILENO) == 1};
@@ -128,6 +139,12 @@ void pub_s3_close(struct pub_s3 *s)
 	curl_global_cleanup();
 }
 
+static void on_signal(int sig)
+{
+	(void)sig;
+	pub_s3_interrupted = 1;
+}
+
 int pub_s3_publish(const struct publish_options *o)
 {
 	struct pub_s3 s;
@@ -151,8 +168,15 @@ int pub_s3_publish(const struct publish_options *o)
 	staged.quiet = true;
 	staged.s3.given = false;
 	rc = publish_run(&staged);
-	if (rc == 0)
+	if (rc == 0) {
+		/* From here on an interrupt ends the uploads cleanly: multipart ones are
+		 * aborted, the stage removed. (Before, the default kills: nothing is sent.) */
+		struct sigaction sa = {.sa_handler = on_signal};
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
 		rc = pub_s3_upload(&s, o->manifest);
+	}
 out:
 	/* Private to this run (mode 0700): nothing in it is anyone else's. */
 	if (stage[0])

@@ -181,6 +181,78 @@ def test_if_absent(s3_server, tmp_path):
     assert s3.auth_failures() == []
 
 
+def big_key(src, prefix, name="big.bin"):
+    h = hashlib.sha256((src / name).read_bytes()).hexdigest()
+    return "%s/objects/%s/%s" % (prefix, h[:2], h)
+
+
+def test_large_objects_go_up_in_parts(s3_server, mount, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=12 << 20)
+    publish(s3, src, "s3://%s/mp" % BUCKET, "--part-size", "5M")
+    big = big_key(src, "mp")
+    # 5 + 5 + 2 MiB, each with its checksum (the server checks it), then completed.
+    assert s3.stats(BUCKET + "/" + big)["parts"] == 3
+    assert s3.uploads() == []
+    status, headers, _ = s3.head(BUCKET, big)
+    assert status == 200 and headers["cache-control"] == "public, max-age=31536000, immutable"
+    assert int(headers["content-length"]) == 12 << 20
+    m = mount("s3://%s/mp" % BUCKET, "--manifest", "manifest.json", "--endpoint", s3.endpoint)
+    compare(m.p(), src)
+    assert s3.auth_failures() == []
+
+
+def test_an_interrupted_multipart_upload_is_aborted(s3_server, mount, tmp_path):
+    """SIGTERM while a part is held: the upload is aborted (no parts left in the store), no
+    object and no manifest appear; the rerun publishes it all."""
+    s3, src = start(s3_server, tmp_path, big=12 << 20)
+    big = BUCKET + "/" + big_key(src, "k")
+    s3.fault(big, gate=True, gate_skip=1)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/k" % BUCKET, "--endpoint",
+                             s3.endpoint, "--part-size", "5M", "--uploads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=daemon_env())
+    try:
+        s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=big)
+        assert len(s3.uploads()) == 1
+        proc.terminate()
+        _, err = proc.communicate(timeout=60 * SLOW)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = err.decode("utf-8", "replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    assert proc.returncode == 1, err
+    assert "multipart upload was aborted" in err and "interrupted" in err, err
+    assert s3.uploads() == []
+    assert big.split("/", 1)[1] not in s3.objects(BUCKET)
+    assert "k/manifest.json" not in s3.objects(BUCKET)
+    s3.clear(big)
+    publish(s3, src, "s3://%s/k" % BUCKET, "--part-size", "5M")
+    m = mount("s3://%s/k" % BUCKET, "--manifest", "manifest.json", "--endpoint", s3.endpoint)
+    compare(m.p(), src)
+
+
+def test_a_corrupted_part_is_refused(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=12 << 20)
+    big = big_key(src, "cp")
+    s3.fault(BUCKET + "/" + big, corrupt_at=[100])
+    status, _, err = publish(s3, src, "s3://%s/cp" % BUCKET, "--part-size", "5M", check=False)
+    assert status == 1
+    assert "part 1" in err and "SHA256Mismatch" in err, err
+    assert "multipart upload was aborted" in err, err
+    assert s3.uploads() == []
+    assert big not in s3.objects(BUCKET) and "cp/manifest.json" not in s3.objects(BUCKET)
+
+
+def test_a_transient_failure_is_tried_again(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    big = big_key(src, "t")
+    s3.fault(BUCKET + "/" + big, fail_status=503, fail_count=2)
+    _, out, err = publish(s3, src, "s3://%s/t" % BUCKET)
+    assert big in s3.objects(BUCKET)
+    assert s3.stats(BUCKET + "/" + big)["puts"] == 1
+
+
 def test_bad_s3_usage(s3_server, tmp_path):
     s3 = s3_server()
     src = tmp_path / "src"
@@ -191,6 +263,8 @@ def test_bad_s3_usage(s3_server, tmp_path):
     assert status == 1 and "for an s3:// OUT_DIR" in err, err
     status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--uploads", "0", check=False)
     assert status == 2 and "--uploads takes" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "1M", check=False)
+    assert status == 2 and "--part-size takes 5M to 5G" in err, err
 
 
 def verify(*args, env=None):
