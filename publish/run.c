@@ -245,7 +245,7 @@ int publish_run(const struct publish_options *o)
 {
 	struct run r = {.o = o, .src_fd = -1};
 	struct pub_tree tree = {0};
-	char *src = realpath(o->src, NULL), *out = NULL;
+	char *src = NULL, *out = NULL;
 	size_t n_jobs = 0;
 	bool store_open = false;
 	int rc = 0;
@@ -255,10 +255,11 @@ int publish_run(const struct publish_options *o)
 	if (o->s3.given) {
 		pub_say("", o->out, "",
 		        "--endpoint, --region, --profile, --role-arn, --path-style, --if-absent,"
-		        " --dry-run and --uploads are for an s3:// OUT_DIR",
+		        " --dry-run, --uploads and --part-size are for an s3:// OUT_DIR",
 		        false);
 		return -EINVAL;
 	}
+	src = realpath(o->src, NULL);
 	/* Opened once, by the path resolved once: from here on, nothing of SRC_DIR is reached
 	 * by a path from "/" (beneath.c). */
 	if (src)
