@@ -5,6 +5,7 @@ a killed publish resumed; --if-absent probed, not assumed. Each tree is mounted 
 bucket and compared with its source.
 """
 
+import base64
 import hashlib
 import os
 import subprocess
@@ -88,8 +89,11 @@ def test_publish_mount_republish_change(s3_server, mount, tmp_path):
     compare(m.p(), src)
     m.unmount()
     # Objects are immutable for every cache, the manifest is not.
-    status, headers, _ = s3.head(BUCKET, keys[0])
+    status, headers, _ = s3.head(BUCKET, keys[0], {"x-amz-checksum-mode": "ENABLED"})
     assert status == 200 and headers["cache-control"] == "public, max-age=31536000, immutable"
+    # The store was given each object's sha256 to check, and keeps it.
+    digest = bytes.fromhex(keys[0].rsplit("/", 1)[1])
+    assert headers["x-amz-checksum-sha256"] == base64.b64encode(digest).decode()
     status, headers, _ = s3.head(BUCKET, "rel/manifest.json")
     assert status == 200 and headers["cache-control"] == "no-cache"
 
