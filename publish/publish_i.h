@@ -272,6 +272,7 @@ struct pub_s3 {
 	uint64_t part_size;
 	bool if_absent, dry_run;
 	bool tty;              /* stderr is a terminal: progress is shown */
+	bool curl;             /* curl_global_init was called: pub_s3_close undoes it */
 	struct up_item *items; /* the staged objects; owned */
 	size_t n_items;
 	size_t to_upload, uploaded, skipped;

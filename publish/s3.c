@@ -105,6 +105,7 @@ int pub_s3_open(const struct publish_s3_options *o, const char *dest, struct pub
 		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
 		return -EIO;
 	}
+	s->curl = true;
 	rc = s3_source_open(&so, &s->src, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
@@ -130,13 +131,14 @@ fail:
 
 void pub_s3_close(struct pub_s3 *s)
 {
-	if (!s->src && !s->display)
-		return;
+	bool curl = s->curl;
+
 	free(s->items);
 	free(s->display);
 	s3_source_free(s->src);
 	*s = (struct pub_s3){0};
-	curl_global_cleanup();
+	if (curl)
+		curl_global_cleanup();
 }
 
 static void on_signal(int sig)
