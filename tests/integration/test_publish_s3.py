@@ -8,6 +8,8 @@ bucket and compared with its source.
 import base64
 import hashlib
 import os
+import pty
+import re
 import subprocess
 import sys
 
@@ -255,6 +257,38 @@ def test_a_transient_failure_is_tried_again(s3_server, tmp_path):
     _, out, err = publish(s3, src, "s3://%s/t" % BUCKET)
     assert big in s3.objects(BUCKET)
     assert s3.stats(BUCKET + "/" + big)["puts"] == 1
+
+
+def test_progress_on_a_terminal_only(s3_server, tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([SPOOLFS, "publish", str(src), "s3://%s/p" % BUCKET,
+                               "--endpoint", s3.endpoint], stdout=subprocess.PIPE,
+                              stderr=slave, timeout=120 * SLOW, env=daemon_env())
+        os.close(slave)
+        slave = None
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, shown
+    n = len(object_keys(s3, "p"))
+    assert re.search(rb"\r\S* ?spoolfs publish: %d/%d objects, .* of .*, 0 skipped, .*/s"
+                     % (n, n), shown), shown
+    # The summary is one line on stdout, whatever stderr is.
+    assert proc.stdout.decode().count("\n") == 1
+    _, _, err = publish(s3, src, "s3://%s/p" % BUCKET)
+    assert "\r" not in err and "objects," not in err
 
 
 def test_bad_s3_usage(s3_server, tmp_path):
