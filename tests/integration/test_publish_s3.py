@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, read_file
 from helpers import wait_until
-from test_s3 import BUCKET, aws_env, s3_server, s3rver_installed  # noqa: F401 (fixtures)
+from test_s3 import AK, BUCKET, SECRET, aws_env, s3_server, s3rver_installed  # noqa: F401
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
 import s3rver  # noqa: E402
@@ -303,6 +303,23 @@ def test_bad_s3_usage(s3_server, tmp_path):
     assert status == 2 and "--uploads takes" in err, err
     status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "1M", check=False)
     assert status == 2 and "--part-size takes 5M to 5G" in err, err
+    status, _, err = publish(s3, src, "s3://nosuchbucket/p", check=False)
+    assert status == 1 and "NoSuchBucket" in err, err
+
+
+def test_bad_credentials(s3_server, aws_env, tmp_path):  # noqa: F811 (fixture)
+    """Refused credentials, or none: a clear message, the secret in none, nothing stored."""
+    s3, src = start(s3_server, tmp_path, big=1 << 10)
+    aws_env(AK, SECRET + "x")
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, check=False)
+    assert status == 1 and "SignatureDoesNotMatch" in err, err
+    assert SECRET not in err
+    status, _, err = verify("s3://%s/p" % BUCKET, "--endpoint", s3.endpoint)
+    assert status == 1 and "SignatureDoesNotMatch" in err, err
+    aws_env("", "")
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, check=False)
+    assert status == 1 and "no S3 credentials" in err, err
+    assert s3.objects(BUCKET) in ([], {})
 
 
 def verify(*args, env=None):
