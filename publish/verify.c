@@ -19,9 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
 
+#include "fetch/http/net.h"
 #include "publish/publish_i.h"
 
 /* A manifest larger than this is refused, as a mount refuses it. */
@@ -58,6 +60,11 @@ struct vfy {
 	struct pub_s3 s3;
 	struct pub_s3_list have;
 	bool is_s3;
+	/* HTTP(S): the manifest URL's directory ("https://host/rel/"), one handle reused so
+	 * that HEADs share a connection. */
+	char *base;
+	CURL *http;
+	struct fetch_net_guard guard;
 	sqlite3 *db;
 	size_t checked, missing, wrong, unchecked;
 };
@@ -106,6 +113,48 @@ static bool plain_relative(const char *url)
 	return url[strlen(url) - 1] != '/';
 }
 
+/*
+ * A GET (sink set) or HEAD of url under v->base: the status, or 0 with why set. *size gets
+ * a HEAD's Content-Length (-1 when none).
+ */
+static long http_call(struct vfy *v, const char *url, struct sink *k, int64_t *size, char *why,
+                      size_t cap)
+{
+	char *full = NULL, errbuf[CURL_ERROR_SIZE] = "";
+	curl_off_t len = -1;
+	long code = 0;
+	CURLcode res;
+
+	if (asprintf(&full, "%s%s", v->base, url) < 0) {
+		snprintf(why, cap, "%s", strerror(ENOMEM));
+		return 0;
+	}
+	curl_easy_setopt(v->http, CURLOPT_URL, full);
+	curl_easy_setopt(v->http, CURLOPT_NOBODY, k ? 0L : 1L);
+	curl_easy_setopt(v->http, CURLOPT_HTTPGET, k ? 1L : 0L);
+	curl_easy_setopt(v->http, CURLOPT_WRITEFUNCTION, on_bytes);
+	curl_easy_setopt(v->http, CURLOPT_WRITEDATA, k);
+	curl_easy_setopt(v->http, CURLOPT_ERRORBUFFER, errbuf);
+	/* The body of an error answer is not the object's. */
+	curl_easy_setopt(v->http, CURLOPT_FAILONERROR, 1L);
+	res = curl_easy_perform(v->http);
+	curl_easy_getinfo(v->http, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(v->http, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+	if (size)
+		*size = len;
+	if (res != CURLE_OK && !(res == CURLE_HTTP_RETURNED_ERROR && code)) {
+		snprintf(why, cap, "%s",
+		         v->guard.refused ? v->guard.why
+		         : errbuf[0]      ? errbuf
+		                          : curl_easy_strerror(res));
+		code = 0;
+	} else if (code / 100 != 2) {
+		snprintf(why, cap, "HTTP %ld", code);
+	}
+	free(full);
+	return code;
+}
+
 /* Reads url's bytes into k (hashing, keeping). 0, -ENOENT, or -EIO with why. */
 static int fetch(struct vfy *v, const char *url, struct sink *k, char *why, size_t cap)
 {
@@ -113,6 +162,14 @@ static int fetch(struct vfy *v, const char *url, struct sink *k, char *why, size
 	ssize_t n;
 	int fd;
 
+	if (v->base) {
+		long code = http_call(v, url, k, NULL, why, cap);
+		if (code == 404 || code == 410)
+			return -ENOENT;
+		if (k->too_big)
+			snprintf(why, cap, "larger than %u bytes", MANIFEST_MAX);
+		return code / 100 == 2 && !k->too_big ? 0 : -EIO;
+	}
 	if (v->is_s3) {
 		long code = pub_s3_get(&v->s3, url, on_bytes, k, why, cap);
 		if (code == 404)
@@ -142,6 +199,13 @@ static int64_t size_of(struct vfy *v, const char *url)
 
 	if (v->is_s3)
 		return pub_s3_list_size(&v->have, url);
+	if (v->base) {
+		char why[300];
+		int64_t size = -1;
+		long code = http_call(v, url, NULL, &size, why, sizeof(why));
+		/* A server that names no length: its bytes will say (checked with --deep). */
+		return code / 100 == 2 ? (size >= 0 ? size : INT64_MAX) : -1;
+	}
 	fd = pub_open_beneath(v->dir_fd, url, O_PATH | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
@@ -153,7 +217,7 @@ static int64_t size_of(struct vfy *v, const char *url)
 
 static void say(struct vfy *v, const char *url, const char *why)
 {
-	printf("%s/%s: %s\n", v->where, url, why);
+	printf("%s%s%s: %s\n", v->where, v->base ? "" : "/", url, why);
 }
 
 /* Adds the objects of the manifest text to the table. 0 or -EINVAL said. */
@@ -168,8 +232,8 @@ static int collect(struct vfy *v, const char *name, const char *text, size_t len
 		rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE) {
-		fprintf(stderr, "spoolfs verify: %s/%s: not a manifest: %s\n", v->where, name,
-		        sqlite3_errmsg(v->db));
+		fprintf(stderr, "spoolfs verify: %s%s%s: not a manifest: %s\n", v->where,
+		        v->base ? "" : "/", name, sqlite3_errmsg(v->db));
 		return -EINVAL;
 	}
 	return 0;
@@ -196,7 +260,7 @@ static int check(struct vfy *v, const char *url, int64_t size, const char *sha25
 		say(v, url, "missing");
 		return 0;
 	}
-	if (size >= 0 && have != size) {
+	if (size >= 0 && have != size && have != INT64_MAX) {
 		v->wrong++;
 		snprintf(line, sizeof(line), "%" PRId64 " bytes, not %" PRId64, have, size);
 		say(v, url, line);
@@ -292,7 +356,8 @@ static void usage(FILE *f)
 	        "\n"
 	        "Checks that every object the manifest names is there with its size; with\n"
 	        "--deep, that its bytes hash to its sha256 too. SOURCE: an OUT_DIR or a\n"
-	        "manifest file, or s3://BUCKET[/PREFIX] (its manifest: --manifest, default\n"
+	        "manifest file, a manifest's http(s):// URL (a HEAD per object), or\n"
+	        "s3://BUCKET[/PREFIX] (one listing; its manifest: --manifest, default\n"
 	        "manifest.json). Prints what is missing or wrong; exit status 1 if anything is.\n");
 }
 
@@ -308,7 +373,7 @@ static int load_top(struct vfy *v, const char *name)
 		return -ENOMEM;
 	rc = fetch(v, name, &k, why, sizeof(why));
 	if (rc)
-		fprintf(stderr, "spoolfs verify: %s/%s: %s\n", v->where, name,
+		fprintf(stderr, "spoolfs verify: %s%s%s: %s\n", v->where, v->base ? "" : "/", name,
 		        rc == -ENOENT ? "no such manifest" : why);
 	else
 		rc = collect(v, name, k.keep, (size_t)k.n);
@@ -362,6 +427,26 @@ int publish_verify_main(int argc, char **argv)
 		if (rc == 0)
 			rc = pub_s3_list(&v.s3, "", &v.have);
 		v.where = v.s3.display;
+	} else if (strncmp(source, "http://", 7) == 0 || strncmp(source, "https://", 8) == 0) {
+		/* A manifest URL: its objects' URLs are relative to its directory. */
+		const char *slash = strrchr(source + 8, '/');
+		static const struct fetch_net net = {.connect_timeout_s = 10,
+		                                     .stall_timeout_s = 30};
+		rc = -ENOMEM;
+		if (slash && slash[1] && (copy = strdup(source)) &&
+		    (v.base = strndup(source, (size_t)(slash - source) + 1)) &&
+		    curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK &&
+		    (v.http = curl_easy_init())) {
+			name = copy + (slash - source) + 1;
+			v.where = v.base;
+			fetch_net_apply(v.http, &net, &v.guard);
+			curl_easy_setopt(v.http, CURLOPT_PROTOCOLS_STR, "http,https");
+			curl_easy_setopt(v.http, CURLOPT_NOSIGNAL, 1L);
+			rc = 0;
+		} else if (!slash || !slash[1]) {
+			fprintf(stderr, "spoolfs verify: %s: give the manifest's URL\n", source);
+			rc = -EINVAL;
+		}
 	} else if (stat(source, &sb) != 0) {
 		rc = -errno;
 		fprintf(stderr, "spoolfs verify: %s: %s\n", source, strerror(-rc));
@@ -391,10 +476,16 @@ int publish_verify_main(int argc, char **argv)
 	if (rc == 0)
 		rc = check_all(&v);
 	if (rc == 0)
-		printf("spoolfs verify: %s/%s: %zu objects checked%s, %zu missing, %zu wrong%s\n",
-		       v.where, name, v.checked, v.deep ? " (hashed)" : "", v.missing, v.wrong,
+		printf("spoolfs verify: %s%s%s: %zu objects checked%s, %zu missing, %zu wrong%s\n",
+		       v.where, v.base ? "" : "/", name, v.checked, v.deep ? " (hashed)" : "",
+		       v.missing, v.wrong,
 		       v.unchecked ? "; some URLs lead elsewhere and were not checked" : "");
 	sqlite3_close(v.db);
+	if (v.http) {
+		curl_easy_cleanup(v.http);
+		curl_global_cleanup();
+	}
+	free(v.base);
 	pub_s3_list_free(&v.have);
 	pub_s3_close(&v.s3);
 	if (v.dir_fd >= 0)

@@ -393,6 +393,36 @@ def test_verify_local(tmp_path):
     assert status == 2 and "s3:// SOURCE" in err
 
 
+def test_verify_http(tmp_path):
+    """A manifest served over HTTP: a HEAD per object, each object once; --deep GETs."""
+    from client import Upstream
+    from helpers import publish_tree
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, big=1 << 20)
+    publish_tree(src, out)
+    objects = sorted(str(p.relative_to(out)) for p in (out / "objects").glob("*/*"))
+    up = Upstream(out)
+    try:
+        url = up.url("manifest.json")
+        status, text, err = verify(url)
+        assert status == 0, text + err
+        assert "%d objects checked, 0 missing, 0 wrong" % len(objects) in text
+        assert all(up.stats(o)["heads"] == 1 and up.stats(o)["gets"] == 0 for o in objects)
+        os.unlink(out / objects[0])
+        data = bytearray((out / objects[1]).read_bytes())
+        data[0] ^= 1
+        (out / objects[1]).write_bytes(bytes(data))
+        status, text, _ = verify(url)
+        assert status == 1 and "%s: missing" % objects[0] in text, text
+        assert objects[1] not in text
+        status, text, _ = verify(url, "--deep")
+        assert status == 1 and "%s: its bytes do not hash to its sha256" % objects[1] in text
+        status, _, err = verify(up.url("nothing.json"))
+        assert status == 1 and "no such manifest" in err, err
+    finally:
+        up.stop()
+
+
 class Endpoint:
     def __init__(self, endpoint):
         self.endpoint = endpoint
