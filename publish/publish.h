@@ -42,6 +42,13 @@ struct publish_options {
 	/* Used when out is s3://...: objects are staged in a private OUT_DIR, then uploaded. */
 	struct publish_s3_options s3;
 	bool quiet; /* no summary line: the S3 route prints its own */
+	/* Objects the destination holds already (the S3 route: its listing): a file whose
+	 * object known() answers for is hashed, never copied. Called from the worker threads
+	 * at once: it must only read. NULL: none. *existing_out (when not NULL) gets the count
+	 * of objects found there or known. */
+	bool (*known)(void *ctx, const unsigned char sha256[32], uint64_t size);
+	void *known_ctx;
+	uint64_t *existing_out;
 };
 
 /*

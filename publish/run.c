@@ -280,6 +280,10 @@ int publish_run(const struct publish_options *o)
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
 	r.store.verify_existing = o->verify_existing;
+	r.store.known = o->known;
+	r.store.known_ctx = o->known_ctx;
+	/* Hashed first, copied only when the destination lacks it: mostly, it has it. */
+	r.store.probe_first |= o->known != NULL;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	if (rc == 0)
@@ -294,6 +298,8 @@ int publish_run(const struct publish_options *o)
 		rc = pub_manifest_write(&tree, out, o->manifest, r.store.file_mode);
 	if (rc == 0 && !o->quiet)
 		summary(&r, &tree, out);
+	if (rc == 0 && o->existing_out)
+		*o->existing_out = r.store.existing;
 out:
 	if (rc == -ENOMEM)
 		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));

@@ -135,6 +135,7 @@ void pub_s3_close(struct pub_s3 *s)
 	bool curl = s->curl;
 
 	free(s->items);
+	pub_s3_list_free(&s->have);
 	free(s->display);
 	s3_source_free(s->src);
 	*s = (struct pub_s3){0};
@@ -170,7 +171,15 @@ int pub_s3_publish(const struct publish_options *o)
 	staged.out = real;
 	staged.quiet = true;
 	staged.s3.given = false;
-	rc = publish_run(&staged);
+	/* The store is listed first: a file whose object is there already is hashed only,
+	 * never copied into the stage. */
+	staged.known_ctx = &s;
+	staged.existing_out = &s.existing;
+	rc = pub_s3_begin(&s);
+	/* Into an empty store every file is copied while it is hashed, in one pass. */
+	staged.known = s.have.n ? pub_s3_known : NULL;
+	if (rc == 0)
+		rc = publish_run(&staged);
 	if (rc == 0) {
 		/* From here on an interrupt ends the uploads cleanly: multipart ones are
 		 * aborted, the stage removed. (Before, the default kills: nothing is sent.) */

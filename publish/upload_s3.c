@@ -269,33 +269,43 @@ static int read_manifest(struct pub_s3 *s, const char *name, char **data, size_t
 	return rc;
 }
 
+int pub_s3_begin(struct pub_s3 *s)
+{
+	int rc = s->if_absent && !s->dry_run ? probe_if_absent(s) : 0;
+
+	return rc ? rc : pub_s3_list(s, "objects/", &s->have);
+}
+
+bool pub_s3_known(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size)
+{
+	struct pub_s3 *s = ctx;
+	char key[PUB_URL_LEN + 1];
+
+	pub_object_url(sha256, key);
+	return pub_s3_list_size(&s->have, key) == (int64_t)size;
+}
+
 int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 {
-	struct pub_s3_list have = {0};
 	bool *go = NULL;
 	char *body = NULL, why[700] = "", a[32], b[32];
 	size_t len = 0;
 	long code;
-	int rc;
+	int rc = stage_items(s, &s->items, &s->n_items);
 
-	rc = s->if_absent && !s->dry_run ? probe_if_absent(s) : 0;
-	if (rc == 0)
-		rc = stage_items(s, &s->items, &s->n_items);
-	if (rc == 0)
-		rc = pub_s3_list(s, "objects/", &have);
 	if (rc == 0 && !(go = calloc(s->n_items + 1, sizeof(*go))))
 		rc = -ENOMEM;
+	/* The stage holds what the store lacked when it was listed (and the tree's own
+	 * duplicates once): anything of the right size there since is not sent again. */
 	for (size_t i = 0; rc == 0 && i < s->n_items; i++) {
-		/* Content-addressed: a name of the right size holds these bytes (or was
-		 * damaged by hand; `spoolfs verify --deep` finds that). */
-		go[i] = pub_s3_list_size(&have, s->items[i].key) != (int64_t)s->items[i].size;
+		go[i] = pub_s3_list_size(&s->have, s->items[i].key) != (int64_t)s->items[i].size;
 		s->to_upload += go[i];
 		s->upload_bytes += go[i] ? s->items[i].size : 0;
-		s->skipped += !go[i];
 		if (go[i] && s->dry_run)
 			printf("would upload %s/%s (%s)\n", s->display, s->items[i].key,
 			       pub_human(s->items[i].size, a, sizeof(a)));
 	}
+	s->skipped = (size_t)s->existing;
 	if (rc == 0 && s->dry_run) {
 		printf("would upload %s/%s (manifest, last)\n", s->display, manifest);
 		goto out;
@@ -328,6 +338,5 @@ out:
 		       s->skipped, s->dry_run ? "would write" : "wrote", s->display, manifest);
 	free(body);
 	free(go);
-	pub_s3_list_free(&have);
 	return rc;
 }

@@ -10,6 +10,7 @@ import hashlib
 import os
 import pty
 import re
+import resource
 import subprocess
 import sys
 
@@ -75,13 +76,23 @@ def object_keys(s3, prefix):
     return sorted(k for k in s3.objects(BUCKET) if k.startswith(prefix + "/objects/"))
 
 
+def blocks_written():
+    """Blocks the finished children (the publishes) wrote to disk so far: the stage's
+    objects are fsync'd, so each copied byte is counted."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock
+
+
 def puts(s3):
     return s3.stats()["total_puts"]
 
 
 def test_publish_mount_republish_change(s3_server, mount, tmp_path):
     s3, src = start(s3_server, tmp_path)
+    written = blocks_written()
     _, out, _ = publish(s3, src, "s3://%s/rel" % BUCKET)
+    # The stage (in /var/tmp) got a copy of every file: more than 3 MiB, fsync'd.
+    staged = blocks_written() - written
+    assert staged >= (3 << 20) // 512, staged
     keys = object_keys(s3, "rel")
     # Every object, then the manifest: one PUT each, no more.
     assert puts(s3) == len(keys) + 1, out
@@ -99,10 +110,12 @@ def test_publish_mount_republish_change(s3_server, mount, tmp_path):
     status, headers, _ = s3.head(BUCKET, "rel/manifest.json")
     assert status == 200 and headers["cache-control"] == "no-cache"
 
-    # Again, unchanged: nothing but the manifest goes up.
-    before = puts(s3)
+    # Again, unchanged: nothing but the manifest goes up, and nothing is copied into the
+    # stage (the store was listed first: each file is hashed only).
+    before, written = puts(s3), blocks_written()
     _, out, _ = publish(s3, src, "s3://%s/rel" % BUCKET)
     assert puts(s3) == before + 1
+    assert blocks_written() - written < staged // 8, (blocks_written() - written, staged)
     assert "0 objects" in out and "%d already there" % len(keys) in out
 
     # A changed file: its object alone (and the manifest).
