@@ -3,14 +3,15 @@
  * s3.c) into an S3 store, objects first, manifest last.
  *
  * One listing of PREFIX/objects/, before the stage is written (pub_s3_begin), tells which
- * objects the store holds already: those are neither staged nor sent again. Every other object goes
- * up with a PUT whose x-amz-content-sha256 (signed) and x-amz-checksum-sha256 are the sha256 its
- * name already is, so bytes damaged on the way are refused by the store, not found by a reader. The
- * PUTs run several at a time on one curl multi handle in this thread (pub_s3_run); objects over
- * --part-size go up in parts first (multipart_s3.c). A PUT is atomic in S3: a killed publish leaves
- * whole objects or none, and a rerun skips what is there. After the last object, a second listing
- * confirms each is present with its size; only then is the manifest written (with
- * --if-absent, conditionally, on a store that was seen to honour If-None-Match).
+ * objects the store holds already: those are neither staged nor sent again. Every other
+ * object goes up with a PUT whose x-amz-content-sha256 (signed) and x-amz-checksum-sha256
+ * are the sha256 its name already is, so bytes damaged on the way are refused by the store,
+ * not found by a reader. The PUTs run several at a time on one curl multi handle in this
+ * thread (pub_s3_run); objects over --part-size go up in parts first (multipart_s3.c). A PUT
+ * is atomic in S3: a killed publish leaves whole objects or none, and a rerun skips what is
+ * there. After the last object, a second listing confirms each is present with its size;
+ * only then is the manifest written (with --if-absent, conditionally, on a store that was
+ * seen to honour If-None-Match).
  *
  * Single-threaded. Secrets stay in the signed headers and never reach a message.
  */
