@@ -986,6 +986,8 @@ int main(int argc, char *argv[])
 		return fs_status_main(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "publish") == 0)
 		return publish_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "verify") == 0)
+		return publish_verify_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "reload") == 0)
 		return fs_reload_main(argc, argv);
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fetch/source/read_orders.h"
-#include "publish/publish.h"
+#include "publish/publish_i.h"
 #include "util/size.h"
 
 #define DEFAULT_PACK_UNDER (64u << 10)
@@ -55,7 +55,13 @@ static void usage(FILE *f)
 	        "                      (without: it is kept when its size is right); a wrong\n"
 	        "                      one is replaced\n"
 	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
-	        "  -h, --help          print this and exit\n");
+	        "  -h, --help          print this and exit\n"
+	        "\n"
+	        "OUT_DIR may be s3://BUCKET[/PREFIX]: objects the store lacks are uploaded,\n"
+	        "then the manifest (doc/publish.md). With it: --endpoint URL, --region R,\n"
+	        "--profile NAME, --role-arn ARN, --path-style (as for a mount), --if-absent\n"
+	        "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8),\n"
+	        "--part-size SIZE (larger objects go up in parts of SIZE, 8M)\n");
 }
 
 static unsigned cpus(void)
@@ -125,8 +131,18 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	    {"chunk-over", required_argument, NULL, 'c'},
 	    {"chunk-size", required_argument, NULL, 's'},
 	    {"verify-existing", no_argument, NULL, 'V'},
-	    {"read-order", required_argument, NULL, 'R'},
+	    {"read-order", required_argument, NULL, 'O'},
 	    {"help", no_argument, NULL, 'h'},
+	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c): the mount's store options. */
+	    {"endpoint", required_argument, NULL, 'E'},
+	    {"region", required_argument, NULL, 'R'},
+	    {"profile", required_argument, NULL, 'P'},
+	    {"role-arn", required_argument, NULL, 'A'},
+	    {"path-style", no_argument, NULL, 'S'},
+	    {"if-absent", no_argument, NULL, 'I'},
+	    {"dry-run", no_argument, NULL, 'D'},
+	    {"uploads", required_argument, NULL, 'U'},
+	    {"part-size", required_argument, NULL, 'Z'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct publish_options o = {.manifest = "manifest.json",
@@ -191,7 +207,7 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		case 'V':
 			o.verify_existing = true;
 			break;
-		case 'R':
+		case 'O':
 			rc = add_read_order(&o, orders, optarg);
 			if (rc)
 				return rc;
@@ -199,6 +215,18 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'E':
+		case 'R':
+		case 'P':
+		case 'A':
+		case 'S':
+		case 'I':
+		case 'D':
+		case 'U':
+		case 'Z':
+			if (pub_s3_option(&o.s3, c, optarg) != 0)
+				return 2;
+			break;
 		default:
 			fprintf(stderr, "spoolfs publish: bad option '%s'\n", argv[optind - 1]);
 			usage(stderr);

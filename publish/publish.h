@@ -16,6 +16,18 @@ struct publish_read_order {
 	const char *file;
 };
 
+/* OUT_DIR given as s3://BUCKET[/PREFIX]: how to reach the store (doc/publish.md). The
+ * store options are the mount's (doc/s3.md); NULL or 0 takes the same defaults. */
+struct publish_s3_options {
+	const char *endpoint, *region, *profile, *role_arn;
+	bool path_style;
+	bool if_absent;     /* write the manifest only where its key is absent (probed first) */
+	bool dry_run;       /* say what would be uploaded; upload nothing */
+	unsigned uploads;   /* PUTs at once */
+	uint64_t part_size; /* objects over this go up in parts of this size; 0: 8 MiB */
+	bool given;         /* any of these was: refused for a local OUT_DIR */
+};
+
 struct publish_options {
 	const char *src;      /* the tree to publish */
 	const char *out;      /* where objects/ and the manifest go (made when missing) */
@@ -36,6 +48,16 @@ struct publish_options {
 	/* Read orders written into the top manifest (several files may share a name). */
 	const struct publish_read_order *read_orders;
 	size_t n_read_orders;
+	/* Used when out is s3://...: objects are staged in a private OUT_DIR, then uploaded. */
+	struct publish_s3_options s3;
+	bool quiet; /* no summary line: the S3 route prints its own */
+	/* Objects the destination holds already (the S3 route: its listing): a file whose
+	 * object known() answers for is hashed, never copied. Called from the worker threads
+	 * at once: it must only read. NULL: none. *existing_out (when not NULL) gets the count
+	 * of objects found there or known. */
+	bool (*known)(void *ctx, const unsigned char sha256[32], uint64_t size);
+	void *known_ctx;
+	uint64_t *existing_out;
 };
 
 /*
@@ -48,5 +70,9 @@ int publish_run(const struct publish_options *o);
 
 /* The subcommand: argv[0] is "publish". Exit status: 0 done, 1 failed, 2 bad usage. */
 int publish_main(int argc, char **argv);
+
+/* `spoolfs verify SOURCE` (publish/verify.c): argv[0] is "verify". Exit status: 0 every
+ * object is there and right, 1 not (or it could not be checked), 2 bad usage. */
+int publish_verify_main(int argc, char **argv);
 
 #endif

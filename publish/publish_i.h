@@ -132,6 +132,9 @@ void pub_tree_free(struct pub_tree *tree);
 int pub_read_orders(const struct publish_options *o, struct pub_tree *tree);
 void pub_read_orders_free(struct pub_tree *tree);
 
+/* n bytes for a person: "512 B", "1.5 MiB". Returns buf. */
+const char *pub_human(uint64_t n, char *buf, size_t cap);
+
 /* Writes s into buf for a message: control bytes (and with high, bytes >= 0x80) as \xNN,
  * cut with "..." when it would not fit. Returns buf. */
 const char *pub_quote(const char *s, bool high, char *buf, size_t cap);
@@ -146,6 +149,9 @@ struct pub_store {
 	atomic_bool stop;     /* a job failed: the others stop at their next read */
 	bool probe_first;     /* objects/ held objects already: hash before copying */
 	bool verify_existing; /* --verify-existing: an object there is re-hashed, not sized */
+	/* publish_options.known: set before the workers start, only read after. */
+	bool (*known)(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
+	void *known_ctx;
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	bool dirty[256]; /* objects/XX got a new name: fsync'd before the manifest */
@@ -273,5 +279,71 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
  * parent names its children's digests. 0 or -errno, said.
  */
 int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
+
+/* A key the store holds (relative to the prefix), and its size. */
+struct pub_s3_have {
+	char *key;
+	uint64_t size;
+};
+struct pub_s3_list {
+	struct pub_s3_have *v; /* sorted by key */
+	size_t n, cap;
+};
+
+/* The S3 route (s3.c stages, upload_s3.c uploads). */
+struct s3_source;
+struct up_item;
+struct pub_s3 {
+	struct s3_source *src;
+	char *display;           /* "s3://bucket/prefix", no credentials; owned */
+	const char *stage;       /* the staged OUT_DIR, a real path */
+	unsigned uploads;        /* PUTs at once */
+	unsigned max_tries;      /* of one PUT that fails transiently */
+	uint64_t multipart_over; /* objects over this go up in parts of part_size */
+	uint64_t part_size;
+	bool if_absent, dry_run;
+	bool tty;                /* stderr is a terminal: progress is shown */
+	bool curl;               /* curl_global_init was called: pub_s3_close undoes it */
+	struct pub_s3_list have; /* what the store held before the stage was written */
+	uint64_t existing;       /* objects of the tree the store (or the stage) held */
+	struct up_item *items;   /* the staged objects; owned */
+	size_t n_items;
+	size_t to_upload, uploaded, skipped;
+	uint64_t upload_bytes, sent_bytes;
+	double started, shown; /* CLOCK_MONOTONIC seconds */
+};
+
+#define PUB_MAX_UPLOADS 64
+/* Parts of a multipart upload, and the size over which an object goes up in parts: the
+ * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is held in memory while it is sent). */
+#define PUB_PART_SIZE (8u << 20)
+/* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
+int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
+/* Lists every key under PREFIX/under (no delimiter: the whole subtree) into l, relative to
+ * the prefix, sorted. 0 or -errno, said. */
+int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l);
+/* The size the store holds key at, or -1. */
+int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key);
+void pub_s3_list_free(struct pub_s3_list *l);
+/* GETs key (under the prefix), handing a 2xx answer's body to sink as curl does (a short
+ * count ends the transfer). The HTTP status, or 0 with why set (why is set for a status
+ * other than 2xx too). */
+long pub_s3_get(struct pub_s3 *s, const char *key,
+                size_t (*sink)(char *data, size_t size, size_t nmemb, void *ctx), void *ctx,
+                char *why, size_t cap);
+/* Opens the store o names for s (the mount's client and credentials). 0 or -errno, said. */
+int pub_s3_open(const struct publish_s3_options *o, const char *dest, struct pub_s3 *s);
+void pub_s3_close(struct pub_s3 *s);
+
+/* Publishes o->src into the store o->out names (s3://...). 0 or -errno, said. */
+int pub_s3_publish(const struct publish_options *o);
+/* Before staging: --if-absent's probe, and the listing of what the store holds (s->have).
+ * 0 or -errno, said. */
+int pub_s3_begin(struct pub_s3 *s);
+/* For publish_options.known: whether s->have holds this object with this size. */
+bool pub_s3_known(void *s, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
+/* Uploads s->stage's objects the store lacks, confirms them all there, then the manifest
+ * (o->manifest, written last). Prints one summary line. 0 or -errno, said. */
+int pub_s3_upload(struct pub_s3 *s, const char *manifest);
 
 #endif

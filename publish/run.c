@@ -201,18 +201,6 @@ out:
 	return rc;
 }
 
-static const char *human(uint64_t n, char *buf, size_t cap)
-{
-	static const char units[] = "BKMGT";
-	double v = (double)n;
-	int u = 0;
-
-	while (v >= 1024 && u < 4)
-		v /= 1024, u++;
-	snprintf(buf, cap, u ? "%.1f %ciB" : "%.0f %c", v, units[u]);
-	return buf;
-}
-
 static void summary(const struct run *r, const struct pub_tree *t, const char *out)
 {
 	size_t files = 0, dirs = 0, links = 0;
@@ -227,7 +215,7 @@ static void summary(const struct run *r, const struct pub_tree *t, const char *o
 	printf("spoolfs publish: %zu files, %zu directories, %zu symlinks, %zu packs;"
 	       " %llu new objects (%s), %llu already there; wrote %s/%s\n",
 	       files, dirs, links, t->n_packs, (unsigned long long)r->store.written,
-	       human(r->store.written_bytes, bytes, sizeof(bytes)),
+	       pub_human(r->store.written_bytes, bytes, sizeof(bytes)),
 	       (unsigned long long)r->store.existing, out, r->o->manifest);
 }
 
@@ -257,11 +245,21 @@ int publish_run(const struct publish_options *o)
 {
 	struct run r = {.o = o, .src_fd = -1};
 	struct pub_tree tree = {0};
-	char *src = realpath(o->src, NULL), *out = NULL;
+	char *src = NULL, *out = NULL;
 	size_t n_jobs = 0;
 	bool store_open = false;
 	int rc = 0;
 
+	if (strncmp(o->out, "s3://", 5) == 0)
+		return pub_s3_publish(o);
+	if (o->s3.given) {
+		pub_say("", o->out, "",
+		        "--endpoint, --region, --profile, --role-arn, --path-style, --if-absent,"
+		        " --dry-run, --uploads and --part-size are for an s3:// OUT_DIR",
+		        false);
+		return -EINVAL;
+	}
+	src = realpath(o->src, NULL);
 	/* Opened once, by the path resolved once: from here on, nothing of SRC_DIR is reached
 	 * by a path from "/" (beneath.c). */
 	if (src)
@@ -284,6 +282,10 @@ int publish_run(const struct publish_options *o)
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
 	r.store.verify_existing = o->verify_existing;
+	r.store.known = o->known;
+	r.store.known_ctx = o->known_ctx;
+	/* Hashed first, copied only when the destination lacks it: mostly, it has it. */
+	r.store.probe_first |= o->known != NULL;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	if (rc == 0)
@@ -296,8 +298,10 @@ int publish_run(const struct publish_options *o)
 		rc = pub_store_sync(&r.store);
 	if (rc == 0)
 		rc = pub_manifest_write(&tree, out, o->manifest, r.store.file_mode);
-	if (rc == 0)
+	if (rc == 0 && !o->quiet)
 		summary(&r, &tree, out);
+	if (rc == 0 && o->existing_out)
+		*o->existing_out = r.store.existing;
 out:
 	if (rc == -ENOMEM)
 		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));

@@ -33,3 +33,15 @@ void pub_say(const char *level, const char *src, const char *rel, const char *wh
 	        pub_quote(src, high, a, sizeof(a)), *rel ? "/" : "",
 	        pub_quote(rel, high, b, sizeof(b)), why);
 }
+
+const char *pub_human(uint64_t n, char *buf, size_t cap)
+{
+	static const char units[] = "BKMGT";
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 4)
+		v /= 1024, u++;
+	snprintf(buf, cap, u ? "%.1f %ciB" : "%.0f %c", v, units[u]);
+	return buf;
+}

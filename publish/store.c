@@ -421,6 +421,9 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* Held where the publish goes (an S3 store): nothing to keep here. */
+	if (obj->st->known && obj->st->known(obj->st->known_ctx, sha256, obj->size))
+		goto out;
 	/* Content-addressed: a name that exists holds these bytes already, once it is seen to
 	 * be of their size (or hashed, with --verify-existing). */
 	if (fstatat(AT_FDCWD, final, &sb, AT_SYMLINK_NOFOLLOW) == 0) {

@@ -262,12 +262,13 @@ const char *s3_source_display(const struct s3_source *src)
  * *gen the generation of the credentials it was signed with (0 unsigned). The credentials
  * are a copy taken under the provider's lock: nothing is held while signing.
  */
-static int prepare_request(struct s3_source *src, const char *path,
-                           const struct sigv4_param *params, size_t n_params,
-                           const struct sigv4_header *given, size_t n_given, char **url,
-                           struct curl_slist **headers, uint64_t *gen)
+static int prepare_method(struct s3_source *src, const char *method, const char *path,
+                          const struct sigv4_param *params, size_t n_params,
+                          const struct sigv4_header *given, size_t n_given,
+                          const char *payload_hash, char **url, struct curl_slist **headers,
+                          uint64_t *gen)
 {
-	struct sigv4_header extra[4];
+	struct sigv4_header extra[S3_SOURCE_MAX_HEADERS + 2];
 	struct sigv4_signed sig = {0};
 	struct s3_creds creds = {0};
 	char *enc_path = NULL, *query = NULL, line[8300];
@@ -275,7 +276,9 @@ static int prepare_request(struct s3_source *src, const char *path,
 	int rc;
 
 	*gen = 0;
-	for (size_t i = 0; i < n_given && n_extra < 2; i++)
+	if (n_given > S3_SOURCE_MAX_HEADERS)
+		return -E2BIG;
+	for (size_t i = 0; i < n_given; i++)
 		extra[n_extra++] = given[i];
 	for (size_t i = 0; i < src->n_always; i++)
 		extra[n_extra++] = src->always[i];
@@ -288,14 +291,14 @@ static int prepare_request(struct s3_source *src, const char *path,
 		if (rc)
 			goto out;
 		struct sigv4_request req = {
-		    .method = "GET",
+		    .method = method,
 		    .host = src->host,
 		    .path = path,
 		    .params = params,
 		    .n_params = n_params,
 		    .headers = extra,
 		    .n_headers = n_extra,
-		    .payload_hash = SIGV4_EMPTY_SHA256,
+		    .payload_hash = payload_hash,
 		    .region = src->region,
 		    .service = "s3",
 		    .access_key_id = creds.access_key_id,
@@ -346,6 +349,49 @@ out:
 	free(enc_path);
 	free(query);
 	return rc;
+}
+
+static int prepare_request(struct s3_source *src, const char *path,
+                           const struct sigv4_param *params, size_t n_params,
+                           const struct sigv4_header *given, size_t n_given, char **url,
+                           struct curl_slist **headers, uint64_t *gen)
+{
+	return prepare_method(src, "GET", path, params, n_params, given, n_given,
+	                      SIGV4_EMPTY_SHA256, url, headers, gen);
+}
+
+int s3_source_request(struct s3_source *src, const char *method, const char *key,
+                      const struct sigv4_param *params, size_t n_params,
+                      const struct sigv4_header *given, size_t n_given, const char *payload_hash,
+                      char **url, struct curl_slist **headers)
+{
+	char *path = NULL;
+	uint64_t gen;
+	int rc;
+
+	*url = NULL;
+	if (!key)
+		rc = asprintf(&path, src->path_style ? "/%s" : "/", src->bucket);
+	else if (src->path_style)
+		rc = asprintf(&path, "/%s/%s%s", src->bucket, src->prefix, key);
+	else
+		rc = asprintf(&path, "/%s%s", src->prefix, key);
+	if (rc < 0)
+		return -ENOMEM;
+	rc = prepare_method(src, method, path, params, n_params, given, n_given,
+	                    payload_hash ? payload_hash : SIGV4_EMPTY_SHA256, url, headers, &gen);
+	free(path);
+	return rc;
+}
+
+const char *s3_source_prefix(const struct s3_source *src)
+{
+	return src->prefix;
+}
+
+const struct fetch_net *s3_source_net(const struct s3_source *src)
+{
+	return &src->net;
 }
 
 bool s3_source_owns_url(const struct s3_source *src, const char *url)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "fetch/http/net.h"
+#include "fetch/s3/sigv4.h"
 #include "index/index.h"
 
 struct s3_options {
@@ -91,5 +92,26 @@ int s3_source_list(struct s3_source *src, const char *rel_dir, struct index *idx
  * gets no header at all.
  */
 int s3_source_sign(void *src, const char *url, struct curl_slist **headers, uint64_t *gen);
+
+/* The most headers s3_source_request signs besides its own. */
+#define S3_SOURCE_MAX_HEADERS 6
+
+/*
+ * Signs (or with --no-sign only encodes) a request for the writing side (`spoolfs
+ * publish`): method on key under the source's prefix ("objects/ab/ab12..."), or on the
+ * bucket itself when key is NULL (a listing: pass its "prefix" parameter whole, see
+ * s3_source_prefix). headers (at most S3_SOURCE_MAX_HEADERS) are signed and appended to
+ * *headers with the signature's own; payload_hash is the body's hex sha256 (NULL: none).
+ * *url is malloc'd. 0, -E2BIG, -EINVAL or -ENOMEM.
+ */
+int s3_source_request(struct s3_source *src, const char *method, const char *key,
+                      const struct sigv4_param *params, size_t n_params,
+                      const struct sigv4_header *headers, size_t n_headers,
+                      const char *payload_hash, char **url, struct curl_slist **out);
+
+/* "" or "a/b/": the prefix keys of the source start with. */
+const char *s3_source_prefix(const struct s3_source *src);
+/* The network options every request of the source uses (for fetch_net_apply). */
+const struct fetch_net *s3_source_net(const struct s3_source *src);
 
 #endif

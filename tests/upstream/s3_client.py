@@ -168,6 +168,11 @@ class S3Upstream(Upstream):
     def objects(self, bucket):
         return self._ctl("GET", "objects", query={"bucket": bucket})
 
+    def uploads(self):
+        """Multipart uploads neither completed nor aborted: [{"bucket", "key", "upload_id",
+        "parts"}]."""
+        return self._ctl("GET", "uploads")
+
     def lists(self):
         """Every listing request so far: [{"bucket", "method", "query", "status"}]."""
         return self._ctl("GET", "lists")

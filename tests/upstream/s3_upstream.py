@@ -37,8 +37,16 @@ S3 API (path-style: /BUCKET/KEY; virtual-hosted addressing is not supported):
           If-None-Match (304), If-Range; ETag = quoted md5 hex; Last-Modified;
           x-amz-meta-*; x-amz-checksum-sha256 (+ x-amz-checksum-type FULL_OBJECT)
           on a full GET when the request has x-amz-checksum-mode: ENABLED
-  PUT  /B  (create bucket), PUT /B/KEY (body; x-amz-meta-*, x-amz-checksum-sha256),
+  PUT  /B  (create bucket), PUT /B/KEY (body; x-amz-meta-*, x-amz-checksum-sha256
+          checked (400 BadDigest), Cache-Control kept and sent back on GET/HEAD,
+          If-None-Match: * answered 412 when the key exists; counted in "puts" of the
+          path and "total_puts"; faults fail_status, gate (nothing stored while gated)
+          and corrupt_at (received bytes flipped before the checks) apply),
   DELETE /B/KEY
+  POST /B/KEY?uploads, PUT /B/KEY?partNumber=N&uploadId=U (x-amz-checksum-sha256 checked;
+          counted in "parts" of the path), POST /B/KEY?uploadId=U (CompleteMultipartUpload:
+          parts ascending, ETags and checksums as uploaded, each but the last >= 5 MiB),
+          DELETE /B/KEY?uploadId=U (abort), GET /B?uploads[&prefix=] (ListMultipartUploads)
 Errors are S3 XML (<Error><Code/>...</Error>): NoSuchBucket, NoSuchKey (404),
 AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch, RequestTimeTooSkewed,
 InvalidToken (403), AuthorizationHeaderMalformed (400, with <Region> when the
@@ -54,7 +62,8 @@ live --creds-lifetime seconds (default 3); S3 requests signed with them are veri
 against them, and answered 400 ExpiredToken once they expire (403 InvalidToken for a wrong
 session token). POST /_ctl/s3opts {"requester_pays": [B], "owner": ID}: requests to B
 without x-amz-request-payer: requester, or with an x-amz-expected-bucket-owner other than
-ID, are 403 AccessDenied.
+ID, are 403 AccessDenied. {"ignore_if_none_match": true}: a conditional PUT overwrites
+like an unconditional one (a store such as s3rver).
 
 Authentication: a request with an AWS4-HMAC-SHA256 Authorization header always
 has its credential-scope region checked against --region. With --verify-sigv4
@@ -71,6 +80,8 @@ listing responses; a fail_status answers an S3 XML error with that status):
                                "total_gets", "total_heads", "total_bytes" (objects only),
                                "total_lists", "auth_failures"}
   GET  /_ctl/faults
+  GET  /_ctl/uploads  [{"bucket", "key", "upload_id", "parts": [n...]}]: multipart uploads
+                      neither completed nor aborted
   POST /_ctl/put     {"bucket", "key", one of "data_b64" | "data" (utf-8 text) | "src"
                       (a local file, copied), optional "sha256": "auto"|hex,
                       "checksum_sha256": "auto"|b64, "meta": {}, "content_type"}
@@ -103,6 +114,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import upstream as up  # noqa: E402  (fault injection, stats, body pacing, Server)
@@ -409,7 +421,7 @@ def verify(method, raw_path, raw_query, headers, creds, region, session_token=No
 
 class Obj:
     __slots__ = ("key", "path", "size", "mtime", "md5", "meta", "checksum", "ctype",
-                 "source", "sig")
+                 "source", "sig", "cache_control")
 
     @property
     def etag(self):
@@ -447,6 +459,7 @@ class Config:
     max_skew = 900
     etag_mode = "md5"
     blobdir = None
+    ignore_if_none_match = False  # s3opts: write over an existing key anyway (as s3rver)
     requester_pays = set()  # buckets whose requests must say x-amz-request-payer: requester
     owner = "111122223333"  # every bucket's owner, for x-amz-expected-bucket-owner
 
@@ -455,6 +468,12 @@ CFG = Config()
 STORE = {}
 STORE_LOCK = threading.RLock()
 LISTS = []          # listing requests (dicts), guarded by up.STATE.lock
+PUTS = [0]          # objects stored by S3 PUT, under up.STATE.lock
+# Multipart uploads in progress: upload id -> {"bucket", "key", "parts": {n: (etag,
+# checksum, bytes)}, "spec", "initiated"}; under STORE_LOCK. MIN_PART: S3's least size of
+# a part but the last.
+UPLOADS = {}
+MIN_PART = 5 << 20
 PAYER_SEEN = [0]    # requests that said x-amz-request-payer: requester, under up.STATE.lock
 AUTH_FAILS = []     # recent auth failures, guarded by up.STATE.lock
 AUTH_FAIL_COUNT = [0]
@@ -610,6 +629,7 @@ def put_blob(bucket, key, data=None, src=None, spec=None):
     o.mtime = time.time()
     o.md5 = file_md5(path, o.sig)
     apply_meta(o, spec or {})
+    o.cache_control = (spec or {}).get("cache_control")
     with STORE_LOCK:
         b = create_bucket(bucket)
         b.put(o)  # in-flight GETs keep their open fd of the previous version
@@ -870,6 +890,7 @@ class S3Handler(up.Handler):
                        "total_heads": sum(s["heads"] for s in objs.values()),
                        "total_bytes": sum(s["bytes"] for s in objs.values()),
                        "total_lists": sum(s["gets"] + s["heads"] for s in lists.values()),
+                       "total_puts": PUTS[0],
                        "auth_failures": AUTH_FAIL_COUNT[0]}
             return self._json(200, out)
         if name == "creds":
@@ -886,7 +907,14 @@ class S3Handler(up.Handler):
                     CFG.requester_pays = set(body["requester_pays"])
                 if "owner" in body:
                     CFG.owner = body["owner"]
+                if "ignore_if_none_match" in body:
+                    CFG.ignore_if_none_match = bool(body["ignore_if_none_match"])
             return self._json(200, {})
+        if method == "GET" and name == "uploads":
+            with STORE_LOCK:
+                out = [{"bucket": u["bucket"], "key": u["key"], "upload_id": uid,
+                        "parts": sorted(u["parts"])} for uid, u in UPLOADS.items()]
+            return self._json(200, out)
         if method == "GET" and name == "lists":
             with up.STATE.lock:
                 out = [dict(r) for r in LISTS]  # a request still running sets its status
@@ -978,6 +1006,12 @@ class S3Handler(up.Handler):
                 verify("POST", raw_path, raw_query, list(self.headers.items()), creds, None,
                        token, max_skew=CFG.max_skew, body_sha256=sha, service="sts")
             return ce.handle_sts(self, body, verify_signed)
+        try:
+            bucket, key, q, raw_path, raw_query = self._target()
+            if bucket and key and ("uploads" in q or "uploadId" in q):
+                return self._multipart_post(bucket, key, q, raw_path, raw_query)
+        except S3Error as e:
+            return self._send_xml_error(e)
         self._read_body()
         self._send_xml_error(S3Error(405, "MethodNotAllowed",
                                      "The specified method is not allowed against this "
@@ -1049,6 +1083,20 @@ class S3Handler(up.Handler):
                        '</ListAllMyBucketsResult>' % (XMLNS, items), head=head)
 
     def _bucket_get(self, method, bucket, q, raw_path, raw_query):
+        if "uploads" in q:
+            self._authenticate(method, bucket, raw_path, raw_query, q=q)
+            prefix = q.get("prefix", "")
+            with STORE_LOCK:
+                ups = sorted((u["key"], uid) for uid, u in UPLOADS.items()
+                             if u["bucket"] == bucket and u["key"].startswith(prefix))
+            return self._send_xml(
+                "<ListMultipartUploadsResult>%s%s%s</ListMultipartUploadsResult>" % (
+                    el("Bucket", bucket), el("IsTruncated", "false"),
+                    "".join("<Upload>%s%s</Upload>" % (el("Key", k), el("UploadId", uid))
+                            for k, uid in ups)), head=method == "HEAD")
+        return self._bucket_get_plain(method, bucket, q, raw_path, raw_query)
+
+    def _bucket_get_plain(self, method, bucket, q, raw_path, raw_query):
         head = method == "HEAD"
         rel = bucket + "/"
         st = up.STATE
@@ -1276,6 +1324,8 @@ class S3Handler(up.Handler):
         self.send_header("x-amz-request-id", request_id())
         for k, v in sorted(o.meta.items()):
             self.send_header("x-amz-meta-" + k, v)
+        if getattr(o, "cache_control", None):
+            self.send_header("Cache-Control", o.cache_control)
         if o.checksum and not partial and \
                 (self.headers.get("x-amz-checksum-mode") or "").upper() == "ENABLED":
             self.send_header("x-amz-checksum-sha256", o.checksum)
@@ -1287,9 +1337,127 @@ class S3Handler(up.Handler):
             return
         self._send_body(rel, fd, real_size, start, end)
 
+    # ------------------------------------------------------------ multipart
+    def _multipart_post(self, bucket, key, q, raw_path, raw_query):
+        """CreateMultipartUpload (?uploads) and CompleteMultipartUpload (?uploadId=)."""
+        body = self._read_body()
+        self._authenticate("POST", bucket, raw_path, raw_query,
+                           body_sha=hashlib.sha256(body).hexdigest() if body else None)
+        if lookup(bucket, key)[0] is None:
+            raise S3Error(404, "NoSuchBucket", "The specified bucket does not exist",
+                          BucketName=bucket)
+        if "uploads" in q:
+            uid = base64.urlsafe_b64encode(secrets.token_bytes(24)).decode()
+            spec = {"checksum_sha256": None, "meta": {},
+                    "content_type": self.headers.get("Content-Type"),
+                    "cache_control": self.headers.get("Cache-Control")}
+            with STORE_LOCK:
+                UPLOADS[uid] = {"bucket": bucket, "key": key, "parts": {}, "spec": spec,
+                                "initiated": time.time()}
+            return self._send_xml(
+                "<InitiateMultipartUploadResult>%s%s%s</InitiateMultipartUploadResult>"
+                % (el("Bucket", bucket), el("Key", key), el("UploadId", uid)))
+        uid = q["uploadId"]
+        with STORE_LOCK:
+            up_ = UPLOADS.get(uid)
+        if up_ is None or up_["bucket"] != bucket or up_["key"] != key:
+            raise S3Error(404, "NoSuchUpload", "The specified upload does not exist.",
+                          UploadId=uid)
+        try:
+            root = ET.fromstring(body)
+        except ET.ParseError:
+            raise S3Error(400, "MalformedXML", "The XML you provided was not well-formed")
+        wanted = []
+        for part in root.iter():
+            if part.tag.endswith("Part"):
+                f = {c.tag.split("}")[-1]: (c.text or "") for c in part}
+                wanted.append((int(f.get("PartNumber", "0")), f.get("ETag", "").strip(),
+                               f.get("ChecksumSHA256")))
+        if not wanted or [n for n, _, _ in wanted] != sorted({n for n, _, _ in wanted}):
+            raise S3Error(400, "InvalidPartOrder", "The list of parts was not in ascending "
+                          "order.")
+        data = []
+        for i, (n, etag, ck) in enumerate(wanted):
+            have = up_["parts"].get(n)
+            if have is None or have[0] != etag or (ck and have[1] and ck != have[1]):
+                raise S3Error(400, "InvalidPart", "One or more of the specified parts could "
+                              "not be found.", PartNumber=str(n))
+            if i + 1 < len(wanted) and len(have[2]) < MIN_PART:
+                raise S3Error(400, "EntityTooSmall", "Your proposed upload is smaller than "
+                              "the minimum allowed object size.", PartNumber=str(n))
+            data.append(have[2])
+        o = put_blob(bucket, key, data=b"".join(data), spec=up_["spec"])
+        with STORE_LOCK:
+            UPLOADS.pop(uid, None)
+        with up.STATE.lock:
+            up.STATE.stat(bucket + "/" + key).setdefault("puts", 0)
+            up.STATE.stat(bucket + "/" + key)["puts"] += 1
+            PUTS[0] += 1
+        return self._send_xml(
+            "<CompleteMultipartUploadResult>%s%s%s</CompleteMultipartUploadResult>"
+            % (el("Bucket", bucket), el("Key", key), el("ETag", o.etag)))
+
+    def _multipart_write(self, method, bucket, key, q, body):
+        """UploadPart (PUT ?partNumber=&uploadId=) and AbortMultipartUpload (DELETE)."""
+        uid = q["uploadId"]
+        with STORE_LOCK:
+            up_ = UPLOADS.get(uid)
+            if method == "DELETE" and up_ is not None:
+                UPLOADS.pop(uid)
+        if up_ is None or up_["bucket"] != bucket or up_["key"] != key:
+            raise S3Error(404, "NoSuchUpload", "The specified upload does not exist.",
+                          UploadId=uid)
+        if method == "DELETE":
+            return self._simple(204, b"")
+        try:
+            n = int(q.get("partNumber", ""))
+        except ValueError:
+            n = 0
+        if not 1 <= n <= 10000:
+            raise S3Error(400, "InvalidArgument", "Part number must be an integer between 1 "
+                          "and 10000, inclusive")
+        ck = self.headers.get("x-amz-checksum-sha256")
+        if ck and ck != base64.b64encode(hashlib.sha256(body).digest()).decode():
+            raise S3Error(400, "BadDigest", "The SHA256 you specified did not match the "
+                          "calculated checksum.")
+        etag = '"%s"' % hashlib.md5(body).hexdigest()
+        with STORE_LOCK:
+            up_["parts"][n] = (etag, ck, body)
+        with up.STATE.lock:
+            s = up.STATE.stat(bucket + "/" + key)
+            s["parts"] = s.get("parts", 0) + 1
+        return self._simple(200, b"", "application/xml", extra=[("ETag", etag)])
+
     # ------------------------------------------------------------ writes
+    def _put_faults(self, rel, body):
+        """Faults of a PUT of rel, once its body is read: fail_status answers an error;
+        gate holds it (counted in "gated"; nothing stored while it waits, and nothing if
+        the client goes away); corrupt_at flips those bytes of the body as received, so
+        the checksums must refuse it. -> the body, or None when the client went away."""
+        fail = self._take_fail(rel)
+        if fail is not None:
+            e = self._injected(*fail)
+            e.injected = True
+            raise e
+        if not self._gate(rel):
+            self._abort()
+            return None
+        with up.STATE.lock:
+            corrupt = list(up.STATE.faults.get(rel, {}).get("corrupt_at", ()))
+        if corrupt:
+            b = bytearray(body)
+            for off in corrupt:
+                if 0 <= off < len(b):
+                    b[off] ^= 0xFF
+            body = bytes(b)
+        return body
+
     def _write(self, method, bucket, key, q, raw_path, raw_query):
         body = self._read_body() if method == "PUT" else b""
+        if method == "PUT" and key:
+            body = self._put_faults(bucket + "/" + key, body)
+            if body is None:
+                return
         body_sha = hashlib.sha256(body).hexdigest() if body else None
         self._authenticate(method, bucket, raw_path, raw_query, body_sha=body_sha)
         if not bucket:
@@ -1306,6 +1474,8 @@ class S3Handler(up.Handler):
         if b is None:
             raise S3Error(404, "NoSuchBucket", "The specified bucket does not exist",
                           BucketName=bucket)
+        if "uploadId" in q and key:
+            return self._multipart_write(method, bucket, key, q, body)
         if method == "DELETE":
             if key:
                 with STORE_LOCK:
@@ -1320,12 +1490,23 @@ class S3Handler(up.Handler):
         spec = {"meta": {k: v for k, v in meta.items() if k != "sha256"},
                 "sha256": meta.get("sha256"),
                 "checksum_sha256": self.headers.get("x-amz-checksum-sha256"),
-                "content_type": self.headers.get("Content-Type")}
+                "content_type": self.headers.get("Content-Type"),
+                "cache_control": self.headers.get("Cache-Control")}
         if spec["checksum_sha256"] and spec["checksum_sha256"] != base64.b64encode(
                 hashlib.sha256(body).digest()).decode():
             raise S3Error(400, "BadDigest", "The SHA256 you specified did not match the "
                           "calculated checksum.")
+        # If-None-Match: * (a conditional write): 412 when the key exists, unless the
+        # server plays a store that ignores it (s3opts ignore_if_none_match, as s3rver).
+        if (self.headers.get("If-None-Match") or "").strip() == "*" and o is not None \
+                and not CFG.ignore_if_none_match:
+            raise S3Error(412, "PreconditionFailed", "At least one of the pre-conditions "
+                          "you specified did not hold", Condition="If-None-Match")
         o = put_blob(bucket, key, data=body, spec=spec)
+        with up.STATE.lock:
+            up.STATE.stat(bucket + "/" + key).setdefault("puts", 0)
+            up.STATE.stat(bucket + "/" + key)["puts"] += 1
+            PUTS[0] += 1
         return self._simple(200, b"", "application/xml", extra=[("ETag", o.etag)])
 
 

@@ -452,6 +452,48 @@ def test_signed_requests_accepted(signed):
     assert signed.stats()["auth_failures"] == 0
 
 
+def test_put_conditional_cache_control_checksum_and_faults(signed):
+    """What `spoolfs publish` to S3 relies on (tests/integration/test_publish_s3.py)."""
+    ck = base64.b64encode(hashlib.sha256(b"one").digest()).decode()
+    hs = {"If-None-Match": "*", "Cache-Control": "no-cache", "x-amz-checksum-sha256": ck}
+    puts = signed.stats()["total_puts"]
+    assert signed.s3_request("PUT", "priv", "cond", body=b"one", headers=hs)[0] == 200
+    st, _, body = signed.s3_request("PUT", "priv", "cond", body=b"one", headers=hs)
+    assert st == 412 and parse_error(body)["Code"] == "PreconditionFailed"
+    st, h, body = signed.get("priv", "cond")
+    assert body == b"one" and h["cache-control"] == "no-cache"
+    assert signed.stats()["total_puts"] == puts + 1
+    assert signed.stats("priv/cond")["puts"] == 1
+    # A store that ignores the condition overwrites.
+    signed.s3opts(ignore_if_none_match=True)
+    try:
+        assert signed.s3_request("PUT", "priv", "cond", body=b"one", headers=hs)[0] == 200
+    finally:
+        signed.s3opts(ignore_if_none_match=False)
+    # A wrong checksum is refused and nothing is stored.
+    st, _, body = signed.s3_request("PUT", "priv", "bad", body=b"two", headers=hs)
+    assert st == 400 and parse_error(body)["Code"] == "BadDigest"
+    assert "bad" not in signed.objects("priv")
+    # corrupt_at flips received bytes: the signed payload hash no longer matches.
+    signed.fault("priv/flip", corrupt_at=[0])
+    st, _, body = signed.s3_request("PUT", "priv", "flip", body=b"one")
+    assert st == 400 and parse_error(body)["Code"] == "XAmzContentSHA256Mismatch"
+    assert "flip" not in signed.objects("priv")
+    # A gated PUT stores nothing until it is released.
+    signed.fault("priv/held", gate=True)
+    done = []
+    t = threading.Thread(target=lambda: done.append(
+        signed.s3_request("PUT", "priv", "held", body=b"held")[0]))
+    t.start()
+    signed.wait_for(lambda s: s["gated"] == 1, path="priv/held")
+    assert "held" not in signed.objects("priv")
+    signed.release("priv/held")
+    t.join(10)
+    assert done == [200] and "held" in signed.objects("priv")
+    signed.delete("priv", "held")
+    signed.delete("priv", "cond")
+
+
 def test_signed_requests_rejected(signed):
     st, _, body = signed.get("priv", "dir 0/k+0000", creds=(AK, SK + "x"))
     e = parse_error(body)
