@@ -7,6 +7,8 @@
  * - a prefetch list (reads.h): paths a previous run of the same job opened, in order,
  *   started from mount time within a byte budget, objects already local skipped.
  *
+ * Beside a list, walks work only for what it did not foresee (prefetch.c, foreseen.h).
+ *
  * Every object it starts is a speculative flight (flight_spec.speculative): the engine runs
  * at most spec_max of their requests at once, beside the readers' own, and backs off when
  * the upstream throttles (spec_limit.h). A reader who opens one joins its download.

@@ -24,8 +24,10 @@ Variants, one after another within each run (interleaved, so load drifts hit all
   local    the tree on local disk, page cache warm (the setup ran the program once from
            it, and every run reads it again), as in the issue's figures
   archive  curl the tree's .tar.zst from the same upstream | zstd -d | tar -x, then run
-  order    first run with a read order in the manifest: n/a until manifests carry one
-           (one entry in VARIANTS to add)
+  order    first run with a read order in the manifest: a fresh mount, empty cache, of a
+           second manifest of the same objects (`publish --manifest manifest-order
+           --read-order`) whose order one earlier mount of the plain manifest recorded
+           (`--record-reads`, made once in the setup)
   first    a fresh mount, empty session cache, --record-reads
   warm     a fresh mount of a --cache-dir --keep-cache that an earlier mount filled
   second   a fresh mount, empty cache, --prefetch-list of this run's `first` record
@@ -37,7 +39,9 @@ included; unmount not). Networks (NETS, default lat,cap): tests/upstream/upstrea
 run's (exit status and a hash of stdout; cc: the objects' bytes).
 
 Env: RUNS, PROGRAMS, NETS, DELAY_MS, CAP_MIB, SPOOLFS_BIN (default build-bench/spoolfs,
-built), KEEP=1 (keep the work dir), TMPDIR (where the work dir goes; default /var/tmp).
+built), SPOOLFS_BASE_BIN (another build, e.g. main before a change: each mounted variant
+runs with it too, right after, as "VARIANT, base"), KEEP=1 (keep the work dir), TMPDIR
+(where the work dir goes; default /var/tmp).
 A benchmark, not a test: timings are never asserted. A program not installed is left out
 with a note. Exit status 1 when something does not work (a mount fails, a program fails
 or prints other bytes than from local disk), 2 on a bad setting.
@@ -57,6 +61,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+import benchlib  # noqa: E402  (is_mounted)
 import peers  # noqa: E402  (Server, Mount, Spoolfs: the upstream and mount plumbing)
 
 PYTHON = "/usr/bin/python3"
@@ -68,10 +73,23 @@ AWS_DEPS = ("awscli python3-awscrt python3-cffi-backend python3-colorama python3
 DIST = "/usr/lib/python3/dist-packages"
 NPM_DIRS = ("/usr/lib/node_modules/npm", "/usr/share/nodejs/npm")
 CC_DIRS = ("util", "index", "fetch", "publish", "fs")
-# name, column title; None in MOUNT_ARGS marks a variant not built yet (shown as n/a)
+# name, column title
 VARIANTS = (("local", "local disk"), ("archive", "download + extract + run"),
             ("order", "first run, read order"), ("first", "spoolfs first run"),
             ("warm", "spoolfs warm"), ("second", "second run, --prefetch-list"))
+MOUNTED = ("order", "first", "warm", "second")
+
+
+def variants():
+    """VARIANTS, and with SPOOLFS_BASE_BIN each mounted one again with that build."""
+    if not os.environ.get("SPOOLFS_BASE_BIN"):
+        return VARIANTS
+    out = []
+    for v, title in VARIANTS:
+        out.append((v, title))
+        if v in MOUNTED:
+            out.append((v + ".base", title + ", base"))
+    return tuple(out)
 
 
 def log(msg):
@@ -276,6 +294,7 @@ def config():
 class Bench:
     def __init__(self, work, spoolfs):
         self.work, self.spoolfs = work, spoolfs
+        self.variants = variants()
         self.c = config()
         self.times = {}  # (net, program, variant) -> [seconds]
         self.upstream = {}  # (net, program, variant) -> [(GETs, body bytes)]
@@ -311,6 +330,22 @@ class Bench:
             prog.archive_bytes = os.path.getsize(os.path.join(store, name + ".tar.zst"))
             prog.expect = prog.run(prog.tree, "expect")
             self.progs.append(prog)
+        self.start_servers(store)
+        for prog in self.progs:
+            self.publish_order(store, prog)
+
+    def publish_order(self, store, prog):
+        """The tree again as manifest-order.json beside manifest.json (the same objects),
+        with the read order of one earlier mount of manifest.json: what a job's first
+        run on a fresh machine finds when the publisher recorded it elsewhere."""
+        net = next(iter(self.servers))
+        record = os.path.join(self.work, "order.%s" % prog.name)
+        log("%s: recording a read order on one mount; publishing it" % prog.name)
+        self.mounted(net, prog, "%s.%s.record" % (prog.name, net), ["--record-reads", record])
+        sh([self.spoolfs, "publish", prog.tree, os.path.join(store, prog.name), "--manifest",
+            "manifest-order.json", "--read-order", record], stderr=subprocess.STDOUT)
+
+    def start_servers(self, store):
         for net in self.c["nets"]:
             argv = [PYTHON, os.path.join(ROOT, "tests", "upstream", "upstream.py"), "--root",
                     store, "--delay-ms", str(self.c["delay_ms"])]
@@ -322,11 +357,11 @@ class Bench:
         if digest != prog.expect:
             raise RuntimeError("%s: %s gave other output than from local disk" % (prog.name, what))
 
-    def mounted(self, net, prog, tag, extra=(), cache=None):
+    def mounted(self, net, prog, tag, extra=(), cache=None, manifest="manifest"):
         """A fresh mount of prog's manifest from net's upstream runs prog: returns the
         seconds from the daemon's start to the program's exit."""
         t0 = time.monotonic()
-        m = peers.Mount(self.system, self.work, tag, "%s/manifest" % prog.name,
+        m = peers.Mount(self.system, self.work, tag, "%s/%s" % (prog.name, manifest),
                         shared_cache=cache, durable=cache is not None, extra_args=extra,
                         server=self.servers[net])
         try:
@@ -359,16 +394,16 @@ class Bench:
         self.check(prog, digest, tag)
         return t
 
-    def variant(self, v, net, prog, run):
-        """The seconds of variant v, or None where it does not exist yet."""
-        tag = "%s.%s.%s.%d" % (prog.name, net, v, run)
-        record = os.path.join(self.work, "reads.%s.%s.%d" % (prog.name, net, run))
+    def variant(self, v, net, prog, run, build=""):
+        """The seconds of variant v."""
+        tag = "%s.%s.%s%s.%d" % (prog.name, net, v, build, run)
+        record = os.path.join(self.work, "reads.%s.%s.%d%s" % (prog.name, net, run, build))
         if v == "local":
             return self.local(net, prog, tag)
         if v == "archive":
             return self.archive(net, prog, tag)
         if v == "order":
-            return None  # the manifest's read order: to come
+            return self.mounted(net, prog, tag, manifest="manifest-order")
         if v == "first":
             return self.mounted(net, prog, tag, ["--record-reads", record])
         if v == "warm":
@@ -376,6 +411,18 @@ class Bench:
         if v == "second":
             return self.mounted(net, prog, tag, ["--prefetch-list", record])
         raise ValueError(v)
+
+    def with_build(self, v, net, prog, run):
+        """Variant v, or "V.base": V with SPOOLFS_BASE_BIN (the record a base second run
+        reads is its own base first run's)."""
+        if not v.endswith(".base"):
+            return self.variant(v, net, prog, run)
+        own = self.spoolfs
+        self.spoolfs = os.environ["SPOOLFS_BASE_BIN"]
+        try:
+            return self.variant(v[:-5], net, prog, run, ".base")
+        finally:
+            self.spoolfs = own
 
     def warm_dir(self, net, prog):
         """A --cache-dir that one mount filled with what prog reads (kept)."""
@@ -395,11 +442,9 @@ class Bench:
                 for net, srv in self.servers.items():
                     for prog in self.progs:
                         line = []
-                        for v, _ in VARIANTS:
+                        for v, _ in self.variants:
                             srv.reset()
-                            t = self.variant(v, net, prog, run)
-                            if t is None:
-                                continue
+                            t = self.with_build(v, net, prog, run)
                             st = srv.ctl("stats")
                             self.times.setdefault((net, prog.name, v), []).append(t)
                             self.upstream.setdefault((net, prog.name, v), []).append(
@@ -433,13 +478,13 @@ class Bench:
             print("\nnetwork: %g ms per request, %s" % (
                 c["delay_ms"], "upstream capped at %g MiB/s for all responses together"
                 % c["cap_mib"] if net == "cap" else "loopback (no cap)"))
-            head = ["program"] + [title for _, title in VARIANTS]
+            head = ["program"] + [title for _, title in self.variants]
             rows = [head]
             for prog in self.progs:
                 loc = self.times.get((net, prog.name, "local"))
                 base = statistics.median(loc) if loc else None
                 row, up = [prog.name], [""]
-                for v, _ in VARIANTS:
+                for v, _ in self.variants:
                     ts = self.times.get((net, prog.name, v))
                     if not ts:
                         row.append("n/a")
@@ -493,11 +538,11 @@ def cleanup(work):
         for line in open(os.path.join(work, "mounts")):
             pid, mnt = line.split(None, 1)
             mnt = mnt.strip()
-            if peers.is_mounted(mnt):
+            if benchlib.is_mounted(mnt):
                 subprocess.call(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
-                if peers.is_mounted(mnt):
+                if benchlib.is_mounted(mnt):
                     subprocess.call(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
-            still = still or peers.is_mounted(mnt)
+            still = still or benchlib.is_mounted(mnt)
     if os.path.exists(os.path.join(work, "pids")):
         for line in open(os.path.join(work, "pids")):
             try:

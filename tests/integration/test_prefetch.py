@@ -326,3 +326,51 @@ def test_speculative_bytes_nobody_read_are_shown(store, mount, upstream):
     for name in names[3:]:
         assert read_file(m.p(name)) == expected(store, name)
     assert stats(m)["speculative_unread_bytes"] == 0, stats(m)
+
+
+def test_a_walk_beside_a_list_fetches_nothing_the_list_foresaw(store, mount, upstream, tmp_path):
+    """Opens the list foresaw start no walk (a walk would fetch files no run read); an open
+    it did not foresee still may."""
+    listed = walk_tree(store, dirs=["d"], files=40)
+    other = walk_tree(store, dirs=["e"], files=40)
+    url = store.write()
+    plist = tmp_path / "list.txt"
+    plist.write_text("\n".join(listed[:10]) + "\n")
+    m = mount(url, "--prefetch-list", str(plist))
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    for name in listed[:10]:
+        assert read_file(m.p(name)) == expected(store, name)
+    # Opens the list did not foresee: a walk in e. The thread takes opens in order, so once
+    # it is seen, d's opens were heard before it.
+    for name in other[:3]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: stats(m)["prefetch_walks_total"] >= 1, lambda: stats(m))
+    wait_until(lambda: any(n in object_gets(upstream) for n in other[3:]),
+               lambda: object_gets(upstream))
+    gets = object_gets(upstream)
+    assert not set(gets) & set(listed[10:]), sorted(set(gets) & set(listed[10:]))
+    assert stats(m)["prefetch_walks_total"] == 1, stats(m)
+
+
+def test_a_warm_mount_starts_no_walk(store, mount, upstream, tmp_path):
+    """A mount whose kept record is all local fetches nothing when the job reads it again."""
+    names = walk_tree(store, dirs=["w"], files=40)
+    url = store.write()
+    cache = tmp_path / "cache"
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", "--prefetch-requests", "0",
+              name="first")
+    for name in names[:10]:
+        assert read_file(m.p(name)) == expected(store, name)
+    wait_until(lambda: all(flight_records(m).get(n, {}).get("durable") for n in names[:10]),
+               "durable")
+    assert m.unmount() == 0
+    upstream.reset()
+    m = mount(url, "--cache-dir", str(cache), "--keep-cache", name="warm")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    for name in names[:10]:
+        assert read_file(m.p(name)) == expected(store, name)
+    # An open nothing foresaw (another file of w): heard after the ten, and no walk alone.
+    assert read_file(m.p(names[20])) == expected(store, names[20])
+    wait_until(lambda: names[20] in object_gets(upstream), lambda: object_gets(upstream))
+    assert m.unmount() == 0
+    assert set(object_gets(upstream)) == {names[20]}, sorted(object_gets(upstream))
