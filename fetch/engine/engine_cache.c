@@ -87,16 +87,33 @@ static void note_progress(struct engine *e, struct flight *f, uint64_t total)
 	f->xfer.noted_bytes = UINT64_MAX;
 }
 
+/* Records matter only in a cache directory that a later session may reuse, and only the
+ * lease holder writes them (and notes); the last one (complete or failed) is written once. */
+static bool records_here(struct engine *e, struct flight *f)
+{
+	return e->recorder && !f->xfer.final_recorded && !atomic_load(&f->durable) &&
+	       (e->cfg.lease_dirfd < 0 || f->xfer.lease_held);
+}
+
+void engine_cache_note_written(struct engine *e, struct flight *f)
+{
+	uint64_t total;
+	enum flight_state state;
+
+	if (e->cfg.progress_dirfd < 0 || f->xfer.noted_bytes == UINT64_MAX || !records_here(e, f))
+		return;
+	flight_progress(f, &total, NULL, &state);
+	if (state == FLIGHT_ACTIVE)
+		note_progress(e, f, total);
+}
+
 void engine_cache_record_progress(struct engine *e, struct flight *f, bool force)
 {
 	struct util_ranges written;
 	uint64_t total;
 	enum flight_state state;
 
-	/* Records matter only in a cache directory that a later session may reuse, and only the
-	 * lease holder writes them; the last one (complete or failed) is written once. */
-	if (!e->recorder || f->xfer.final_recorded || atomic_load(&f->durable) ||
-	    (e->cfg.lease_dirfd >= 0 && !f->xfer.lease_held))
+	if (!records_here(e, f))
 		return;
 	flight_progress(f, &total, NULL, &state);
 	/* Finished or failed: its note has nothing more to tell a restart (the record does). */

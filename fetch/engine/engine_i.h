@@ -208,6 +208,9 @@ void schedule_flight(struct engine *e, struct flight *f);
 /* engine_cache.c. Each fails f itself (engine_fail_flight) when it cannot go on. */
 /* Records f's progress when one is due (force: now), in a cache directory only. */
 void engine_cache_record_progress(struct engine *e, struct flight *f, bool force);
+/* Notes f's written ranges for a restart when a note is due: called as bytes reach the
+ * spool, not once per turn (see stream.c's deliver). */
+void engine_cache_note_written(struct engine *e, struct flight *f);
 /* A least-recently-used stamp: wall-clock ms, strictly increasing within a session. */
 int64_t engine_cache_use_stamp(struct engine *e);
 /* This mount downloads f: from what the cache holds, else from the start. */

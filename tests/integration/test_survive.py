@@ -73,6 +73,11 @@ def kill_serving(m):
     return pid
 
 
+def received(m):
+    """Body bytes the mount's serving processes took in from upstream, all of them."""
+    return int(stat_line(m, "spoolfs_upstream_bytes_total"))
+
+
 def stat_line(m, name):
     with open(m.p(".spoolfs/stats")) as f:
         for line in f:
@@ -87,15 +92,16 @@ def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
     parked = store.add("parked.bin", 3 * MiB)
     url = store.write()
     m = mount(url, "--cache-dir", str(tmp_path / "cache"))
-    # Throttled (each ranged request; the object comes in 8 at once) below what even a
-    # sanitizer build takes in: bytes the upstream sent into a socket that the dead
-    # process never read are lost with it, however it records progress.
+    # Throttled (each ranged request; the object comes in 8 at once), so that the kill
+    # lands mid-stream whatever the build's speed.
     store.up.fault(big, rate=int(16 * MiB / SLOW))
     store.up.fault(parked, gate=True)
     out, threads = start_readers([m.p(big)] * 8)
     pout, pthreads = start_readers([m.p(parked)])
-    # Mid-stream for the 8, and the parked reader's request is at the upstream's gate.
-    store.up.wait_for(lambda s: s["bytes"] >= 96 * MiB, timeout=60 * SLOW, path=big)
+    # Mid-stream for the 8, by what the daemon took in (past the first record, every
+    # 64 MiB, and short of the second), and the parked reader's request is at the gate.
+    wait_until(lambda: received(m) >= 96 * MiB, "the 8 readers' download stalls",
+               timeout=60, interval=0.02)
     store.up.wait_for(lambda s: s["gated"] >= 1, timeout=30 * SLOW, path=parked)
     first = kill_serving(m)
     store.up.release(parked)
@@ -108,11 +114,18 @@ def test_kill9_while_8_readers_stream_and_one_is_parked(store, mount, tmp_path):
     assert "serving process %d killed by signal 9" % first in log, log
     assert stat_line(m, "spoolfs_restarts_total") == "1"
     # What the dead process wrote is adopted (recorded, or noted since the last record):
-    # at most the last few MiB of each part are fetched again. With the records alone, the
-    # fdatasyncs' lag lost 20-100 MiB here.
-    got = store.up.stats(big)["bytes"]
-    print("upstream bytes for the %d MiB object: %.3fx" % (size // MiB, got / size))
-    assert got <= 1.1 * size, "%.3fx the object" % (got / size)
+    # at most its last note's worth (4 MiB) is fetched again. With the records alone, the
+    # records' lag lost 20-100 MiB here. Counted as the daemon took bytes in (both serving
+    # processes: the counters are the mount's), not as the upstream sent them: what sat in
+    # the dead process's socket buffers never reached it, and on a loaded machine, behind,
+    # that was 4-38 MiB over the 10 connections (a receive window each, autotuned to MiB).
+    # (The parked object came once, after the kill; the manifest, a few hundred bytes, may
+    # be in the count too.)
+    got = received(m) - store.up.stats(parked)["bytes"]
+    print("for the %d MiB object, the daemon took in %.3fx, the upstream sent %.3fx"
+          % (size // MiB, got / size, store.up.stats(big)["bytes"] / size))
+    assert got >= size, got
+    assert got <= 1.05 * size, "%.3fx the object" % (got / size)
     assert "noted by the serving process before" in log, log
 
 
