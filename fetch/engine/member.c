@@ -2,7 +2,8 @@
  * member.c: pack members' bytes checked against their own sha256 (object.h), once per pack
  * flight. A pack is fetched as one object and its bytes are published as they arrive
  * (flight_spec.readers_verify), so each member is checked before any reader sees it; the
- * answer is kept by (flight id, member offset), so that later opens of a member (a warm
+ * answer is kept by (flight id, member: offset, size and sha256), so that later opens of a
+ * member (a warm
  * walk opens thousands) read nothing back. Lock: verified_lock (object_i.h), innermost;
  * the hashing runs without it.
  */
@@ -63,14 +64,20 @@ static size_t bucket_of(uint64_t flight_id, uint64_t base, size_t n_buckets)
 	return (size_t)((h ^ (h >> 29)) % n_buckets);
 }
 
-static bool find_locked(const struct fetch_objects *o, uint64_t flight_id, uint64_t base)
+static bool same_member(const struct fetch_member *a, const struct fetch_member *b)
+{
+	return a->base == b->base && a->size == b->size && strcmp(a->sha256, b->sha256) == 0;
+}
+
+static bool find_locked(const struct fetch_objects *o, uint64_t flight_id,
+                        const struct fetch_member *m)
 {
 	if (!o->n_buckets)
 		return false;
 	for (const struct verified_member *v =
-	         o->verified[bucket_of(flight_id, base, o->n_buckets)];
+	         o->verified[bucket_of(flight_id, m->base, o->n_buckets)];
 	     v; v = v->next)
-		if (v->flight_id == flight_id && v->base == base)
+		if (v->flight_id == flight_id && same_member(&v->member, m))
 			return true;
 	return false;
 }
@@ -90,7 +97,7 @@ static void grow_locked(struct fetch_objects *o)
 		while (o->verified[i]) {
 			struct verified_member *v = o->verified[i];
 			o->verified[i] = v->next;
-			size_t j = bucket_of(v->flight_id, v->base, n);
+			size_t j = bucket_of(v->flight_id, v->member.base, n);
 			v->next = b[j];
 			b[j] = v;
 		}
@@ -101,20 +108,20 @@ static void grow_locked(struct fetch_objects *o)
 }
 
 /* Remembers a match. Without memory it is only checked again at the next open. */
-static void remember(struct fetch_objects *o, uint64_t flight_id, uint64_t base)
+static void remember(struct fetch_objects *o, uint64_t flight_id, const struct fetch_member *m)
 {
 	struct verified_member *v = malloc(sizeof(*v));
 
 	if (!v)
 		return;
 	v->flight_id = flight_id;
-	v->base = base;
+	v->member = *m;
 	pthread_mutex_lock(&o->verified_lock);
 	grow_locked(o);
-	if (!o->n_buckets || find_locked(o, flight_id, base)) {
+	if (!o->n_buckets || find_locked(o, flight_id, m)) {
 		free(v); /* another reader checked it meanwhile, or no buckets */
 	} else {
-		size_t i = bucket_of(flight_id, base, o->n_buckets);
+		size_t i = bucket_of(flight_id, m->base, o->n_buckets);
 		v->next = o->verified[i];
 		o->verified[i] = v;
 		o->n_verified++;
@@ -128,7 +135,7 @@ bool fetch_member_verified(struct fetch_objects *o, const struct flight *f,
 	bool found;
 
 	pthread_mutex_lock(&o->verified_lock);
-	found = find_locked(o, flight_id(f), m->base);
+	found = find_locked(o, flight_id(f), m);
 	pthread_mutex_unlock(&o->verified_lock);
 	return found;
 }
@@ -143,7 +150,7 @@ int fetch_member_verify(struct fetch_objects *o, struct flight *f, const struct 
 	/* Two first readers may both hash it: a member is small, and neither waits. */
 	rc = member_sha256(flight_spool_fd(f), m, got);
 	if (rc == 0 && strcmp(got, m->sha256) == 0) {
-		remember(o, flight_id(f), m->base);
+		remember(o, flight_id(f), m);
 		return 0;
 	}
 	if (rc < 0) {

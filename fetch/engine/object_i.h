@@ -11,14 +11,16 @@
 /* A member whose bytes matched, in one pack flight. */
 struct verified_member {
 	uint64_t flight_id;
-	uint64_t base;
+	/* The whole member, not only its offset: two entries may name the same bytes of a
+	 * pack with another size or sha256, and each is served only once its own matched. */
+	struct fetch_member member;
 	struct verified_member *next; /* in its bucket */
 };
 
 struct fetch_objects {
 	struct fetch_objects_config cfg; /* fixed at create */
 	/*
-	 * The members verified so far, by (flight_id(pack's flight), base): a member is hashed
+	 * The members verified so far, by (flight_id(pack's flight), member): a member is hashed
 	 * once per flight, not at every open (a warm walk over a packed tree opened thousands).
 	 * A failed pack's next flight has another id, so its members are checked again. Dead
 	 * flights' entries stay (a few bytes per member and refetch) until destroy.

@@ -188,6 +188,24 @@ def test_a_corrupt_pack_gives_eio_never_wrong_bytes_and_is_fetched_again(upstrea
     assert upstream.stats("objects/pack1")["gets"] == 2
 
 
+def test_two_members_at_one_offset_are_each_checked_against_their_own_sha256(upstream, mount):
+    """x and y start at the same byte of one pack; y is longer and its sha256 is not of the
+    pack's bytes. x reading right must not let y be served unchecked, in either order."""
+    blob = b"AAAABBBB"
+    v2_store(upstream.root, [], {"pack1": [("x", b"AAAA"), ("rest", b"BBBB")]})
+    with open(os.path.join(upstream.root, "manifest.json")) as f:
+        man = json.load(f)
+    man["entries"].append({"path": "y", "size": len(blob), "sha256": sha(b"AAAACCCC"),
+                           "pack": man["packs"][0]["sha256"], "offset": 0, "mode": "0644"})
+    with open(os.path.join(upstream.root, "manifest.json"), "w") as f:
+        json.dump(man, f)
+    m = mount(upstream.url("manifest.json"))
+    assert read_file(m.p("x")) == b"AAAA"
+    with pytest.raises(OSError) as e:
+        read_file(m.p("y"))
+    assert e.value.errno == errno.EIO
+
+
 def test_a_pack_whose_member_lies_beyond_it_is_refused(upstream, tmp_path):
     from helpers import refused_mount
     members = eight_members()

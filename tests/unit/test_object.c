@@ -344,6 +344,24 @@ static void test_member_verified_once_per_flight(void **state)
 	flight_unref(other.flight);
 }
 
+/* Two entries may name the same bytes of a pack with another size or sha256 (a hand-made
+ * manifest): the first one's match must not serve the second unchecked. */
+static void test_member_match_is_its_own(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj = open_ok(fx, fx->member_ino[2]);
+	struct fetch_member longer = obj.member, renamed = obj.member;
+
+	deliver_pack(fx, obj.flight);
+	assert_int_equal(fetch_member_verify(fx->objects, obj.flight, &obj.member), 0);
+	longer.size += 1;
+	renamed.sha256[0] = renamed.sha256[0] == '0' ? '1' : '0';
+	assert_false(fetch_member_verified(fx->objects, obj.flight, &longer));
+	assert_false(fetch_member_verified(fx->objects, obj.flight, &renamed));
+	assert_int_equal(fetch_member_verify(fx->objects, obj.flight, &renamed), -EBADMSG);
+	flight_unref(obj.flight);
+}
+
 static void test_member_mismatch_refetches(void **state)
 {
 	struct fixture *fx = *state;
@@ -378,6 +396,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_pack_single_flight_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_plain_dir_and_chunked, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_verified_once_per_flight, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_member_match_is_its_own, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_mismatch_refetches, setup_corrupt,
 	                                    teardown),
 	};
