@@ -493,11 +493,11 @@ def cleanup(work):
         for line in open(os.path.join(work, "mounts")):
             pid, mnt = line.split(None, 1)
             mnt = mnt.strip()
-            if peers.is_mounted(mnt):
+            if peers.benchlib.is_mounted(mnt):
                 subprocess.call(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
-                if peers.is_mounted(mnt):
+                if peers.benchlib.is_mounted(mnt):
                     subprocess.call(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
-            still = still or peers.is_mounted(mnt)
+            still = still or peers.benchlib.is_mounted(mnt)
     if os.path.exists(os.path.join(work, "pids")):
         for line in open(os.path.join(work, "pids")):
             try:
