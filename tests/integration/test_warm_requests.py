@@ -8,13 +8,18 @@ manifest, an S3 prefix) are then listed at their first lookup or readdir; /.spoo
 shows its files' latest sizes. SPOOLFS_TEST_NO_OPENDIR=1 makes the daemon treat the kernel
 as one without the capability (before 5.1): every directory open is a round trip, as
 before. Requests are counted in the daemon's `-d` log.
+
+Pack spools: a pack's spool file stays open while its members are opened one after
+another (it was closed at each member's release and opened again by name at the next
+open); the bound on such idle spools is the unit suite's (test_flight.c).
 """
 
 import os
 import re
+import stat
 
 from conftest import read_file
-from helpers import wait_until
+from helpers import flight_records, readlink_or_empty, wait_until
 from test_manifest_v2 import nested_manifest, v2_store
 from test_s3 import BUCKET, aws_env, listings_of, mount_s3, s3_server  # noqa: F401 (fixtures)
 from test_survive import kill_serving
@@ -128,3 +133,38 @@ def test_spoolfs_directory_stays_fresh_when_the_kernel_caches_listings(store, mo
     assert entries["stats"].stat().st_size == len(second)
     assert os.stat(stats).st_size == len(second)
     assert requests(m, "OPENDIR") == 1
+
+
+def spool_fds(pid, size):
+    """The serving process's fds on regular files of size bytes: {fd: target}."""
+    out = {}
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        path = "/proc/%d/fd/%s" % (pid, fd)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size == size:
+            out[fd] = readlink_or_empty(path)
+    return out
+
+
+def test_a_pack_spool_stays_open_between_its_members_opens(upstream, mount):
+    members = [("d/m%02d" % i, bytes([65 + i]) * (1000 + i)) for i in range(20)]
+    v2_store(upstream.root, [], packs={"p1": members})
+    size = sum(len(d) for _, d in members)
+    m = mount(upstream.url("manifest.json"), "--prefetch-requests", "0")
+    pid = m.serving_pid()
+
+    def released():
+        return all(r["handles"] == 0 for r in flight_records(m).values())
+
+    assert read_file(m.p("d/m00")) == members[0][1]
+    wait_until(released, "the member's RELEASE")
+    held = spool_fds(pid, size)
+    assert len(held) == 1, held
+    for path, data in members[1:]:
+        assert read_file(m.p(path)) == data
+        wait_until(released, "the member's RELEASE")
+        assert spool_fds(pid, size) == held  # the same fd: not closed and opened again
+    assert upstream.stats("objects/p1")["gets"] == 1
