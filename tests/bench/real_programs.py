@@ -37,7 +37,9 @@ included; unmount not). Networks (NETS, default lat,cap): tests/upstream/upstrea
 run's (exit status and a hash of stdout; cc: the objects' bytes).
 
 Env: RUNS, PROGRAMS, NETS, DELAY_MS, CAP_MIB, SPOOLFS_BIN (default build-bench/spoolfs,
-built), KEEP=1 (keep the work dir), TMPDIR (where the work dir goes; default /var/tmp).
+built), KEEP=1 (keep the work dir), TMPDIR (where the work dir goes; default /var/tmp),
+SPOOLFS_BASE_BIN (another build: a variant "warmbase", the same warm mount with it),
+ONLY (the variants to run, e.g. ONLY=local,warm,warmbase).
 A benchmark, not a test: timings are never asserted. A program not installed is left out
 with a note. Exit status 1 when something does not work (a mount fails, a program fails
 or prints other bytes than from local disk), 2 on a bad setting.
@@ -72,6 +74,10 @@ CC_DIRS = ("util", "index", "fetch", "publish", "fs")
 VARIANTS = (("local", "local disk"), ("archive", "download + extract + run"),
             ("order", "first run, read order"), ("first", "spoolfs first run"),
             ("warm", "spoolfs warm"), ("second", "second run, --prefetch-list"))
+if os.environ.get("SPOOLFS_BASE_BIN"):  # a before-and-after of the warm mount
+    VARIANTS += (("warmbase", "warm, SPOOLFS_BASE_BIN"),)
+if os.environ.get("ONLY"):
+    VARIANTS = tuple(v for v in VARIANTS if v[0] in os.environ["ONLY"].split(","))
 
 
 def log(msg):
@@ -265,6 +271,8 @@ def config():
     for p in c["programs"]:
         if p not in PROGRAMS:
             raise SystemExit("PROGRAMS: unknown program %r (have %s)" % (p, ",".join(PROGRAMS)))
+    if not any(v == "local" for v, _ in VARIANTS):
+        raise SystemExit("ONLY: the variants must include local (the runs are checked against it)")
     for n in c["nets"]:
         if n not in ("lat", "cap"):
             raise SystemExit("NETS: unknown network %r (have lat,cap)" % n)
@@ -322,11 +330,12 @@ class Bench:
         if digest != prog.expect:
             raise RuntimeError("%s: %s gave other output than from local disk" % (prog.name, what))
 
-    def mounted(self, net, prog, tag, extra=(), cache=None):
-        """A fresh mount of prog's manifest from net's upstream runs prog: returns the
-        seconds from the daemon's start to the program's exit."""
+    def mounted(self, net, prog, tag, extra=(), cache=None, system=None):
+        """A fresh mount of prog's manifest from net's upstream runs prog (with system, a
+        peers.System, default this build): returns the seconds from the daemon's start to
+        the program's exit."""
         t0 = time.monotonic()
-        m = peers.Mount(self.system, self.work, tag, "%s/manifest" % prog.name,
+        m = peers.Mount(system or self.system, self.work, tag, "%s/manifest" % prog.name,
                         shared_cache=cache, durable=cache is not None, extra_args=extra,
                         server=self.servers[net])
         try:
@@ -375,6 +384,9 @@ class Bench:
             return self.mounted(net, prog, tag, ["--keep-cache"], self.warm_dir(net, prog))
         if v == "second":
             return self.mounted(net, prog, tag, ["--prefetch-list", record])
+        if v == "warmbase":
+            return self.mounted(net, prog, tag, ["--keep-cache"], self.warm_dir(net, prog),
+                                system=peers.SpoolfsBase(self))
         raise ValueError(v)
 
     def warm_dir(self, net, prog):
