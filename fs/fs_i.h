@@ -298,7 +298,11 @@ struct fs_session {
 	size_t init_req_len;
 	void *init_reply;
 	size_t init_reply_len;
-	bool init_resend;      /* the kernel offered FUSE_HAS_RESEND */
+	bool init_resend; /* the kernel offered FUSE_HAS_RESEND */
+	/* INIT offered FUSE_CAP_NO_OPENDIR_SUPPORT: OPENDIR answers ENOSYS (fs_opendir). Set
+	 * by fs_init from the INIT request, which every serving process replays, so all of them
+	 * decide alike; any FUSE thread loads it. */
+	atomic_bool no_opendir;
 	atomic_bool init_seen; /* the first process read INIT and has not replied yet */
 	atomic_int replay;     /* handover.c's enum replay */
 	pthread_mutex_t handover_lock;

@@ -82,6 +82,11 @@ static void node_to_entry(const struct fs_session *s, const struct index_node *n
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct fs_session *s = userdata;
+
+	/* tests: SPOOLFS_TEST_NO_OPENDIR is the path of kernels before 5.1 */
+	atomic_store(&s->no_opendir, (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) &&
+	                                 !getenv("SPOOLFS_TEST_NO_OPENDIR"));
 	/* Not SPLICE_MOVE: see fs_reply_spool. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
@@ -109,7 +114,6 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 
 	/* libfuse answers INIT when this returns, and every request after it is served: a unit
 	 * ordered after ours may read from the mount from here on. */
-	struct fs_session *s = userdata;
 	uint64_t files = 0, dirs = 0, bytes = 0;
 	index_totals(s->idx, &files, &dirs, &bytes);
 	fs_notify_ready(files, dirs, bytes);
@@ -280,6 +284,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, b
 		rc = -ENOTDIR;
 		goto fail;
 	}
+	/* Without OPENDIR (fs_opendir), the first readdir is where a directory gets listed. */
+	rc = fs_ensure_listed(s, ino);
+	if (rc)
+		goto fail;
 	d.buf = malloc(size);
 	if (!d.buf) {
 		rc = -ENOMEM;
@@ -337,6 +345,19 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct index_node n;
 	int rc;
 
+	/*
+	 * A kernel that offered FUSE_CAP_NO_OPENDIR_SUPPORT takes ENOSYS as "opened", stops
+	 * sending OPENDIR and RELEASEDIR for the connection (two round trips per directory
+	 * open: Python's importer lists thousands), and gives every directory what the end of
+	 * this function does: FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR. Lookup and the first readdir
+	 * list a directory then. /.spoolfs is cached too: its names never change, and its
+	 * files' sizes come from lookups, which have no timeout. The kernel keeps no_opendir
+	 * across serving processes, and each of them decides from the same INIT request.
+	 */
+	if (atomic_load(&s->no_opendir)) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (ino == FS_INO_VIRTUAL_DIR) {
 		fuse_reply_open(req, fi); /* listed afresh each time: its files change */
 		return;

@@ -166,6 +166,8 @@ void flight_unref(struct flight *f)
 {
 	if (atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	if (atomic_load(&f->lingers))
+		flight_linger_forget(f);
 	if (f->spool.fd >= 0)
 		close(f->spool.fd);
 	util_ranges_free(&f->written);
@@ -182,32 +184,42 @@ void flight_unref(struct flight *f)
 	free(f);
 }
 
+bool flight_spool_idle_locked(const struct flight *f)
+{
+	return f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
+	       f->spool.users == 0 && f->spool.fd >= 0;
+}
+
+int flight_spool_take_idle_locked(struct flight *f)
+{
+	struct stat st;
+	int fd = f->spool.fd;
+
+	f->spool.fd = -1;
+	/* Its inode number may name another file by the reopen (another mount's new download
+	 * of the object): the change time a new file cannot share tells. A seal changes it
+	 * too, but only while held: it is taken here after. */
+	if (fstat(fd, &st) == 0)
+		f->spool.ctime = st.st_ctim;
+	return fd;
+}
+
 /*
- * One user of f's spool is gone (user_left), or the transfer thread is (engine_left):
- * closes the fd if the spool is now idle (complete, retired, unused). The recorder holds it
- * like any user while it syncs and seals it: its queue never keeps an idle fd open.
+ * One user of f's spool is gone (user_left), or the transfer thread is (engine_left): if
+ * the spool is now idle (complete, retired, unused), it lingers open a while and is closed
+ * later (spool_linger.c). The recorder holds it like any user while it syncs and seals it.
  */
 static void leave_spool(struct flight *f, bool user_left, bool engine_left)
 {
-	int fd = -1;
+	bool idle;
 
 	pthread_mutex_lock(&f->lock);
 	f->spool.users -= user_left;
 	f->engine_done |= engine_left;
-	if (f->table->close_idle_spools && f->state == FLIGHT_COMPLETE && f->engine_done &&
-	    f->spool.users == 0 && f->spool.fd >= 0) {
-		struct stat st;
-		fd = f->spool.fd;
-		f->spool.fd = -1;
-		/* Its inode number may name another file by the reopen (another mount's new
-		 * download of the object): the change time a new file cannot share tells. A seal
-		 * changes it too, but only while held: it is taken here after. */
-		if (fstat(fd, &st) == 0)
-			f->spool.ctime = st.st_ctim;
-	}
+	idle = flight_spool_idle_locked(f);
 	pthread_mutex_unlock(&f->lock);
-	if (fd >= 0)
-		close(fd);
+	if (idle)
+		flight_linger(f); /* checks again under the locks before it closes anything */
 }
 
 /* Caller holds f->lock: whether fd is the file f closed while idle. */
@@ -226,9 +238,25 @@ static int same_spool_locked(const struct flight *f, int fd)
 
 /* Counts a user of f's spool, reopening an idle one by name. 0 or -errno (not counted).
  * With failed_too a failed f is counted too (its users read its error). */
+/* use_spool counted a user of f's lingering spool: 0 if the name still names it, else the
+ * user is not counted and -ENOENT or -ESTALE, as a reopen would say. */
+static int recheck_lingering(struct flight *f)
+{
+	struct stat st;
+	int rc = 0;
+
+	if (fstatat(f->table->spool_dirfd, f->spool.name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		rc = -errno;
+	else if (st.st_dev != f->spool.dev || st.st_ino != f->spool.ino)
+		rc = -ESTALE;
+	if (rc)
+		leave_spool(f, true, false);
+	return rc;
+}
+
 static int use_spool(struct flight *f, bool failed_too)
 {
-	bool reopen;
+	bool reopen, recheck;
 	int fd = -1, rc = 0;
 
 	pthread_mutex_lock(&f->lock);
@@ -239,7 +267,14 @@ static int use_spool(struct flight *f, bool failed_too)
 		f->spool.users++;
 	/* spool.name is set once, before the flight can be complete: read below unlocked. */
 	reopen = rc == 0 && f->state == FLIGHT_COMPLETE && f->spool.fd < 0 && f->spool.name;
+	/* An idle spool left open (spool_linger.c) is taken up again only if its name still
+	 * names it: one removed (a tmp cleaner) or replaced (another mount's new download)
+	 * behind our back goes as a closed one would. Its open fd keeps its inode number from
+	 * any new file, so the number tells. */
+	recheck = rc == 0 && f->spool.users == 1 && f->spool.fd >= 0 && atomic_load(&f->lingers);
 	pthread_mutex_unlock(&f->lock);
+	if (recheck)
+		return recheck_lingering(f);
 	if (!reopen)
 		return rc;
 	/* Not under the lock: an open may wait for the disk. */

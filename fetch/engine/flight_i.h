@@ -137,7 +137,8 @@ struct flight {
 	struct util_ranges published; /* readable: written, minus what verification withholds */
 	struct flight_waiter *waiters;
 	struct flight_inos inos;
-	bool in_table; /* also guarded by the table lock (both held to change) */
+	bool in_table;       /* also guarded by the table lock (both held to change) */
+	atomic_bool lingers; /* in table->linger (spool_linger.c; changed under linger_lock) */
 	struct flight_seq seq;
 
 	struct flight_verify verify; /* each part names its owner */
@@ -157,6 +158,7 @@ static inline bool flight_hash_names_version(const struct flight *f)
 
 /* flight_table.c. Lock order: table->lock, then a flight's lock. */
 #define TABLE_BUCKETS 1024
+#define FLIGHT_LINGER 32 /* idle spools left open (spool_linger.c) */
 struct spool_reserve;
 struct tainted_key;
 struct table_entry;
@@ -188,7 +190,30 @@ struct flight_table {
 	void *on_failed_ctx;
 	void (*on_complete)(void *ctx, struct flight *f);
 	void *on_complete_ctx;
+	/* The idle spools left open, oldest first (spool_linger.c). Guarded by linger_lock,
+	 * which is taken before a flight's lock, never with one held. */
+	pthread_mutex_t linger_lock;
+	struct flight *linger[FLIGHT_LINGER + 1];
+	atomic_uint n_linger; /* changed under linger_lock; read without it as a hint */
 };
+
+/*
+ * flight.c: whether f's spool is idle (complete, retired, unused, open) and may be closed;
+ * and taking its fd for the caller to close, noting what the reopen checks. Caller holds
+ * f->lock.
+ */
+bool flight_spool_idle_locked(const struct flight *f);
+int flight_spool_take_idle_locked(struct flight *f);
+
+/*
+ * spool_linger.c. flight_linger: f's spool went idle (caller holds a reference, no lock):
+ * it stays open as the newest lingering one, the oldest beyond FLIGHT_LINGER is closed.
+ * flight_linger_forget: f is being freed (its fd closes with it). flight_linger_flush:
+ * closes every lingering idle spool (the table's end).
+ */
+void flight_linger(struct flight *f);
+void flight_linger_forget(struct flight *f);
+void flight_linger_flush(struct flight_table *t);
 
 /*
  * Takes a failed flight out of the table so the next open starts a new one, marks its key

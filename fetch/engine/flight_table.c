@@ -59,6 +59,7 @@ int flight_table_create(int spool_dirfd, struct flight_table **out)
 		goto fail_dir;
 	}
 	pthread_mutex_init(&table->lock, NULL);
+	pthread_mutex_init(&table->linger_lock, NULL);
 	table->next_id = 1;
 	*out = table;
 	return 0;
@@ -125,6 +126,7 @@ void flight_table_destroy(struct flight_table *table)
 	if (!table)
 		return;
 	flight_table_stop_hasher(table);
+	flight_linger_flush(table); /* before flights go: they would look for the ring */
 	for (size_t i = 0; i < TABLE_BUCKETS; i++) {
 		struct table_entry *e = table->buckets[i];
 		while (e) {
@@ -144,6 +146,7 @@ void flight_table_destroy(struct flight_table *table)
 		table->tainted = next;
 	}
 	version_pins_free(table->pins);
+	pthread_mutex_destroy(&table->linger_lock);
 	pthread_mutex_destroy(&table->lock);
 	close(table->spool_dirfd);
 	free(table);

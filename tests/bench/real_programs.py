@@ -41,7 +41,8 @@ run's (exit status and a hash of stdout; cc: the objects' bytes).
 Env: RUNS, PROGRAMS, NETS, DELAY_MS, CAP_MIB, SPOOLFS_BIN (default build-bench/spoolfs,
 built), SPOOLFS_BASE_BIN (another build, e.g. main before a change: each mounted variant
 runs with it too, right after, as "VARIANT, base"), KEEP=1 (keep the work dir), TMPDIR
-(where the work dir goes; default /var/tmp).
+(where the work dir goes; default /var/tmp),
+ONLY (the variants to run, e.g. ONLY=local,warm).
 A benchmark, not a test: timings are never asserted. A program not installed is left out
 with a note. Exit status 1 when something does not work (a mount fails, a program fails
 or prints other bytes than from local disk), 2 on a bad setting.
@@ -90,6 +91,10 @@ def variants():
         if v in MOUNTED:
             out.append((v + ".base", title + ", base"))
     return tuple(out)
+
+
+if os.environ.get("ONLY"):
+    VARIANTS = tuple(v for v in VARIANTS if v[0] in os.environ["ONLY"].split(","))
 
 
 def log(msg):
@@ -283,6 +288,8 @@ def config():
     for p in c["programs"]:
         if p not in PROGRAMS:
             raise SystemExit("PROGRAMS: unknown program %r (have %s)" % (p, ",".join(PROGRAMS)))
+    if not any(v == "local" for v, _ in VARIANTS):
+        raise SystemExit("ONLY: the variants must include local (the runs are checked against it)")
     for n in c["nets"]:
         if n not in ("lat", "cap"):
             raise SystemExit("NETS: unknown network %r (have lat,cap)" % n)

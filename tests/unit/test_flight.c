@@ -951,9 +951,10 @@ static void test_copy_written(void **state)
 }
 
 /*
- * A complete, idle spool closes at once: the recorder reopens it by name to sync and seal
- * it, and takes only the file the flight closed. Its seal changes the change time, which the
- * next reopen accepts; a file replaced or deleted under the name is refused.
+ * A complete, idle spool closes once it lingered (here: at once, flushed): the recorder
+ * reopens it by name to sync and seal it, and takes only the file the flight closed. Its seal
+ * changes the change time, which the next reopen accepts; a file replaced or deleted under the name
+ * is refused.
  */
 static void test_record_hold_reopens_idle_spool(void **state)
 {
@@ -969,6 +970,8 @@ static void test_record_hold_reopens_idle_spool(void **state)
 	deliver_range(f, data, 0, size, 1000);
 	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
 	flight_engine_done(f);
+	assert_true(flight_spool_fd(f) >= 0); /* it lingers */
+	flight_linger_flush(fx->table);
 	assert_int_equal(flight_spool_fd(f), -1);
 
 	fd = flight_hold_spool_to_record(f);
@@ -982,12 +985,14 @@ static void test_record_hold_reopens_idle_spool(void **state)
 	flight_release_spool_recorded(f);
 	assert_int_equal(flight_spool_fd(f), fd);
 	flight_release_spool(f);
+	flight_linger_flush(fx->table);
 	assert_int_equal(flight_spool_fd(f), -1);
 
 	/* Sealed while held: the change time remembered at the close is the sealed one. */
 	assert_int_equal(flight_hold_spool(f), 0);
 	check_spool(f, data, 0, size);
 	flight_release_spool(f);
+	flight_linger_flush(fx->table);
 	assert_int_equal(flight_spool_fd(f), -1);
 
 	/* Another file under the name (as another mount's new download) is not recorded. */
@@ -1004,6 +1009,68 @@ static void test_record_hold_reopens_idle_spool(void **state)
 	assert_int_equal(flight_spool_fd(f), -1);
 
 	finish(fx, &f, 1);
+	free(data);
+}
+
+/*
+ * An idle spool stays open (spool_linger.c): its next hold uses the same fd, no reopen. At
+ * most FLIGHT_LINGER stay: the oldest beyond them closes, unless it is held by then, and a
+ * held one idle again comes back as the newest. Taken up again only while its name names it.
+ */
+static void test_idle_spools_linger(void **state)
+{
+	struct fixture *fx = *state;
+	enum { N = FLIGHT_LINGER + 3 };
+	struct flight *f[N];
+	uint8_t *data = make_object(100);
+	char key[32];
+	int fd0 = -1, other;
+
+	flight_table_close_idle_spools(fx->table, false);
+	for (int i = 0; i < N; i++) {
+		snprintf(key, sizeof(key), "url:linger%d", i);
+		f[i] = start(fx, key, "", 100);
+		deliver_range(f[i], data, 0, 100, 100);
+		assert_int_equal(state_of(f[i]), FLIGHT_COMPLETE);
+		flight_engine_done(f[i]);
+		assert_true(flight_spool_fd(f[i]) >= 0);
+		if (i == 0) {
+			fd0 = flight_spool_fd(f[0]);
+			assert_int_equal(flight_hold_spool(f[0]), 0);
+			assert_int_equal(flight_spool_fd(f[0]), fd0); /* no reopen */
+			check_spool(f[0], data, 0, 100);
+		}
+	}
+	/* f[0] was the oldest but held: it left the ring open; f[1] and f[2] closed. */
+	assert_int_equal(flight_spool_fd(f[0]), fd0);
+	assert_int_equal(flight_spool_fd(f[1]), -1);
+	assert_int_equal(flight_spool_fd(f[2]), -1);
+	for (int i = 3; i < N; i++)
+		assert_true(flight_spool_fd(f[i]) >= 0);
+	assert_int_equal(atomic_load(&fx->table->n_linger), FLIGHT_LINGER);
+	/* Idle again: the newest; the oldest (f[3]) makes room. */
+	flight_release_spool(f[0]);
+	assert_int_equal(flight_spool_fd(f[0]), fd0);
+	assert_int_equal(flight_spool_fd(f[3]), -1);
+	assert_true(flight_spool_fd(f[4]) >= 0);
+	/* A closed one opens again by name when held. */
+	assert_int_equal(flight_hold_spool(f[1]), 0);
+	check_spool(f[1], data, 0, 100);
+	flight_release_spool(f[1]);
+	assert_int_equal(flight_spool_fd(f[4]), -1);
+	/* One whose name no longer names it (removed, replaced) is refused as a reopen is. */
+	assert_true(flight_spool_fd(f[5]) >= 0 && flight_spool_fd(f[6]) >= 0);
+	assert_int_equal(unlinkat(fx->dirfd, f[5]->spool.name, 0), 0);
+	assert_int_equal(flight_hold_spool(f[5]), -ENOENT);
+	assert_int_equal(unlinkat(fx->dirfd, f[6]->spool.name, 0), 0);
+	other = openat(fx->dirfd, f[6]->spool.name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(other >= 0);
+	close(other);
+	assert_int_equal(flight_hold_spool(f[6]), -ESTALE);
+	assert_int_equal(flight_hold_spool(f[7]), 0); /* still its own: taken up */
+	flight_release_spool(f[7]);
+
+	finish(fx, f, N);
 	free(data);
 }
 
@@ -1379,6 +1446,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_deliver_past_size, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_copy_written, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_record_hold_reopens_idle_spool, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_idle_spools_linger, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_refcounts, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_threaded_readers, setup, teardown),
 	    cmocka_unit_test(test_key_url_hashes_no_password),
