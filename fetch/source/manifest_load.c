@@ -768,6 +768,10 @@ static int judge_symlinks(struct load *ld)
 	int rc = symlink_judge_run(ld->judge, ld->opts->outside_symlinks, add_link, ld,
 	                           &ld->opts->hidden_symlinks, &bad);
 
+	if (rc == -E2BIG)
+		rc = load_error(ld,
+		                "its symlinks' chains are too long to judge for "
+		                "--outside-symlinks (more lookups than this many links may take)");
 	if (rc == -EINVAL && !(ld->err && ld->err[0])) {
 		quote_path(target, sizeof(target), bad.target, bad.target_len);
 		rc = entry_error(ld, bad.i, bad.path, bad.path_len,

@@ -43,7 +43,16 @@ struct symlink_judge {
 	char *prefix;
 	size_t prefix_len;
 	char target[INDEX_SYMLINK_MAX + 1]; /* a committed link's, for the resolver */
+	/* Lookups left for this load's walks: each walk is bounded (40 links of at most 4,095
+	 * bytes), but a manifest of many long chains is not, and it is judged inside a mount or
+	 * a FUSE lookup. Spent: the load fails, naming why (JUDGE_BUDGET_*). */
+	uint64_t lookups_left;
 };
+
+/* About 0.1 s of lookups for any load, and 200 more per link: a real tree's links cost a
+ * few each; a chain of 40 links of 800 segments costs 32,000. */
+#define JUDGE_BUDGET_BASE 1000000u
+#define JUDGE_BUDGET_PER_LINK 200u
 
 int symlink_judge_new(struct index *idx, struct index_builder *b, uint64_t dir,
                       struct symlink_judge **out)
@@ -242,6 +251,9 @@ static int lookup(void *ctx, const char *path, size_t len, struct symlink_node *
 	struct symlink_judge *j = ctx;
 	size_t pl = j->prefix_len;
 
+	if (j->lookups_left == 0)
+		return -E2BIG;
+	j->lookups_left--;
 	if (pl == 0)
 		return lookup_here(j, path, len, out);
 	if (len > pl && path[pl] == '/' && memcmp(path, j->prefix, pl) == 0)
@@ -326,6 +338,7 @@ int symlink_judge_run(struct symlink_judge *j, enum manifest_outside_symlinks mo
 	for (size_t k = 0; k < j->n; k++)
 		j->sorted[k] = &j->v[k];
 	qsort(j->sorted, j->n, sizeof(*j->sorted), cmp_pending);
+	j->lookups_left = JUDGE_BUDGET_BASE + (uint64_t)JUDGE_BUDGET_PER_LINK * j->n;
 	rc = make_prefix(j);
 	/* Every link against the whole set first: none is added before all are judged. */
 	for (size_t k = 0; rc == 0 && k < j->n; k++) {

@@ -51,7 +51,9 @@ struct symlink_verdict {
  * aside against the whole snapshot, then, under MANIFEST_OUTSIDE_HIDE, adds those that stay
  * (add) and counts and logs the others (*hidden); under MANIFEST_OUTSIDE_REFUSE, returns
  * -EINVAL with the first that does not stay (in the manifest's order) in *bad, adding
- * nothing. 0, -EINVAL, or -errno (from add too).
+ * nothing. -E2BIG when the walks took more lookups than the load's budget (a manifest of
+ * many long chains: judging it would hold the mount for minutes). 0, -EINVAL, -E2BIG, or
+ * -errno (from add too).
  */
 int symlink_judge_run(struct symlink_judge *j, enum manifest_outside_symlinks mode,
                       symlink_judge_add_fn add, void *ctx, unsigned *hidden,

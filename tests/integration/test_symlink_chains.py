@@ -153,3 +153,22 @@ def test_a_walk_over_directories_sharing_one_manifest_loads_each_once(upstream, 
     assert upstream.stats("objects/m-shared")["gets"] == 1
     m.unmount()
     assert m.stderr().count("passes into another directory with a manifest of its own") == n - 1
+
+
+@pytest.mark.parametrize("mode", ["hide", "refuse"])
+def test_chains_too_long_to_judge_refuse_the_manifest_at_once(upstream, tmp_path, mode):
+    """39 links whose targets each walk 781 times down and up again, and 100 links into
+    the head of that chain (40 links: no loop): judging them all would take 100 x 39 x
+    1,562 lookups (seconds here, minutes for a manifest of the largest size). A budget of
+    lookups per load ends it with a message instead."""
+    up_down = "/".join(["a", ".."] * 781)
+    entries = [{"path": "a", "type": "directory"}]
+    for k in range(39):
+        nxt = "c%02d" % (k + 1) if k < 38 else "a"
+        entries.append({"path": "c%02d" % k, "type": "symlink", "target": up_down + "/" + nxt})
+    for k in range(100):
+        entries.append({"path": "h%03d" % k, "type": "symlink", "target": "c00"})
+    v2_store(upstream.root, entries)
+    err = refused_mount(upstream.url("manifest.json"), tmp_path / "mnt",
+                        "--outside-symlinks", mode)
+    assert "chains are too long to judge" in err
