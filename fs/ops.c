@@ -15,7 +15,7 @@
 
 #include "util/log.h"
 #include "fs/fs_i.h"
-#include "fs/notify.h"
+#include "daemon/notify.h"
 #include "fs/virtual.h"
 
 #define XATTR_SHA256 "user.spoolfs.sha256"

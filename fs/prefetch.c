@@ -18,7 +18,7 @@
 #include "fetch/prefetch/prefetch.h"
 #include "fetch/prefetch/reads.h"
 #include "fs/fs_i.h"
-#include "fs/metrics.h"
+#include "daemon/metrics.h"
 #include "util/hex.h"
 #include "util/log.h"
 #include "util/size.h"

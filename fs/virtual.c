@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fs/metrics.h"
+#include "daemon/metrics.h"
 
 bool fs_virtual_ino(fuse_ino_t ino)
 {

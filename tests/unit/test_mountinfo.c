@@ -1,5 +1,5 @@
 /*
- * Which mount is on top at a path (fs/mountinfo.c), from crafted mountinfo tables: a stop
+ * Which mount is on top at a path (daemon/mountinfo.c), from crafted mountinfo tables: a stop
  * must recognise its own mount, and leave alone one made over it, whatever the order of
  * the table's lines.
  */

@@ -1,5 +1,5 @@
 /*
- * The command line's secrets are overwritten in place (fs/options.c, fs_argv_scrub): other
+ * The command line's secrets are overwritten in place (daemon/options.c, fs_argv_scrub): other
  * users read /proc/PID/cmdline. Each case checks what is hidden and that the rest, which
  * says which mount the process is, stays as it was.
  */

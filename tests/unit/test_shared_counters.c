@@ -1,5 +1,5 @@
 /*
- * Unit tests for the mount's shared counters (fs/shared_counters.c): a second mapping of the
+ * Unit tests for the mount's shared counters (daemon/shared_counters.c): a second mapping of the
  * block sees the first's counts and goes on from them, its gauge starts at 0, and a block
  * another build laid out (another size, another format, not a file at all) is refused and
  * left as it was, never read as this build's.

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "fs/fs_i.h"
-#include "fs/supervisor.h"
+#include "daemon/supervisor.h"
 #include "util/log.h"
 #include "util/supervise.h"
 

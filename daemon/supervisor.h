@@ -1,8 +1,8 @@
 /*
  * The supervisor and what it hands a serving process (supervisor.c, doc/survive.md).
  */
-#ifndef SPOOLFS_FS_SUPERVISOR_H
-#define SPOOLFS_FS_SUPERVISOR_H
+#ifndef SPOOLFS_DAEMON_SUPERVISOR_H
+#define SPOOLFS_DAEMON_SUPERVISOR_H
 
 #include <stdint.h>
 

@@ -10,8 +10,8 @@
  * counting flights, as /.spoolfs/stats does), writes it to a new file in PATH's directory
  * and renames that over PATH: a reader sees the old file or the new one, never a half.
  */
-#ifndef SPOOLFS_FS_METRICS_H
-#define SPOOLFS_FS_METRICS_H
+#ifndef SPOOLFS_DAEMON_METRICS_H
+#define SPOOLFS_DAEMON_METRICS_H
 
 #include <stdio.h>
 

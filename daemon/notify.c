@@ -3,7 +3,7 @@
  * environment (unset_environment = 0): libfuse's daemonize forks, and the loop's threads
  * may report again.
  */
-#include "fs/notify.h"
+#include "daemon/notify.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "fs/fs_i.h"
-#include "fs/supervisor.h"
+#include "daemon/supervisor.h"
 
 /* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */
 struct supervision_seen {

@@ -33,9 +33,9 @@
 #include "util/size.h"
 #include "fetch/source/source.h"
 #include "fs/fs_i.h"
-#include "fs/metrics.h"
-#include "fs/notify.h"
-#include "fs/supervisor.h"
+#include "daemon/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/supervisor.h"
 #include "publish/publish.h"
 #include "util/supervise.h"
 

@@ -5,7 +5,7 @@
  * Everything else of struct fs_metrics is set before the thread starts and only read by
  * it, or is the writer's own (the thread's, then, once it is joined, fs_metrics_stop's).
  */
-#include "fs/metrics.h"
+#include "daemon/metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "fetch/prefetch/prefetch.h"
-#include "fs/supervisor.h"
+#include "daemon/supervisor.h"
 #include "util/log.h"
 #include "util/thread.h"
 #include "util/trusted_path.h"

@@ -4,8 +4,8 @@
  * (from then on the mount serves requests), STOPPING=1 when the loop ends. Without
  * $NOTIFY_SOCKET each call is a no-op.
  */
-#ifndef SPOOLFS_FS_NOTIFY_H
-#define SPOOLFS_FS_NOTIFY_H
+#ifndef SPOOLFS_DAEMON_NOTIFY_H
+#define SPOOLFS_DAEMON_NOTIFY_H
 
 #include <stdint.h>
 
