@@ -818,7 +818,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
 	fs_notify_stopping();
-	/* Before anything below waits on a kernel invalidation (see abort.c). */
+	/* Before anything below waits on a kernel invalidation (see daemon/abort.c). */
 	abort_rc = fs_abort_connection(s);
 	if (abort_rc)
 		util_log(UTIL_LOG_WARN, "cannot abort the FUSE connection of %s: %s", s->mount_path,

@@ -652,14 +652,14 @@ long fs_fd_mount_id(int fd);
  */
 int fs_mountpoint_prepare(const char *mountpoint);
 
-/* Whether the topmost mount at the mountpoint is still this session's (abort.c). */
+/* Whether the topmost mount at the mountpoint is still this session's (daemon/abort.c). */
 bool fs_mount_still_ours(const struct fs_session *s);
 
 /* Whether the kernel has ended the connection (unmounted, or aborted). */
 bool fs_connection_gone(const struct fs_session *s);
 
 /* Once the FUSE loop has ended: fails every request still pending in the kernel and
- * detaches the mount (abort.c). Needs root; 0 without doing anything when it cannot
+ * detaches the mount (daemon/abort.c). Needs root; 0 without doing anything when it cannot
  * apply (not root, unmounted already, another mount on top), or -errno. */
 int fs_abort_connection(struct fs_session *s);
 

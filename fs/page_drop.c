@@ -28,7 +28,7 @@
  * ahead of any drop); several readers sharing the page cache (W1) keep their pages until
  * the last of them is released. A request the daemon never reads (the FUSE loop ended on
  * SIGTERM with requests queued) would hold its page, and a drop waiting on it, until the
- * connection ends: abort.c ends it as the loop ends, and no drop starts after that.
+ * connection ends: daemon/abort.c ends it as the loop ends, and no drop starts after that.
  *
  * Lock: the handles' run_* and dropped_to, and their objects' counts, are guarded by
  * fs_session.passthrough_lock.

@@ -207,7 +207,7 @@ static void inval_run(void *ctx, struct util_worker_job *link)
 	struct fs_session *s = ctx;
 
 	/* Once the loop has ended the pages can go with the mount; an invalidation now could
-	 * wait forever on a page whose read will never be answered (abort.c). */
+	 * wait forever on a page whose read will never be answered (daemon/abort.c). */
 	for (size_t i = 0; i < job->n && !atomic_load(&s->loop_ended); i++)
 		fuse_lowlevel_notify_inval_inode(s->se, job->inos[i], 0, 0);
 	atomic_fetch_sub(&s->inval_jobs, 1);
