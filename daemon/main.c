@@ -54,7 +54,7 @@ static void raise_fd_limit(void)
 }
 
 /* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
-static void warn_unused_options(const struct fs_options *o)
+static void warn_unused_options(const struct daemon_options *o)
 {
 	bool bucket = strncmp(o->source, "s3://", 5) == 0;
 
@@ -405,10 +405,10 @@ static int load_namespace(struct fs_session *s)
 {
 	char shown[512];
 
-	fs_notify_status("%s %s",
-	                 strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing"
-	                                                                               : "fetching",
-	                 util_redact_url(s->opts.source, shown, sizeof(shown)));
+	daemon_notify_status(
+	    "%s %s",
+	    strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing" : "fetching",
+	    util_redact_url(s->opts.source, shown, sizeof(shown)));
 	if (strncmp(s->opts.source, "s3://", 5) == 0)
 		return open_bucket(s);
 	return s->generation ? restore_manifest(s) : load_manifest(s);
@@ -560,7 +560,7 @@ static int start_fetching(struct fs_session *s)
 	    &s->resolver);
 }
 
-void fs_set_log_level(const char *name, bool debug)
+void daemon_set_log_level(const char *name, bool debug)
 {
 	if (debug || (name && strcmp(name, "debug") == 0))
 		util_log_set_level(UTIL_LOG_DEBUG);
@@ -581,8 +581,8 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	for (char *p = shown; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
-	/* Last, so that they win over a "rw" given before (fs_options_parse drops dev and suid):
-	 * nobody's set-user-ID binary or device node comes from a store. */
+	/* Last, so that they win over a "rw" given before (daemon_options_parse drops dev and
+	 * suid): nobody's set-user-ID binary or device node comes from a store. */
 	snprintf(opt, sizeof(opt),
 	         "-oro,nosuid,nodev,default_permissions,subtype=spoolfs,fsname=%s", shown);
 	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
@@ -601,8 +601,8 @@ static int shown_argc;
 static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
                             const char *cwd, int ledger_fd)
 {
-	const char *head[FS_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
-	const char **strings = calloc(FS_RUN_ARGV + argc_copy, sizeof(*strings));
+	const char *head[DAEMON_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
+	const char **strings = calloc(DAEMON_RUN_ARGV + argc_copy, sizeof(*strings));
 	int ctl[2] = {-1, -1}, memfd = -1, exe = -1, rc = -ENOMEM;
 	char pid_text[32], arg0[] = "spoolfs", arg1[] = "__supervise";
 	char **argv = calloc((size_t)shown_argc + 3, sizeof(*argv));
@@ -619,7 +619,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		argv[2 + i] = shown_argv[i];
 	memcpy(strings, head, sizeof(head));
 	for (size_t i = 0; i < argc_copy; i++)
-		strings[FS_RUN_ARGV + i] = argv_copy[i];
+		strings[DAEMON_RUN_ARGV + i] = argv_copy[i];
 	/* The command line, secrets included, goes to each serving process on a descriptor:
 	 * never in an argv, which every local user can read. */
 	memfd = memfd_create("spoolfs-args", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -627,7 +627,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		rc = -errno;
 		goto out;
 	}
-	rc = util_strings_write(memfd, strings, FS_RUN_ARGV + argc_copy);
+	rc = util_strings_write(memfd, strings, DAEMON_RUN_ARGV + argc_copy);
 	if (rc)
 		goto out;
 	fcntl(memfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
@@ -638,7 +638,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 	}
 	/* The supervisor's signals are blocked from before the fork until its signalfd takes
 	 * them (exec keeps the mask and what is pending): a stop sent meanwhile is not lost. */
-	fs_supervisor_signals(&block);
+	daemon_supervisor_signals(&block);
 	sigprocmask(SIG_BLOCK, &block, &old);
 	pid = fork();
 	if (pid < 0) {
@@ -661,10 +661,10 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
 	int fds[] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd, s->run_lock_fd,
 	             s->shared_counters_fd};
-	_Static_assert(sizeof(fds) / sizeof(fds[0]) == FS_RUN_FD_COUNT, "one per fd");
-	rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
+	_Static_assert(sizeof(fds) / sizeof(fds[0]) == DAEMON_RUN_FD_COUNT, "one per fd");
+	rc = util_fds_place(fds, DAEMON_RUN_FD_COUNT, DAEMON_RUN_FD_DEV);
 	if (rc == 0) {
-		fexecve(FS_RUN_FD_EXE, argv, environ);
+		fexecve(DAEMON_RUN_FD_EXE, argv, environ);
 		rc = -errno;
 	}
 	/* No supervisor: the child serves on, as a mount without one did. */
@@ -727,7 +727,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		goto out_session;
 	if (s->generation) {
 		/* The mount exists: its descriptor is ours from the supervisor. */
-		snprintf(device, sizeof(device), "/dev/fd/%d", FS_RUN_FD_DEV);
+		snprintf(device, sizeof(device), "/dev/fd/%d", DAEMON_RUN_FD_DEV);
 		if (fuse_session_mount(s->se, device) != 0)
 			goto out_signals;
 		s->was_mounted = true;
@@ -737,9 +737,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 			goto out_signals;
 		s->was_mounted = true;
-		/* Now, while this mount is surely the one on top: see fs_abort_connection. */
+		/* Now, while this mount is surely the one on top: see daemon_abort_connection. */
 		if (!s->mount_path ||
-		    fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
+		    daemon_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
 			s->mount_dev[0] = '\0';
 			util_log(UTIL_LOG_WARN,
 			         "%s is not in the mount table: a stop cannot abort "
@@ -794,7 +794,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
 	}
-	rc = fs_metrics_start(s);
+	rc = daemon_metrics_start(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
 		goto out_engine;
@@ -817,9 +817,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	fuse_loop_cfg_set_max_threads(loop, FS_MAX_WORKERS);
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
-	fs_notify_stopping();
+	daemon_notify_stopping();
 	/* Before anything below waits on a kernel invalidation (see daemon/abort.c). */
-	abort_rc = fs_abort_connection(s);
+	abort_rc = daemon_abort_connection(s);
 	if (abort_rc)
 		util_log(UTIL_LOG_WARN, "cannot abort the FUSE connection of %s: %s", s->mount_path,
 		         strerror(-abort_rc));
@@ -838,16 +838,16 @@ out_engine:
 	flight_table_stop_hasher(s->flights);
 	fs_opener_stop(s); /* after the threads that answer hash lists' waiters */
 	fs_replier_stop(s);
-	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
-	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */
-	fs_metrics_stop(s);   /* last: its final write has the session's final counts */
+	fs_page_drop_stop(s);   /* after the replier: a drop may wait for a page being answered */
+	fs_inval_stop(s);       /* after the engine and the hasher, the threads that fail flights */
+	daemon_metrics_stop(s); /* last: its final write has the session's final counts */
 	fs_handles_free_all(s);
 out_unmount:
 	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a
 	 * mount made over ours since, which ours then stays under until the device's last
 	 * close below ends it (libfuse 3.14 frees its copy of the path only in its unmount:
 	 * that one string is left to the exit). Once the connection is gone it only closes. */
-	if (!s->mount_dev[0] || fs_connection_gone(s) || fs_mount_still_ours(s))
+	if (!s->mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
 		fuse_session_unmount(s->se);
 out_signals:
 	fuse_remove_signal_handlers(s->se);
@@ -904,17 +904,17 @@ static void drop_root_features(struct fs_session *s)
 
 /*
  * `spoolfs __serve GENERATION`, started by the supervisor: the run directory, the mount
- * and the command line come on FS_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
+ * and the command line come on DAEMON_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
  */
 static int take_run_strings(struct fs_session *s, const char *generation, char ***strings,
                             size_t *n)
 {
-	int rc = util_strings_read(FS_RUN_FD_STRINGS, strings, n);
+	int rc = util_strings_read(DAEMON_RUN_FD_STRINGS, strings, n);
 
-	close(FS_RUN_FD_STRINGS);
-	close(FS_RUN_FD_EXE);
+	close(DAEMON_RUN_FD_STRINGS);
+	close(DAEMON_RUN_FD_EXE);
 	if (rc == 0) {
-		int mapped = util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger);
+		int mapped = util_ledger_map(DAEMON_RUN_FD_LEDGER, &s->ledger);
 		if (mapped == -EPROTO) {
 			/* Made by the supervisor's build: this one cannot tell how the kernel holds
 			 * the inodes open now, so it must not serve them (a reload is rolled back).
@@ -923,26 +923,27 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 			    stderr,
 			    "spoolfs: serving process: the passthrough ledger was made by"
 			    " another spoolfs build; unmount and mount again to run this one\n");
-			close(FS_RUN_FD_LEDGER);
+			close(DAEMON_RUN_FD_LEDGER);
 			return mapped;
 		}
 		if (mapped)
 			s->ledger =
 			    NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
 	}
-	close(FS_RUN_FD_LEDGER);
-	fs_run_dir_adopt_lock(s, FS_RUN_FD_LOCK);
+	close(DAEMON_RUN_FD_LEDGER);
+	daemon_run_dir_adopt_lock(s, DAEMON_RUN_FD_LOCK);
 	if (rc == 0) {
-		int counted = fs_shared_counters_map(FS_RUN_FD_COUNTERS, &s->shared_counters);
+		int counted =
+		    daemon_shared_counters_map(DAEMON_RUN_FD_COUNTERS, &s->shared_counters);
 		if (counted)
 			util_log(UTIL_LOG_INFO, "counters start at 0 in this serving process: %s",
 			         counted == -EPROTO ? "the mount's were laid out by another build"
 			                            : strerror(-counted));
 	}
-	close(FS_RUN_FD_COUNTERS);
-	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
-	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
-	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
+	close(DAEMON_RUN_FD_COUNTERS);
+	fcntl(DAEMON_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
+	fcntl(DAEMON_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
+	if (rc == 0 && *n <= DAEMON_RUN_ARGV + 1)
 		rc = -EINVAL;
 	if (rc) {
 		fprintf(stderr, "spoolfs: serving process: bad start-up strings: %s\n",
@@ -950,16 +951,16 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 		return rc;
 	}
 	s->generation = strtoull(generation, NULL, 10);
-	s->ctl_fd = FS_RUN_FD_CTL;
-	s->run_dir = strdup((*strings)[FS_RUN_DIR]);
-	s->mount_path = strdup((*strings)[FS_RUN_MOUNT_PATH]);
-	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[FS_RUN_MOUNT_DEV]);
+	s->ctl_fd = DAEMON_RUN_FD_CTL;
+	s->run_dir = strdup((*strings)[DAEMON_RUN_DIR]);
+	s->mount_path = strdup((*strings)[DAEMON_RUN_MOUNT_PATH]);
+	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[DAEMON_RUN_MOUNT_DEV]);
 	if (!s->run_dir || !s->mount_path || s->generation == 0)
 		return -ENOMEM;
 	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* Relative options name files from where the mount was started. */
 	if (s->run_dir_fd < 0 ||
-	    ((*strings)[FS_RUN_CWD][0] && chdir((*strings)[FS_RUN_CWD]) != 0)) {
+	    ((*strings)[DAEMON_RUN_CWD][0] && chdir((*strings)[DAEMON_RUN_CWD]) != 0)) {
 		fprintf(stderr, "spoolfs: serving process: %s\n", strerror(errno));
 		return -errno;
 	}
@@ -983,13 +984,13 @@ int main(int argc, char *argv[])
 	/* Before anything opens a database; a failure only costs speed. */
 	(void)index_init_process();
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
-		return fs_status_main(argc, argv);
+		return daemon_status_main(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "publish") == 0)
 		return publish_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "reload") == 0)
-		return fs_reload_main(argc, argv);
+		return daemon_reload_main(argc, argv);
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
-		return fs_supervisor_main(argc, argv);
+		return daemon_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
 	s.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
@@ -1004,8 +1005,8 @@ int main(int argc, char *argv[])
 		/* A later serving process: its command line comes from the supervisor. */
 		if (take_run_strings(&s, argv[2], &strings, &n_strings) != 0)
 			goto out_args;
-		args = (struct fuse_args)FUSE_ARGS_INIT((int)(n_strings - FS_RUN_ARGV),
-		                                        strings + FS_RUN_ARGV);
+		args = (struct fuse_args)FUSE_ARGS_INIT((int)(n_strings - DAEMON_RUN_ARGV),
+		                                        strings + DAEMON_RUN_ARGV);
 		argc = args.argc;
 		argv = args.argv;
 	} else {
@@ -1026,13 +1027,13 @@ int main(int argc, char *argv[])
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
-	if (fs_options_parse(&args, &s.opts) != 0) {
+	if (daemon_options_parse(&args, &s.opts) != 0) {
 		status = 2;
 		goto out_args;
 	}
 	/* Relative file options name files from where the mount was started: the daemon runs
 	 * from "/" later (and a later serving process from the start), and opens some again. */
-	if (fs_options_resolve(&s.opts, s.generation ? strings[FS_RUN_CWD] : cwd) != 0) {
+	if (daemon_options_resolve(&s.opts, s.generation ? strings[DAEMON_RUN_CWD] : cwd) != 0) {
 		fprintf(stderr, "spoolfs: out of memory\n");
 		goto out_args;
 	}
@@ -1041,7 +1042,7 @@ int main(int argc, char *argv[])
 	if (s.opts.gid >= 0)
 		s.gid = (gid_t)s.opts.gid;
 	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
-	if (fs_argv_scrub(argc, argv))
+	if (daemon_argv_scrub(argc, argv))
 		util_log(UTIL_LOG_WARN,
 		         "the command line held a password or a signed URL query: hidden from"
 		         " this process's command line now, but other users could read it while"
@@ -1050,7 +1051,7 @@ int main(int argc, char *argv[])
 	shown_argv = argv;
 	shown_argc = argc;
 	if (s.opts.show_help) {
-		fs_options_usage(argv[0]);
+		daemon_options_usage(argv[0]);
 		status = 0;
 		goto out_args;
 	}
@@ -1094,11 +1095,11 @@ int main(int argc, char *argv[])
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
 	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
 	    (s.opts.metrics_file &&
-	     fs_check_output_path("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
+	     daemon_output_open("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
-	fs_set_log_level(s.opts.log_level, s.opts.debug);
+	daemon_set_log_level(s.opts.log_level, s.opts.debug);
 	char log_why[PATH_MAX + 256];
 	if (s.opts.log_file &&
 	    (rc = util_log_use_file(s.opts.log_file, log_why, sizeof(log_why))) != 0) {
@@ -1117,7 +1118,7 @@ int main(int argc, char *argv[])
 		         s.opts.asked_suid ? "suid" : "");
 	/* Before the stat below: a dead mount there fails it with ENOTCONN. A later serving
 	 * process must not look: the mount there is its own, waiting for it. */
-	if (!s.generation && fs_mountpoint_prepare(s.opts.mountpoint) != 0)
+	if (!s.generation && daemon_mountpoint_prepare(s.opts.mountpoint) != 0)
 		goto out_args;
 	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
 	struct stat mountpoint;
@@ -1129,22 +1130,22 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
 		goto out_args;
 	}
-	if (!s.generation && fs_run_dir_make(&s) != 0)
+	if (!s.generation && daemon_run_dir_make(&s) != 0)
 		goto out_args;
 	/* Shared with the serving processes to come: which inodes the kernel holds open
 	 * passthrough, with which backing id. */
 	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
-		fs_run_dir_close(&s);
+		daemon_run_dir_close(&s);
 		goto out_args;
 	}
 	if (!s.generation &&
-	    (rc = fs_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
+	    (rc = daemon_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
-		fs_run_dir_close(&s);
+		daemon_run_dir_close(&s);
 		goto out_args;
 	}
-	fs_counters_settle(&s);
+	daemon_counters_settle(&s);
 	raise_fd_limit();
 	drop_root_features(&s);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -1204,11 +1205,11 @@ out_cache:
 	free(s.mount_path);
 	if (s.progress_dirfd >= 0)
 		close(s.progress_dirfd);
-	fs_run_dir_close(&s);
+	daemon_run_dir_close(&s);
 	util_ledger_unmap(s.ledger);
 	if (ledger_fd >= 0)
 		close(ledger_fd);
-	fs_shared_counters_unmap(s.shared_counters);
+	daemon_shared_counters_unmap(s.shared_counters);
 	if (s.shared_counters_fd >= 0)
 		close(s.shared_counters_fd);
 	free(s.init_req);
@@ -1217,9 +1218,9 @@ out_cache:
 	free(s.manifest_url);
 	curl_global_cleanup();
 out_args:
-	fs_output_close(&s.metrics_out);
-	fs_output_close(&s.reads_out);
-	fs_options_free(&s.opts);
+	daemon_output_close(&s.metrics_out);
+	daemon_output_close(&s.reads_out);
+	daemon_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */
 	util_strings_free(strings, n_strings);
 	return status;

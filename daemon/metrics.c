@@ -1,9 +1,9 @@
 /*
  * The Prometheus text of /.spoolfs/stats and of --metrics-file (see metrics.h).
  *
- * Lock: fs_metrics.lock guards stop, which the writer thread waits on between writes.
- * Everything else of struct fs_metrics is set before the thread starts and only read by
- * it, or is the writer's own (the thread's, then, once it is joined, fs_metrics_stop's).
+ * Lock: daemon_metrics.lock guards stop, which the writer thread waits on between writes.
+ * Everything else of struct daemon_metrics is set before the thread starts and only read by
+ * it, or is the writer's own (the thread's, then, once it is joined, daemon_metrics_stop's).
  */
 #include "daemon/metrics.h"
 
@@ -23,7 +23,7 @@
 #include "util/thread.h"
 #include "util/trusted_path.h"
 
-struct fs_metrics {
+struct daemon_metrics {
 	const char *path; /* the session's opts.metrics_file, absolute */
 	char *labels;     /* `mount="..."`, escaped */
 	unsigned interval_s;
@@ -87,7 +87,7 @@ static void metric_rows(FILE *out, const char *labels, const char *prefix,
 
 #define ROWS(rows) (rows), sizeof(rows) / sizeof((rows)[0])
 
-void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
+void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
 	struct totals t = {0};
@@ -158,8 +158,8 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 	};
 	metric_rows(out, labels, "", ROWS(rows));
 	/* The processes of the mount (doc/survive.md). */
-	struct fs_supervision sup = {0};
-	fs_supervision_read(s, &sup);
+	struct daemon_supervision sup = {0};
+	daemon_supervision_read(s, &sup);
 	const struct metric_row processes[] = {
 	    {"serving_pid", "gauge", "the process serving the mount now", (uint64_t)getpid()},
 	    {"supervisor_pid", "gauge", "the supervisor holding the mount's FUSE device (0: none)",
@@ -174,11 +174,11 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 	/* The mount's own file has no labels: the version is a comment there (spoolfs status). */
 	if (!labels)
 		fprintf(out, "# version %s\n", SPOOLFS_VERSION);
-	fs_metrics_write_prefetch(s, out, labels, t.spec_unread);
+	daemon_metrics_write_prefetch(s, out, labels, t.spec_unread);
 }
 
-void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
-                               uint64_t spec_unread)
+void daemon_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
+                                   uint64_t spec_unread)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
 	const struct metric_row speculation[] = {
@@ -295,12 +295,12 @@ static void write_histograms(struct fs_session *s, FILE *out, const char *labels
 /* The file's whole text (malloc'd in *text), or -ENOMEM. */
 static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->metrics;
 	FILE *out = open_memstream(text, len);
 
 	if (!out)
 		return -ENOMEM;
-	fs_metrics_write_stats(s, out, m->labels);
+	daemon_metrics_write_stats(s, out, m->labels);
 	metric(out, m->labels, "mounted", "gauge",
 	       "1 while the mount is up; 0 in the last write, at unmount", mounted ? 1 : 0);
 	write_histograms(s, out, m->labels);
@@ -333,7 +333,7 @@ static int write_text(int fd, void *ctx)
 
 static void write_once(struct fs_session *s, bool mounted)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->metrics;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -356,7 +356,7 @@ static void write_once(struct fs_session *s, bool mounted)
 static void *writer_main(void *arg)
 {
 	struct fs_session *s = arg;
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->metrics;
 	struct timespec due;
 
 	clock_gettime(CLOCK_MONOTONIC, &due);
@@ -400,7 +400,7 @@ static char *label(const char *name, const char *value)
 	return out;
 }
 
-int fs_check_output_path(const char *option, char **path, struct fs_output *out)
+int daemon_output_open(const char *option, char **path, struct daemon_output *out)
 {
 	char why[PATH_MAX + 256], *full = NULL;
 	int rc;
@@ -420,7 +420,7 @@ int fs_check_output_path(const char *option, char **path, struct fs_output *out)
 	*slash = '/';
 	if (rc) {
 		free(full);
-		fs_output_close(out);
+		daemon_output_close(out);
 		return -EINVAL;
 	}
 	free(*path);
@@ -428,7 +428,7 @@ int fs_check_output_path(const char *option, char **path, struct fs_output *out)
 	return 0;
 }
 
-void fs_output_close(struct fs_output *out)
+void daemon_output_close(struct daemon_output *out)
 {
 	if (out->dir_fd >= 0)
 		close(out->dir_fd);
@@ -437,9 +437,9 @@ void fs_output_close(struct fs_output *out)
 	out->name = NULL;
 }
 
-int fs_metrics_start(struct fs_session *s)
+int daemon_metrics_start(struct fs_session *s)
 {
-	struct fs_metrics *m;
+	struct daemon_metrics *m;
 	pthread_condattr_t attr;
 	int rc = -ENOMEM;
 
@@ -472,9 +472,9 @@ fail:
 	return rc;
 }
 
-void fs_metrics_stop(struct fs_session *s)
+void daemon_metrics_stop(struct fs_session *s)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->metrics;
 
 	if (!m)
 		return;

@@ -10,7 +10,7 @@
 
 #include <systemd/sd-daemon.h>
 
-void fs_notify_status(const char *fmt, ...)
+void daemon_notify_status(const char *fmt, ...)
 {
 	char status[512];
 	va_list ap;
@@ -21,13 +21,13 @@ void fs_notify_status(const char *fmt, ...)
 	sd_notifyf(0, "STATUS=%s", status);
 }
 
-void fs_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes)
+void daemon_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes)
 {
 	sd_notifyf(0, "READY=1\nSTATUS=ready: %llu files, %llu directories, %llu bytes",
 	           (unsigned long long)files, (unsigned long long)dirs, (unsigned long long)bytes);
 }
 
-void fs_notify_stopping(void)
+void daemon_notify_stopping(void)
 {
 	sd_notify(0, "STOPPING=1\nSTATUS=unmounting");
 }

@@ -9,8 +9,8 @@
 
 #include <stdint.h>
 
-void fs_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void fs_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes);
-void fs_notify_stopping(void);
+void daemon_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void daemon_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes);
+void daemon_notify_stopping(void);
 
 #endif

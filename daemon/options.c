@@ -25,11 +25,11 @@ enum {
 
 #define OPT(template, field)                                                                       \
 	{                                                                                          \
-		template, offsetof(struct fs_options, field), 0                                    \
+		template, offsetof(struct daemon_options, field), 0                                \
 	}
 #define OPT_FLAG(template, field)                                                                  \
 	{                                                                                          \
-		template, offsetof(struct fs_options, field), 1                                    \
+		template, offsetof(struct daemon_options, field), 1                                \
 	}
 
 static const struct fuse_opt option_spec[] = {
@@ -142,7 +142,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_END,
 };
 
-void fs_options_usage(const char *prog)
+void daemon_options_usage(const char *prog)
 {
 	printf(
 	    "usage: %s [options] SOURCE MOUNTPOINT\n"
@@ -357,7 +357,7 @@ static int check_long_options(const struct fuse_args *args)
 
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
-	struct fs_options *opts = data;
+	struct daemon_options *opts = data;
 
 	switch (key) {
 	case FUSE_OPT_KEY_NONOPT:
@@ -590,7 +590,7 @@ static int split_long_options(struct fuse_args *args)
 	return 0;
 }
 
-int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
+int daemon_options_parse(struct fuse_args *args, struct daemon_options *opts)
 {
 	if (split_long_options(args) != 0 || check_long_options(args) != 0 ||
 	    fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
@@ -615,8 +615,8 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
-	if (opts->n_mirrors > FS_MAX_MIRRORS) {
-		fprintf(stderr, "spoolfs: at most %u --mirror options\n", FS_MAX_MIRRORS);
+	if (opts->n_mirrors > DAEMON_MAX_MIRRORS) {
+		fprintf(stderr, "spoolfs: at most %u --mirror options\n", DAEMON_MAX_MIRRORS);
 		return -EINVAL;
 	}
 	for (unsigned i = 0; i < opts->n_mirrors; i++)
@@ -651,7 +651,7 @@ static int make_absolute(char **path, const char *cwd)
 	return 0;
 }
 
-int fs_options_resolve(struct fs_options *opts, const char *cwd)
+int daemon_options_resolve(struct daemon_options *opts, const char *cwd)
 {
 	char **paths[] = {&opts->cache_dir,   &opts->ca_file,      &opts->netrc_file,
 	                  &opts->log_file,    &opts->metrics_file, &opts->prefetch_list,
@@ -665,7 +665,7 @@ int fs_options_resolve(struct fs_options *opts, const char *cwd)
 	return 0;
 }
 
-void fs_options_free(struct fs_options *opts)
+void daemon_options_free(struct daemon_options *opts)
 {
 	free(opts->source);
 	free(opts->mountpoint);
@@ -738,7 +738,7 @@ static bool is_proxy_option(const char *arg, const char *p)
 	       (p == arg + 2 && arg[0] == '-' && (arg[1] == 'o' || arg[1] == '-'));
 }
 
-bool fs_argv_scrub(int argc, char *argv[])
+bool daemon_argv_scrub(int argc, char *argv[])
 {
 	bool hidden = false;
 

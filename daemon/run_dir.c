@@ -114,7 +114,7 @@ static int make_lock(int run_dir_fd)
 	return fd;
 }
 
-int fs_run_dir_make(struct fs_session *s)
+int daemon_run_dir_make(struct fs_session *s)
 {
 	const char *tmp = getenv("TMPDIR");
 	char path[PATH_MAX], why[PATH_MAX + 256], *canonical = NULL;
@@ -149,14 +149,14 @@ int fs_run_dir_make(struct fs_session *s)
 	if (rc < 0) {
 		fprintf(stderr, "spoolfs: cannot use the run directory %s: %s\n", path,
 		        strerror(-rc));
-		fs_run_dir_close(s); /* no lock: no later mount would remove it */
+		daemon_run_dir_close(s); /* no lock: no later mount would remove it */
 		return rc;
 	}
 	s->run_lock_fd = rc;
 	return 0;
 }
 
-void fs_run_dir_adopt_lock(struct fs_session *s, int fd)
+void daemon_run_dir_adopt_lock(struct fs_session *s, int fd)
 {
 	struct stat st;
 
@@ -167,7 +167,7 @@ void fs_run_dir_adopt_lock(struct fs_session *s, int fd)
 	s->run_lock_fd = fd;
 }
 
-void fs_run_dir_close(struct fs_session *s)
+void daemon_run_dir_close(struct fs_session *s)
 {
 	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
 	if (s->run_dir && !s->generation && s->ctl_fd < 0)

@@ -394,7 +394,7 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 		       now->version[0] ? now->version : "?");
 }
 
-int fs_status_main(int argc, char **argv)
+int daemon_status_main(int argc, char **argv)
 {
 	struct snapshot prev = {0}, now = {0};
 	const char *mountpoint = NULL;

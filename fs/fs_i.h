@@ -32,7 +32,7 @@
 #include "index/index.h"
 #include "index/records.h"
 
-struct fs_options {
+struct daemon_options {
 	char *source;
 	char *mountpoint;
 	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
@@ -55,7 +55,7 @@ struct fs_options {
 	int requester_pays;          /* --requester-pays */
 	int path_style;
 	int no_sign;
-	/* As given; fs_options_parse checks them and sets the numbers below. */
+	/* As given; daemon_options_parse checks them and sets the numbers below. */
 	char *stall_timeout_text;
 	char *start_timeout_text;
 	char *retries_text;
@@ -128,11 +128,11 @@ struct fs_counters {
 
 /*
  * The mount's counters, in a memfd the supervisor holds and passes to each serving process
- * (FS_RUN_FD_COUNTERS), so that they go on from where a dead or replaced process left them
+ * (DAEMON_RUN_FD_COUNTERS), so that they go on from where a dead or replaced process left them
  * instead of restarting at 0 (doc/survive.md). Atomics only: a process killed mid-update
  * leaves nothing half-done. Another build's block (its layout differs) is never read.
  */
-struct fs_shared_counters {
+struct daemon_shared_counters {
 	uint64_t magic;
 	uint64_t layout;    /* the format and this structure's size */
 	int64_t mounted_at; /* time() when the first serving process made it: the mount's start */
@@ -141,14 +141,14 @@ struct fs_shared_counters {
 	struct prefetch_walk_counters prefetch_walk;
 };
 /* A new block, zeroed, in a memfd (*fd, CLOEXEC). 0 or -errno. */
-int fs_shared_counters_create(int *fd, struct fs_shared_counters **out);
+int daemon_shared_counters_create(int *fd, struct daemon_shared_counters **out);
 /* Maps the block on fd; -EPROTO when another build laid it out. Gauges in it (what a dead
  * process had queued) are zeroed. 0 or -errno. */
-int fs_shared_counters_map(int fd, struct fs_shared_counters **out);
-void fs_shared_counters_unmap(struct fs_shared_counters *c);
+int daemon_shared_counters_map(int fd, struct daemon_shared_counters **out);
+void daemon_shared_counters_unmap(struct daemon_shared_counters *c);
 /* Points s->counters at the shared block, or at s's own when there is none. */
 struct fs_session;
-void fs_counters_settle(struct fs_session *s);
+void daemon_counters_settle(struct fs_session *s);
 
 /*
  * What fs/ keeps of one object (a flight) while handles of it are open: how the kernel
@@ -209,7 +209,7 @@ struct fs_handle {
 #define FS_HANDLE_BUCKETS 1024
 
 /* --mirror options: with the manifest's own URL, a flight's FLIGHT_MAX_URLS. */
-#define FS_MAX_MIRRORS (FLIGHT_MAX_URLS - 1u)
+#define DAEMON_MAX_MIRRORS (FLIGHT_MAX_URLS - 1u)
 
 /* Pending background (readahead) requests the kernel may send: see fs_init. */
 #define FS_MAX_BACKGROUND 1024
@@ -218,13 +218,13 @@ struct fs_handle {
 
 /* A file the daemon writes later by a path a user gave: its directory, held as a descriptor
  * (util/trusted_path.h), and its name in it; dir_fd -1 and name NULL when there is none. */
-struct fs_output {
+struct daemon_output {
 	int dir_fd;
 	char *name;
 };
 
 struct fs_session {
-	struct fs_options opts;
+	struct daemon_options opts;
 	/* The mountpoint's canonical path (set before mounting), and whether its readahead has
 	 * been raised: done at the first open, once the kernel has applied FUSE's INIT reply,
 	 * which would undo it (see readahead.c). */
@@ -282,7 +282,7 @@ struct fs_session {
 	 * another, or own_counters when there is no such block (shared_counters.c). */
 	struct fs_counters *counters;
 	struct fs_counters own_counters;
-	struct fs_shared_counters *shared_counters;
+	struct daemon_shared_counters *shared_counters;
 	int shared_counters_fd; /* the first process's, until the supervisor has it; else -1 */
 	time_t started;         /* this process's start: the mount's when there is no such block */
 	/* The length of each /.spoolfs file's latest snapshot (stats, flights), which stat
@@ -320,12 +320,12 @@ struct fs_session {
 	struct fs_object
 	    *objects[FS_OBJECT_BUCKETS]; /* by flight id; guarded by passthrough_lock */
 	struct util_worker *dropper;     /* page_drop.c; NULL with --no-passthrough */
-	struct fs_metrics *metrics;      /* metrics.c's writer; NULL without --metrics-file */
+	struct daemon_metrics *metrics;  /* metrics.c's writer; NULL without --metrics-file */
 	/* Where --metrics-file and --record-reads are written: their directories, resolved and
-	 * held at start (fs_check_output_path), written only through these. Set before any
+	 * held at start (daemon_output_open), written only through these. Set before any
 	 * thread starts; read-only afterwards. */
-	struct fs_output metrics_out;
-	struct fs_output reads_out;
+	struct daemon_output metrics_out;
+	struct daemon_output reads_out;
 	/* prefetch.c: the prefetch thread (its own lock) and the record of what was opened
 	 * (its own lock); NULL when off. Set before the loop starts. */
 	struct prefetch *prefetch;
@@ -358,12 +358,12 @@ enum fs_passthrough {
 
 /* Makes the mount's run directory (s->run_dir, run_dir_fd, run_lock_fd), first removing
  * those that mounts killed whole left behind; 0 or -errno, said on stderr. */
-int fs_run_dir_make(struct fs_session *s);
+int daemon_run_dir_make(struct fs_session *s);
 /* A serving process's run directory lock, passed on fd; ignored when fd is not one. */
-void fs_run_dir_adopt_lock(struct fs_session *s, int fd);
+void daemon_run_dir_adopt_lock(struct fs_session *s, int fd);
 /* Lets go of the run directory, removing it first when no supervisor took it over (the
  * mount failed, or ran without one). */
-void fs_run_dir_close(struct fs_session *s);
+void daemon_run_dir_close(struct fs_session *s);
 
 /*
  * Routes the session's device I/O through handover.c's hooks; call right after
@@ -469,30 +469,30 @@ int fs_read_order_open(struct fs_session *s, int *fd);
 void fs_prefetch_note_open(struct fs_session *s, fuse_ino_t ino, uint64_t parent);
 
 /* --log-level NAME (or -d) for util_log. */
-void fs_set_log_level(const char *name, bool debug);
+void daemon_set_log_level(const char *name, bool debug);
 
 /* Parses argv. Returns 0, or -EINVAL after printing why. args keeps what FUSE must see. */
-int fs_options_parse(struct fuse_args *args, struct fs_options *opts);
-void fs_options_usage(const char *prog);
+int daemon_options_parse(struct fuse_args *args, struct daemon_options *opts);
+void daemon_options_usage(const char *prog);
 /* Makes every relative file option (--log-file, --cache-dir, ...) absolute against cwd,
  * the directory the mount was started from: the supervisor and each serving process run
  * from "/" and open them later (a restart, a log reopened at SIGUSR1). 0 or -ENOMEM. */
-int fs_options_resolve(struct fs_options *opts, const char *cwd);
-void fs_options_free(struct fs_options *opts);
+int daemon_options_resolve(struct daemon_options *opts, const char *cwd);
+void daemon_options_free(struct daemon_options *opts);
 
 /*
  * Overwrites in place, with '*', the secrets in the process's own command line: the
  * userinfo and query of every URL, and the userinfo of a scheme-less --proxy/-o proxy=.
  * /proc/PID/cmdline (what `ps` shows every local user) reads this memory, so after this
- * only the lengths show. Call it once the arguments have been copied (fs_options_parse
+ * only the lengths show. Call it once the arguments have been copied (daemon_options_parse
  * does). True when something was hidden.
  */
-bool fs_argv_scrub(int argc, char *argv[]);
+bool daemon_argv_scrub(int argc, char *argv[]);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
 /* `spoolfs status MOUNTPOINT [--watch]`; returns the exit status. */
-int fs_status_main(int argc, char **argv);
+int daemon_status_main(int argc, char **argv);
 
 /*
  * Makes sure directory `dir` is listed (S3 sources list on first use); a no-op for
@@ -615,33 +615,34 @@ void fs_tune_readahead_once(struct fs_session *s);
  * The "major:minor" of the topmost mount at mountpoint, an absolute canonical path, from
  * /proc/self/mountinfo. 0, or -ENOENT when nothing is mounted there, or -errno.
  */
-int fs_mount_device(const char *mountpoint, char *dev, size_t len);
+int daemon_mount_device(const char *mountpoint, char *dev, size_t len);
 
-/* fs_mount_device on a table in mountinfo's format; the caller owns table. */
-int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len);
+/* daemon_mount_device on a table in mountinfo's format; the caller owns table. */
+int daemon_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len);
 
-/* fs_mount_device that also gives the topmost mount's filesystem type ("fuse.spoolfs",
+/* daemon_mount_device that also gives the topmost mount's filesystem type ("fuse.spoolfs",
  * "tmpfs") in fstype when it is not NULL; and the same on a table. */
-int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, size_t fstype_len);
-int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
-                    size_t fstype_len);
+int daemon_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype,
+                     size_t fstype_len);
+int daemon_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
+                        size_t fstype_len);
 
 /* The topmost mount at a path, as the mount table says. */
-struct fs_mount_top {
+struct daemon_mount_top {
 	unsigned long id; /* the mount ID, as /proc/PID/fdinfo's mnt_id: names */
 	long user_id;     /* a FUSE mount's user_id= (its daemon's uid); -1 without one */
 	char dev[32];
 	char fstype[64];
 };
 
-/* fs_mount_top_in giving the whole fs_mount_top. */
-int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top);
+/* daemon_mount_top_in giving the whole daemon_mount_top. */
+int daemon_mount_top_info_in(FILE *table, const char *mountpoint, struct daemon_mount_top *top);
 
-/* fs_mount_top_info_in on this process's table (/proc/self/mountinfo). */
-int fs_mount_top_info(const char *mountpoint, struct fs_mount_top *top);
+/* daemon_mount_top_info_in on this process's table (/proc/self/mountinfo). */
+int daemon_mount_top_info(const char *mountpoint, struct daemon_mount_top *top);
 
 /* The mount ID of the mount fd is on (/proc/self/fdinfo's mnt_id:, kernel 3.15), or -errno. */
-long fs_fd_mount_id(int fd);
+long daemon_fd_mount_id(int fd);
 
 /*
  * Before mounting on mountpoint (as given): refuses (-EBUSY, with a message) when a live
@@ -650,17 +651,17 @@ long fs_fd_mount_id(int fd);
  * is refused (-EPERM), and one whose daemon does not answer within seconds (-ETIMEDOUT).
  * 0 when the mount may go ahead. Starts and joins a thread (but not after -ETIMEDOUT).
  */
-int fs_mountpoint_prepare(const char *mountpoint);
+int daemon_mountpoint_prepare(const char *mountpoint);
 
 /* Whether the topmost mount at the mountpoint is still this session's (daemon/abort.c). */
-bool fs_mount_still_ours(const struct fs_session *s);
+bool daemon_mount_still_ours(const struct fs_session *s);
 
 /* Whether the kernel has ended the connection (unmounted, or aborted). */
-bool fs_connection_gone(const struct fs_session *s);
+bool daemon_connection_gone(const struct fs_session *s);
 
 /* Once the FUSE loop has ended: fails every request still pending in the kernel and
  * detaches the mount (daemon/abort.c). Needs root; 0 without doing anything when it cannot
  * apply (not root, unmounted already, another mount on top), or -errno. */
-int fs_abort_connection(struct fs_session *s);
+int daemon_abort_connection(struct fs_session *s);
 
 #endif

@@ -119,8 +119,7 @@ int fs_prefetch_open(struct fs_session *s)
 	                      &s->prefetch_budget) != 0)
 		return -EINVAL;
 	if (s->opts.record_reads &&
-	    (rc = fs_check_output_path("--record-reads", &s->opts.record_reads, &s->reads_out)) !=
-	        0)
+	    (rc = daemon_output_open("--record-reads", &s->opts.record_reads, &s->reads_out)) != 0)
 		return rc;
 	if (s->opts.keep_cache && (rc = name_record(s)) != 0)
 		return rc;

@@ -57,7 +57,7 @@ int fs_raise_readahead(const char *mountpoint)
 {
 	char dev[64], path[128];
 	unsigned kb = splice_friendly_kb();
-	int rc = fs_mount_device(mountpoint, dev, sizeof(dev));
+	int rc = daemon_mount_device(mountpoint, dev, sizeof(dev));
 	FILE *f;
 
 	if (rc)

@@ -123,7 +123,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 	if (!out)
 		return -ENOMEM;
 	if (ino == FS_INO_STATS)
-		fs_metrics_write_stats(s, out, NULL);
+		daemon_metrics_write_stats(s, out, NULL);
 	else
 		flight_table_foreach(s->flights, write_flight, out);
 	if (fclose(out) != 0) {

@@ -1,5 +1,5 @@
 /*
- * The command line's secrets are overwritten in place (daemon/options.c, fs_argv_scrub): other
+ * The command line's secrets are overwritten in place (daemon/options.c, daemon_argv_scrub): other
  * users read /proc/PID/cmdline. Each case checks what is hidden and that the rest, which
  * says which mount the process is, stays as it was.
  */
@@ -29,7 +29,7 @@ static char *scrubbed(const char *before, const char *arg, bool *hidden)
 		argv[argc++] = first;
 	}
 	argv[argc++] = buf;
-	*hidden = fs_argv_scrub(argc, argv);
+	*hidden = daemon_argv_scrub(argc, argv);
 	return buf;
 }
 
