@@ -32,7 +32,19 @@
 #include "fetch/source/read_orders.h"
 #include "util/size.h"
 #include "fetch/source/source.h"
-#include "fs/fs_i.h"
+#include "daemon/abort.h"
+#include "daemon/mountinfo.h"
+#include "daemon/options.h"
+#include "daemon/output.h"
+#include "daemon/run_dir.h"
+#include "daemon/shared_counters.h"
+#include "daemon/status.h"
+#include "fs/handles.h"
+#include "fs/listing.h"
+#include "fs/open.h"
+#include "fs/passthrough.h"
+#include "fs/prefetch.h"
+#include "fs/session.h"
 #include "daemon/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/supervisor.h"
@@ -161,9 +173,9 @@ static int open_namespace(struct fs_session *s)
 {
 	char path[PATH_MAX];
 
-	if (!s->run_dir)
+	if (!s->daemon.run_dir)
 		return index_open(&s->idx);
-	snprintf(path, sizeof(path), "%s/namespace.db", s->run_dir);
+	snprintf(path, sizeof(path), "%s/namespace.db", s->daemon.run_dir);
 	return index_open_file(path, s->generation == 0, &s->idx);
 }
 
@@ -182,9 +194,9 @@ static int open_cache(struct fs_session *s)
 	if (s->opts.cache_dir)
 		rc = cache_dir_open(s->opts.cache_dir, true, &s->cache, err, sizeof(err));
 	else
-		rc = cache_dir_open(s->run_dir    ? s->run_dir
-		                    : tmp && *tmp ? tmp
-		                                  : "/var/tmp",
+		rc = cache_dir_open(s->daemon.run_dir ? s->daemon.run_dir
+		                    : tmp && *tmp     ? tmp
+		                                      : "/var/tmp",
 		                    false, &s->cache, err, sizeof(err));
 	if (rc)
 		goto refused;
@@ -228,7 +240,7 @@ static struct fetch_net blocking_net(const struct fs_session *s)
 
 /*
  * Object URLs under the manifest's directory are the ones a mirror also has, and the only
- * ones of its bucket a manifest in a bucket may name: sets s->manifest_dir from the
+ * ones of its bucket a manifest in a bucket may name: sets s->daemon.manifest_dir from the
  * manifest's URL (after redirects) and the confinement rules. 0 or -ENOMEM.
  */
 static int manifest_context(struct fs_session *s, const char *base_url,
@@ -238,12 +250,12 @@ static int manifest_context(struct fs_session *s, const char *base_url,
 
 	while (dir_len > 0 && base_url[dir_len - 1] != '/')
 		dir_len--;
-	s->manifest_dir = strndup(base_url, dir_len);
-	if (!s->manifest_dir)
+	s->daemon.manifest_dir = strndup(base_url, dir_len);
+	if (!s->daemon.manifest_dir)
 		return -ENOMEM;
-	if (s->s3) {
-		load_opts->confine_origin = s3_source_origin(s->s3);
-		load_opts->confine_dir = s->manifest_dir;
+	if (s->listing.s3) {
+		load_opts->confine_origin = s3_source_origin(s->listing.s3);
+		load_opts->confine_dir = s->daemon.manifest_dir;
 	}
 	return 0;
 }
@@ -253,13 +265,13 @@ static int manifest_context(struct fs_session *s, const char *base_url,
 static int keep_nested_rules(struct fs_session *s, const struct source_options *src,
                              const struct manifest_load_options *load_opts, char **base_url)
 {
-	s->nested_src = *src;
-	s->nested_src.max_bytes = 0;
-	s->nested_rules = *load_opts;
-	s->nested_rules.hidden_symlinks = 0;
-	s->manifest_url = *base_url;
+	s->listing.nested_src = *src;
+	s->listing.nested_src.max_bytes = 0;
+	s->listing.nested_rules = *load_opts;
+	s->listing.nested_rules.hidden_symlinks = 0;
+	s->listing.manifest_url = *base_url;
 	*base_url = NULL;
-	return listing_flights_create(&s->listings);
+	return listing_flights_create(&s->listing.flights);
 }
 
 /* What a manifest's session needs, for a later serving process: the namespace is in the
@@ -272,9 +284,9 @@ static int restore_manifest(struct fs_session *s)
 	char *base_url = NULL;
 	int rc;
 
-	if (s->s3) {
+	if (s->listing.s3) {
 		src.sign = s3_source_sign;
-		src.sign_ctx = s->s3;
+		src.sign_ctx = s->listing.s3;
 	}
 	rc = index_meta_get(s->idx, "manifest_url", &base_url);
 	if (rc == 0)
@@ -286,13 +298,14 @@ static int restore_manifest(struct fs_session *s)
 }
 
 /*
- * Reads the manifest and loads it. In a private bucket (s->s3 open, --manifest KEY) the
+ * Reads the manifest and loads it. In a private bucket (s->listing.s3 open, --manifest KEY) the
  * manifest is the object KEY under the source's prefix, fetched with a signed request,
  * and its objects must lie under its own prefix there (they are signed too).
  */
 static int load_manifest(struct fs_session *s)
 {
-	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
+	struct source_options src = {.net = blocking_net(s),
+	                             .max_bytes = s->daemon.max_manifest_size};
 	struct manifest_load_options load_opts = {
 	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
 	char *text = NULL, *base_url = NULL, *key_url = NULL, err[512] = "";
@@ -300,12 +313,12 @@ static int load_manifest(struct fs_session *s)
 	int64_t mtime = 0;
 	int rc;
 
-	if (s->s3) {
-		rc = s3_source_key_url(s->s3, s->opts.manifest, &key_url);
+	if (s->listing.s3) {
+		rc = s3_source_key_url(s->listing.s3, s->opts.manifest, &key_url);
 		if (rc)
 			goto out;
 		src.sign = s3_source_sign;
-		src.sign_ctx = s->s3;
+		src.sign_ctx = s->listing.s3;
 	}
 	rc = source_manifest_read(key_url ? key_url : s->opts.source, &src, &text, &len, &base_url,
 	                          &mtime, err, sizeof(err));
@@ -373,14 +386,14 @@ static int open_bucket(struct fs_session *s)
 	char err[512] = "";
 	int rc;
 
-	rc = s3_source_open(&opts, &s->s3, err, sizeof(err));
+	rc = s3_source_open(&opts, &s->listing.s3, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
 	if (s->opts.manifest) /* a manifest in the bucket: no listing */
 		return s->generation ? restore_manifest(s) : load_manifest(s);
-	rc = listing_flights_create(&s->listings);
+	rc = listing_flights_create(&s->listing.flights);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		return rc;
@@ -395,7 +408,7 @@ static int open_bucket(struct fs_session *s)
 		rc = index_begin_lazy(s->idx);
 	if (rc)
 		return rc;
-	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
+	rc = s3_source_list(s->listing.s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "spoolfs: %s\n", err);
 	return rc;
@@ -425,13 +438,13 @@ static int open_mirror_dirs(struct fs_session *s)
 	CURLU *h = NULL;
 	int rc = 0;
 
-	if (!s->opts.n_mirrors || s->s3)
+	if (!s->opts.n_mirrors || s->listing.s3)
 		return 0;
-	s->mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->mirror_dir_fds));
-	if (!s->mirror_dir_fds)
+	s->daemon.mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->daemon.mirror_dir_fds));
+	if (!s->daemon.mirror_dir_fds)
 		return -ENOMEM;
 	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
-		s->mirror_dir_fds[i] = -1;
+		s->daemon.mirror_dir_fds[i] = -1;
 	for (unsigned i = 0; i < s->opts.n_mirrors && rc == 0; i++) {
 		const char *url = s->opts.mirrors[i];
 		if (strncasecmp(url, "file:", 5) != 0)
@@ -445,7 +458,8 @@ static int open_mirror_dirs(struct fs_session *s)
 		if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
 		    curl_url_get(h, CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK)
 			why = "not a local file: URL";
-		else if ((s->mirror_dir_fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		else if ((s->daemon.mirror_dir_fds[i] =
+		              open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 			why = strerror(errno);
 		if (why) {
 			fprintf(stderr, "spoolfs: --mirror %s: cannot open its directory: %s\n",
@@ -462,11 +476,11 @@ static int open_mirror_dirs(struct fs_session *s)
 
 static void close_mirror_dirs(struct fs_session *s)
 {
-	for (unsigned i = 0; s->mirror_dir_fds && i < s->opts.n_mirrors; i++)
-		if (s->mirror_dir_fds[i] >= 0)
-			close(s->mirror_dir_fds[i]);
-	free(s->mirror_dir_fds);
-	s->mirror_dir_fds = NULL;
+	for (unsigned i = 0; s->daemon.mirror_dir_fds && i < s->opts.n_mirrors; i++)
+		if (s->daemon.mirror_dir_fds[i] >= 0)
+			close(s->daemon.mirror_dir_fds[i]);
+	free(s->daemon.mirror_dir_fds);
+	s->daemon.mirror_dir_fds = NULL;
 }
 
 /* The engine records a finished object in the index at once, and fetches a chunk that failed
@@ -488,16 +502,17 @@ static int open_progress_dir(struct fs_session *s)
 {
 	int fd;
 
-	if (!s->opts.cache_dir || s->run_dir_fd < 0)
+	if (!s->opts.cache_dir || s->daemon.run_dir_fd < 0)
 		return -1;
-	if (mkdirat(s->run_dir_fd, "progress", 0700) != 0 && errno != EEXIST) {
+	if (mkdirat(s->daemon.run_dir_fd, "progress", 0700) != 0 && errno != EEXIST) {
 		util_log(UTIL_LOG_WARN,
 		         "cannot make the run directory's progress/ (%s): a restart "
 		         "fetches again what was not recorded",
 		         strerror(errno));
 		return -1;
 	}
-	fd = openat(s->run_dir_fd, "progress", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(s->daemon.run_dir_fd, "progress",
+	            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		util_log(UTIL_LOG_WARN,
 		         "cannot open the run directory's progress/ (%s): a restart "
@@ -533,11 +548,11 @@ static int start_fetching(struct fs_session *s)
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.records = s->records;
 	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
-	cfg.progress_dirfd = s->progress_dirfd = open_progress_dir(s);
-	cfg.stats = s->shared_counters ? &s->shared_counters->engine : NULL;
-	if (s->s3) {
+	cfg.progress_dirfd = s->daemon.progress_dirfd = open_progress_dir(s);
+	cfg.stats = s->daemon.shared_counters ? &s->daemon.shared_counters->engine : NULL;
+	if (s->listing.s3) {
 		cfg.sign = s3_source_sign;
-		cfg.sign_ctx = s->s3;
+		cfg.sign_ctx = s->listing.s3;
 		cfg.creds_expired = s3_source_creds_expired;
 		cfg.creds_generation = s3_source_creds_generation;
 		cfg.error_is_expired = s3_error_is_expired_creds;
@@ -552,10 +567,10 @@ static int start_fetching(struct fs_session *s)
 	        .records = s->opts.cache_dir ? s->records : NULL,
 	        .flights = s->flights,
 	        .engine = s->engine,
-	        .manifest_dir = s->manifest_dir,
+	        .manifest_dir = s->daemon.manifest_dir,
 	        .mirrors = s->opts.mirrors,
 	        .n_mirrors = s->opts.n_mirrors,
-	        .mirror_dir_fds = s->mirror_dir_fds,
+	        .mirror_dir_fds = s->daemon.mirror_dir_fds,
 	    },
 	    &s->resolver);
 }
@@ -601,7 +616,8 @@ static int shown_argc;
 static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
                             const char *cwd, int ledger_fd)
 {
-	const char *head[DAEMON_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
+	const char *head[DAEMON_RUN_ARGV] = {s->daemon.run_dir, s->mount_path, s->daemon.mount_dev,
+	                                     cwd};
 	const char **strings = calloc(DAEMON_RUN_ARGV + argc_copy, sizeof(*strings));
 	int ctl[2] = {-1, -1}, memfd = -1, exe = -1, rc = -ENOMEM;
 	char pid_text[32], arg0[] = "spoolfs", arg1[] = "__supervise";
@@ -649,7 +665,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 	if (pid == 0) {
 		char err[512];
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		s->ctl_fd = ctl[1];
+		s->daemon.ctl_fd = ctl[1];
 		ctl[1] = -1;
 		/* The records' sqlite locks stayed with the parent, which execs the supervisor. */
 		rc = index_records_reopen_at(s->records, cache_dir_fd(s->cache),
@@ -659,8 +675,9 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
-	int fds[] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd, s->run_lock_fd,
-	             s->shared_counters_fd};
+	int fds[] = {
+	    fuse_session_fd(s->se),      memfd, ctl[0], exe, ledger_fd, s->daemon.run_lock_fd,
+	    s->daemon.shared_counters_fd};
 	_Static_assert(sizeof(fds) / sizeof(fds[0]) == DAEMON_RUN_FD_COUNT, "one per fd");
 	rc = util_fds_place(fds, DAEMON_RUN_FD_COUNT, DAEMON_RUN_FD_DEV);
 	if (rc == 0) {
@@ -706,7 +723,7 @@ static int take_over(struct fs_session *s)
 	/* Without a record the first process died before replying to INIT: the kernel
 	 * resends it too (where it can resend at all). */
 	if (rc == -ENOENT)
-		s->init_resend = true;
+		s->handover.init_resend = true;
 	rc = fs_handover_resend(s);
 	if (rc)
 		util_log(UTIL_LOG_WARN, "the kernel refused to resend requests: %s", strerror(-rc));
@@ -730,17 +747,17 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		snprintf(device, sizeof(device), "/dev/fd/%d", DAEMON_RUN_FD_DEV);
 		if (fuse_session_mount(s->se, device) != 0)
 			goto out_signals;
-		s->was_mounted = true;
+		s->daemon.was_mounted = true;
 	} else {
 		/* Canonical before the mount: afterwards, resolving it would ask this daemon. */
 		s->mount_path = realpath(s->opts.mountpoint, NULL);
 		if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 			goto out_signals;
-		s->was_mounted = true;
+		s->daemon.was_mounted = true;
 		/* Now, while this mount is surely the one on top: see daemon_abort_connection. */
-		if (!s->mount_path ||
-		    daemon_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
-			s->mount_dev[0] = '\0';
+		if (!s->mount_path || daemon_mount_device(s->mount_path, s->daemon.mount_dev,
+		                                          sizeof(s->daemon.mount_dev))) {
+			s->daemon.mount_dev[0] = '\0';
 			util_log(UTIL_LOG_WARN,
 			         "%s is not in the mount table: a stop cannot abort "
 			         "requests still queued in the kernel",
@@ -759,7 +776,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	} else {
 		if (fuse_daemonize(s->opts.foreground) != 0)
 			goto out_unmount;
-		if (s->mount_path && s->run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
+		if (s->mount_path && s->daemon.run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
 			rc = start_supervisor(s, argv_copy, argc_copy, cwd, ledger_fd);
 			if (rc)
 				util_log(
@@ -783,8 +800,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		rc = flight_table_start_hasher(s->flights);
 	if (rc == 0)
 		rc = engine_start(s->engine);
-	if (rc == 0 && s->s3)
-		rc = s3_source_start(s->s3);
+	if (rc == 0 && s->listing.s3)
+		rc = s3_source_start(s->listing.s3);
 	/* Before the walk prefetch: its walks may queue listings ahead from their start. */
 	if (rc == 0)
 		rc = fs_list_ahead_start(s);
@@ -847,7 +864,7 @@ out_unmount:
 	 * mount made over ours since, which ours then stays under until the device's last
 	 * close below ends it (libfuse 3.14 frees its copy of the path only in its unmount:
 	 * that one string is left to the exit). Once the connection is gone it only closes. */
-	if (!s->mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
+	if (!s->daemon.mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
 		fuse_session_unmount(s->se);
 out_signals:
 	fuse_remove_signal_handlers(s->se);
@@ -914,7 +931,7 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 	close(DAEMON_RUN_FD_STRINGS);
 	close(DAEMON_RUN_FD_EXE);
 	if (rc == 0) {
-		int mapped = util_ledger_map(DAEMON_RUN_FD_LEDGER, &s->ledger);
+		int mapped = util_ledger_map(DAEMON_RUN_FD_LEDGER, &s->pt.ledger);
 		if (mapped == -EPROTO) {
 			/* Made by the supervisor's build: this one cannot tell how the kernel holds
 			 * the inodes open now, so it must not serve them (a reload is rolled back).
@@ -927,14 +944,14 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 			return mapped;
 		}
 		if (mapped)
-			s->ledger =
+			s->pt.ledger =
 			    NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
 	}
 	close(DAEMON_RUN_FD_LEDGER);
 	daemon_run_dir_adopt_lock(s, DAEMON_RUN_FD_LOCK);
 	if (rc == 0) {
 		int counted =
-		    daemon_shared_counters_map(DAEMON_RUN_FD_COUNTERS, &s->shared_counters);
+		    daemon_shared_counters_map(DAEMON_RUN_FD_COUNTERS, &s->daemon.shared_counters);
 		if (counted)
 			util_log(UTIL_LOG_INFO, "counters start at 0 in this serving process: %s",
 			         counted == -EPROTO ? "the mount's were laid out by another build"
@@ -951,15 +968,17 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 		return rc;
 	}
 	s->generation = strtoull(generation, NULL, 10);
-	s->ctl_fd = DAEMON_RUN_FD_CTL;
-	s->run_dir = strdup((*strings)[DAEMON_RUN_DIR]);
+	s->daemon.ctl_fd = DAEMON_RUN_FD_CTL;
+	s->daemon.run_dir = strdup((*strings)[DAEMON_RUN_DIR]);
 	s->mount_path = strdup((*strings)[DAEMON_RUN_MOUNT_PATH]);
-	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[DAEMON_RUN_MOUNT_DEV]);
-	if (!s->run_dir || !s->mount_path || s->generation == 0)
+	snprintf(s->daemon.mount_dev, sizeof(s->daemon.mount_dev), "%s",
+	         (*strings)[DAEMON_RUN_MOUNT_DEV]);
+	if (!s->daemon.run_dir || !s->mount_path || s->generation == 0)
 		return -ENOMEM;
-	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->daemon.run_dir_fd =
+	    open(s->daemon.run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* Relative options name files from where the mount was started. */
-	if (s->run_dir_fd < 0 ||
+	if (s->daemon.run_dir_fd < 0 ||
 	    ((*strings)[DAEMON_RUN_CWD][0] && chdir((*strings)[DAEMON_RUN_CWD]) != 0)) {
 		fprintf(stderr, "spoolfs: serving process: %s\n", strerror(errno));
 		return -errno;
@@ -992,12 +1011,13 @@ int main(int argc, char *argv[])
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
 		return daemon_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
-	s.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
-	pthread_mutex_init(&s.passthrough_lock, NULL);
-	pthread_mutex_init(&s.handles_lock, NULL);
-	pthread_mutex_init(&s.handover_lock, NULL);
-	pthread_cond_init(&s.handover_cond, NULL);
+	s.daemon.run_dir_fd = s.daemon.progress_dirfd = s.daemon.ctl_fd = s.daemon.run_lock_fd =
+	    s.daemon.shared_counters_fd = -1;
+	s.daemon.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
+	pthread_mutex_init(&s.pt.lock, NULL);
+	pthread_mutex_init(&s.handles.lock, NULL);
+	pthread_mutex_init(&s.handover.lock, NULL);
+	pthread_cond_init(&s.handover.cond, NULL);
 	if (argc > 2 && strcmp(argv[1], "__serve") == 0) {
 		/* Tests: a serving process that dies as it starts (a crash loop). */
 		if (getenv("SPOOLFS_TEST_SERVE_EXIT"))
@@ -1023,7 +1043,7 @@ int main(int argc, char *argv[])
 		}
 	}
 
-	s.started = time(NULL);
+	s.daemon.started = time(NULL);
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
@@ -1087,15 +1107,15 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_args;
 	}
-	s.max_manifest_size = (size_t)manifest_max;
+	s.daemon.max_manifest_size = (size_t)manifest_max;
 	if (strncmp(s.opts.source, "s3://", 5) == 0) {
 		free(s.opts.netrc_file); /* said by warn_unused_options */
 		s.opts.netrc_file = NULL;
 	}
 	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
 	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
-	    (s.opts.metrics_file &&
-	     daemon_output_open("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
+	    (s.opts.metrics_file && daemon_output_open("--metrics-file", &s.opts.metrics_file,
+	                                               &s.daemon.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
@@ -1134,13 +1154,13 @@ int main(int argc, char *argv[])
 		goto out_args;
 	/* Shared with the serving processes to come: which inodes the kernel holds open
 	 * passthrough, with which backing id. */
-	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
+	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.pt.ledger)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
 		daemon_run_dir_close(&s);
 		goto out_args;
 	}
-	if (!s.generation &&
-	    (rc = daemon_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
+	if (!s.generation && (rc = daemon_shared_counters_create(&s.daemon.shared_counters_fd,
+	                                                         &s.daemon.shared_counters)) != 0) {
 		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
 		daemon_run_dir_close(&s);
 		goto out_args;
@@ -1175,7 +1195,8 @@ int main(int argc, char *argv[])
 		status = 2;
 		goto out_fetch;
 	}
-	if (add_mount_options(&args, s.s3 ? s3_source_display(s.s3) : s.opts.source) != 0)
+	if (add_mount_options(&args,
+	                      s.listing.s3 ? s3_source_display(s.listing.s3) : s.opts.source) != 0)
 		goto out_fetch;
 	if (s.generation && chdir("/") != 0) /* relative options are resolved: hold no directory */
 		goto out_fetch;
@@ -1191,34 +1212,34 @@ out_cache:
 	close_mirror_dirs(&s);
 	index_close(s.idx);
 	index_records_close(s.records);
-	s3_source_free(s.s3);
-	listing_flights_destroy(s.listings);
-	pthread_mutex_destroy(&s.passthrough_lock);
-	pthread_mutex_destroy(&s.handles_lock);
-	pthread_mutex_destroy(&s.handover_lock);
-	pthread_cond_destroy(&s.handover_cond);
+	s3_source_free(s.listing.s3);
+	listing_flights_destroy(s.listing.flights);
+	pthread_mutex_destroy(&s.pt.lock);
+	pthread_mutex_destroy(&s.handles.lock);
+	pthread_mutex_destroy(&s.handover.lock);
+	pthread_cond_destroy(&s.handover.cond);
 
 	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
 	 * a named directory that was there: what an earlier session kept stays. */
-	cache_dir_close(s.cache, s.opts.keep_cache ||
-	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
+	cache_dir_close(s.cache, s.opts.keep_cache || (!s.daemon.was_mounted &&
+	                                               !(s.cache && cache_dir_made(s.cache))));
 	free(s.mount_path);
-	if (s.progress_dirfd >= 0)
-		close(s.progress_dirfd);
+	if (s.daemon.progress_dirfd >= 0)
+		close(s.daemon.progress_dirfd);
 	daemon_run_dir_close(&s);
-	util_ledger_unmap(s.ledger);
+	util_ledger_unmap(s.pt.ledger);
 	if (ledger_fd >= 0)
 		close(ledger_fd);
-	daemon_shared_counters_unmap(s.shared_counters);
-	if (s.shared_counters_fd >= 0)
-		close(s.shared_counters_fd);
-	free(s.init_req);
-	free(s.init_reply);
-	free(s.manifest_dir);
-	free(s.manifest_url);
+	daemon_shared_counters_unmap(s.daemon.shared_counters);
+	if (s.daemon.shared_counters_fd >= 0)
+		close(s.daemon.shared_counters_fd);
+	free(s.handover.init_req);
+	free(s.handover.init_reply);
+	free(s.daemon.manifest_dir);
+	free(s.listing.manifest_url);
 	curl_global_cleanup();
 out_args:
-	daemon_output_close(&s.metrics_out);
+	daemon_output_close(&s.daemon.metrics_out);
 	daemon_output_close(&s.reads_out);
 	daemon_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */

@@ -295,7 +295,7 @@ static void write_histograms(struct fs_session *s, FILE *out, const char *labels
 /* The file's whole text (malloc'd in *text), or -ENOMEM. */
 static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
 {
-	struct daemon_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	FILE *out = open_memstream(text, len);
 
 	if (!out)
@@ -333,7 +333,7 @@ static int write_text(int fd, void *ctx)
 
 static void write_once(struct fs_session *s, bool mounted)
 {
-	struct daemon_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -342,8 +342,8 @@ static void write_once(struct fs_session *s, bool mounted)
 	/* Through the directory held since start; 0644: a collector runs as another user, and
 	 * nothing here is secret (no URL, no name). */
 	if (rc == 0)
-		rc = util_trusted_replace(s->metrics_out.dir_fd, s->metrics_out.name, 0644,
-		                          write_text, &(struct text){text, len});
+		rc = util_trusted_replace(s->daemon.metrics_out.dir_fd, s->daemon.metrics_out.name,
+		                          0644, write_text, &(struct text){text, len});
 	free(text);
 	if (rc && rc != -m->failed)
 		util_log(UTIL_LOG_WARN, "--metrics-file %s: %s (tried again every %u s)", m->path,
@@ -356,7 +356,7 @@ static void write_once(struct fs_session *s, bool mounted)
 static void *writer_main(void *arg)
 {
 	struct fs_session *s = arg;
-	struct daemon_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	struct timespec due;
 
 	clock_gettime(CLOCK_MONOTONIC, &due);
@@ -400,43 +400,6 @@ static char *label(const char *name, const char *value)
 	return out;
 }
 
-int daemon_output_open(const char *option, char **path, struct daemon_output *out)
-{
-	char why[PATH_MAX + 256], *full = NULL;
-	int rc;
-
-	rc = util_trusted_parent(*path, &out->dir_fd, &out->name, &full, why, sizeof(why));
-	if (rc) {
-		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *path, why);
-		return rc == -ENOMEM ? rc : -EINVAL;
-	}
-	/* Said now rather than at the first write, an interval (or a whole mount) later. */
-	char *slash = strrchr(full, '/');
-	*slash = '\0';
-	rc = access(full[0] ? full : "/", W_OK) != 0 ? -errno : 0;
-	if (rc)
-		fprintf(stderr, "spoolfs: %s %s: its directory %s: %s\n", option, *path,
-		        full[0] ? full : "/", strerror(-rc));
-	*slash = '/';
-	if (rc) {
-		free(full);
-		daemon_output_close(out);
-		return -EINVAL;
-	}
-	free(*path);
-	*path = full;
-	return 0;
-}
-
-void daemon_output_close(struct daemon_output *out)
-{
-	if (out->dir_fd >= 0)
-		close(out->dir_fd);
-	free(out->name);
-	out->dir_fd = -1;
-	out->name = NULL;
-}
-
 int daemon_metrics_start(struct fs_session *s)
 {
 	struct daemon_metrics *m;
@@ -458,12 +421,12 @@ int daemon_metrics_start(struct fs_session *s)
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->wake, &attr);
 	pthread_condattr_destroy(&attr);
-	s->metrics = m;
+	s->daemon.metrics = m;
 	write_once(s, true); /* there from the start, not an interval later */
 	rc = util_thread_start(&m->thread, "spoolfs-metrics", writer_main, s);
 	if (rc == 0)
 		return 0;
-	s->metrics = NULL;
+	s->daemon.metrics = NULL;
 	pthread_cond_destroy(&m->wake);
 	pthread_mutex_destroy(&m->lock);
 fail:
@@ -474,7 +437,7 @@ fail:
 
 void daemon_metrics_stop(struct fs_session *s)
 {
-	struct daemon_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 
 	if (!m)
 		return;
@@ -484,7 +447,7 @@ void daemon_metrics_stop(struct fs_session *s)
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->thread, NULL);
 	write_once(s, false);
-	s->metrics = NULL;
+	s->daemon.metrics = NULL;
 	pthread_cond_destroy(&m->wake);
 	pthread_mutex_destroy(&m->lock);
 	free(m->labels);

@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-#include "fs/fs_i.h"
+#include "fs/session.h"
 
 /*
  * Writes the counters and gauges of /.spoolfs/stats to out. labels: the text between
@@ -26,16 +26,6 @@ void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *lab
 /* The prefetch part of the stats (speculation and the prefetch list). */
 void daemon_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
                                    uint64_t spec_unread);
-
-/*
- * A file the daemon writes later (--metrics-file, --record-reads, named by option): its
- * directory is resolved now under util/trusted_path.h's rule (no directory another user
- * controls) and held in *out, so that every later write lands where the path led now; it
- * must be writable. *path becomes the canonical path, for messages. 0, or -EINVAL (-ENOMEM)
- * after saying why on stderr. daemon_output_close releases *out.
- */
-int daemon_output_open(const char *option, char **path, struct daemon_output *out);
-void daemon_output_close(struct daemon_output *out);
 
 /* Writes the file once and starts the writer thread (after daemonising); a no-op without
  * --metrics-file. 0 or -errno. */

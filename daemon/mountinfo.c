@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/mountinfo.h"
 #include "util/thread.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
 
 struct mount_entry {
 	unsigned long id;

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "daemon/options.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
 
 enum {
 	KEY_FOREGROUND,

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "daemon/mountinfo.h"
 #include "daemon/supervisor.h"
 
 /* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */

@@ -1,5 +1,5 @@
 /*
- * The mount's counters in memory its serving processes share (fs_i.h, struct
+ * The mount's counters in memory its serving processes share (shared_counters.h, struct
  * daemon_shared_counters): made by the first process, kept open by the supervisor, mapped by
  * each serving process in turn. /.spoolfs/stats and the metrics file then read totals for
  * the mount, not for one process, so a restart is no counter reset to a collector.
@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "daemon/shared_counters.h"
+#include "fs/session.h"
 
 #define COUNTERS_MAGIC 0x53504f4f4c435452ULL /* "SPOOLCTR" */
 /* Raised whenever a field of the block moves or changes meaning: struct engine_stats,
@@ -87,5 +88,6 @@ void daemon_shared_counters_unmap(struct daemon_shared_counters *c)
 
 void daemon_counters_settle(struct fs_session *s)
 {
-	s->counters = s->shared_counters ? &s->shared_counters->fs : &s->own_counters;
+	s->counters =
+	    s->daemon.shared_counters ? &s->daemon.shared_counters->fs : &s->daemon.own_counters;
 }

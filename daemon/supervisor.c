@@ -33,7 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "daemon/mountinfo.h"
+#include "daemon/options.h"
+#include "fs/session.h"
 #include "daemon/supervisor.h"
 #include "util/log.h"
 #include "util/supervise.h"
@@ -442,8 +444,9 @@ void daemon_supervision_read(const struct fs_session *s, struct daemon_supervisi
 {
 	long sup = 0, serving = 0;
 	unsigned long long restarts = 0, reloads = 0, generation = 0, failed = 0;
-	int fd =
-	    s->run_dir_fd >= 0 ? openat(s->run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC) : -1;
+	int fd = s->daemon.run_dir_fd >= 0
+	             ? openat(s->daemon.run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC)
+	             : -1;
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 
 	memset(out, 0, sizeof(*out));
@@ -461,7 +464,7 @@ void daemon_supervision_read(const struct fs_session *s, struct daemon_supervisi
 		close(fd);
 	/* Its parent, whether or not it has written its file yet (a moment after the mount);
 	 * once the supervisor died, the parent is init or a subreaper, never named as it. */
-	if (s->ctl_fd >= 0 && (sup <= 0 || getppid() == (pid_t)sup))
+	if (s->daemon.ctl_fd >= 0 && (sup <= 0 || getppid() == (pid_t)sup))
 		out->supervisor_pid = (uint64_t)getppid();
 }
 

@@ -14,7 +14,13 @@
 #include <sys/stat.h>
 
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/listing.h"
+#include "fs/open.h"
+#include "fs/passthrough.h"
+#include "fs/prefetch.h"
+#include "fs/readahead.h"
+#include "fs/session.h"
 #include "daemon/notify.h"
 #include "fs/virtual.h"
 

@@ -15,9 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/prefetch.h"
 #include "fetch/prefetch/prefetch.h"
 #include "fetch/prefetch/reads.h"
-#include "fs/fs_i.h"
+#include "daemon/output.h"
+#include "fs/listing.h"
+#include "fs/session.h"
 #include "daemon/metrics.h"
 #include "util/hex.h"
 #include "util/log.h"
@@ -148,7 +151,8 @@ int fs_prefetch_open(struct fs_session *s)
 	cfg.ahead_files = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 0;
 	cfg.window_bytes = s->prefetch_window;
 	cfg.max_object = WALK_MAX_OBJECT;
-	cfg.walk_counters = s->shared_counters ? &s->shared_counters->prefetch_walk : NULL;
+	cfg.walk_counters =
+	    s->daemon.shared_counters ? &s->daemon.shared_counters->prefetch_walk : NULL;
 	cfg.list_budget = s->prefetch_budget;
 	if (s->cache_max_size && s->cache_max_size < cfg.list_budget)
 		cfg.list_budget = s->cache_max_size;

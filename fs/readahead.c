@@ -15,7 +15,9 @@
  * readahead, and applies INIT's value after init returns; sysfs is the one way to raise
  * it, once INIT is done. It needs root; without it the default stays, slower but correct.
  */
-#include "fs/fs_i.h"
+#include "fs/readahead.h"
+#include "daemon/mountinfo.h"
+#include "fs/session.h"
 #include "util/log.h"
 
 #include <errno.h>

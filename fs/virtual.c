@@ -38,7 +38,8 @@ static void fill_stat(struct fs_session *s, fuse_ino_t ino, struct stat *st, siz
 	st->st_uid = s->uid;
 	st->st_gid = s->gid;
 	/* The mount's start, kept across serving processes in the shared block. */
-	st->st_mtime = s->shared_counters ? (time_t)s->shared_counters->mounted_at : s->started;
+	st->st_mtime = s->daemon.shared_counters ? (time_t)s->daemon.shared_counters->mounted_at
+	                                         : s->daemon.started;
 	st->st_atime = st->st_ctime = st->st_mtime;
 	if (ino == FS_INO_VIRTUAL_DIR) {
 		st->st_mode = S_IFDIR | 0555;

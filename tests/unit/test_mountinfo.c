@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "fs/fs_i.h"
+#include "daemon/mountinfo.h"
 
 #define ROOT "1 0 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
 #define OURS "30 1 0:50 / /mnt/store ro,nosuid,nodev shared:20 - fuse.spoolfs spoolfs ro\n"

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "fs/fs_i.h"
+#include "daemon/options.h"
 
 /* arg (after the program name, and after `before` when not NULL) once scrubbed. */
 static char *scrubbed(const char *before, const char *arg, bool *hidden)

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "daemon/shared_counters.h"
 
 static void test_a_second_mapping_goes_on_from_the_counts(void **state)
 {
