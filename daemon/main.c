@@ -65,71 +65,6 @@ static void raise_fd_limit(void)
 	}
 }
 
-/* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
-static void warn_unused_options(const struct daemon_options *o)
-{
-	bool bucket = strncmp(o->source, "s3://", 5) == 0;
-
-	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign ||
-	                o->role_arn || o->requester_pays || o->expected_bucket_owner))
-		fprintf(
-		    stderr,
-		    "spoolfs: warning: --endpoint, --region, --profile, --role-arn, --path-style,"
-		    " --no-sign, --requester-pays and --expected-bucket-owner are for s3://"
-		    " sources; ignored\n");
-	if (bucket && o->n_mirrors)
-		fprintf(stderr,
-		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
-	if (!bucket && o->manifest)
-		fprintf(stderr, "spoolfs: warning: --manifest KEY is for s3:// sources (a manifest"
-		                " in the bucket); ignored\n");
-	if (bucket && !o->manifest && o->max_manifest_size)
-		fprintf(stderr,
-		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
-	if (bucket && o->netrc_file)
-		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
-		                " are signed); ignored\n");
-}
-
-/*
- * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
- * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
- * one is refused now rather than failing downloads later. curl opens it again at each
- * connection, by its path: so the path must be one only root or this user can change
- * (util/trusted_path.h), which util_trusted_open checks now. A last symlink of theirs is
- * followed (a rotated secret), one of another user's is refused. 0 or -EINVAL, said.
- */
-static int check_file_option(const char *option, char **name)
-{
-	char why[PATH_MAX + 256], *absolute;
-	int fd = util_trusted_open(*name, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
-
-	if (fd == -EACCES || fd == -ELOOP || fd == -EINVAL) {
-		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *name, why);
-		return -EINVAL;
-	}
-	if (fd < 0) {
-		/* The path as it was looked up: a relative one from where the mount started. */
-		char cwd[PATH_MAX] = "";
-		if ((*name)[0] != '/' && !getcwd(cwd, sizeof(cwd)))
-			cwd[0] = '\0';
-		fprintf(stderr, "spoolfs: %s %s%s%s: %s\n", option, cwd, cwd[0] ? "/" : "", *name,
-		        strerror(-fd));
-		return -EINVAL;
-	}
-	close(fd);
-	if ((*name)[0] == '/')
-		return 0;
-	absolute = realpath(*name, NULL);
-	if (!absolute) {
-		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
-		return -EINVAL;
-	}
-	free(*name);
-	*name = absolute;
-	return 0;
-}
-
 /*
  * Spools of objects no version names (a bare URL) serve only the session that fetched them,
  * and the mounts sharing its directory then: one that an earlier session kept (or left in
@@ -1081,39 +1016,7 @@ int main(int argc, char *argv[])
 		status = 0;
 		goto out_args;
 	}
-	/* The session's own cache directory has a fresh name each mount: kept, no mount
-	 * would ever find it again. */
-	if (s.opts.keep_cache && !s.opts.cache_dir) {
-		fprintf(stderr, "spoolfs: --keep-cache keeps --cache-dir DIR: give one\n");
-		status = 2;
-		goto out_args;
-	}
-	warn_unused_options(&s.opts);
-	if (strncmp(s.opts.source, "s3://", 5) == 0)
-		s.opts.n_mirrors = 0; /* said to be ignored: a bucket's requests are signed */
-	if (s.opts.cache_max_size &&
-	    util_parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
-		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
-		        s.opts.cache_max_size);
-		status = 2;
-		goto out_args;
-	}
-	uint64_t manifest_max = 0;
-	if (s.opts.max_manifest_size &&
-	    (util_parse_size(s.opts.max_manifest_size, &manifest_max) != 0 || manifest_max == 0 ||
-	     manifest_max >= SIZE_MAX)) {
-		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
-		        s.opts.max_manifest_size);
-		status = 2;
-		goto out_args;
-	}
-	s.daemon.max_manifest_size = (size_t)manifest_max;
-	if (strncmp(s.opts.source, "s3://", 5) == 0) {
-		free(s.opts.netrc_file); /* said by warn_unused_options */
-		s.opts.netrc_file = NULL;
-	}
-	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
-	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
+	if (daemon_options_check(&s.opts, &s.cache_max_size, &s.daemon.max_manifest_size) != 0 ||
 	    (s.opts.metrics_file && daemon_output_open("--metrics-file", &s.opts.metrics_file,
 	                                               &s.daemon.metrics_out) != 0)) {
 		status = 2;

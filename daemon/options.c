@@ -5,15 +5,20 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "daemon/options.h"
 #include "util/log.h"
+#include "util/size.h"
+#include "util/trusted_path.h"
 
 enum {
 	KEY_FOREGROUND,
@@ -662,6 +667,107 @@ int daemon_options_resolve(struct daemon_options *opts, const char *cwd)
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
 		if (make_absolute(paths[i], cwd) != 0)
 			return -ENOMEM;
+	return 0;
+}
+
+/* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
+static void warn_unused_options(const struct daemon_options *o)
+{
+	bool bucket = strncmp(o->source, "s3://", 5) == 0;
+
+	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign ||
+	                o->role_arn || o->requester_pays || o->expected_bucket_owner))
+		fprintf(
+		    stderr,
+		    "spoolfs: warning: --endpoint, --region, --profile, --role-arn, --path-style,"
+		    " --no-sign, --requester-pays and --expected-bucket-owner are for s3://"
+		    " sources; ignored\n");
+	if (bucket && o->n_mirrors)
+		fprintf(stderr,
+		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+	if (!bucket && o->manifest)
+		fprintf(stderr, "spoolfs: warning: --manifest KEY is for s3:// sources (a manifest"
+		                " in the bucket); ignored\n");
+	if (bucket && !o->manifest && o->max_manifest_size)
+		fprintf(stderr,
+		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
+	if (bucket && o->netrc_file)
+		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
+		                " are signed); ignored\n");
+}
+
+/*
+ * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
+ * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
+ * one is refused now rather than failing downloads later. curl opens it again at each
+ * connection, by its path: so the path must be one only root or this user can change
+ * (util/trusted_path.h), which util_trusted_open checks now. A last symlink of theirs is
+ * followed (a rotated secret), one of another user's is refused. 0 or -EINVAL, said.
+ */
+static int check_file_option(const char *option, char **name)
+{
+	char why[PATH_MAX + 256], *absolute;
+	int fd = util_trusted_open(*name, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
+
+	if (fd == -EACCES || fd == -ELOOP || fd == -EINVAL) {
+		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *name, why);
+		return -EINVAL;
+	}
+	if (fd < 0) {
+		/* The path as it was looked up: a relative one from where the mount started. */
+		char cwd[PATH_MAX] = "";
+		if ((*name)[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+			cwd[0] = '\0';
+		fprintf(stderr, "spoolfs: %s %s%s%s: %s\n", option, cwd, cwd[0] ? "/" : "", *name,
+		        strerror(-fd));
+		return -EINVAL;
+	}
+	close(fd);
+	if ((*name)[0] == '/')
+		return 0;
+	absolute = realpath(*name, NULL);
+	if (!absolute) {
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	free(*name);
+	*name = absolute;
+	return 0;
+}
+
+int daemon_options_check(struct daemon_options *o, uint64_t *cache_max_size,
+                         size_t *max_manifest_size)
+{
+	uint64_t manifest_max = 0;
+
+	/* The session's own cache directory has a fresh name each mount: kept, no mount
+	 * would ever find it again. */
+	if (o->keep_cache && !o->cache_dir) {
+		fprintf(stderr, "spoolfs: --keep-cache keeps --cache-dir DIR: give one\n");
+		return -EINVAL;
+	}
+	warn_unused_options(o);
+	if (strncmp(o->source, "s3://", 5) == 0)
+		o->n_mirrors = 0; /* said to be ignored: a bucket's requests are signed */
+	if (o->cache_max_size && util_parse_size(o->cache_max_size, cache_max_size) != 0) {
+		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
+		        o->cache_max_size);
+		return -EINVAL;
+	}
+	if (o->max_manifest_size && (util_parse_size(o->max_manifest_size, &manifest_max) != 0 ||
+	                             manifest_max == 0 || manifest_max >= SIZE_MAX)) {
+		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
+		        o->max_manifest_size);
+		return -EINVAL;
+	}
+	*max_manifest_size = (size_t)manifest_max;
+	if (strncmp(o->source, "s3://", 5) == 0) {
+		free(o->netrc_file); /* said by warn_unused_options */
+		o->netrc_file = NULL;
+	}
+	if ((o->ca_file && check_file_option("--ca-file", &o->ca_file) != 0) ||
+	    (o->netrc_file && check_file_option("--netrc-file", &o->netrc_file) != 0))
+		return -EINVAL;
 	return 0;
 }
 

@@ -91,6 +91,15 @@ void daemon_options_usage(const char *prog);
  * the directory the mount was started from: the supervisor and each serving process run
  * from "/" and open them later (a restart, a log reopened at SIGUSR1). 0 or -ENOMEM. */
 int daemon_options_resolve(struct daemon_options *opts, const char *cwd);
+/*
+ * Checks the options against each other and the files they name, after
+ * daemon_options_resolve: warns of options the source ignores (and drops them), parses
+ * --cache-max-size and --max-manifest-size into *cache_max_size and *max_manifest_size
+ * (0: not given), and opens --ca-file and --netrc-file once (made absolute). 0, or -EINVAL
+ * after saying why (a usage error).
+ */
+int daemon_options_check(struct daemon_options *o, uint64_t *cache_max_size,
+                         size_t *max_manifest_size);
 void daemon_options_free(struct daemon_options *opts);
 
 /*
