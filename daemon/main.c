@@ -921,6 +921,239 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 	return 0;
 }
 
+/*
+ * The order of start and stop (main): each step's start, in the table's order, once the
+ * options are checked and logging is set up; then the FUSE loop (run_session); then the
+ * stop of every step begun, in reverse, at exit as after a failed start. A start that fails
+ * may leave part of its work done: its stop runs too, so every stop takes what is there.
+ * A later serving process (s->generation > 0) inherits the mountpoint, the run directory,
+ * the ledger and the counters from the supervisor (take_run_strings): those starts do
+ * nothing then, their stops release what it inherited.
+ */
+struct step {
+	const char *name;
+	int (*start)(struct fs_session *s, struct fuse_args *args); /* 0 or -errno, said */
+	void (*stop)(struct fs_session *s);                         /* NULL: nothing to undo */
+	int failed_status; /* the exit status when start fails: 2 for a usage error */
+};
+
+/* Refuses a mountpoint that is not a directory, before the manifest's fetch: libfuse would
+ * mount on a file and give a broken mount. Before the stat: a dead mount there fails it
+ * with ENOTCONN. A later serving process must not look: the mount there is its own,
+ * waiting for it. */
+static int start_mountpoint(struct fs_session *s, struct fuse_args *args)
+{
+	struct stat st;
+	const char *unusable;
+
+	if (s->generation)
+		return 0;
+	if (daemon_mountpoint_prepare(s->opts.mountpoint) != 0)
+		return -EINVAL;
+	unusable = stat(s->opts.mountpoint, &st) != 0 ? strerror(errno)
+	           : !S_ISDIR(st.st_mode)             ? "not a directory"
+	                                              : NULL;
+	if (unusable) {
+		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s->opts.mountpoint, unusable);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int start_run_dir(struct fs_session *s, struct fuse_args *args)
+{
+	return s->generation ? 0 : daemon_run_dir_make(s);
+}
+
+static void stop_run_dir(struct fs_session *s)
+{
+	if (s->daemon.progress_dirfd >= 0)
+		close(s->daemon.progress_dirfd);
+	s->daemon.progress_dirfd = -1;
+	daemon_run_dir_close(s);
+}
+
+/* Shared with the serving processes to come: which inodes the kernel holds open
+ * passthrough, with which backing id. */
+static int start_ledger(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = s->generation ? 0 : util_ledger_create(&s->daemon.ledger_fd, &s->pt.ledger);
+
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
+	return rc;
+}
+
+static void stop_ledger(struct fs_session *s)
+{
+	util_ledger_unmap(s->pt.ledger);
+	s->pt.ledger = NULL;
+	if (s->daemon.ledger_fd >= 0)
+		close(s->daemon.ledger_fd);
+	s->daemon.ledger_fd = -1;
+}
+
+static int start_counters(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = s->generation ? 0
+	                       : daemon_shared_counters_create(&s->daemon.shared_counters_fd,
+	                                                       &s->daemon.shared_counters);
+
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
+		return rc;
+	}
+	daemon_counters_settle(s);
+	return 0;
+}
+
+static void stop_counters(struct fs_session *s)
+{
+	daemon_shared_counters_unmap(s->daemon.shared_counters);
+	s->daemon.shared_counters = NULL;
+	if (s->daemon.shared_counters_fd >= 0)
+		close(s->daemon.shared_counters_fd);
+	s->daemon.shared_counters_fd = -1;
+}
+
+static int start_process(struct fs_session *s, struct fuse_args *args)
+{
+	raise_fd_limit();
+	drop_root_features(s);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
+		return -EIO;
+	}
+	return 0;
+}
+
+static void stop_process(struct fs_session *s)
+{
+	curl_global_cleanup();
+}
+
+/* open_cache says why itself, naming the directory or the entry in it. */
+static int start_cache(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = open_cache(s);
+
+	if (rc == 0 && s->opts.cache_dir && !s->opts.cache_max_size)
+		set_default_cache_bound(s);
+	return rc;
+}
+
+static void stop_cache(struct fs_session *s)
+{
+	index_close(s->idx);
+	s->idx = NULL;
+	index_records_close(s->records);
+	s->records = NULL;
+	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
+	 * a named directory that was there: what an earlier session kept stays. */
+	cache_dir_close(s->cache, s->opts.keep_cache || (!s->daemon.was_mounted &&
+	                                                 !(s->cache && cache_dir_made(s->cache))));
+	s->cache = NULL;
+}
+
+static int start_namespace(struct fs_session *s, struct fuse_args *args)
+{
+	return load_namespace(s);
+}
+
+static void stop_namespace(struct fs_session *s)
+{
+	s3_source_free(s->listing.s3);
+	s->listing.s3 = NULL;
+	listing_flights_destroy(s->listing.flights);
+	s->listing.flights = NULL;
+	free(s->daemon.manifest_dir);
+	s->daemon.manifest_dir = NULL;
+	free(s->listing.manifest_url);
+	s->listing.manifest_url = NULL;
+}
+
+static int start_mirrors(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = open_mirror_dirs(s);
+
+	if (rc == -ENOMEM)
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+	return rc;
+}
+
+static int start_engine(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = start_fetching(s);
+
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+	return rc;
+}
+
+static void stop_engine(struct fs_session *s)
+{
+	engine_destroy(s->engine);
+	s->engine = NULL;
+	fetch_objects_destroy(s->resolver);
+	s->resolver = NULL;
+	flight_table_destroy(s->flights);
+	s->flights = NULL;
+}
+
+static int start_prefetch(struct fs_session *s, struct fuse_args *args)
+{
+	return fs_prefetch_open(s);
+}
+
+static int start_mount_options(struct fs_session *s, struct fuse_args *args)
+{
+	if (add_mount_options(args, s->listing.s3 ? s3_source_display(s->listing.s3)
+	                                          : s->opts.source) != 0)
+		return -ENOMEM;
+	/* Relative options are resolved: hold no directory. */
+	if (s->generation && chdir("/") != 0)
+		return -errno;
+	return 0;
+}
+
+static const struct step steps[] = {
+    {"mountpoint", start_mountpoint, NULL, 1},
+    {"run directory", start_run_dir, stop_run_dir, 1},
+    {"passthrough ledger", start_ledger, stop_ledger, 1},
+    {"counters", start_counters, stop_counters, 1},
+    {"process", start_process, stop_process, 1},
+    {"cache directory", start_cache, stop_cache, 1},
+    {"namespace", start_namespace, stop_namespace, 1},
+    {"mirrors", start_mirrors, close_mirror_dirs, 2},
+    {"engine", start_engine, stop_engine, 1},
+    {"prefetch", start_prefetch, fs_prefetch_free, 2},
+    {"mount options", start_mount_options, NULL, 1},
+};
+
+/* Starts steps[] in order until one fails: 0, or that step's exit status. *begun counts
+ * the steps begun, the failed one included. */
+static int start_steps(struct fs_session *s, struct fuse_args *args, size_t *begun)
+{
+	for (*begun = 0; *begun < sizeof(steps) / sizeof(steps[0]);) {
+		const struct step *step = &steps[(*begun)++];
+		if (step->start(s, args) != 0) {
+			util_log(UTIL_LOG_DEBUG, "start: %s failed", step->name);
+			return step->failed_status;
+		}
+	}
+	return 0;
+}
+
+/* Stops the steps begun, last first. */
+static void stop_steps(struct fs_session *s, size_t begun)
+{
+	while (begun > 0) {
+		const struct step *step = &steps[--begun];
+		if (step->stop)
+			step->stop(s);
+	}
+}
+
 static void on_sigusr1(int sig)
 {
 	(void)sig;
@@ -933,7 +1166,8 @@ int main(int argc, char *argv[])
 	struct fs_session s;
 	char **strings = NULL, cwd[PATH_MAX] = "";
 	size_t n_strings = 0;
-	int rc, status = 1, ledger_fd = -1;
+	int rc, status = 1;
+	size_t begun = 0; /* steps[] begun: each of them is stopped, in reverse */
 
 	/* Before anything opens a database; a failure only costs speed. */
 	(void)index_init_process();
@@ -947,7 +1181,7 @@ int main(int argc, char *argv[])
 		return daemon_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
 	s.daemon.run_dir_fd = s.daemon.progress_dirfd = s.daemon.ctl_fd = s.daemon.run_lock_fd =
-	    s.daemon.shared_counters_fd = -1;
+	    s.daemon.shared_counters_fd = s.daemon.ledger_fd = -1;
 	s.daemon.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
 	pthread_mutex_init(&s.pt.lock, NULL);
 	pthread_mutex_init(&s.handles.lock, NULL);
@@ -1039,108 +1273,20 @@ int main(int argc, char *argv[])
 		         s.opts.asked_dev ? "dev" : "",
 		         s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
 		         s.opts.asked_suid ? "suid" : "");
-	/* Before the stat below: a dead mount there fails it with ENOTCONN. A later serving
-	 * process must not look: the mount there is its own, waiting for it. */
-	if (!s.generation && daemon_mountpoint_prepare(s.opts.mountpoint) != 0)
-		goto out_args;
-	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
-	struct stat mountpoint;
-	const char *unusable = s.generation                                ? NULL
-	                       : stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
-	                       : !S_ISDIR(mountpoint.st_mode)              ? "not a directory"
-	                                                                   : NULL;
-	if (unusable) {
-		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
-		goto out_args;
+	status = start_steps(&s, &args, &begun);
+	if (status == 0) {
+		rc = run_session(&s, &args, s.generation ? NULL : strings,
+		                 s.generation ? 0 : n_strings, cwd, s.daemon.ledger_fd);
+		status = rc == 0 ? 0 : 1;
 	}
-	if (!s.generation && daemon_run_dir_make(&s) != 0)
-		goto out_args;
-	/* Shared with the serving processes to come: which inodes the kernel holds open
-	 * passthrough, with which backing id. */
-	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.pt.ledger)) != 0) {
-		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
-		daemon_run_dir_close(&s);
-		goto out_args;
-	}
-	if (!s.generation && (rc = daemon_shared_counters_create(&s.daemon.shared_counters_fd,
-	                                                         &s.daemon.shared_counters)) != 0) {
-		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
-		daemon_run_dir_close(&s);
-		goto out_args;
-	}
-	daemon_counters_settle(&s);
-	raise_fd_limit();
-	drop_root_features(&s);
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
-		goto out_args;
-	}
-	/* Says why itself, naming the directory or the entry in it. */
-	if (open_cache(&s) != 0)
-		goto out_cache;
-	if (s.opts.cache_dir && !s.opts.cache_max_size)
-		set_default_cache_bound(&s);
-	if (load_namespace(&s) != 0)
-		goto out_cache;
-	rc = open_mirror_dirs(&s);
-	if (rc) {
-		if (rc == -ENOMEM)
-			fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
-		status = 2;
-		goto out_cache;
-	}
-	rc = start_fetching(&s);
-	if (rc) {
-		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
-		goto out_fetch;
-	}
-	if (fs_prefetch_open(&s) != 0) {
-		status = 2;
-		goto out_fetch;
-	}
-	if (add_mount_options(&args,
-	                      s.listing.s3 ? s3_source_display(s.listing.s3) : s.opts.source) != 0)
-		goto out_fetch;
-	if (s.generation && chdir("/") != 0) /* relative options are resolved: hold no directory */
-		goto out_fetch;
-	rc = run_session(&s, &args, s.generation ? NULL : strings, s.generation ? 0 : n_strings,
-	                 cwd, ledger_fd);
-	status = rc == 0 ? 0 : 1;
-out_fetch:
-	fs_prefetch_free(&s);
-	engine_destroy(s.engine);
-	fetch_objects_destroy(s.resolver);
-	flight_table_destroy(s.flights);
-out_cache:
-	close_mirror_dirs(&s);
-	index_close(s.idx);
-	index_records_close(s.records);
-	s3_source_free(s.listing.s3);
-	listing_flights_destroy(s.listing.flights);
+	stop_steps(&s, begun);
+	free(s.mount_path);
+	free(s.handover.init_req);
+	free(s.handover.init_reply);
 	pthread_mutex_destroy(&s.pt.lock);
 	pthread_mutex_destroy(&s.handles.lock);
 	pthread_mutex_destroy(&s.handover.lock);
 	pthread_cond_destroy(&s.handover.cond);
-
-	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
-	 * a named directory that was there: what an earlier session kept stays. */
-	cache_dir_close(s.cache, s.opts.keep_cache || (!s.daemon.was_mounted &&
-	                                               !(s.cache && cache_dir_made(s.cache))));
-	free(s.mount_path);
-	if (s.daemon.progress_dirfd >= 0)
-		close(s.daemon.progress_dirfd);
-	daemon_run_dir_close(&s);
-	util_ledger_unmap(s.pt.ledger);
-	if (ledger_fd >= 0)
-		close(ledger_fd);
-	daemon_shared_counters_unmap(s.daemon.shared_counters);
-	if (s.daemon.shared_counters_fd >= 0)
-		close(s.daemon.shared_counters_fd);
-	free(s.handover.init_req);
-	free(s.handover.init_reply);
-	free(s.daemon.manifest_dir);
-	free(s.listing.manifest_url);
-	curl_global_cleanup();
 out_args:
 	daemon_output_close(&s.daemon.metrics_out);
 	daemon_output_close(&s.reads_out);

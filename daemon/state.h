@@ -35,6 +35,9 @@ struct daemon_state {
 	int ctl_fd;
 	/* The run directory's lock, held by every process of the mount (run_dir.c), or -1. */
 	int run_lock_fd;
+	/* The passthrough ledger's memfd (fs_session.pt.ledger maps it), for the supervisor;
+	 * -1 in a later serving process, which maps the supervisor's. */
+	int ledger_fd;
 	/* The block fs_session.counters points into, which the mount's serving processes count
 	 * on one after another, or NULL: then own_counters is counted (shared_counters.c). */
 	struct daemon_shared_counters *shared_counters;
