@@ -164,13 +164,13 @@ refused:
  * listings stall and retry by the downloads' options. */
 static struct fetch_net blocking_net(const struct fs_session *s)
 {
-	return (struct fetch_net){.ca_file = s->opts.ca_file,
-	                          .proxy = s->opts.proxy,
-	                          .netrc_file = s->opts.netrc_file,
+	return (struct fetch_net){.ca_file = s->opts.net.ca_file,
+	                          .proxy = s->opts.net.proxy,
+	                          .netrc_file = s->opts.net.netrc_file,
 	                          .connect_timeout_s = 10,
-	                          .stall_timeout_s = s->opts.stall_timeout_s,
-	                          .max_tries = s->opts.retries,
-	                          .allow_link_local = s->opts.allow_link_local};
+	                          .stall_timeout_s = s->opts.net.stall_timeout_s,
+	                          .max_tries = s->opts.net.retries,
+	                          .allow_link_local = s->opts.net.allow_link_local};
 }
 
 /*
@@ -308,15 +308,15 @@ out:
 static int open_bucket(struct fs_session *s)
 {
 	struct s3_options opts = {.source = s->opts.source,
-	                          .endpoint = s->opts.endpoint,
-	                          .region = s->opts.region,
-	                          .profile = s->opts.profile,
-	                          .role_arn = s->opts.role_arn,
-	                          .requester_pays = s->opts.requester_pays,
-	                          .expected_bucket_owner = s->opts.expected_bucket_owner,
+	                          .endpoint = s->opts.s3.endpoint,
+	                          .region = s->opts.s3.region,
+	                          .profile = s->opts.s3.profile,
+	                          .role_arn = s->opts.s3.role_arn,
+	                          .requester_pays = s->opts.s3.requester_pays,
+	                          .expected_bucket_owner = s->opts.s3.expected_bucket_owner,
 	                          .net = blocking_net(s),
-	                          .path_style = s->opts.path_style,
-	                          .no_sign = s->opts.no_sign,
+	                          .path_style = s->opts.s3.path_style,
+	                          .no_sign = s->opts.s3.no_sign,
 	                          .request_timeout_s = 0};
 	char err[512] = "";
 	int rc;
@@ -373,15 +373,16 @@ static int open_mirror_dirs(struct fs_session *s)
 	CURLU *h = NULL;
 	int rc = 0;
 
-	if (!s->opts.n_mirrors || s->listing.s3)
+	if (!s->opts.net.n_mirrors || s->listing.s3)
 		return 0;
-	s->daemon.mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->daemon.mirror_dir_fds));
+	s->daemon.mirror_dir_fds =
+	    malloc(s->opts.net.n_mirrors * sizeof(*s->daemon.mirror_dir_fds));
 	if (!s->daemon.mirror_dir_fds)
 		return -ENOMEM;
-	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
+	for (unsigned i = 0; i < s->opts.net.n_mirrors; i++)
 		s->daemon.mirror_dir_fds[i] = -1;
-	for (unsigned i = 0; i < s->opts.n_mirrors && rc == 0; i++) {
-		const char *url = s->opts.mirrors[i];
+	for (unsigned i = 0; i < s->opts.net.n_mirrors && rc == 0; i++) {
+		const char *url = s->opts.net.mirrors[i];
 		if (strncasecmp(url, "file:", 5) != 0)
 			continue;
 		const char *why = NULL;
@@ -411,7 +412,7 @@ static int open_mirror_dirs(struct fs_session *s)
 
 static void close_mirror_dirs(struct fs_session *s)
 {
-	for (unsigned i = 0; s->daemon.mirror_dir_fds && i < s->opts.n_mirrors; i++)
+	for (unsigned i = 0; s->daemon.mirror_dir_fds && i < s->opts.net.n_mirrors; i++)
 		if (s->daemon.mirror_dir_fds[i] >= 0)
 			close(s->daemon.mirror_dir_fds[i]);
 	free(s->daemon.mirror_dir_fds);
@@ -471,14 +472,14 @@ static int start_fetching(struct fs_session *s)
 	/* Else a session that reads more objects than its fd limit fails the rest. */
 	flight_table_close_idle_spools(s->flights, s->opts.cache_dir != NULL);
 	engine_config_defaults(&cfg);
-	cfg.stall_timeout_s = s->opts.stall_timeout_s;
-	cfg.max_tries = s->opts.retries;
-	cfg.max_transfers = s->opts.max_transfers;
+	cfg.stall_timeout_s = s->opts.net.stall_timeout_s;
+	cfg.max_tries = s->opts.net.retries;
+	cfg.max_transfers = s->opts.net.max_transfers;
 	cfg.spec_max = s->opts.prefetch_requests ? s->opts.prefetch_requests : 16;
-	cfg.net.ca_file = s->opts.ca_file;
-	cfg.net.proxy = s->opts.proxy;
-	cfg.net.netrc_file = s->opts.netrc_file;
-	cfg.net.allow_link_local = s->opts.allow_link_local;
+	cfg.net.ca_file = s->opts.net.ca_file;
+	cfg.net.proxy = s->opts.net.proxy;
+	cfg.net.netrc_file = s->opts.net.netrc_file;
+	cfg.net.allow_link_local = s->opts.net.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.records = s->records;
@@ -503,8 +504,8 @@ static int start_fetching(struct fs_session *s)
 	        .flights = s->flights,
 	        .engine = s->engine,
 	        .manifest_dir = s->daemon.manifest_dir,
-	        .mirrors = s->opts.mirrors,
-	        .n_mirrors = s->opts.n_mirrors,
+	        .mirrors = s->opts.net.mirrors,
+	        .n_mirrors = s->opts.net.n_mirrors,
 	        .mirror_dir_fds = s->daemon.mirror_dir_fds,
 	    },
 	    &s->resolver);
@@ -709,7 +710,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		if (rc)
 			goto out_unmount;
 	} else {
-		if (fuse_daemonize(s->opts.foreground) != 0)
+		if (fuse_daemonize(s->opts.log.foreground) != 0)
 			goto out_unmount;
 		if (s->mount_path && s->daemon.run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
 			rc = start_supervisor(s, argv_copy, argc_copy, cwd, ledger_fd);
@@ -722,7 +723,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		}
 	}
 	/* Daemonised, stderr is /dev/null: operators look in the journal (or the log file). */
-	if (!s->opts.foreground && !s->opts.log_file)
+	if (!s->opts.log.foreground && !s->opts.log.log_file)
 		util_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
@@ -1251,15 +1252,16 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	if (daemon_options_check(&s.opts, &s.cache_max_size, &s.daemon.max_manifest_size) != 0 ||
-	    (s.opts.metrics_file && daemon_output_open("--metrics-file", &s.opts.metrics_file,
-	                                               &s.daemon.metrics_out) != 0)) {
+	    (s.opts.log.metrics_file &&
+	     daemon_output_open("--metrics-file", &s.opts.log.metrics_file,
+	                        &s.daemon.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
-	daemon_set_log_level(s.opts.log_level, s.opts.debug);
+	daemon_set_log_level(s.opts.log.log_level, s.opts.log.debug);
 	char log_why[PATH_MAX + 256];
-	if (s.opts.log_file &&
-	    (rc = util_log_use_file(s.opts.log_file, log_why, sizeof(log_why))) != 0) {
+	if (s.opts.log.log_file &&
+	    (rc = util_log_use_file(s.opts.log.log_file, log_why, sizeof(log_why))) != 0) {
 		fprintf(stderr, "spoolfs: --log-file: %s\n", log_why);
 		status = 2;
 		goto out_args;

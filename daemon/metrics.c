@@ -24,7 +24,7 @@
 #include "util/trusted_path.h"
 
 struct daemon_metrics {
-	const char *path; /* the session's opts.metrics_file, absolute */
+	const char *path; /* the session's opts.log.metrics_file, absolute */
 	char *labels;     /* `mount="..."`, escaped */
 	unsigned interval_s;
 	pthread_t thread;
@@ -406,13 +406,13 @@ int daemon_metrics_start(struct fs_session *s)
 	pthread_condattr_t attr;
 	int rc = -ENOMEM;
 
-	if (!s->opts.metrics_file)
+	if (!s->opts.log.metrics_file)
 		return 0;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->path = s->opts.metrics_file;
-	m->interval_s = s->opts.metrics_interval_s;
+	m->path = s->opts.log.metrics_file;
+	m->interval_s = s->opts.log.metrics_interval_s;
 	m->labels = label("mount", s->mount_path ? s->mount_path : s->opts.mountpoint);
 	if (!m->labels)
 		goto fail;

@@ -8,30 +8,8 @@
 #include <fuse_lowlevel.h>
 #include "fetch/engine/flight.h"
 
-struct daemon_options {
-	char *source;
-	char *mountpoint;
-	char *cache_dir; /* NULL: a fresh directory per mount, removed at unmount */
-	char *ca_file;
-	char *proxy;
-	char *netrc_file;        /* userinfo for http(s) hosts, kept out of argv */
-	char *cache_max_size;    /* "10G": parsed by main */
-	char *max_manifest_size; /* "1G": parsed by main */
-	char **mirrors;          /* --mirror bases, in order */
-	unsigned n_mirrors;
-	char *log_level;
-	char *log_file;     /* --log-file: instead of stderr or syslog */
-	char *metrics_file; /* --metrics-file: absolute once main checked it; NULL: none */
-	char *endpoint;     /* S3 */
-	char *region;
-	char *profile;
-	char *manifest;              /* --manifest KEY: a manifest in the s3:// source's bucket */
-	char *role_arn;              /* --role-arn: web identity (GitHub Actions' OIDC token) */
-	char *expected_bucket_owner; /* --expected-bucket-owner */
-	int requester_pays;          /* --requester-pays */
-	int path_style;
-	int no_sign;
-	/* As given; daemon_options_parse checks them and sets the numbers below. */
+/* As given; daemon_options_parse checks them and sets the numbers they stand for. */
+struct daemon_option_texts {
 	char *stall_timeout_text;
 	char *start_timeout_text;
 	char *retries_text;
@@ -44,6 +22,51 @@ struct daemon_options {
 	char *dir_mode_text;
 	char *metrics_interval_text;
 	char *prefetch_requests_text;
+};
+
+/* For s3:// sources. */
+struct daemon_s3_options {
+	char *endpoint; /* --endpoint: another S3 API than AWS's */
+	char *region;
+	char *profile;
+	char *role_arn;              /* --role-arn: web identity (GitHub Actions' OIDC token) */
+	char *expected_bucket_owner; /* --expected-bucket-owner */
+	int requester_pays;          /* --requester-pays */
+	int path_style;
+	int no_sign;
+};
+
+/* How downloads are made: TLS, proxy, credentials, mirrors, timeouts, retries. */
+struct daemon_net_options {
+	char *ca_file;
+	char *proxy;
+	char *netrc_file; /* userinfo for http(s) hosts, kept out of argv */
+	char **mirrors;   /* --mirror bases, in order */
+	unsigned n_mirrors;
+	unsigned stall_timeout_s;
+	unsigned retries;
+	unsigned max_transfers;
+	int allow_link_local;
+};
+
+/* What the daemon says and where, and how it runs. */
+struct daemon_log_options {
+	char *log_level;
+	char *log_file;     /* --log-file: instead of stderr or syslog */
+	char *metrics_file; /* --metrics-file: absolute once main checked it; NULL: none */
+	unsigned metrics_interval_s;
+	int foreground;
+	int debug;
+};
+
+/* The command line: what every part reads (groups of one concern below, the rest here). */
+struct daemon_options {
+	char *source;
+	char *mountpoint;
+	char *cache_dir;            /* NULL: a fresh directory per mount, removed at unmount */
+	char *cache_max_size;       /* "10G": parsed by daemon_options_check */
+	char *max_manifest_size;    /* "1G": parsed by daemon_options_check */
+	char *manifest;             /* --manifest KEY: a manifest in the s3:// source's bucket */
 	char *prefetch_window;      /* "32M": parsed by main */
 	char *prefetch_budget;      /* "2G": parsed by main */
 	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
@@ -51,13 +74,9 @@ struct daemon_options {
 	char *read_order_name;      /* --read-order-name NAME; NULL: "default", if any */
 	int no_read_order;          /* --no-read-order */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */
-	unsigned stall_timeout_s;
-	unsigned start_timeout_s; /* --start-timeout: a serving process serves within it */
-	unsigned retries;
-	unsigned max_transfers;
-	unsigned stats_mode; /* permission bits of the /.spoolfs files: read bits only */
-	unsigned metrics_interval_s;
-	int outside_symlinks; /* enum manifest_outside_symlinks */
+	unsigned start_timeout_s;   /* --start-timeout: a serving process serves within it */
+	unsigned stats_mode;        /* permission bits of the /.spoolfs files: read bits only */
+	int outside_symlinks;       /* enum manifest_outside_symlinks */
 	/* --uid, --gid: the owner every node shows (-1: the mounting user's). */
 	long long uid;
 	long long gid;
@@ -67,15 +86,16 @@ struct daemon_options {
 	int dir_mode;
 	int keep_cache;
 	int no_passthrough;
-	int allow_link_local;
-	int foreground;
-	int debug;
 	int show_help;
 	int show_version;
 	/* "dev" or "suid" was asked for (mount.fuse3 passes both for root): dropped, and
 	 * said once logging is set up. */
 	bool asked_dev;
 	bool asked_suid;
+	struct daemon_option_texts text;
+	struct daemon_s3_options s3;
+	struct daemon_net_options net;
+	struct daemon_log_options log;
 };
 
 /* --mirror options: with the manifest's own URL, a flight's FLIGHT_MAX_URLS. */

@@ -230,10 +230,10 @@ static void options_setup(struct supervisor *sv)
 	    daemon_options_resolve(&opts, sv->strings[DAEMON_RUN_CWD]) != 0)
 		goto out;
 	sv->start_timeout_ns = (uint64_t)opts.start_timeout_s * 1000000000ULL;
-	daemon_set_log_level(opts.log_level, opts.debug);
-	if (opts.log_file && util_log_use_file(opts.log_file, why, sizeof(why)) != 0)
+	daemon_set_log_level(opts.log.log_level, opts.log.debug);
+	if (opts.log.log_file && util_log_use_file(opts.log.log_file, why, sizeof(why)) != 0)
 		fprintf(stderr, "spoolfs: supervisor: --log-file: %s\n", why);
-	else if (!opts.foreground)
+	else if (!opts.log.foreground)
 		util_log_use_syslog();
 out:
 	daemon_options_free(&opts);

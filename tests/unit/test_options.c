@@ -123,7 +123,7 @@ static void test_checks_sizes_and_keep_cache(void **state)
 	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
 	daemon_options_free(&o);
 	plain_options(&o, "http://h/m.json");
-	o.ca_file = strdup("/nonexistent/ca.pem");
+	o.net.ca_file = strdup("/nonexistent/ca.pem");
 	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
 	daemon_options_free(&o);
 }
@@ -136,14 +136,14 @@ static void test_a_bucket_drops_what_it_ignores(void **state)
 	size_t manifest_max = 0;
 
 	plain_options(&o, "s3://bucket/");
-	o.mirrors = calloc(1, sizeof(*o.mirrors));
-	o.mirrors[0] = strdup("http://m/");
-	o.n_mirrors = 1;
-	o.netrc_file = strdup("/nonexistent/netrc");
+	o.net.mirrors = calloc(1, sizeof(*o.net.mirrors));
+	o.net.mirrors[0] = strdup("http://m/");
+	o.net.n_mirrors = 1;
+	o.net.netrc_file = strdup("/nonexistent/netrc");
 	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), 0);
-	assert_int_equal(o.n_mirrors, 0);
-	assert_null(o.netrc_file);
-	o.n_mirrors = 1; /* freed by its count */
+	assert_int_equal(o.net.n_mirrors, 0);
+	assert_null(o.net.netrc_file);
+	o.net.n_mirrors = 1; /* freed by its count */
 	daemon_options_free(&o);
 }
 
