@@ -31,11 +31,11 @@
 
 bool daemon_mount_still_ours(const struct fs_session *s)
 {
-	char dev[sizeof(s->daemon.mount_dev)];
+	char dev[sizeof(s->mount_dev)];
 
-	return s->mount_path && s->daemon.mount_dev[0] &&
+	return s->mount_path && s->mount_dev[0] &&
 	       daemon_mount_device(s->mount_path, dev, sizeof(dev)) == 0 &&
-	       strcmp(dev, s->daemon.mount_dev) == 0;
+	       strcmp(dev, s->mount_dev) == 0;
 }
 
 bool daemon_connection_gone(const struct fs_session *s)

@@ -35,7 +35,7 @@
 #include "daemon/abort.h"
 #include "daemon/mountinfo.h"
 #include "daemon/options.h"
-#include "daemon/output.h"
+#include "util/output.h"
 #include "daemon/run_dir.h"
 #include "daemon/shared_counters.h"
 #include "daemon/status.h"
@@ -46,7 +46,7 @@
 #include "fs/prefetch.h"
 #include "fs/session.h"
 #include "daemon/metrics.h"
-#include "daemon/notify.h"
+#include "fs/notify.h"
 #include "daemon/supervisor.h"
 #include "publish/publish.h"
 #include "util/supervise.h"
@@ -353,10 +353,10 @@ static int load_namespace(struct fs_session *s)
 {
 	char shown[512];
 
-	daemon_notify_status(
-	    "%s %s",
-	    strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing" : "fetching",
-	    util_redact_url(s->opts.source, shown, sizeof(shown)));
+	fs_notify_status("%s %s",
+	                 strncmp(s->opts.source, "s3://", 5) == 0 && !s->opts.manifest ? "listing"
+	                                                                               : "fetching",
+	                 util_redact_url(s->opts.source, shown, sizeof(shown)));
 	if (strncmp(s->opts.source, "s3://", 5) == 0)
 		return open_bucket(s);
 	return s->generation ? restore_manifest(s) : load_manifest(s);
@@ -552,8 +552,7 @@ static int shown_argc;
 static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
                             const char *cwd, int ledger_fd)
 {
-	const char *head[DAEMON_RUN_ARGV] = {s->daemon.run_dir, s->mount_path, s->daemon.mount_dev,
-	                                     cwd};
+	const char *head[DAEMON_RUN_ARGV] = {s->daemon.run_dir, s->mount_path, s->mount_dev, cwd};
 	const char **strings = calloc(DAEMON_RUN_ARGV + argc_copy, sizeof(*strings));
 	int ctl[2] = {-1, -1}, memfd = -1, exe = -1, rc = -ENOMEM;
 	char pid_text[32], arg0[] = "spoolfs", arg1[] = "__supervise";
@@ -691,9 +690,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 			goto out_signals;
 		s->daemon.was_mounted = true;
 		/* Now, while this mount is surely the one on top: see daemon_abort_connection. */
-		if (!s->mount_path || daemon_mount_device(s->mount_path, s->daemon.mount_dev,
-		                                          sizeof(s->daemon.mount_dev))) {
-			s->daemon.mount_dev[0] = '\0';
+		if (!s->mount_path ||
+		    daemon_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
+			s->mount_dev[0] = '\0';
 			util_log(UTIL_LOG_WARN,
 			         "%s is not in the mount table: a stop cannot abort "
 			         "requests still queued in the kernel",
@@ -770,7 +769,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	fuse_loop_cfg_set_max_threads(loop, FS_MAX_WORKERS);
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
-	daemon_notify_stopping();
+	fs_notify_stopping();
 	/* Before anything below waits on a kernel invalidation (see daemon/abort.c). */
 	abort_rc = daemon_abort_connection(s);
 	if (abort_rc)
@@ -800,7 +799,7 @@ out_unmount:
 	 * mount made over ours since, which ours then stays under until the device's last
 	 * close below ends it (libfuse 3.14 frees its copy of the path only in its unmount:
 	 * that one string is left to the exit). Once the connection is gone it only closes. */
-	if (!s->daemon.mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
+	if (!s->mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
 		fuse_session_unmount(s->se);
 out_signals:
 	fuse_remove_signal_handlers(s->se);
@@ -907,8 +906,7 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 	s->daemon.ctl_fd = DAEMON_RUN_FD_CTL;
 	s->daemon.run_dir = strdup((*strings)[DAEMON_RUN_DIR]);
 	s->mount_path = strdup((*strings)[DAEMON_RUN_MOUNT_PATH]);
-	snprintf(s->daemon.mount_dev, sizeof(s->daemon.mount_dev), "%s",
-	         (*strings)[DAEMON_RUN_MOUNT_DEV]);
+	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[DAEMON_RUN_MOUNT_DEV]);
 	if (!s->daemon.run_dir || !s->mount_path || s->generation == 0)
 		return -ENOMEM;
 	s->daemon.run_dir_fd =
@@ -1217,6 +1215,7 @@ int main(int argc, char *argv[])
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
+	s.write_stats = daemon_metrics_write_stats;
 	if (daemon_options_parse(&args, &s.opts) != 0) {
 		status = 2;
 		goto out_args;
@@ -1252,9 +1251,8 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	if (daemon_options_check(&s.opts, &s.cache_max_size, &s.daemon.max_manifest_size) != 0 ||
-	    (s.opts.log.metrics_file &&
-	     daemon_output_open("--metrics-file", &s.opts.log.metrics_file,
-	                        &s.daemon.metrics_out) != 0)) {
+	    (s.opts.log.metrics_file && util_output_open("--metrics-file", &s.opts.log.metrics_file,
+	                                                 &s.daemon.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
@@ -1290,8 +1288,8 @@ int main(int argc, char *argv[])
 	pthread_mutex_destroy(&s.handover.lock);
 	pthread_cond_destroy(&s.handover.cond);
 out_args:
-	daemon_output_close(&s.daemon.metrics_out);
-	daemon_output_close(&s.reads_out);
+	util_output_close(&s.daemon.metrics_out);
+	util_output_close(&s.reads_out);
 	daemon_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */
 	util_strings_free(strings, n_strings);

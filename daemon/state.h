@@ -11,16 +11,13 @@
 #include <stddef.h>
 #include <time.h>
 
-#include "daemon/output.h"
+#include "util/output.h"
 #include "daemon/shared_counters.h"
 #include "fs/counters.h"
 
 struct daemon_metrics;
 
 struct daemon_state {
-	/* The mount's "major:minor" in mountinfo, read right after mounting ("" when unknown);
-	 * written before the loop starts and only read after, so no lock. */
-	char mount_dev[32];
 	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
 	char *manifest_dir;       /* the manifest's URL up to its last '/': what mirrors replace */
 	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
@@ -46,8 +43,8 @@ struct daemon_state {
 	time_t started;         /* this process's start: the mount's when there is no such block */
 	struct daemon_metrics *metrics; /* metrics.c's writer; NULL without --metrics-file */
 	/* Where --metrics-file is written: its directory, resolved and held at start
-	 * (daemon_output_open), written only through it. */
-	struct daemon_output metrics_out;
+	 * (util_output_open), written only through it. */
+	struct util_output metrics_out;
 };
 
 #endif

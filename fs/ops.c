@@ -21,7 +21,7 @@
 #include "fs/prefetch.h"
 #include "fs/readahead.h"
 #include "fs/session.h"
-#include "daemon/notify.h"
+#include "fs/notify.h"
 #include "fs/virtual.h"
 
 #define XATTR_SHA256 "user.spoolfs.sha256"
@@ -118,7 +118,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 	struct fs_session *s = userdata;
 	uint64_t files = 0, dirs = 0, bytes = 0;
 	index_totals(s->idx, &files, &dirs, &bytes);
-	daemon_notify_ready(files, dirs, bytes);
+	fs_notify_ready(files, dirs, bytes);
 }
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

@@ -18,10 +18,9 @@
 #include "fs/prefetch.h"
 #include "fetch/prefetch/prefetch.h"
 #include "fetch/prefetch/reads.h"
-#include "daemon/output.h"
+#include "util/output.h"
 #include "fs/listing.h"
 #include "fs/session.h"
-#include "daemon/metrics.h"
 #include "util/hex.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -122,7 +121,7 @@ int fs_prefetch_open(struct fs_session *s)
 	                      &s->prefetch_budget) != 0)
 		return -EINVAL;
 	if (s->opts.record_reads &&
-	    (rc = daemon_output_open("--record-reads", &s->opts.record_reads, &s->reads_out)) != 0)
+	    (rc = util_output_open("--record-reads", &s->opts.record_reads, &s->reads_out)) != 0)
 		return rc;
 	if (s->opts.keep_cache && (rc = name_record(s)) != 0)
 		return rc;

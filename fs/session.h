@@ -16,9 +16,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon/options.h"
-#include "daemon/output.h"
+#include "util/output.h"
 #include "daemon/state.h"
 #include "fetch/cache/cache_dir.h"
 #include "fetch/engine/engine.h"
@@ -117,6 +118,10 @@ struct fs_session {
 	 * which would undo it (see readahead.c). */
 	char *mount_path;
 	atomic_bool readahead_tuned;
+	/* Its "major:minor" in mountinfo, read right after mounting ("" when unknown; a later
+	 * serving process has the first one's): written before the loop starts and only read
+	 * after, so no lock. */
+	char mount_dev[32];
 	struct fs_listing listing;
 	struct index *idx; /* the namespace: its own lock (index.h) */
 	/* Which object an inode is, and its flight (fetch/engine/object.h): its own lock.
@@ -138,13 +143,15 @@ struct fs_session {
 	/* The length of each /.spoolfs file's latest snapshot (stats, flights), which stat
 	 * shows (virtual.c): any FUSE thread stores or loads it. */
 	atomic_uint_fast64_t virtual_len[2];
+	/* Writes /.spoolfs/stats' text (the daemon's metrics); set before the loop starts. */
+	void (*write_stats)(struct fs_session *s, FILE *out, const char *labels);
 	/* Kernel passthrough (passthrough.c): what INIT settled, an enum fs_passthrough. */
 	atomic_int passthrough;
 	struct fs_handover handover;
 	struct fs_pt pt;
 	/* Where --record-reads is written: its directory, resolved and held at start
-	 * (daemon_output_open), written only through it. */
-	struct daemon_output reads_out;
+	 * (util_output_open), written only through it. */
+	struct util_output reads_out;
 	/* prefetch.c: the prefetch thread (its own lock) and the record of what was opened
 	 * (its own lock); NULL when off. Set before the loop starts. */
 	struct prefetch *prefetch;

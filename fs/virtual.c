@@ -18,8 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "daemon/metrics.h"
-
 bool fs_virtual_ino(fuse_ino_t ino)
 {
 	return ino >= FS_INO_VIRTUAL_DIR && ino <= FS_INO_FLIGHTS;
@@ -124,7 +122,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 	if (!out)
 		return -ENOMEM;
 	if (ino == FS_INO_STATS)
-		daemon_metrics_write_stats(s, out, NULL);
+		s->write_stats(s, out, NULL);
 	else
 		flight_table_foreach(s->flights, write_flight, out);
 	if (fclose(out) != 0) {

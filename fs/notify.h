@@ -4,13 +4,13 @@
  * (from then on the mount serves requests), STOPPING=1 when the loop ends. Without
  * $NOTIFY_SOCKET each call is a no-op.
  */
-#ifndef SPOOLFS_DAEMON_NOTIFY_H
-#define SPOOLFS_DAEMON_NOTIFY_H
+#ifndef SPOOLFS_FS_NOTIFY_H
+#define SPOOLFS_FS_NOTIFY_H
 
 #include <stdint.h>
 
-void daemon_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void daemon_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes);
-void daemon_notify_stopping(void);
+void fs_notify_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void fs_notify_ready(uint64_t files, uint64_t dirs, uint64_t bytes);
+void fs_notify_stopping(void);
 
 #endif

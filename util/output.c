@@ -1,7 +1,7 @@
 /*
  * Files the daemon writes later by a path a user gave (output.h).
  */
-#include "daemon/output.h"
+#include "util/output.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 
 #include "util/trusted_path.h"
 
-int daemon_output_open(const char *option, char **path, struct daemon_output *out)
+int util_output_open(const char *option, char **path, struct util_output *out)
 {
 	char why[PATH_MAX + 256], *full = NULL;
 	int rc;
@@ -32,7 +32,7 @@ int daemon_output_open(const char *option, char **path, struct daemon_output *ou
 	*slash = '/';
 	if (rc) {
 		free(full);
-		daemon_output_close(out);
+		util_output_close(out);
 		return -EINVAL;
 	}
 	free(*path);
@@ -40,7 +40,7 @@ int daemon_output_open(const char *option, char **path, struct daemon_output *ou
 	return 0;
 }
 
-void daemon_output_close(struct daemon_output *out)
+void util_output_close(struct util_output *out)
 {
 	if (out->dir_fd >= 0)
 		close(out->dir_fd);

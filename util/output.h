@@ -1,12 +1,12 @@
 /*
  * Files the daemon writes later by a path a user gave (--metrics-file, --record-reads).
  */
-#ifndef SPOOLFS_DAEMON_OUTPUT_H
-#define SPOOLFS_DAEMON_OUTPUT_H
+#ifndef SPOOLFS_UTIL_OUTPUT_H
+#define SPOOLFS_UTIL_OUTPUT_H
 
 /* A file the daemon writes later by a path a user gave: its directory, held as a descriptor
  * (util/trusted_path.h), and its name in it; dir_fd -1 and name NULL when there is none. */
-struct daemon_output {
+struct util_output {
 	int dir_fd;
 	char *name;
 };
@@ -16,9 +16,9 @@ struct daemon_output {
  * directory is resolved now under util/trusted_path.h's rule (no directory another user
  * controls) and held in *out, so that every later write lands where the path led now; it
  * must be writable. *path becomes the canonical path, for messages. 0, or -EINVAL (-ENOMEM)
- * after saying why on stderr. daemon_output_close releases *out.
+ * after saying why on stderr. util_output_close releases *out.
  */
-int daemon_output_open(const char *option, char **path, struct daemon_output *out);
-void daemon_output_close(struct daemon_output *out);
+int util_output_open(const char *option, char **path, struct util_output *out);
+void util_output_close(struct util_output *out);
 
 #endif
