@@ -9,18 +9,20 @@
  * handle is known as one without a table. ops.c rebuilds a handle it does not know from
  * the request's inode at its first read (fs_handle_adopt).
  *
- * Lock: fs_session.handles_lock guards the table (by_id), the open_handles list and each
+ * Lock: fs_session.handles.lock guards the table (by_id), the open list and each
  * handle's prev, next and id_next.
  */
 #include <stdlib.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/passthrough.h"
+#include "fs/session.h"
 
 #define SERIAL_BITS 40
 
 static struct fs_handle **bucket_of(struct fs_session *s, uint64_t id)
 {
-	return &s->by_id[(id ^ (id >> SERIAL_BITS)) % FS_HANDLE_BUCKETS];
+	return &s->handles.by_id[(id ^ (id >> SERIAL_BITS)) % FS_HANDLE_BUCKETS];
 }
 
 static void link_locked(struct fs_session *s, struct fs_handle *h)
@@ -30,10 +32,10 @@ static void link_locked(struct fs_session *s, struct fs_handle *h)
 	h->id_next = *bucket;
 	*bucket = h;
 	h->prev = NULL;
-	h->next = s->open_handles;
+	h->next = s->handles.open;
 	if (h->next)
 		h->next->prev = h;
-	s->open_handles = h;
+	s->handles.open = h;
 }
 
 static struct fs_handle *find_locked(struct fs_session *s, uint64_t id)
@@ -51,7 +53,7 @@ uint64_t fs_handle_assign_id(struct fs_session *s, struct fs_handle *h)
 
 	if (h->id)
 		return h->id;
-	serial = atomic_fetch_add(&s->handle_serial, 1) + 1;
+	serial = atomic_fetch_add(&s->handles.serial, 1) + 1;
 	id = (s->generation << SERIAL_BITS) | (serial & ((1ULL << SERIAL_BITS) - 1));
 	if (h->passthrough)
 		id |= FS_FH_PASSTHROUGH;
@@ -63,9 +65,9 @@ uint64_t fs_handle_track(struct fs_session *s, struct fs_handle *h)
 {
 	uint64_t id = fs_handle_assign_id(s, h);
 
-	pthread_mutex_lock(&s->handles_lock);
+	pthread_mutex_lock(&s->handles.lock);
 	link_locked(s, h);
-	pthread_mutex_unlock(&s->handles_lock);
+	pthread_mutex_unlock(&s->handles.lock);
 	/* Not h->id: once linked, h is the release's to free (after the open's reply). */
 	return id;
 }
@@ -74,9 +76,9 @@ struct fs_handle *fs_handle_find(struct fs_session *s, uint64_t fh)
 {
 	struct fs_handle *h;
 
-	pthread_mutex_lock(&s->handles_lock);
+	pthread_mutex_lock(&s->handles.lock);
 	h = find_locked(s, fh);
-	pthread_mutex_unlock(&s->handles_lock);
+	pthread_mutex_unlock(&s->handles.lock);
 	return h;
 }
 
@@ -84,13 +86,13 @@ struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uin
 {
 	struct fs_handle *found;
 
-	pthread_mutex_lock(&s->handles_lock);
+	pthread_mutex_lock(&s->handles.lock);
 	found = find_locked(s, fh);
 	if (!found) {
 		h->id = fh;
 		link_locked(s, h);
 	}
-	pthread_mutex_unlock(&s->handles_lock);
+	pthread_mutex_unlock(&s->handles.lock);
 	if (!found) {
 		atomic_fetch_add(&s->counters->handles_adopted, 1);
 		return h;
@@ -103,7 +105,7 @@ struct fs_handle *fs_handle_adopt(struct fs_session *s, struct fs_handle *h, uin
 
 void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 {
-	pthread_mutex_lock(&s->handles_lock);
+	pthread_mutex_lock(&s->handles.lock);
 	struct fs_handle **pp = h->id ? bucket_of(s, h->id) : NULL;
 	while (pp && *pp && *pp != h)
 		pp = &(*pp)->id_next;
@@ -112,11 +114,11 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 		if (h->prev)
 			h->prev->next = h->next;
 		else
-			s->open_handles = h->next;
+			s->handles.open = h->next;
 		if (h->next)
 			h->next->prev = h->prev;
 	}
-	pthread_mutex_unlock(&s->handles_lock);
+	pthread_mutex_unlock(&s->handles.lock);
 	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
 	if (h->flight) {
 		fs_passthrough_forget(s, h); /* released already, unless the loop ended first */
@@ -132,9 +134,9 @@ void fs_handles_free_all(struct fs_session *s)
 	struct fs_handle *h;
 
 	for (;;) {
-		pthread_mutex_lock(&s->handles_lock);
-		h = s->open_handles;
-		pthread_mutex_unlock(&s->handles_lock);
+		pthread_mutex_lock(&s->handles.lock);
+		h = s->handles.open;
+		pthread_mutex_unlock(&s->handles.lock);
 		if (!h)
 			break;
 		fs_handle_free(s, h);

@@ -16,7 +16,7 @@
  *
  * INIT's passthrough amendment stays in passthrough.c (fs_passthrough_note_init, ...).
  *
- * Lock: handover_lock guards the replay's state and its wait; the recorded bytes are
+ * Lock: handover.lock guards the replay's state and its wait; the recorded bytes are
  * written once before the loop starts (later processes) or by the one thread that replies
  * to INIT (the first), before any other request is read.
  */
@@ -29,7 +29,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "fs/passthrough.h"
+#include "fs/session.h"
 #include "util/log.h"
 
 /* From the kernel's FUSE protocol 7.40; Debian 12's headers stop at 7.38. */
@@ -59,9 +60,9 @@ static bool offers_resend(const void *req, size_t len)
 /* Tells the supervisor this process serves: 'R' when the kernel can resend, else 'N'. */
 static void say_ready(struct fs_session *s)
 {
-	char c = s->init_resend ? 'R' : 'N';
+	char c = s->handover.init_resend ? 'R' : 'N';
 
-	if (s->ctl_fd >= 0 && write(s->ctl_fd, &c, 1) != 1)
+	if (s->daemon.ctl_fd >= 0 && write(s->daemon.ctl_fd, &c, 1) != 1)
 		util_log(UTIL_LOG_WARN, "cannot tell the supervisor this process serves: %s",
 		         strerror(errno));
 }
@@ -69,20 +70,20 @@ static void say_ready(struct fs_session *s)
 /* Writes the INIT exchange beside the namespace: tmp then rename, whole or not at all. */
 static void record_init(struct fs_session *s, const struct iovec *iov, int count)
 {
-	uint32_t req_len = (uint32_t)s->init_req_len, reply_len = 0;
+	uint32_t req_len = (uint32_t)s->handover.init_req_len, reply_len = 0;
 	char tmp[] = INIT_FILE ".tmp";
 	int fd;
 
 	for (int i = 0; i < count; i++)
 		reply_len += (uint32_t)iov[i].iov_len;
-	if (s->run_dir_fd < 0 || reply_len > INIT_MAX)
+	if (s->daemon.run_dir_fd < 0 || reply_len > INIT_MAX)
 		return;
-	fd =
-	    openat(s->run_dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = openat(s->daemon.run_dir_fd, tmp,
+	            O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		goto fail;
 	struct iovec parts[3 + 8] = {{&req_len, sizeof(req_len)},
-	                             {s->init_req, s->init_req_len},
+	                             {s->handover.init_req, s->handover.init_req_len},
 	                             {&reply_len, sizeof(reply_len)}};
 	ssize_t want = (ssize_t)(sizeof(req_len) + req_len + sizeof(reply_len) + reply_len);
 	for (int i = 0; i < count && i < 8; i++)
@@ -92,7 +93,7 @@ static void record_init(struct fs_session *s, const struct iovec *iov, int count
 		goto fail;
 	}
 	close(fd);
-	if (renameat(s->run_dir_fd, tmp, s->run_dir_fd, INIT_FILE) == 0)
+	if (renameat(s->daemon.run_dir_fd, tmp, s->daemon.run_dir_fd, INIT_FILE) == 0)
 		return;
 fail:
 	util_log(UTIL_LOG_WARN, "cannot record INIT for a restart: %s", strerror(errno));
@@ -103,7 +104,7 @@ int fs_handover_load(struct fs_session *s)
 	unsigned char buf[2 * INIT_MAX + 8];
 	uint32_t req_len, reply_len;
 	ssize_t n;
-	int fd = openat(s->run_dir_fd, INIT_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = openat(s->daemon.run_dir_fd, INIT_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0)
 		return -errno; /* the first process died before INIT: the kernel resends it */
@@ -119,17 +120,17 @@ int fs_handover_load(struct fs_session *s)
 	if (reply_len < sizeof(struct fuse_out_header) || reply_len > INIT_MAX ||
 	    (size_t)n != 8 + req_len + reply_len)
 		return -EINVAL;
-	s->init_req = malloc(req_len);
-	s->init_reply = malloc(reply_len);
-	if (!s->init_req || !s->init_reply)
+	s->handover.init_req = malloc(req_len);
+	s->handover.init_reply = malloc(reply_len);
+	if (!s->handover.init_req || !s->handover.init_reply)
 		return -ENOMEM;
-	memcpy(s->init_req, buf + 4, req_len);
-	memcpy(s->init_reply, buf + 8 + req_len, reply_len);
-	s->init_req_len = req_len;
-	s->init_reply_len = reply_len;
-	s->init_unique = ((const struct fuse_in_header *)s->init_req)->unique;
-	s->init_resend = offers_resend(s->init_req, req_len);
-	atomic_store(&s->replay, REPLAY_PENDING);
+	memcpy(s->handover.init_req, buf + 4, req_len);
+	memcpy(s->handover.init_reply, buf + 8 + req_len, reply_len);
+	s->handover.init_req_len = req_len;
+	s->handover.init_reply_len = reply_len;
+	s->handover.init_unique = ((const struct fuse_in_header *)s->handover.init_req)->unique;
+	s->handover.init_resend = offers_resend(s->handover.init_req, req_len);
+	atomic_store(&s->handover.replay, REPLAY_PENDING);
 	return 0;
 }
 
@@ -137,7 +138,7 @@ int fs_handover_resend(struct fs_session *s)
 {
 	struct fuse_out_header out = {.len = sizeof(out), .error = FUSE_NOTIFY_RESEND};
 
-	if (!s->init_resend)
+	if (!s->handover.init_resend)
 		return 0;
 	return write(fuse_session_fd(s->se), &out, sizeof(out)) == (ssize_t)sizeof(out) ? 0
 	                                                                                : -errno;
@@ -146,10 +147,11 @@ int fs_handover_resend(struct fs_session *s)
 /* Answers a real INIT the kernel resent, with the reply the kernel got nothing of. */
 static void answer_resent_init(struct fs_session *s, int fd, uint64_t unique)
 {
-	struct fuse_out_header *out = (struct fuse_out_header *)s->init_reply;
+	struct fuse_out_header *out = (struct fuse_out_header *)s->handover.init_reply;
 
 	out->unique = unique;
-	if (write(fd, s->init_reply, s->init_reply_len) != (ssize_t)s->init_reply_len)
+	if (write(fd, s->handover.init_reply, s->handover.init_reply_len) !=
+	    (ssize_t)s->handover.init_reply_len)
 		util_log(UTIL_LOG_WARN, "cannot answer the resent INIT: %s", strerror(errno));
 }
 
@@ -162,15 +164,15 @@ static void unlock_handover(void *lock)
  * Until the replayed INIT went through libfuse, other readers wait. This runs in libfuse's
  * read, where its workers can be cancelled (a stop cancels every worker at the end of the
  * loop), and pthread_cond_wait is a cancellation point that returns to the handler with
- * the mutex held: without the handler, a stop during the replay left handover_lock locked
+ * the mutex held: without the handler, a stop during the replay left handover.lock locked
  * by a dead thread, and the replaying worker hung on it in device_writev, the stop with it.
  */
 static void wait_replayed(struct fs_session *s)
 {
-	pthread_mutex_lock(&s->handover_lock);
-	pthread_cleanup_push(unlock_handover, &s->handover_lock);
-	while (atomic_load(&s->replay) != REPLAY_DONE)
-		pthread_cond_wait(&s->handover_cond, &s->handover_lock);
+	pthread_mutex_lock(&s->handover.lock);
+	pthread_cleanup_push(unlock_handover, &s->handover.lock);
+	while (atomic_load(&s->handover.replay) != REPLAY_DONE)
+		pthread_cond_wait(&s->handover.cond, &s->handover.lock);
 	pthread_cleanup_pop(1);
 }
 
@@ -201,11 +203,13 @@ static ssize_t device_read(int fd, void *buf, size_t len, void *userdata)
 	struct fs_session *s = userdata;
 	int expected = REPLAY_PENDING;
 
-	if (atomic_load(&s->replay) != REPLAY_NONE && atomic_load(&s->replay) != REPLAY_DONE) {
-		if (atomic_compare_exchange_strong(&s->replay, &expected, REPLAY_RUNNING) &&
-		    len >= s->init_req_len) {
-			memcpy(buf, s->init_req, s->init_req_len);
-			return (ssize_t)s->init_req_len;
+	if (atomic_load(&s->handover.replay) != REPLAY_NONE &&
+	    atomic_load(&s->handover.replay) != REPLAY_DONE) {
+		if (atomic_compare_exchange_strong(&s->handover.replay, &expected,
+		                                   REPLAY_RUNNING) &&
+		    len >= s->handover.init_req_len) {
+			memcpy(buf, s->handover.init_req, s->handover.init_req_len);
+			return (ssize_t)s->handover.init_req_len;
 		}
 		wait_replayed(s);
 	}
@@ -215,20 +219,20 @@ static ssize_t device_read(int fd, void *buf, size_t len, void *userdata)
 
 		if (n < (ssize_t)sizeof(*in) || in->opcode != FUSE_INIT)
 			return n;
-		if (atomic_load(&s->replay) == REPLAY_DONE) {
+		if (atomic_load(&s->handover.replay) == REPLAY_DONE) {
 			answer_resent_init(s, fd, in->unique);
 			continue;
 		}
 		/* The first process: this is the connection's INIT. */
-		free(s->init_req);
-		s->init_req = malloc((size_t)n);
-		s->init_req_len = s->init_req ? (size_t)n : 0;
-		if (s->init_req)
-			memcpy(s->init_req, buf, (size_t)n);
-		s->init_unique = in->unique;
-		s->init_resend = offers_resend(buf, (size_t)n);
+		free(s->handover.init_req);
+		s->handover.init_req = malloc((size_t)n);
+		s->handover.init_req_len = s->handover.init_req ? (size_t)n : 0;
+		if (s->handover.init_req)
+			memcpy(s->handover.init_req, buf, (size_t)n);
+		s->handover.init_unique = in->unique;
+		s->handover.init_resend = offers_resend(buf, (size_t)n);
 		fs_passthrough_note_init(s, buf, (size_t)n);
-		atomic_store(&s->init_seen, true);
+		atomic_store(&s->handover.init_seen, true);
 		return n;
 	}
 }
@@ -240,24 +244,25 @@ static ssize_t device_writev(int fd, struct iovec *iov, int count, void *userdat
 	ssize_t total = 0, n;
 
 	/* The atomics first: they order init_unique's write (the reading thread) before us. */
-	if ((!atomic_load(&s->init_seen) && atomic_load(&s->replay) != REPLAY_RUNNING) || !out ||
-	    iov[0].iov_len < sizeof(*out) || out->unique != s->init_unique)
+	if ((!atomic_load(&s->handover.init_seen) &&
+	     atomic_load(&s->handover.replay) != REPLAY_RUNNING) ||
+	    !out || iov[0].iov_len < sizeof(*out) || out->unique != s->handover.init_unique)
 		return writev(fd, iov, count);
-	if (atomic_load(&s->replay) == REPLAY_RUNNING) {
+	if (atomic_load(&s->handover.replay) == REPLAY_RUNNING) {
 		/* The kernel had its reply from the first process: this one is dropped. */
 		for (int i = 0; i < count; i++)
 			total += (ssize_t)iov[i].iov_len;
 		test_replay_gate();
-		pthread_mutex_lock(&s->handover_lock);
-		atomic_store(&s->replay, REPLAY_DONE);
-		pthread_cond_broadcast(&s->handover_cond);
-		pthread_mutex_unlock(&s->handover_lock);
+		pthread_mutex_lock(&s->handover.lock);
+		atomic_store(&s->handover.replay, REPLAY_DONE);
+		pthread_cond_broadcast(&s->handover.cond);
+		pthread_mutex_unlock(&s->handover.lock);
 		say_ready(s);
 		return total;
 	}
-	atomic_store(&s->init_seen, false); /* one INIT per connection */
+	atomic_store(&s->handover.init_seen, false); /* one INIT per connection */
 	fs_passthrough_amend_init(s, iov, count);
-	if (s->init_req && out->error == 0)
+	if (s->handover.init_req && out->error == 0)
 		record_init(s, iov, count);
 	n = writev(fd, iov, count);
 	if (n >= 0)

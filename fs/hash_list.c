@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/open.h"
+#include "fs/session.h"
 #include "util/log.h"
 
 struct pending_open {
@@ -95,7 +97,7 @@ static void on_list_ready(struct flight_waiter *w, int err)
 	struct pending_open *po = (struct pending_open *)w;
 
 	po->err = err;
-	if (!po->s->opener || !util_worker_queue(po->s->opener, &po->link))
+	if (!po->s->workers.opener || !util_worker_queue(po->s->workers.opener, &po->link))
 		finish(po); /* shutting down: answered here */
 }
 
@@ -153,11 +155,11 @@ void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t in
 
 int fs_opener_start(struct fs_session *s)
 {
-	return util_worker_start("spoolfs-open", opener_run, s, &s->opener);
+	return util_worker_start("spoolfs-open", opener_run, s, &s->workers.opener);
 }
 
 void fs_opener_stop(struct fs_session *s)
 {
-	util_worker_stop(s->opener); /* it finishes what was queued before it ends */
-	s->opener = NULL;
+	util_worker_stop(s->workers.opener); /* it finishes what was queued before it ends */
+	s->workers.opener = NULL;
 }

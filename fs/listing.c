@@ -18,9 +18,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "fs/listing.h"
 #include "fetch/source/nested.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "fs/session.h"
 
 struct list_ahead_job {
 	struct util_worker_job link; /* first: the worker hands this back */
@@ -38,18 +39,18 @@ static int list_dir(void *ctx, uint64_t dir)
 	rc = index_get(s->idx, dir, &n);
 	if (rc == 0) {
 		index_node_path(s->idx, &n, path, sizeof(path));
-		if (s->manifest_url) {
+		if (s->listing.manifest_url) {
 			/* Each listing counts its own hidden symlinks: listings run at once. */
-			struct manifest_load_options rules = s->nested_rules;
-			rc = source_nested_list(s->idx, dir, &s->nested_src, s->manifest_url,
-			                        &rules, err, sizeof(err));
+			struct manifest_load_options rules = s->listing.nested_rules;
+			rc = source_nested_list(s->idx, dir, &s->listing.nested_src,
+			                        s->listing.manifest_url, &rules, err, sizeof(err));
 			if (rc == 0 && rules.hidden_symlinks)
 				util_log(UTIL_LOG_INFO,
 				         "/%s: %u symlinks lead out of the mount: left out"
 				         " (--outside-symlinks=hide)",
 				         path, rules.hidden_symlinks);
 		} else {
-			rc = s3_source_list(s->s3, path, s->idx, dir, err, sizeof(err));
+			rc = s3_source_list(s->listing.s3, path, s->idx, dir, err, sizeof(err));
 		}
 		if (rc)
 			util_log(UTIL_LOG_ERROR, "listing /%s failed: %s", path, err);
@@ -66,7 +67,7 @@ static int list_dir_on_demand(void *ctx, uint64_t dir)
 	struct fs_session *s = ctx;
 	int rc = list_dir(ctx, dir);
 
-	if (rc == 0 && s->manifest_url)
+	if (rc == 0 && s->listing.manifest_url)
 		list_next_ahead(s, dir);
 	return rc;
 }
@@ -88,8 +89,8 @@ static void list_ahead_run(void *ctx, struct util_worker_job *job)
 	struct list_ahead_job *j = (struct list_ahead_job *)job;
 	struct fs_session *s = ctx;
 
-	if (!atomic_load(&s->list_ahead_stopping))
-		(void)listing_flight_ensure(s->listings, s->idx, j->dir, list_dir_ahead, s);
+	if (!atomic_load(&s->listing.ahead_stopping))
+		(void)listing_flight_ensure(s->listing.flights, s->idx, j->dir, list_dir_ahead, s);
 	free(j);
 }
 
@@ -101,15 +102,15 @@ static void list_next_ahead(struct fs_session *s, uint64_t dir)
 	bool walk = false;
 	uint64_t next = 0;
 
-	if (!s->list_ahead || atomic_load(&s->list_ahead_stopping) ||
+	if (!s->listing.ahead || atomic_load(&s->listing.ahead_stopping) ||
 	    index_next_nested_sibling(s->idx, dir, &next, &walk) != 0 || !walk || !next)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return; /* only speculation is lost */
 	j->dir = next;
-	atomic_store(&s->listed_ahead_dir, next);
-	if (!util_worker_queue(s->list_ahead, &j->link))
+	atomic_store(&s->listing.ahead_dir, next);
+	if (!util_worker_queue(s->listing.ahead, &j->link))
 		free(j);
 }
 
@@ -117,28 +118,28 @@ int fs_ensure_listed(struct fs_session *s, fuse_ino_t dir)
 {
 	uint64_t ahead;
 
-	if (!s->listings)
+	if (!s->listing.flights)
 		return 0;
 	/* The walk entered the directory listed ahead of it: the next one goes ahead now. */
-	ahead = atomic_load(&s->listed_ahead_dir);
+	ahead = atomic_load(&s->listing.ahead_dir);
 	if (ahead && ahead == dir &&
-	    atomic_compare_exchange_strong(&s->listed_ahead_dir, &ahead, 0))
+	    atomic_compare_exchange_strong(&s->listing.ahead_dir, &ahead, 0))
 		list_next_ahead(s, dir);
-	return listing_flight_ensure(s->listings, s->idx, dir, list_dir_on_demand, s);
+	return listing_flight_ensure(s->listing.flights, s->idx, dir, list_dir_on_demand, s);
 }
 
 int fs_list_ahead_start(struct fs_session *s)
 {
 	/* Only a manifest's nested directories: an S3 listing is a request a directory, and a
 	 * walk over one is already the walk prefetch's (fs/prefetch.c). */
-	if (!s->listings || !s->manifest_url)
+	if (!s->listing.flights || !s->listing.manifest_url)
 		return 0;
-	return util_worker_start("spoolfs-nested", list_ahead_run, s, &s->list_ahead);
+	return util_worker_start("spoolfs-nested", list_ahead_run, s, &s->listing.ahead);
 }
 
 void fs_list_ahead_stop(struct fs_session *s)
 {
-	atomic_store(&s->list_ahead_stopping, true);
-	util_worker_stop(s->list_ahead);
-	s->list_ahead = NULL;
+	atomic_store(&s->listing.ahead_stopping, true);
+	util_worker_stop(s->listing.ahead);
+	s->listing.ahead = NULL;
 }

@@ -8,7 +8,9 @@
  */
 #include <errno.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/open.h"
+#include "fs/session.h"
 
 int fs_member_verify(struct fs_session *s, struct flight *f, const struct fetch_member *m)
 {

@@ -14,7 +14,13 @@
 #include <sys/stat.h>
 
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/listing.h"
+#include "fs/open.h"
+#include "fs/passthrough.h"
+#include "fs/prefetch.h"
+#include "fs/readahead.h"
+#include "fs/session.h"
 #include "fs/notify.h"
 #include "fs/virtual.h"
 
@@ -85,7 +91,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 	struct fs_session *s = userdata;
 
 	/* tests: SPOOLFS_TEST_NO_OPENDIR is the path of kernels before 5.1 */
-	atomic_store(&s->no_opendir, (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) &&
+	atomic_store(&s->handover.no_opendir, (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) &&
 	                                 !getenv("SPOOLFS_TEST_NO_OPENDIR"));
 	/* Not SPLICE_MOVE: see fs_reply_spool. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
@@ -354,7 +360,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	 * files' sizes come from lookups, which have no timeout. The kernel keeps no_opendir
 	 * across serving processes, and each of them decides from the same INIT request.
 	 */
-	if (atomic_load(&s->no_opendir)) {
+	if (atomic_load(&s->handover.no_opendir)) {
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}

@@ -28,16 +28,18 @@
  * ahead of any drop); several readers sharing the page cache (W1) keep their pages until
  * the last of them is released. A request the daemon never reads (the FUSE loop ended on
  * SIGTERM with requests queued) would hold its page, and a drop waiting on it, until the
- * connection ends: abort.c ends it as the loop ends, and no drop starts after that.
+ * connection ends: daemon/abort.c ends it as the loop ends, and no drop starts after that.
  *
  * Lock: the handles' run_* and dropped_to, and their objects' counts, are guarded by
- * fs_session.passthrough_lock.
+ * fs_session.pt.lock.
  * The counters are atomics: a drop counts once the kernel has done it.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/passthrough.h"
+#include "fs/session.h"
 
 #define DROP_BEHIND_BYTES (64ull << 20) /* kept behind the furthest read */
 #define DROP_STEP_BYTES (32ull << 20)   /* dropped at a time */
@@ -71,7 +73,7 @@ static void queue_drop(struct fs_session *s, struct page_drop *d)
 	if (!d)
 		return;
 	atomic_fetch_add(&s->counters->page_drops_pending, 1);
-	if (!util_worker_queue(s->dropper, &d->link)) {
+	if (!util_worker_queue(s->pt.dropper, &d->link)) {
 		atomic_fetch_sub(&s->counters->page_drops_pending, 1);
 		free(d); /* stopping: nothing will read these pages again */
 	}
@@ -81,13 +83,13 @@ int fs_page_drop_start(struct fs_session *s)
 {
 	if (s->opts.no_passthrough)
 		return 0;
-	return util_worker_start("spoolfs-drop", drop_run, s, &s->dropper);
+	return util_worker_start("spoolfs-drop", drop_run, s, &s->pt.dropper);
 }
 
 void fs_page_drop_stop(struct fs_session *s)
 {
-	util_worker_stop(s->dropper);
-	s->dropper = NULL;
+	util_worker_stop(s->pt.dropper);
+	s->pt.dropper = NULL;
 }
 
 void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_t ino, uint64_t off,
@@ -97,10 +99,10 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 	struct page_drop *d = NULL;
 	uint64_t upto;
 
-	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
+	if (!s->pt.dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
 	    !flight_is_whole(f) || flight_size(f) < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
-	pthread_mutex_lock(&s->passthrough_lock);
+	pthread_mutex_lock(&s->pt.lock);
 	if (off < h->run_start || off > h->run_end + RUN_SLACK_BYTES) {
 		h->run_start = h->dropped_to = off;
 		h->run_end = off;
@@ -114,7 +116,7 @@ void fs_page_drop_note_read(struct fs_session *s, struct fs_handle *h, fuse_ino_
 		d->len = upto - d->off;
 		h->dropped_to = upto;
 	}
-	pthread_mutex_unlock(&s->passthrough_lock);
+	pthread_mutex_unlock(&s->pt.lock);
 	queue_drop(s, d);
 }
 
@@ -122,7 +124,7 @@ void fs_page_drop_released(struct fs_session *s, struct flight *f, fuse_ino_t in
 {
 	struct page_drop *d;
 
-	if (!s->dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
+	if (!s->pt.dropper || atomic_load(&s->passthrough) != FS_PASSTHROUGH_ON ||
 	    flight_size(f) < DROP_BEHIND_BYTES + DROP_STEP_BYTES)
 		return;
 	d = malloc(sizeof(*d));

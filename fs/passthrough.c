@@ -23,11 +23,11 @@
  * for 1 GiB on a 2-core VM): page_drop.c keeps what is left to drop small.
  *
  * The counts and the backing id are fs/'s, in a struct fs_object per object with open
- * handles (fs_i.h), found by the flight's id in fs_session.objects. A table of our own
+ * handles (handles.h), found by the flight's id in fs_session.pt.objects. A table of our own
  * rather than a slot in the flight: fetch/ then holds nothing of the kernel's, and the
  * entry lives exactly as long as there is something to count (first open to last release).
  *
- * Lock: fs_session.passthrough_lock guards the objects table, each object's fields and
+ * Lock: fs_session.pt.lock guards the objects table, each object's fields and
  * each handle's object and passthrough fields; a flight's lock may be taken under it,
  * never the other way round.
  */
@@ -41,8 +41,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fs/passthrough.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/session.h"
 
 /* From the kernel's FUSE protocol 7.40; Debian 12's headers stop at 7.38. */
 #ifndef FUSE_PASSTHROUGH
@@ -106,7 +108,7 @@ int fs_passthrough_install(struct fs_session *s)
 
 static struct fs_object **bucket_of(struct fs_session *s, uint64_t flight_id)
 {
-	return &s->objects[flight_id % FS_OBJECT_BUCKETS];
+	return &s->pt.objects[flight_id % FS_OBJECT_BUCKETS];
 }
 
 struct fs_object *fs_object_find_locked(struct fs_session *s, uint64_t flight_id)
@@ -118,7 +120,7 @@ struct fs_object *fs_object_find_locked(struct fs_session *s, uint64_t flight_id
 	return o;
 }
 
-/* Under passthrough_lock: f's entry, made for its first handle. NULL when out of memory. */
+/* Under pt.lock: f's entry, made for its first handle. NULL when out of memory. */
 static struct fs_object *object_get_locked(struct fs_session *s, struct flight *f)
 {
 	struct fs_object *o = fs_object_find_locked(s, flight_id(f));
@@ -136,7 +138,7 @@ static struct fs_object *object_get_locked(struct fs_session *s, struct flight *
 	return o;
 }
 
-/* Under passthrough_lock: h no longer counts; its object goes with its last handle. */
+/* Under pt.lock: h no longer counts; its object goes with its last handle. */
 static void object_leave_locked(struct fs_session *s, struct fs_handle *h)
 {
 	struct fs_object *o = h->object, **pp;
@@ -154,7 +156,7 @@ static void object_leave_locked(struct fs_session *s, struct fs_handle *h)
 	free(o);
 }
 
-/* Under passthrough_lock. The object's backing id, opened on first use; 0 = none. */
+/* Under pt.lock. The object's backing id, opened on first use; 0 = none. */
 static int backing_id_locked(struct fs_session *s, struct fs_object *o, struct flight *f)
 {
 	struct fuse_backing_map map = {.fd = flight_spool_fd(f)};
@@ -272,7 +274,8 @@ static bool cached_held_locked(struct fs_session *s, uint64_t ino)
 {
 	int64_t value;
 
-	return s->ledger && ino && util_ledger_get(s->ledger, ino, &value, NULL) > 0 && value == 0;
+	return s->pt.ledger && ino && util_ledger_get(s->pt.ledger, ino, &value, NULL) > 0 &&
+	       value == 0;
 }
 
 int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
@@ -282,7 +285,7 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	enum flight_state state;
 	int id = -ENOMEM;
 
-	pthread_mutex_lock(&s->passthrough_lock);
+	pthread_mutex_lock(&s->pt.lock);
 	o = object_get_locked(s, f);
 	if (!o)
 		goto out;
@@ -314,14 +317,14 @@ int fs_passthrough_open(struct fs_session *s, struct fs_handle *h)
 	 * open) until the unmount. Never one too few.
 	 */
 	fs_handle_assign_id(s, h);
-	if (s->ledger && h->ino &&
-	    util_ledger_open(s->ledger, h->id, h->ino, id, s->generation + 1) == -ENOSPC)
+	if (s->pt.ledger && h->ino &&
+	    util_ledger_open(s->pt.ledger, h->id, h->ino, id, s->generation + 1) == -ENOSPC)
 		util_log(UTIL_LOG_WARN,
 		         "passthrough ledger full: after a restart, new opens go through the page"
 		         " cache (%s)",
 		         flight_name(f));
 out:
-	pthread_mutex_unlock(&s->passthrough_lock);
+	pthread_mutex_unlock(&s->pt.lock);
 	return id;
 }
 
@@ -329,13 +332,13 @@ int fs_passthrough_adopt(struct fs_session *s, struct fs_handle *h)
 {
 	struct fs_object *o;
 
-	pthread_mutex_lock(&s->passthrough_lock);
+	pthread_mutex_lock(&s->pt.lock);
 	o = object_get_locked(s, h->flight);
 	if (o) {
 		o->pt_cached_handles++;
 		h->object = o;
 	}
-	pthread_mutex_unlock(&s->passthrough_lock);
+	pthread_mutex_unlock(&s->pt.lock);
 	return o ? 0 : -ENOMEM;
 }
 
@@ -349,16 +352,16 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 
 	if (!f)
 		return false;
-	pthread_mutex_lock(&s->passthrough_lock);
+	pthread_mutex_lock(&s->pt.lock);
 	o = h->object;
 	if (!o)
 		goto out;
 	/* The ledger first, then the backing id: killed between, the id stays open in the
 	 * kernel with nothing naming it (a leak until the unmount), never named and closed.
 	 * A RELEASE resent after a kill finds its fh forgotten and changes nothing. */
-	if (s->ledger && h->ino && !h->is_member) {
+	if (s->pt.ledger && h->ino && !h->is_member) {
 		int64_t id;
-		(void)util_ledger_close(s->ledger, h->id, &id, NULL); /* the backing: below */
+		(void)util_ledger_close(s->pt.ledger, h->id, &id, NULL); /* the backing: below */
 	}
 	if (!h->passthrough) {
 		/* Decided here, under the lock: two releases racing must not both be the last. */
@@ -377,7 +380,7 @@ bool fs_passthrough_release(struct fs_session *s, struct fs_handle *h)
 	}
 	object_leave_locked(s, h);
 out:
-	pthread_mutex_unlock(&s->passthrough_lock);
+	pthread_mutex_unlock(&s->pt.lock);
 	return last_cached;
 }
 
@@ -385,11 +388,11 @@ int fs_passthrough_inherited(struct fs_session *s, struct fs_handle *h)
 {
 	int64_t id;
 
-	if (!s->ledger || !s->generation)
+	if (!s->pt.ledger || !s->generation)
 		return 0;
 	/* Found and counted in one step: a release cannot close the id in between. An entry
 	 * this process made is its own object's, opened the ordinary way. */
-	id = util_ledger_join(s->ledger, h->id, h->ino, s->generation + 1);
+	id = util_ledger_join(s->pt.ledger, h->id, h->ino, s->generation + 1);
 	return id > 0 ? (int)id : 0;
 }
 
@@ -399,7 +402,8 @@ void fs_passthrough_inherited_release(struct fs_session *s, uint64_t fh)
 	bool last = false;
 
 	/* -ENOENT: never recorded (a virtual file), or forgotten already (a resent RELEASE). */
-	if (!s->ledger || util_ledger_close(s->ledger, fh, &id, &last) < 0 || id <= 0 || !last)
+	if (!s->pt.ledger || util_ledger_close(s->pt.ledger, fh, &id, &last) < 0 || id <= 0 ||
+	    !last)
 		return;
 	/* The last passthrough file of its inode, and no other inode's names its backing id
 	 * (an earlier process opened one per object): the id goes. Forgotten first: killed
@@ -412,7 +416,7 @@ void fs_passthrough_inherited_release(struct fs_session *s, uint64_t fh)
 
 void fs_passthrough_note_replayed_init(struct fs_session *s)
 {
-	const struct fuse_out_header *out = (const struct fuse_out_header *)s->init_reply;
+	const struct fuse_out_header *out = (const struct fuse_out_header *)s->handover.init_reply;
 	const struct fuse_init_out *init = (const struct fuse_init_out *)(out + 1);
 	bool asked;
 
@@ -425,23 +429,24 @@ void fs_passthrough_note_replayed_init(struct fs_session *s)
 	 * objects open passthrough again only when the ledger holds every file the kernel
 	 * has open (an overflowed one may miss page-cache files, which would fail them).
 	 */
-	asked = s->init_reply && s->init_reply_len >= sizeof(*out) + sizeof(*init) &&
-	        out->error == 0 && (init->flags & FUSE_INIT_EXT) &&
-	        (init->flags2 & PASSTHROUGH_FLAG2);
-	if (asked && s->ledger && util_ledger_overflowed(s->ledger)) {
+	asked = s->handover.init_reply &&
+	        s->handover.init_reply_len >= sizeof(*out) + sizeof(*init) && out->error == 0 &&
+	        (init->flags & FUSE_INIT_EXT) && (init->flags2 & PASSTHROUGH_FLAG2);
+	if (asked && s->pt.ledger && util_ledger_overflowed(s->pt.ledger)) {
 		util_log(UTIL_LOG_WARN, "the passthrough ledger overflowed: new opens go through "
 		                        "the page cache until the next mount");
 		asked = false;
 	}
-	atomic_store(&s->passthrough, asked && s->ledger ? FS_PASSTHROUGH_ON : FS_PASSTHROUGH_OFF);
+	atomic_store(&s->passthrough,
+	             asked && s->pt.ledger ? FS_PASSTHROUGH_ON : FS_PASSTHROUGH_OFF);
 }
 
 void fs_passthrough_forget(struct fs_session *s, struct fs_handle *h)
 {
-	pthread_mutex_lock(&s->passthrough_lock);
+	pthread_mutex_lock(&s->pt.lock);
 	if (h->object)
 		object_leave_locked(s, h);
-	pthread_mutex_unlock(&s->passthrough_lock);
+	pthread_mutex_unlock(&s->pt.lock);
 }
 
 int fs_passthrough_reply_open(fuse_req_t req, const struct fuse_file_info *fi, int backing_id)

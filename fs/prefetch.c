@@ -15,10 +15,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/prefetch.h"
 #include "fetch/prefetch/prefetch.h"
 #include "fetch/prefetch/reads.h"
-#include "fs/fs_i.h"
-#include "fs/metrics.h"
+#include "util/output.h"
+#include "fs/listing.h"
+#include "fs/session.h"
 #include "util/hex.h"
 #include "util/log.h"
 #include "util/size.h"
@@ -119,8 +121,7 @@ int fs_prefetch_open(struct fs_session *s)
 	                      &s->prefetch_budget) != 0)
 		return -EINVAL;
 	if (s->opts.record_reads &&
-	    (rc = fs_check_output_path("--record-reads", &s->opts.record_reads, &s->reads_out)) !=
-	        0)
+	    (rc = util_output_open("--record-reads", &s->opts.record_reads, &s->reads_out)) != 0)
 		return rc;
 	if (s->opts.keep_cache && (rc = name_record(s)) != 0)
 		return rc;
@@ -149,7 +150,8 @@ int fs_prefetch_open(struct fs_session *s)
 	cfg.ahead_files = s->opts.prefetch_requests ? 4 * s->opts.prefetch_requests : 0;
 	cfg.window_bytes = s->prefetch_window;
 	cfg.max_object = WALK_MAX_OBJECT;
-	cfg.walk_counters = s->shared_counters ? &s->shared_counters->prefetch_walk : NULL;
+	cfg.walk_counters =
+	    s->daemon.shared_counters ? &s->daemon.shared_counters->prefetch_walk : NULL;
 	cfg.list_budget = s->prefetch_budget;
 	if (s->cache_max_size && s->cache_max_size < cfg.list_budget)
 		cfg.list_budget = s->cache_max_size;

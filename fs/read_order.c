@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "fetch/source/manifest_load.h"
-#include "fs/fs_i.h"
+#include "fs/prefetch.h"
+#include "fs/session.h"
 #include "util/log.h"
 
 #define META_NAME "read_order_name"

@@ -15,7 +15,8 @@
  * readahead, and applies INIT's value after init returns; sysfs is the one way to raise
  * it, once INIT is done. It needs root; without it the default stays, slower but correct.
  */
-#include "fs/fs_i.h"
+#include "fs/readahead.h"
+#include "fs/session.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -47,21 +48,20 @@ void fs_tune_readahead_once(struct fs_session *s)
 	if (atomic_load_explicit(&s->readahead_tuned, memory_order_relaxed) ||
 	    atomic_exchange(&s->readahead_tuned, true))
 		return;
-	rc = s->mount_path ? fs_raise_readahead(s->mount_path) : -ENOENT;
+	rc = s->mount_path && s->mount_dev[0] ? fs_raise_readahead(s->mount_path, s->mount_dev)
+	                                      : -ENOENT;
 	if (rc)
 		util_log(UTIL_LOG_DEBUG, "readahead left at the kernel's default: %s",
 		         strerror(-rc));
 }
 
-int fs_raise_readahead(const char *mountpoint)
+int fs_raise_readahead(const char *mountpoint, const char *dev)
 {
-	char dev[64], path[128];
+	char path[128];
 	unsigned kb = splice_friendly_kb();
-	int rc = fs_mount_device(mountpoint, dev, sizeof(dev));
+	int rc;
 	FILE *f;
 
-	if (rc)
-		return rc;
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	f = fopen(path, "we");
 	if (!f)

@@ -18,7 +18,8 @@
 #include <stdlib.h>
 
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "fs/open.h"
+#include "fs/session.h"
 
 struct read_wait {
 	struct flight_waiter waiter; /* first: done() gets this pointer */
@@ -105,7 +106,7 @@ static void on_published(struct flight_waiter *w, int err)
 	struct fs_session *s = fuse_req_userdata(rw->req);
 
 	rw->err = err;
-	if (!s->replier || !util_worker_queue(s->replier, &rw->link))
+	if (!s->workers.replier || !util_worker_queue(s->workers.replier, &rw->link))
 		send_reply(rw); /* no replier (shutting down): answer here */
 }
 
@@ -117,13 +118,13 @@ static void replier_run(void *ctx, struct util_worker_job *link)
 
 int fs_replier_start(struct fs_session *s)
 {
-	return util_worker_start("spoolfs-reply", replier_run, s, &s->replier);
+	return util_worker_start("spoolfs-reply", replier_run, s, &s->workers.replier);
 }
 
 void fs_replier_stop(struct fs_session *s)
 {
-	util_worker_stop(s->replier); /* it answers what was queued before it ends */
-	s->replier = NULL;
+	util_worker_stop(s->workers.replier); /* it answers what was queued before it ends */
+	s->workers.replier = NULL;
 }
 
 /* A FUSE worker, with libfuse's lock on req held. */
@@ -207,23 +208,24 @@ static void inval_run(void *ctx, struct util_worker_job *link)
 	struct fs_session *s = ctx;
 
 	/* Once the loop has ended the pages can go with the mount; an invalidation now could
-	 * wait forever on a page whose read will never be answered (abort.c). */
+	 * wait forever on a page whose read will never be answered (daemon/abort.c). */
 	for (size_t i = 0; i < job->n && !atomic_load(&s->loop_ended); i++)
 		fuse_lowlevel_notify_inval_inode(s->se, job->inos[i], 0, 0);
-	atomic_fetch_sub(&s->inval_jobs, 1);
+	atomic_fetch_sub(&s->workers.inval_jobs, 1);
 	free(job->inos);
 	free(job);
 }
 
 int fs_inval_start(struct fs_session *s)
 {
-	return util_worker_start("spoolfs-inval", inval_run, s, &s->invalidator);
+	return util_worker_start("spoolfs-inval", inval_run, s, &s->workers.invalidator);
 }
 
 void fs_inval_stop(struct fs_session *s)
 {
-	util_worker_stop(s->invalidator); /* the jobs left skip the kernel: the loop has ended */
-	s->invalidator = NULL;
+	util_worker_stop(
+	    s->workers.invalidator); /* the jobs left skip the kernel: the loop has ended */
+	s->workers.invalidator = NULL;
 }
 
 void fs_on_flight_failed(void *ctx, struct flight *f)
@@ -234,10 +236,10 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 
 	/* Pages read before a hash check failed must not outlive the flight, on any path to
 	 * the object. Before the worker starts, no inode has opened and nothing is cached. */
-	if (!s->invalidator)
+	if (!s->workers.invalidator)
 		return;
-	if (atomic_fetch_add(&s->inval_jobs, 1) >= FS_INVAL_PENDING_MAX) {
-		atomic_fetch_sub(&s->inval_jobs, 1);
+	if (atomic_fetch_add(&s->workers.inval_jobs, 1) >= FS_INVAL_PENDING_MAX) {
+		atomic_fetch_sub(&s->workers.inval_jobs, 1);
 		util_log(UTIL_LOG_DEBUG, "%s: too many invalidations waiting: dropped at next open",
 		         flight_name(f));
 		return;
@@ -252,10 +254,10 @@ void fs_on_flight_failed(void *ctx, struct flight *f)
 		if (job->inos)
 			job->inos[0] = flight_ino(f);
 	}
-	if (util_worker_queue(s->invalidator, &job->link))
+	if (util_worker_queue(s->workers.invalidator, &job->link))
 		return;
 	free(job->inos);
 	free(job);
 fail:
-	atomic_fetch_sub(&s->inval_jobs, 1);
+	atomic_fetch_sub(&s->workers.inval_jobs, 1);
 }

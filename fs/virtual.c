@@ -18,8 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fs/metrics.h"
-
 bool fs_virtual_ino(fuse_ino_t ino)
 {
 	return ino >= FS_INO_VIRTUAL_DIR && ino <= FS_INO_FLIGHTS;
@@ -38,7 +36,8 @@ static void fill_stat(struct fs_session *s, fuse_ino_t ino, struct stat *st, siz
 	st->st_uid = s->uid;
 	st->st_gid = s->gid;
 	/* The mount's start, kept across serving processes in the shared block. */
-	st->st_mtime = s->shared_counters ? (time_t)s->shared_counters->mounted_at : s->started;
+	st->st_mtime = s->daemon.shared_counters ? (time_t)s->daemon.shared_counters->mounted_at
+	                                         : s->daemon.started;
 	st->st_atime = st->st_ctime = st->st_mtime;
 	if (ino == FS_INO_VIRTUAL_DIR) {
 		st->st_mode = S_IFDIR | 0555;
@@ -123,7 +122,7 @@ int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_
 	if (!out)
 		return -ENOMEM;
 	if (ino == FS_INO_STATS)
-		fs_metrics_write_stats(s, out, NULL);
+		s->write_stats(s, out, NULL);
 	else
 		flight_table_foreach(s->flights, write_flight, out);
 	if (fclose(out) != 0) {

@@ -13,7 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/session.h"
 
 #define FS_VIRTUAL_DIR_NAME INDEX_RESERVED_ROOT_NAME
 /* Far above any sqlite rowid the index will hand out. */

@@ -20,7 +20,7 @@
 
 /* The upper bounds, from 100 us to 60 s: local replies take microseconds, a cold object
  * from a slow store seconds. These structures are shared by a mount's serving processes
- * (fs/shared_counters.c): a change of them or of the bounds raises COUNTERS_FORMAT there. */
+ * (daemon/shared_counters.c): a change of them or of the bounds raises COUNTERS_FORMAT there. */
 #define UTIL_HISTOGRAM_BOUNDS 18
 extern const uint64_t util_histogram_bounds_ns[UTIL_HISTOGRAM_BOUNDS];
 

@@ -1,5 +1,5 @@
 /*
- * What a supervising process needs and knows nothing of FUSE (fs/supervisor.c uses it):
+ * What a supervising process needs and knows nothing of FUSE (daemon/supervisor.c uses it):
  * a bound on restarts, a line saying how a child ended, a list of strings passed to a
  * child through a file descriptor (never its argv, which every local user can read),
  * placing inherited descriptors, and removing a private directory tree.

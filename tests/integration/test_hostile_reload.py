@@ -1,4 +1,4 @@
-"""`spoolfs reload DIR` from the attacker's side (fs/reload.c).
+"""`spoolfs reload DIR` from the attacker's side (daemon/reload.c).
 
 The PID reload signals comes from DIR/.spoolfs/stats. `nobody` makes a directory whose
 stats name a process of root's (SIGUSR2's default action ends it) and gets root to reload

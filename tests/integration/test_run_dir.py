@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 
-from conftest import Mount, daemon_env, is_mounted, read_file
+from conftest import SPOOLFS, Mount, daemon_env, is_mounted, read_file
 from helpers import expected, wait_until
 
 
@@ -163,3 +163,26 @@ def test_live_foreign_and_unlocked_run_dirs_are_left_alone(store, tmp_path):
         for m in mounts:
             if not m.unmounted:
                 m.kill()
+
+
+def test_a_start_refused_late_stops_every_step_begun(store, tmp_path):
+    """daemon/main.c's steps[]: a start that fails stops, in reverse, every step begun. A
+    --mirror directory that cannot be opened is refused (a usage error, status 2) after the
+    run directory, the ledger, the counters, the cache directory and the namespace were
+    made: the refused mount leaves no run directory in its TMPDIR, and no mount."""
+    store.add("a.bin", 10)
+    url = store.write()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = daemon_env()
+    env["TMPDIR"] = str(tmpdir)
+    proc = subprocess.run([SPOOLFS, "-f", url, str(mnt), "--mirror",
+                           "file://%s/" % (tmp_path / "no-such-dir")],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert "cannot open its directory" in err, err
+    assert not is_mounted(str(mnt))
+    assert run_dirs(tmpdir) == []

@@ -1,5 +1,5 @@
 /*
- * Which mount is on top at a path (fs/mountinfo.c), from crafted mountinfo tables: a stop
+ * Which mount is on top at a path (daemon/mountinfo.c), from crafted mountinfo tables: a stop
  * must recognise its own mount, and leave alone one made over it, whatever the order of
  * the table's lines.
  */
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "fs/fs_i.h"
+#include "daemon/mountinfo.h"
 
 #define ROOT "1 0 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
 #define OURS "30 1 0:50 / /mnt/store ro,nosuid,nodev shared:20 - fuse.spoolfs spoolfs ro\n"
@@ -29,7 +29,7 @@ static const char *topmost(const char *table, const char *mountpoint)
 	int rc;
 
 	assert_non_null(f);
-	rc = fs_mount_device_in(f, mountpoint, dev, sizeof(dev));
+	rc = daemon_mount_device_in(f, mountpoint, dev, sizeof(dev));
 	fclose(f);
 	if (rc == -ENOENT)
 		return "ENOENT";
@@ -94,26 +94,27 @@ static void test_the_topmost_type_is_given(void **state)
 
 	(void)state;
 	assert_non_null(f);
-	assert_int_equal(fs_mount_top_in(f, "/mnt/store", dev, sizeof(dev), fstype, sizeof(fstype)),
-	                 0);
+	assert_int_equal(
+	    daemon_mount_top_in(f, "/mnt/store", dev, sizeof(dev), fstype, sizeof(fstype)), 0);
 	fclose(f);
 	assert_string_equal(fstype, "tmpfs");
 	table = ROOT "30 1 0:50 / /m\\040-\\040x ro shared:20 - fuse.spoolfs s ro\n";
 	f = fmemopen((void *)table, strlen(table), "r");
 	assert_non_null(f);
-	assert_int_equal(fs_mount_top_in(f, "/m - x", dev, sizeof(dev), fstype, sizeof(fstype)), 0);
+	assert_int_equal(daemon_mount_top_in(f, "/m - x", dev, sizeof(dev), fstype, sizeof(fstype)),
+	                 0);
 	fclose(f);
 	assert_string_equal(fstype, "fuse.spoolfs");
 }
 
-/* The whole fs_mount_top at mountpoint in table (which must have one). */
-static struct fs_mount_top top_info(const char *table, const char *mountpoint)
+/* The whole daemon_mount_top at mountpoint in table (which must have one). */
+static struct daemon_mount_top top_info(const char *table, const char *mountpoint)
 {
-	struct fs_mount_top top;
+	struct daemon_mount_top top;
 	FILE *f = fmemopen((void *)table, strlen(table), "r");
 
 	assert_non_null(f);
-	assert_int_equal(fs_mount_top_info_in(f, mountpoint, &top), 0);
+	assert_int_equal(daemon_mount_top_info_in(f, mountpoint, &top), 0);
 	fclose(f);
 	return top;
 }
@@ -122,7 +123,7 @@ static struct fs_mount_top top_info(const char *table, const char *mountpoint)
 static void test_the_topmost_id_and_user_id_are_given(void **state)
 {
 	(void)state;
-	struct fs_mount_top top = top_info(
+	struct daemon_mount_top top = top_info(
 	    ROOT "31 1 0:51 / /m rw - fuse.x x rw,user_id=65534,group_id=65534,allow_other\n",
 	    "/m");
 	assert_int_equal(top.id, 31);
@@ -145,15 +146,15 @@ static void test_the_topmost_id_and_user_id_are_given(void **state)
  * it detaches a mount through the fd. */
 static void test_an_fds_mount_id_is_the_tables(void **state)
 {
-	struct fs_mount_top top;
+	struct daemon_mount_top top;
 	int fd = open("/proc", O_PATH | O_CLOEXEC);
 	FILE *table = fopen("/proc/self/mountinfo", "re");
 
 	(void)state;
 	assert_true(fd >= 0);
 	assert_non_null(table);
-	assert_int_equal(fs_mount_top_info_in(table, "/proc", &top), 0);
-	assert_int_equal(fs_fd_mount_id(fd), (long)top.id);
+	assert_int_equal(daemon_mount_top_info_in(table, "/proc", &top), 0);
+	assert_int_equal(daemon_fd_mount_id(fd), (long)top.id);
 	assert_string_equal(top.fstype, "proc");
 	fclose(table);
 	close(fd);

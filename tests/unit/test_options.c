@@ -1,8 +1,9 @@
 /*
- * The command line's secrets are overwritten in place (fs/options.c, fs_argv_scrub): other
+ * The command line's secrets are overwritten in place (daemon/options.c, daemon_argv_scrub): other
  * users read /proc/PID/cmdline. Each case checks what is hidden and that the rest, which
  * says which mount the process is, stays as it was.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "fs/fs_i.h"
+#include "daemon/options.h"
 
 /* arg (after the program name, and after `before` when not NULL) once scrubbed. */
 static char *scrubbed(const char *before, const char *arg, bool *hidden)
@@ -29,7 +30,7 @@ static char *scrubbed(const char *before, const char *arg, bool *hidden)
 		argv[argc++] = first;
 	}
 	argv[argc++] = buf;
-	*hidden = fs_argv_scrub(argc, argv);
+	*hidden = daemon_argv_scrub(argc, argv);
 	return buf;
 }
 
@@ -82,12 +83,78 @@ static void test_what_holds_no_secret_is_left_alone(void **state)
 	expect(NULL, "http://h/m.json?", "http://h/m.json?", false);
 }
 
+/* An option set as daemon_options_parse leaves it for `spoolfs SOURCE MOUNTPOINT`. */
+static void plain_options(struct daemon_options *o, const char *source)
+{
+	memset(o, 0, sizeof(*o));
+	o->source = strdup(source);
+	o->mountpoint = strdup("/mnt");
+}
+
+/* daemon_options_check turns the size options into numbers and refuses what is not one,
+ * and refuses --keep-cache without a directory to keep: usage errors, before any mount. */
+static void test_checks_sizes_and_keep_cache(void **state)
+{
+	struct daemon_options o;
+	uint64_t cache_max = 0;
+	size_t manifest_max = 1;
+
+	plain_options(&o, "http://h/m.json");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), 0);
+	assert_int_equal(cache_max, 0);
+	assert_int_equal(manifest_max, 0);
+	o.cache_max_size = strdup("10G");
+	o.max_manifest_size = strdup("64M");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), 0);
+	assert_int_equal(cache_max, 10ull << 30);
+	assert_int_equal(manifest_max, 64u << 20);
+	daemon_options_free(&o);
+
+	plain_options(&o, "http://h/m.json");
+	o.cache_max_size = strdup("ten gigs");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
+	daemon_options_free(&o);
+	plain_options(&o, "http://h/m.json");
+	o.max_manifest_size = strdup("0");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
+	daemon_options_free(&o);
+	plain_options(&o, "http://h/m.json");
+	o.keep_cache = 1;
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
+	daemon_options_free(&o);
+	plain_options(&o, "http://h/m.json");
+	o.net.ca_file = strdup("/nonexistent/ca.pem");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), -EINVAL);
+	daemon_options_free(&o);
+}
+
+/* A bucket's requests are signed: --mirror and --netrc-file are dropped (and said). */
+static void test_a_bucket_drops_what_it_ignores(void **state)
+{
+	struct daemon_options o;
+	uint64_t cache_max = 0;
+	size_t manifest_max = 0;
+
+	plain_options(&o, "s3://bucket/");
+	o.net.mirrors = calloc(1, sizeof(*o.net.mirrors));
+	o.net.mirrors[0] = strdup("http://m/");
+	o.net.n_mirrors = 1;
+	o.net.netrc_file = strdup("/nonexistent/netrc");
+	assert_int_equal(daemon_options_check(&o, &cache_max, &manifest_max), 0);
+	assert_int_equal(o.net.n_mirrors, 0);
+	assert_null(o.net.netrc_file);
+	o.net.n_mirrors = 1; /* freed by its count */
+	daemon_options_free(&o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_a_source_loses_its_userinfo_and_query),
 	    cmocka_unit_test(test_proxies_lose_their_password),
 	    cmocka_unit_test(test_what_holds_no_secret_is_left_alone),
+	    cmocka_unit_test(test_checks_sizes_and_keep_cache),
+	    cmocka_unit_test(test_a_bucket_drops_what_it_ignores),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "fs/handles.h"
+#include "fs/passthrough.h"
+#include "fs/session.h"
 
 #define ROUNDS 2000
 
@@ -69,7 +71,7 @@ static int setup(void **state)
 	    flight_open_spool(fx->flight) != 0 ||
 	    flight_deliver(fx->flight, 0, bytes, sizeof(bytes)) != 0)
 		return -1;
-	pthread_mutex_init(&fx->session.passthrough_lock, NULL);
+	pthread_mutex_init(&fx->session.pt.lock, NULL);
 	return 0;
 }
 
@@ -81,7 +83,7 @@ static int teardown(void **state)
 	if (fx->table) {
 		flight_table_destroy(fx->table);
 		flight_unref(fx->flight);
-		pthread_mutex_destroy(&fx->session.passthrough_lock);
+		pthread_mutex_destroy(&fx->session.pt.lock);
 	}
 	if (fx->dirfd > 0)
 		close(fx->dirfd);
@@ -126,10 +128,10 @@ static unsigned cached_handles(struct fixture *fx, struct flight *f)
 	struct fs_object *o;
 	unsigned n;
 
-	pthread_mutex_lock(&fx->session.passthrough_lock);
+	pthread_mutex_lock(&fx->session.pt.lock);
 	o = fs_object_find_locked(&fx->session, flight_id(f));
 	n = o ? o->pt_cached_handles : 0;
-	pthread_mutex_unlock(&fx->session.passthrough_lock);
+	pthread_mutex_unlock(&fx->session.pt.lock);
 	return n;
 }
 
@@ -156,9 +158,9 @@ static void test_two_releases_at_once_make_exactly_one_last(void **state)
 		pthread_barrier_wait(&done);
 		assert_int_equal(cached_handles(fx, fx->flight), 0);
 		/* The object's entry went with its last handle. */
-		pthread_mutex_lock(&fx->session.passthrough_lock);
+		pthread_mutex_lock(&fx->session.pt.lock);
 		assert_null(fs_object_find_locked(&fx->session, flight_id(fx->flight)));
-		pthread_mutex_unlock(&fx->session.passthrough_lock);
+		pthread_mutex_unlock(&fx->session.pt.lock);
 	}
 	for (int k = 0; k < 2; k++)
 		pthread_join(threads[k], NULL);

@@ -5,15 +5,20 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include "daemon/options.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "util/size.h"
+#include "util/trusted_path.h"
 
 enum {
 	KEY_FOREGROUND,
@@ -25,11 +30,11 @@ enum {
 
 #define OPT(template, field)                                                                       \
 	{                                                                                          \
-		template, offsetof(struct fs_options, field), 0                                    \
+		template, offsetof(struct daemon_options, field), 0                                \
 	}
 #define OPT_FLAG(template, field)                                                                  \
 	{                                                                                          \
-		template, offsetof(struct fs_options, field), 1                                    \
+		template, offsetof(struct daemon_options, field), 1                                \
 	}
 
 static const struct fuse_opt option_spec[] = {
@@ -41,64 +46,64 @@ static const struct fuse_opt option_spec[] = {
     OPT_FLAG("keep_cache", keep_cache),
     OPT_FLAG("--no-passthrough", no_passthrough),
     OPT_FLAG("no_passthrough", no_passthrough),
-    OPT("--ca-file %s", ca_file),
-    OPT("ca_file=%s", ca_file),
-    OPT("--proxy %s", proxy),
-    OPT("proxy=%s", proxy),
+    OPT("--ca-file %s", net.ca_file),
+    OPT("ca_file=%s", net.ca_file),
+    OPT("--proxy %s", net.proxy),
+    OPT("proxy=%s", net.proxy),
     OPT("--max-manifest-size %s", max_manifest_size),
     OPT("max_manifest_size=%s", max_manifest_size),
-    OPT_FLAG("--allow-link-local", allow_link_local),
-    OPT_FLAG("allow_link_local", allow_link_local),
-    OPT("--netrc-file %s", netrc_file),
-    OPT("netrc_file=%s", netrc_file),
-    OPT("--stall-timeout %s", stall_timeout_text),
-    OPT("stall_timeout=%s", stall_timeout_text),
-    OPT("--start-timeout %s", start_timeout_text),
-    OPT("start_timeout=%s", start_timeout_text),
-    OPT("--retries %s", retries_text),
-    OPT("retries=%s", retries_text),
-    OPT("--max-transfers %s", max_transfers_text),
-    OPT("max_transfers=%s", max_transfers_text),
-    OPT("--endpoint %s", endpoint),
-    OPT("endpoint=%s", endpoint),
-    OPT("--region %s", region),
-    OPT("region=%s", region),
-    OPT("--profile %s", profile),
-    OPT("profile=%s", profile),
+    OPT_FLAG("--allow-link-local", net.allow_link_local),
+    OPT_FLAG("allow_link_local", net.allow_link_local),
+    OPT("--netrc-file %s", net.netrc_file),
+    OPT("netrc_file=%s", net.netrc_file),
+    OPT("--stall-timeout %s", text.stall_timeout_text),
+    OPT("stall_timeout=%s", text.stall_timeout_text),
+    OPT("--start-timeout %s", text.start_timeout_text),
+    OPT("start_timeout=%s", text.start_timeout_text),
+    OPT("--retries %s", text.retries_text),
+    OPT("retries=%s", text.retries_text),
+    OPT("--max-transfers %s", text.max_transfers_text),
+    OPT("max_transfers=%s", text.max_transfers_text),
+    OPT("--endpoint %s", s3.endpoint),
+    OPT("endpoint=%s", s3.endpoint),
+    OPT("--region %s", s3.region),
+    OPT("region=%s", s3.region),
+    OPT("--profile %s", s3.profile),
+    OPT("profile=%s", s3.profile),
     OPT("--manifest %s", manifest),
     OPT("manifest=%s", manifest),
-    OPT("--role-arn %s", role_arn),
-    OPT("role_arn=%s", role_arn),
-    OPT_FLAG("--requester-pays", requester_pays),
-    OPT_FLAG("requester_pays", requester_pays),
-    OPT("--expected-bucket-owner %s", expected_bucket_owner),
-    OPT("expected_bucket_owner=%s", expected_bucket_owner),
-    OPT_FLAG("--path-style", path_style),
-    OPT_FLAG("path_style", path_style),
-    OPT_FLAG("--no-sign", no_sign),
-    OPT_FLAG("no_sign", no_sign),
-    OPT("--uid %s", uid_text),
-    OPT("uid=%s", uid_text),
-    OPT("--gid %s", gid_text),
-    OPT("gid=%s", gid_text),
-    OPT("--file-mode %s", file_mode_text),
-    OPT("file_mode=%s", file_mode_text),
-    OPT("--dir-mode %s", dir_mode_text),
-    OPT("dir_mode=%s", dir_mode_text),
-    OPT("--outside-symlinks %s", outside_symlinks_text),
-    OPT("outside_symlinks=%s", outside_symlinks_text),
-    OPT("--stats-mode %s", stats_mode_text),
-    OPT("stats_mode=%s", stats_mode_text),
-    OPT("--log-level %s", log_level),
-    OPT("log_level=%s", log_level),
-    OPT("--log-file %s", log_file),
-    OPT("log_file=%s", log_file),
-    OPT("--metrics-file %s", metrics_file),
-    OPT("metrics_file=%s", metrics_file),
-    OPT("--metrics-interval %s", metrics_interval_text),
-    OPT("metrics_interval=%s", metrics_interval_text),
-    OPT("--prefetch-requests %s", prefetch_requests_text),
-    OPT("prefetch_requests=%s", prefetch_requests_text),
+    OPT("--role-arn %s", s3.role_arn),
+    OPT("role_arn=%s", s3.role_arn),
+    OPT_FLAG("--requester-pays", s3.requester_pays),
+    OPT_FLAG("requester_pays", s3.requester_pays),
+    OPT("--expected-bucket-owner %s", s3.expected_bucket_owner),
+    OPT("expected_bucket_owner=%s", s3.expected_bucket_owner),
+    OPT_FLAG("--path-style", s3.path_style),
+    OPT_FLAG("path_style", s3.path_style),
+    OPT_FLAG("--no-sign", s3.no_sign),
+    OPT_FLAG("no_sign", s3.no_sign),
+    OPT("--uid %s", text.uid_text),
+    OPT("uid=%s", text.uid_text),
+    OPT("--gid %s", text.gid_text),
+    OPT("gid=%s", text.gid_text),
+    OPT("--file-mode %s", text.file_mode_text),
+    OPT("file_mode=%s", text.file_mode_text),
+    OPT("--dir-mode %s", text.dir_mode_text),
+    OPT("dir_mode=%s", text.dir_mode_text),
+    OPT("--outside-symlinks %s", text.outside_symlinks_text),
+    OPT("outside_symlinks=%s", text.outside_symlinks_text),
+    OPT("--stats-mode %s", text.stats_mode_text),
+    OPT("stats_mode=%s", text.stats_mode_text),
+    OPT("--log-level %s", log.log_level),
+    OPT("log_level=%s", log.log_level),
+    OPT("--log-file %s", log.log_file),
+    OPT("log_file=%s", log.log_file),
+    OPT("--metrics-file %s", log.metrics_file),
+    OPT("metrics_file=%s", log.metrics_file),
+    OPT("--metrics-interval %s", text.metrics_interval_text),
+    OPT("metrics_interval=%s", text.metrics_interval_text),
+    OPT("--prefetch-requests %s", text.prefetch_requests_text),
+    OPT("prefetch_requests=%s", text.prefetch_requests_text),
     OPT("--prefetch-window %s", prefetch_window),
     OPT("prefetch_window=%s", prefetch_window),
     OPT("--prefetch-budget %s", prefetch_budget),
@@ -142,7 +147,7 @@ static const struct fuse_opt option_spec[] = {
     FUSE_OPT_END,
 };
 
-void fs_options_usage(const char *prog)
+void daemon_options_usage(const char *prog)
 {
 	printf(
 	    "usage: %s [options] SOURCE MOUNTPOINT\n"
@@ -357,7 +362,7 @@ static int check_long_options(const struct fuse_args *args)
 
 static int on_arg(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
-	struct fs_options *opts = data;
+	struct daemon_options *opts = data;
 
 	switch (key) {
 	case FUSE_OPT_KEY_NONOPT:
@@ -376,7 +381,7 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		 * read fstab; the kernel would refuse them. */
 		return strncmp(arg, "x-", 2) == 0 ? 0 : 1;
 	case KEY_FOREGROUND:
-		opts->foreground = 1;
+		opts->log.foreground = 1;
 		return 0;
 	case KEY_MIRROR: {
 		/* fuse_opt hands over "--mirrorURL" (separate argument, also "--mirror=URL" once
@@ -388,12 +393,12 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 			url += 6;
 		if (*url == '=')
 			url++;
-		char **v = realloc(opts->mirrors, (opts->n_mirrors + 1) * sizeof(*v));
+		char **v = realloc(opts->net.mirrors, (opts->net.n_mirrors + 1) * sizeof(*v));
 		if (!v)
 			return -1;
-		opts->mirrors = v;
-		v[opts->n_mirrors] = strdup(url);
-		return v[opts->n_mirrors++] ? 0 : -1;
+		opts->net.mirrors = v;
+		v[opts->net.n_mirrors] = strdup(url);
+		return v[opts->net.n_mirrors++] ? 0 : -1;
 	}
 	case KEY_DEV:
 		opts->asked_dev = true;
@@ -402,8 +407,8 @@ static int on_arg(void *data, const char *arg, int key, struct fuse_args *outarg
 		opts->asked_suid = true;
 		return 0;
 	case KEY_DEBUG:
-		opts->debug = 1;
-		opts->foreground = 1;
+		opts->log.debug = 1;
+		opts->log.foreground = 1;
 		return 1; /* libfuse logs requests with -d too */
 	default:
 		return 1;
@@ -590,7 +595,7 @@ static int split_long_options(struct fuse_args *args)
 	return 0;
 }
 
-int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
+int daemon_options_parse(struct fuse_args *args, struct daemon_options *opts)
 {
 	if (split_long_options(args) != 0 || check_long_options(args) != 0 ||
 	    fuse_opt_parse(args, opts, option_spec, on_arg) != 0)
@@ -601,37 +606,39 @@ int fs_options_parse(struct fuse_args *args, struct fs_options *opts)
 		fprintf(stderr, "spoolfs: need SOURCE and MOUNTPOINT (see --help)\n");
 		return -EINVAL;
 	}
-	if (parse_count("--stall-timeout", opts->stall_timeout_text, 1, 86400, 30,
-	                &opts->stall_timeout_s) != 0 ||
-	    parse_count("--start-timeout", opts->start_timeout_text, 1, 3600, 30,
+	if (parse_count("--stall-timeout", opts->text.stall_timeout_text, 1, 86400, 30,
+	                &opts->net.stall_timeout_s) != 0 ||
+	    parse_count("--start-timeout", opts->text.start_timeout_text, 1, 3600, 30,
 	                &opts->start_timeout_s) != 0 ||
-	    parse_count("--retries", opts->retries_text, 1, 1000, 6, &opts->retries) != 0 ||
-	    parse_count("--max-transfers", opts->max_transfers_text, 1, 1024, 16,
-	                &opts->max_transfers) != 0 ||
-	    parse_count("--metrics-interval", opts->metrics_interval_text, 1, 3600, 5,
-	                &opts->metrics_interval_s) != 0 ||
-	    parse_count("--prefetch-requests", opts->prefetch_requests_text, 0, 1024, 32,
+	    parse_count("--retries", opts->text.retries_text, 1, 1000, 6, &opts->net.retries) !=
+	        0 ||
+	    parse_count("--max-transfers", opts->text.max_transfers_text, 1, 1024, 16,
+	                &opts->net.max_transfers) != 0 ||
+	    parse_count("--metrics-interval", opts->text.metrics_interval_text, 1, 3600, 5,
+	                &opts->log.metrics_interval_s) != 0 ||
+	    parse_count("--prefetch-requests", opts->text.prefetch_requests_text, 0, 1024, 32,
 	                &opts->prefetch_requests) != 0 ||
-	    parse_stats_mode(opts->stats_mode_text, &opts->stats_mode) != 0)
+	    parse_stats_mode(opts->text.stats_mode_text, &opts->stats_mode) != 0)
 		return -EINVAL;
 	/* A flight keeps one bit per URL (its own and the mirrors') for those that refused it. */
-	if (opts->n_mirrors > FS_MAX_MIRRORS) {
-		fprintf(stderr, "spoolfs: at most %u --mirror options\n", FS_MAX_MIRRORS);
+	if (opts->net.n_mirrors > DAEMON_MAX_MIRRORS) {
+		fprintf(stderr, "spoolfs: at most %u --mirror options\n", DAEMON_MAX_MIRRORS);
 		return -EINVAL;
 	}
-	for (unsigned i = 0; i < opts->n_mirrors; i++)
-		if (check_mirror(opts->mirrors[i]) != 0)
+	for (unsigned i = 0; i < opts->net.n_mirrors; i++)
+		if (check_mirror(opts->net.mirrors[i]) != 0)
 			return -EINVAL;
-	if (parse_outside_symlinks(opts->outside_symlinks_text, &opts->outside_symlinks) != 0 ||
-	    parse_owner("--uid", opts->uid_text, false, &opts->uid) != 0 ||
-	    parse_owner("--gid", opts->gid_text, true, &opts->gid) != 0 ||
-	    parse_node_mode("--file-mode", opts->file_mode_text, &opts->file_mode) != 0 ||
-	    parse_node_mode("--dir-mode", opts->dir_mode_text, &opts->dir_mode) != 0)
+	if (parse_outside_symlinks(opts->text.outside_symlinks_text, &opts->outside_symlinks) !=
+	        0 ||
+	    parse_owner("--uid", opts->text.uid_text, false, &opts->uid) != 0 ||
+	    parse_owner("--gid", opts->text.gid_text, true, &opts->gid) != 0 ||
+	    parse_node_mode("--file-mode", opts->text.file_mode_text, &opts->file_mode) != 0 ||
+	    parse_node_mode("--dir-mode", opts->text.dir_mode_text, &opts->dir_mode) != 0)
 		return -EINVAL;
-	if (opts->log_level && strcmp(opts->log_level, "debug") != 0 &&
-	    strcmp(opts->log_level, "info") != 0 && strcmp(opts->log_level, "warn") != 0 &&
-	    strcmp(opts->log_level, "error") != 0) {
-		fprintf(stderr, "spoolfs: unknown log level '%s'\n", opts->log_level);
+	if (opts->log.log_level && strcmp(opts->log.log_level, "debug") != 0 &&
+	    strcmp(opts->log.log_level, "info") != 0 && strcmp(opts->log.log_level, "warn") != 0 &&
+	    strcmp(opts->log.log_level, "error") != 0) {
+		fprintf(stderr, "spoolfs: unknown log level '%s'\n", opts->log.log_level);
 		return -EINVAL;
 	}
 	return 0;
@@ -651,10 +658,10 @@ static int make_absolute(char **path, const char *cwd)
 	return 0;
 }
 
-int fs_options_resolve(struct fs_options *opts, const char *cwd)
+int daemon_options_resolve(struct daemon_options *opts, const char *cwd)
 {
-	char **paths[] = {&opts->cache_dir,   &opts->ca_file,      &opts->netrc_file,
-	                  &opts->log_file,    &opts->metrics_file, &opts->prefetch_list,
+	char **paths[] = {&opts->cache_dir,    &opts->net.ca_file,      &opts->net.netrc_file,
+	                  &opts->log.log_file, &opts->log.metrics_file, &opts->prefetch_list,
 	                  &opts->record_reads};
 
 	if (!cwd || cwd[0] != '/')
@@ -665,45 +672,147 @@ int fs_options_resolve(struct fs_options *opts, const char *cwd)
 	return 0;
 }
 
-void fs_options_free(struct fs_options *opts)
+/* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
+static void warn_unused_options(const struct daemon_options *o)
+{
+	bool bucket = strncmp(o->source, "s3://", 5) == 0;
+
+	if (!bucket &&
+	    (o->s3.endpoint || o->s3.region || o->s3.profile || o->s3.path_style || o->s3.no_sign ||
+	     o->s3.role_arn || o->s3.requester_pays || o->s3.expected_bucket_owner))
+		fprintf(
+		    stderr,
+		    "spoolfs: warning: --endpoint, --region, --profile, --role-arn, --path-style,"
+		    " --no-sign, --requester-pays and --expected-bucket-owner are for s3://"
+		    " sources; ignored\n");
+	if (bucket && o->net.n_mirrors)
+		fprintf(stderr,
+		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
+	if (!bucket && o->manifest)
+		fprintf(stderr, "spoolfs: warning: --manifest KEY is for s3:// sources (a manifest"
+		                " in the bucket); ignored\n");
+	if (bucket && !o->manifest && o->max_manifest_size)
+		fprintf(stderr,
+		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
+	if (bucket && o->net.netrc_file)
+		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
+		                " are signed); ignored\n");
+}
+
+/*
+ * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
+ * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
+ * one is refused now rather than failing downloads later. curl opens it again at each
+ * connection, by its path: so the path must be one only root or this user can change
+ * (util/trusted_path.h), which util_trusted_open checks now. A last symlink of theirs is
+ * followed (a rotated secret), one of another user's is refused. 0 or -EINVAL, said.
+ */
+static int check_file_option(const char *option, char **name)
+{
+	char why[PATH_MAX + 256], *absolute;
+	int fd = util_trusted_open(*name, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
+
+	if (fd == -EACCES || fd == -ELOOP || fd == -EINVAL) {
+		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *name, why);
+		return -EINVAL;
+	}
+	if (fd < 0) {
+		/* The path as it was looked up: a relative one from where the mount started. */
+		char cwd[PATH_MAX] = "";
+		if ((*name)[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+			cwd[0] = '\0';
+		fprintf(stderr, "spoolfs: %s %s%s%s: %s\n", option, cwd, cwd[0] ? "/" : "", *name,
+		        strerror(-fd));
+		return -EINVAL;
+	}
+	close(fd);
+	if ((*name)[0] == '/')
+		return 0;
+	absolute = realpath(*name, NULL);
+	if (!absolute) {
+		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
+		return -EINVAL;
+	}
+	free(*name);
+	*name = absolute;
+	return 0;
+}
+
+int daemon_options_check(struct daemon_options *o, uint64_t *cache_max_size,
+                         size_t *max_manifest_size)
+{
+	uint64_t manifest_max = 0;
+
+	/* The session's own cache directory has a fresh name each mount: kept, no mount
+	 * would ever find it again. */
+	if (o->keep_cache && !o->cache_dir) {
+		fprintf(stderr, "spoolfs: --keep-cache keeps --cache-dir DIR: give one\n");
+		return -EINVAL;
+	}
+	warn_unused_options(o);
+	if (strncmp(o->source, "s3://", 5) == 0)
+		o->net.n_mirrors = 0; /* said to be ignored: a bucket's requests are signed */
+	if (o->cache_max_size && util_parse_size(o->cache_max_size, cache_max_size) != 0) {
+		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
+		        o->cache_max_size);
+		return -EINVAL;
+	}
+	if (o->max_manifest_size && (util_parse_size(o->max_manifest_size, &manifest_max) != 0 ||
+	                             manifest_max == 0 || manifest_max >= SIZE_MAX)) {
+		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
+		        o->max_manifest_size);
+		return -EINVAL;
+	}
+	*max_manifest_size = (size_t)manifest_max;
+	if (strncmp(o->source, "s3://", 5) == 0) {
+		free(o->net.netrc_file); /* said by warn_unused_options */
+		o->net.netrc_file = NULL;
+	}
+	if ((o->net.ca_file && check_file_option("--ca-file", &o->net.ca_file) != 0) ||
+	    (o->net.netrc_file && check_file_option("--netrc-file", &o->net.netrc_file) != 0))
+		return -EINVAL;
+	return 0;
+}
+
+void daemon_options_free(struct daemon_options *opts)
 {
 	free(opts->source);
 	free(opts->mountpoint);
 	free(opts->cache_dir);
-	free(opts->ca_file);
-	free(opts->proxy);
-	free(opts->netrc_file);
+	free(opts->net.ca_file);
+	free(opts->net.proxy);
+	free(opts->net.netrc_file);
 	free(opts->cache_max_size);
 	free(opts->max_manifest_size);
-	free(opts->stall_timeout_text);
-	free(opts->retries_text);
-	free(opts->max_transfers_text);
-	free(opts->stats_mode_text);
-	free(opts->outside_symlinks_text);
-	free(opts->uid_text);
-	free(opts->gid_text);
-	free(opts->file_mode_text);
-	free(opts->dir_mode_text);
-	free(opts->metrics_interval_text);
-	free(opts->prefetch_requests_text);
+	free(opts->text.stall_timeout_text);
+	free(opts->text.retries_text);
+	free(opts->text.max_transfers_text);
+	free(opts->text.stats_mode_text);
+	free(opts->text.outside_symlinks_text);
+	free(opts->text.uid_text);
+	free(opts->text.gid_text);
+	free(opts->text.file_mode_text);
+	free(opts->text.dir_mode_text);
+	free(opts->text.metrics_interval_text);
+	free(opts->text.prefetch_requests_text);
 	free(opts->prefetch_window);
 	free(opts->prefetch_budget);
 	free(opts->prefetch_list);
 	free(opts->record_reads);
 	free(opts->read_order_name);
-	free(opts->metrics_file);
-	for (unsigned i = 0; i < opts->n_mirrors; i++)
-		free(opts->mirrors[i]);
-	free(opts->mirrors);
-	free(opts->log_level);
-	free(opts->log_file);
-	free(opts->start_timeout_text);
-	free(opts->endpoint);
-	free(opts->region);
-	free(opts->profile);
-	free(opts->role_arn);
+	free(opts->log.metrics_file);
+	for (unsigned i = 0; i < opts->net.n_mirrors; i++)
+		free(opts->net.mirrors[i]);
+	free(opts->net.mirrors);
+	free(opts->log.log_level);
+	free(opts->log.log_file);
+	free(opts->text.start_timeout_text);
+	free(opts->s3.endpoint);
+	free(opts->s3.region);
+	free(opts->s3.profile);
+	free(opts->s3.role_arn);
 	free(opts->manifest);
-	free(opts->expected_bucket_owner);
+	free(opts->s3.expected_bucket_owner);
 }
 
 /*
@@ -738,7 +847,7 @@ static bool is_proxy_option(const char *arg, const char *p)
 	       (p == arg + 2 && arg[0] == '-' && (arg[1] == 'o' || arg[1] == '-'));
 }
 
-bool fs_argv_scrub(int argc, char *argv[])
+bool daemon_argv_scrub(int argc, char *argv[])
 {
 	bool hidden = false;
 

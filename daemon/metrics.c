@@ -1,11 +1,11 @@
 /*
  * The Prometheus text of /.spoolfs/stats and of --metrics-file (see metrics.h).
  *
- * Lock: fs_metrics.lock guards stop, which the writer thread waits on between writes.
- * Everything else of struct fs_metrics is set before the thread starts and only read by
- * it, or is the writer's own (the thread's, then, once it is joined, fs_metrics_stop's).
+ * Lock: daemon_metrics.lock guards stop, which the writer thread waits on between writes.
+ * Everything else of struct daemon_metrics is set before the thread starts and only read by
+ * it, or is the writer's own (the thread's, then, once it is joined, daemon_metrics_stop's).
  */
-#include "fs/metrics.h"
+#include "daemon/metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,13 +18,13 @@
 #include <unistd.h>
 
 #include "fetch/prefetch/prefetch.h"
-#include "fs/supervisor.h"
+#include "daemon/supervisor.h"
 #include "util/log.h"
 #include "util/thread.h"
 #include "util/trusted_path.h"
 
-struct fs_metrics {
-	const char *path; /* the session's opts.metrics_file, absolute */
+struct daemon_metrics {
+	const char *path; /* the session's opts.log.metrics_file, absolute */
 	char *labels;     /* `mount="..."`, escaped */
 	unsigned interval_s;
 	pthread_t thread;
@@ -87,7 +87,7 @@ static void metric_rows(FILE *out, const char *labels, const char *prefix,
 
 #define ROWS(rows) (rows), sizeof(rows) / sizeof((rows)[0])
 
-void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
+void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
 	struct totals t = {0};
@@ -158,8 +158,8 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 	};
 	metric_rows(out, labels, "", ROWS(rows));
 	/* The processes of the mount (doc/survive.md). */
-	struct fs_supervision sup = {0};
-	fs_supervision_read(s, &sup);
+	struct daemon_supervision sup = {0};
+	daemon_supervision_read(s, &sup);
 	const struct metric_row processes[] = {
 	    {"serving_pid", "gauge", "the process serving the mount now", (uint64_t)getpid()},
 	    {"supervisor_pid", "gauge", "the supervisor holding the mount's FUSE device (0: none)",
@@ -174,11 +174,11 @@ void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels)
 	/* The mount's own file has no labels: the version is a comment there (spoolfs status). */
 	if (!labels)
 		fprintf(out, "# version %s\n", SPOOLFS_VERSION);
-	fs_metrics_write_prefetch(s, out, labels, t.spec_unread);
+	daemon_metrics_write_prefetch(s, out, labels, t.spec_unread);
 }
 
-void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
-                               uint64_t spec_unread)
+void daemon_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
+                                   uint64_t spec_unread)
 {
 	const struct engine_stats *es = engine_stats(s->engine);
 	const struct metric_row speculation[] = {
@@ -295,12 +295,12 @@ static void write_histograms(struct fs_session *s, FILE *out, const char *labels
 /* The file's whole text (malloc'd in *text), or -ENOMEM. */
 static int build(struct fs_session *s, bool mounted, char **text, size_t *len)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	FILE *out = open_memstream(text, len);
 
 	if (!out)
 		return -ENOMEM;
-	fs_metrics_write_stats(s, out, m->labels);
+	daemon_metrics_write_stats(s, out, m->labels);
 	metric(out, m->labels, "mounted", "gauge",
 	       "1 while the mount is up; 0 in the last write, at unmount", mounted ? 1 : 0);
 	write_histograms(s, out, m->labels);
@@ -333,7 +333,7 @@ static int write_text(int fd, void *ctx)
 
 static void write_once(struct fs_session *s, bool mounted)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -342,8 +342,8 @@ static void write_once(struct fs_session *s, bool mounted)
 	/* Through the directory held since start; 0644: a collector runs as another user, and
 	 * nothing here is secret (no URL, no name). */
 	if (rc == 0)
-		rc = util_trusted_replace(s->metrics_out.dir_fd, s->metrics_out.name, 0644,
-		                          write_text, &(struct text){text, len});
+		rc = util_trusted_replace(s->daemon.metrics_out.dir_fd, s->daemon.metrics_out.name,
+		                          0644, write_text, &(struct text){text, len});
 	free(text);
 	if (rc && rc != -m->failed)
 		util_log(UTIL_LOG_WARN, "--metrics-file %s: %s (tried again every %u s)", m->path,
@@ -356,7 +356,7 @@ static void write_once(struct fs_session *s, bool mounted)
 static void *writer_main(void *arg)
 {
 	struct fs_session *s = arg;
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 	struct timespec due;
 
 	clock_gettime(CLOCK_MONOTONIC, &due);
@@ -400,56 +400,19 @@ static char *label(const char *name, const char *value)
 	return out;
 }
 
-int fs_check_output_path(const char *option, char **path, struct fs_output *out)
+int daemon_metrics_start(struct fs_session *s)
 {
-	char why[PATH_MAX + 256], *full = NULL;
-	int rc;
-
-	rc = util_trusted_parent(*path, &out->dir_fd, &out->name, &full, why, sizeof(why));
-	if (rc) {
-		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *path, why);
-		return rc == -ENOMEM ? rc : -EINVAL;
-	}
-	/* Said now rather than at the first write, an interval (or a whole mount) later. */
-	char *slash = strrchr(full, '/');
-	*slash = '\0';
-	rc = access(full[0] ? full : "/", W_OK) != 0 ? -errno : 0;
-	if (rc)
-		fprintf(stderr, "spoolfs: %s %s: its directory %s: %s\n", option, *path,
-		        full[0] ? full : "/", strerror(-rc));
-	*slash = '/';
-	if (rc) {
-		free(full);
-		fs_output_close(out);
-		return -EINVAL;
-	}
-	free(*path);
-	*path = full;
-	return 0;
-}
-
-void fs_output_close(struct fs_output *out)
-{
-	if (out->dir_fd >= 0)
-		close(out->dir_fd);
-	free(out->name);
-	out->dir_fd = -1;
-	out->name = NULL;
-}
-
-int fs_metrics_start(struct fs_session *s)
-{
-	struct fs_metrics *m;
+	struct daemon_metrics *m;
 	pthread_condattr_t attr;
 	int rc = -ENOMEM;
 
-	if (!s->opts.metrics_file)
+	if (!s->opts.log.metrics_file)
 		return 0;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->path = s->opts.metrics_file;
-	m->interval_s = s->opts.metrics_interval_s;
+	m->path = s->opts.log.metrics_file;
+	m->interval_s = s->opts.log.metrics_interval_s;
 	m->labels = label("mount", s->mount_path ? s->mount_path : s->opts.mountpoint);
 	if (!m->labels)
 		goto fail;
@@ -458,12 +421,12 @@ int fs_metrics_start(struct fs_session *s)
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->wake, &attr);
 	pthread_condattr_destroy(&attr);
-	s->metrics = m;
+	s->daemon.metrics = m;
 	write_once(s, true); /* there from the start, not an interval later */
 	rc = util_thread_start(&m->thread, "spoolfs-metrics", writer_main, s);
 	if (rc == 0)
 		return 0;
-	s->metrics = NULL;
+	s->daemon.metrics = NULL;
 	pthread_cond_destroy(&m->wake);
 	pthread_mutex_destroy(&m->lock);
 fail:
@@ -472,9 +435,9 @@ fail:
 	return rc;
 }
 
-void fs_metrics_stop(struct fs_session *s)
+void daemon_metrics_stop(struct fs_session *s)
 {
-	struct fs_metrics *m = s->metrics;
+	struct daemon_metrics *m = s->daemon.metrics;
 
 	if (!m)
 		return;
@@ -484,7 +447,7 @@ void fs_metrics_stop(struct fs_session *s)
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->thread, NULL);
 	write_once(s, false);
-	s->metrics = NULL;
+	s->daemon.metrics = NULL;
 	pthread_cond_destroy(&m->wake);
 	pthread_mutex_destroy(&m->lock);
 	free(m->labels);

@@ -32,10 +32,22 @@
 #include "fetch/source/read_orders.h"
 #include "util/size.h"
 #include "fetch/source/source.h"
-#include "fs/fs_i.h"
-#include "fs/metrics.h"
+#include "daemon/abort.h"
+#include "daemon/mountinfo.h"
+#include "daemon/options.h"
+#include "util/output.h"
+#include "daemon/run_dir.h"
+#include "daemon/shared_counters.h"
+#include "daemon/status.h"
+#include "fs/handles.h"
+#include "fs/listing.h"
+#include "fs/open.h"
+#include "fs/passthrough.h"
+#include "fs/prefetch.h"
+#include "fs/session.h"
+#include "daemon/metrics.h"
 #include "fs/notify.h"
-#include "fs/supervisor.h"
+#include "daemon/supervisor.h"
 #include "publish/publish.h"
 #include "util/supervise.h"
 
@@ -51,71 +63,6 @@ static void raise_fd_limit(void)
 		lim.rlim_cur = lim.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &lim);
 	}
-}
-
-/* Options for the other kind of source do nothing here: said, so a typo'd source shows. */
-static void warn_unused_options(const struct fs_options *o)
-{
-	bool bucket = strncmp(o->source, "s3://", 5) == 0;
-
-	if (!bucket && (o->endpoint || o->region || o->profile || o->path_style || o->no_sign ||
-	                o->role_arn || o->requester_pays || o->expected_bucket_owner))
-		fprintf(
-		    stderr,
-		    "spoolfs: warning: --endpoint, --region, --profile, --role-arn, --path-style,"
-		    " --no-sign, --requester-pays and --expected-bucket-owner are for s3://"
-		    " sources; ignored\n");
-	if (bucket && o->n_mirrors)
-		fprintf(stderr,
-		        "spoolfs: warning: --mirror is for a manifest's objects; ignored\n");
-	if (!bucket && o->manifest)
-		fprintf(stderr, "spoolfs: warning: --manifest KEY is for s3:// sources (a manifest"
-		                " in the bucket); ignored\n");
-	if (bucket && !o->manifest && o->max_manifest_size)
-		fprintf(stderr,
-		        "spoolfs: warning: --max-manifest-size is for a manifest; ignored\n");
-	if (bucket && o->netrc_file)
-		fprintf(stderr, "spoolfs: warning: --netrc-file is for http(s) sources (S3 requests"
-		                " are signed); ignored\n");
-}
-
-/*
- * A file option (--ca-file, --netrc-file) as the daemon will open it: it works in "/"
- * (libfuse's daemonising, -f too), so a relative name is made absolute now, and a missing
- * one is refused now rather than failing downloads later. curl opens it again at each
- * connection, by its path: so the path must be one only root or this user can change
- * (util/trusted_path.h), which util_trusted_open checks now. A last symlink of theirs is
- * followed (a rotated secret), one of another user's is refused. 0 or -EINVAL, said.
- */
-static int check_file_option(const char *option, char **name)
-{
-	char why[PATH_MAX + 256], *absolute;
-	int fd = util_trusted_open(*name, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
-
-	if (fd == -EACCES || fd == -ELOOP || fd == -EINVAL) {
-		fprintf(stderr, "spoolfs: %s %s: refused: %s\n", option, *name, why);
-		return -EINVAL;
-	}
-	if (fd < 0) {
-		/* The path as it was looked up: a relative one from where the mount started. */
-		char cwd[PATH_MAX] = "";
-		if ((*name)[0] != '/' && !getcwd(cwd, sizeof(cwd)))
-			cwd[0] = '\0';
-		fprintf(stderr, "spoolfs: %s %s%s%s: %s\n", option, cwd, cwd[0] ? "/" : "", *name,
-		        strerror(-fd));
-		return -EINVAL;
-	}
-	close(fd);
-	if ((*name)[0] == '/')
-		return 0;
-	absolute = realpath(*name, NULL);
-	if (!absolute) {
-		fprintf(stderr, "spoolfs: %s %s: %s\n", option, *name, strerror(errno));
-		return -EINVAL;
-	}
-	free(*name);
-	*name = absolute;
-	return 0;
 }
 
 /*
@@ -161,9 +108,9 @@ static int open_namespace(struct fs_session *s)
 {
 	char path[PATH_MAX];
 
-	if (!s->run_dir)
+	if (!s->daemon.run_dir)
 		return index_open(&s->idx);
-	snprintf(path, sizeof(path), "%s/namespace.db", s->run_dir);
+	snprintf(path, sizeof(path), "%s/namespace.db", s->daemon.run_dir);
 	return index_open_file(path, s->generation == 0, &s->idx);
 }
 
@@ -182,9 +129,9 @@ static int open_cache(struct fs_session *s)
 	if (s->opts.cache_dir)
 		rc = cache_dir_open(s->opts.cache_dir, true, &s->cache, err, sizeof(err));
 	else
-		rc = cache_dir_open(s->run_dir    ? s->run_dir
-		                    : tmp && *tmp ? tmp
-		                                  : "/var/tmp",
+		rc = cache_dir_open(s->daemon.run_dir ? s->daemon.run_dir
+		                    : tmp && *tmp     ? tmp
+		                                      : "/var/tmp",
 		                    false, &s->cache, err, sizeof(err));
 	if (rc)
 		goto refused;
@@ -217,18 +164,18 @@ refused:
  * listings stall and retry by the downloads' options. */
 static struct fetch_net blocking_net(const struct fs_session *s)
 {
-	return (struct fetch_net){.ca_file = s->opts.ca_file,
-	                          .proxy = s->opts.proxy,
-	                          .netrc_file = s->opts.netrc_file,
+	return (struct fetch_net){.ca_file = s->opts.net.ca_file,
+	                          .proxy = s->opts.net.proxy,
+	                          .netrc_file = s->opts.net.netrc_file,
 	                          .connect_timeout_s = 10,
-	                          .stall_timeout_s = s->opts.stall_timeout_s,
-	                          .max_tries = s->opts.retries,
-	                          .allow_link_local = s->opts.allow_link_local};
+	                          .stall_timeout_s = s->opts.net.stall_timeout_s,
+	                          .max_tries = s->opts.net.retries,
+	                          .allow_link_local = s->opts.net.allow_link_local};
 }
 
 /*
  * Object URLs under the manifest's directory are the ones a mirror also has, and the only
- * ones of its bucket a manifest in a bucket may name: sets s->manifest_dir from the
+ * ones of its bucket a manifest in a bucket may name: sets s->daemon.manifest_dir from the
  * manifest's URL (after redirects) and the confinement rules. 0 or -ENOMEM.
  */
 static int manifest_context(struct fs_session *s, const char *base_url,
@@ -238,12 +185,12 @@ static int manifest_context(struct fs_session *s, const char *base_url,
 
 	while (dir_len > 0 && base_url[dir_len - 1] != '/')
 		dir_len--;
-	s->manifest_dir = strndup(base_url, dir_len);
-	if (!s->manifest_dir)
+	s->daemon.manifest_dir = strndup(base_url, dir_len);
+	if (!s->daemon.manifest_dir)
 		return -ENOMEM;
-	if (s->s3) {
-		load_opts->confine_origin = s3_source_origin(s->s3);
-		load_opts->confine_dir = s->manifest_dir;
+	if (s->listing.s3) {
+		load_opts->confine_origin = s3_source_origin(s->listing.s3);
+		load_opts->confine_dir = s->daemon.manifest_dir;
 	}
 	return 0;
 }
@@ -253,13 +200,13 @@ static int manifest_context(struct fs_session *s, const char *base_url,
 static int keep_nested_rules(struct fs_session *s, const struct source_options *src,
                              const struct manifest_load_options *load_opts, char **base_url)
 {
-	s->nested_src = *src;
-	s->nested_src.max_bytes = 0;
-	s->nested_rules = *load_opts;
-	s->nested_rules.hidden_symlinks = 0;
-	s->manifest_url = *base_url;
+	s->listing.nested_src = *src;
+	s->listing.nested_src.max_bytes = 0;
+	s->listing.nested_rules = *load_opts;
+	s->listing.nested_rules.hidden_symlinks = 0;
+	s->listing.manifest_url = *base_url;
 	*base_url = NULL;
-	return listing_flights_create(&s->listings);
+	return listing_flights_create(&s->listing.flights);
 }
 
 /* What a manifest's session needs, for a later serving process: the namespace is in the
@@ -272,9 +219,9 @@ static int restore_manifest(struct fs_session *s)
 	char *base_url = NULL;
 	int rc;
 
-	if (s->s3) {
+	if (s->listing.s3) {
 		src.sign = s3_source_sign;
-		src.sign_ctx = s->s3;
+		src.sign_ctx = s->listing.s3;
 	}
 	rc = index_meta_get(s->idx, "manifest_url", &base_url);
 	if (rc == 0)
@@ -286,13 +233,14 @@ static int restore_manifest(struct fs_session *s)
 }
 
 /*
- * Reads the manifest and loads it. In a private bucket (s->s3 open, --manifest KEY) the
+ * Reads the manifest and loads it. In a private bucket (s->listing.s3 open, --manifest KEY) the
  * manifest is the object KEY under the source's prefix, fetched with a signed request,
  * and its objects must lie under its own prefix there (they are signed too).
  */
 static int load_manifest(struct fs_session *s)
 {
-	struct source_options src = {.net = blocking_net(s), .max_bytes = s->max_manifest_size};
+	struct source_options src = {.net = blocking_net(s),
+	                             .max_bytes = s->daemon.max_manifest_size};
 	struct manifest_load_options load_opts = {
 	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
 	char *text = NULL, *base_url = NULL, *key_url = NULL, err[512] = "";
@@ -300,12 +248,12 @@ static int load_manifest(struct fs_session *s)
 	int64_t mtime = 0;
 	int rc;
 
-	if (s->s3) {
-		rc = s3_source_key_url(s->s3, s->opts.manifest, &key_url);
+	if (s->listing.s3) {
+		rc = s3_source_key_url(s->listing.s3, s->opts.manifest, &key_url);
 		if (rc)
 			goto out;
 		src.sign = s3_source_sign;
-		src.sign_ctx = s->s3;
+		src.sign_ctx = s->listing.s3;
 	}
 	rc = source_manifest_read(key_url ? key_url : s->opts.source, &src, &text, &len, &base_url,
 	                          &mtime, err, sizeof(err));
@@ -360,27 +308,27 @@ out:
 static int open_bucket(struct fs_session *s)
 {
 	struct s3_options opts = {.source = s->opts.source,
-	                          .endpoint = s->opts.endpoint,
-	                          .region = s->opts.region,
-	                          .profile = s->opts.profile,
-	                          .role_arn = s->opts.role_arn,
-	                          .requester_pays = s->opts.requester_pays,
-	                          .expected_bucket_owner = s->opts.expected_bucket_owner,
+	                          .endpoint = s->opts.s3.endpoint,
+	                          .region = s->opts.s3.region,
+	                          .profile = s->opts.s3.profile,
+	                          .role_arn = s->opts.s3.role_arn,
+	                          .requester_pays = s->opts.s3.requester_pays,
+	                          .expected_bucket_owner = s->opts.s3.expected_bucket_owner,
 	                          .net = blocking_net(s),
-	                          .path_style = s->opts.path_style,
-	                          .no_sign = s->opts.no_sign,
+	                          .path_style = s->opts.s3.path_style,
+	                          .no_sign = s->opts.s3.no_sign,
 	                          .request_timeout_s = 0};
 	char err[512] = "";
 	int rc;
 
-	rc = s3_source_open(&opts, &s->s3, err, sizeof(err));
+	rc = s3_source_open(&opts, &s->listing.s3, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		return rc;
 	}
 	if (s->opts.manifest) /* a manifest in the bucket: no listing */
 		return s->generation ? restore_manifest(s) : load_manifest(s);
-	rc = listing_flights_create(&s->listings);
+	rc = listing_flights_create(&s->listing.flights);
 	if (rc) {
 		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
 		return rc;
@@ -395,7 +343,7 @@ static int open_bucket(struct fs_session *s)
 		rc = index_begin_lazy(s->idx);
 	if (rc)
 		return rc;
-	rc = s3_source_list(s->s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
+	rc = s3_source_list(s->listing.s3, "", s->idx, INDEX_ROOT_INO, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "spoolfs: %s\n", err);
 	return rc;
@@ -425,15 +373,16 @@ static int open_mirror_dirs(struct fs_session *s)
 	CURLU *h = NULL;
 	int rc = 0;
 
-	if (!s->opts.n_mirrors || s->s3)
+	if (!s->opts.net.n_mirrors || s->listing.s3)
 		return 0;
-	s->mirror_dir_fds = malloc(s->opts.n_mirrors * sizeof(*s->mirror_dir_fds));
-	if (!s->mirror_dir_fds)
+	s->daemon.mirror_dir_fds =
+	    malloc(s->opts.net.n_mirrors * sizeof(*s->daemon.mirror_dir_fds));
+	if (!s->daemon.mirror_dir_fds)
 		return -ENOMEM;
-	for (unsigned i = 0; i < s->opts.n_mirrors; i++)
-		s->mirror_dir_fds[i] = -1;
-	for (unsigned i = 0; i < s->opts.n_mirrors && rc == 0; i++) {
-		const char *url = s->opts.mirrors[i];
+	for (unsigned i = 0; i < s->opts.net.n_mirrors; i++)
+		s->daemon.mirror_dir_fds[i] = -1;
+	for (unsigned i = 0; i < s->opts.net.n_mirrors && rc == 0; i++) {
+		const char *url = s->opts.net.mirrors[i];
 		if (strncasecmp(url, "file:", 5) != 0)
 			continue;
 		const char *why = NULL;
@@ -445,7 +394,8 @@ static int open_mirror_dirs(struct fs_session *s)
 		if (curl_url_set(h, CURLUPART_URL, url, 0) != CURLUE_OK ||
 		    curl_url_get(h, CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK)
 			why = "not a local file: URL";
-		else if ((s->mirror_dir_fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		else if ((s->daemon.mirror_dir_fds[i] =
+		              open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 			why = strerror(errno);
 		if (why) {
 			fprintf(stderr, "spoolfs: --mirror %s: cannot open its directory: %s\n",
@@ -462,11 +412,11 @@ static int open_mirror_dirs(struct fs_session *s)
 
 static void close_mirror_dirs(struct fs_session *s)
 {
-	for (unsigned i = 0; s->mirror_dir_fds && i < s->opts.n_mirrors; i++)
-		if (s->mirror_dir_fds[i] >= 0)
-			close(s->mirror_dir_fds[i]);
-	free(s->mirror_dir_fds);
-	s->mirror_dir_fds = NULL;
+	for (unsigned i = 0; s->daemon.mirror_dir_fds && i < s->opts.net.n_mirrors; i++)
+		if (s->daemon.mirror_dir_fds[i] >= 0)
+			close(s->daemon.mirror_dir_fds[i]);
+	free(s->daemon.mirror_dir_fds);
+	s->daemon.mirror_dir_fds = NULL;
 }
 
 /* The engine records a finished object in the index at once, and fetches a chunk that failed
@@ -488,16 +438,17 @@ static int open_progress_dir(struct fs_session *s)
 {
 	int fd;
 
-	if (!s->opts.cache_dir || s->run_dir_fd < 0)
+	if (!s->opts.cache_dir || s->daemon.run_dir_fd < 0)
 		return -1;
-	if (mkdirat(s->run_dir_fd, "progress", 0700) != 0 && errno != EEXIST) {
+	if (mkdirat(s->daemon.run_dir_fd, "progress", 0700) != 0 && errno != EEXIST) {
 		util_log(UTIL_LOG_WARN,
 		         "cannot make the run directory's progress/ (%s): a restart "
 		         "fetches again what was not recorded",
 		         strerror(errno));
 		return -1;
 	}
-	fd = openat(s->run_dir_fd, "progress", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(s->daemon.run_dir_fd, "progress",
+	            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		util_log(UTIL_LOG_WARN,
 		         "cannot open the run directory's progress/ (%s): a restart "
@@ -521,23 +472,23 @@ static int start_fetching(struct fs_session *s)
 	/* Else a session that reads more objects than its fd limit fails the rest. */
 	flight_table_close_idle_spools(s->flights, s->opts.cache_dir != NULL);
 	engine_config_defaults(&cfg);
-	cfg.stall_timeout_s = s->opts.stall_timeout_s;
-	cfg.max_tries = s->opts.retries;
-	cfg.max_transfers = s->opts.max_transfers;
+	cfg.stall_timeout_s = s->opts.net.stall_timeout_s;
+	cfg.max_tries = s->opts.net.retries;
+	cfg.max_transfers = s->opts.net.max_transfers;
 	cfg.spec_max = s->opts.prefetch_requests ? s->opts.prefetch_requests : 16;
-	cfg.net.ca_file = s->opts.ca_file;
-	cfg.net.proxy = s->opts.proxy;
-	cfg.net.netrc_file = s->opts.netrc_file;
-	cfg.net.allow_link_local = s->opts.allow_link_local;
+	cfg.net.ca_file = s->opts.net.ca_file;
+	cfg.net.proxy = s->opts.net.proxy;
+	cfg.net.netrc_file = s->opts.net.netrc_file;
+	cfg.net.allow_link_local = s->opts.net.allow_link_local;
 	cfg.durable = s->opts.cache_dir != NULL; /* only a named directory outlives the session */
 	cfg.cache_max_size = s->cache_max_size;
 	cfg.records = s->records;
 	cfg.lease_dirfd = s->opts.cache_dir ? cache_dir_fd(s->cache) : -1;
-	cfg.progress_dirfd = s->progress_dirfd = open_progress_dir(s);
-	cfg.stats = s->shared_counters ? &s->shared_counters->engine : NULL;
-	if (s->s3) {
+	cfg.progress_dirfd = s->daemon.progress_dirfd = open_progress_dir(s);
+	cfg.stats = s->daemon.shared_counters ? &s->daemon.shared_counters->engine : NULL;
+	if (s->listing.s3) {
 		cfg.sign = s3_source_sign;
-		cfg.sign_ctx = s->s3;
+		cfg.sign_ctx = s->listing.s3;
 		cfg.creds_expired = s3_source_creds_expired;
 		cfg.creds_generation = s3_source_creds_generation;
 		cfg.error_is_expired = s3_error_is_expired_creds;
@@ -552,15 +503,15 @@ static int start_fetching(struct fs_session *s)
 	        .records = s->opts.cache_dir ? s->records : NULL,
 	        .flights = s->flights,
 	        .engine = s->engine,
-	        .manifest_dir = s->manifest_dir,
-	        .mirrors = s->opts.mirrors,
-	        .n_mirrors = s->opts.n_mirrors,
-	        .mirror_dir_fds = s->mirror_dir_fds,
+	        .manifest_dir = s->daemon.manifest_dir,
+	        .mirrors = s->opts.net.mirrors,
+	        .n_mirrors = s->opts.net.n_mirrors,
+	        .mirror_dir_fds = s->daemon.mirror_dir_fds,
 	    },
 	    &s->resolver);
 }
 
-void fs_set_log_level(const char *name, bool debug)
+void daemon_set_log_level(const char *name, bool debug)
 {
 	if (debug || (name && strcmp(name, "debug") == 0))
 		util_log_set_level(UTIL_LOG_DEBUG);
@@ -581,8 +532,8 @@ static int add_mount_options(struct fuse_args *args, const char *source)
 	for (char *p = shown; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
-	/* Last, so that they win over a "rw" given before (fs_options_parse drops dev and suid):
-	 * nobody's set-user-ID binary or device node comes from a store. */
+	/* Last, so that they win over a "rw" given before (daemon_options_parse drops dev and
+	 * suid): nobody's set-user-ID binary or device node comes from a store. */
 	snprintf(opt, sizeof(opt),
 	         "-oro,nosuid,nodev,default_permissions,subtype=spoolfs,fsname=%s", shown);
 	return fuse_opt_add_arg(args, opt) == 0 ? 0 : -ENOMEM;
@@ -601,8 +552,8 @@ static int shown_argc;
 static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_copy,
                             const char *cwd, int ledger_fd)
 {
-	const char *head[FS_RUN_ARGV] = {s->run_dir, s->mount_path, s->mount_dev, cwd};
-	const char **strings = calloc(FS_RUN_ARGV + argc_copy, sizeof(*strings));
+	const char *head[DAEMON_RUN_ARGV] = {s->daemon.run_dir, s->mount_path, s->mount_dev, cwd};
+	const char **strings = calloc(DAEMON_RUN_ARGV + argc_copy, sizeof(*strings));
 	int ctl[2] = {-1, -1}, memfd = -1, exe = -1, rc = -ENOMEM;
 	char pid_text[32], arg0[] = "spoolfs", arg1[] = "__supervise";
 	char **argv = calloc((size_t)shown_argc + 3, sizeof(*argv));
@@ -619,7 +570,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		argv[2 + i] = shown_argv[i];
 	memcpy(strings, head, sizeof(head));
 	for (size_t i = 0; i < argc_copy; i++)
-		strings[FS_RUN_ARGV + i] = argv_copy[i];
+		strings[DAEMON_RUN_ARGV + i] = argv_copy[i];
 	/* The command line, secrets included, goes to each serving process on a descriptor:
 	 * never in an argv, which every local user can read. */
 	memfd = memfd_create("spoolfs-args", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -627,7 +578,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		rc = -errno;
 		goto out;
 	}
-	rc = util_strings_write(memfd, strings, FS_RUN_ARGV + argc_copy);
+	rc = util_strings_write(memfd, strings, DAEMON_RUN_ARGV + argc_copy);
 	if (rc)
 		goto out;
 	fcntl(memfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
@@ -638,7 +589,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 	}
 	/* The supervisor's signals are blocked from before the fork until its signalfd takes
 	 * them (exec keeps the mask and what is pending): a stop sent meanwhile is not lost. */
-	fs_supervisor_signals(&block);
+	daemon_supervisor_signals(&block);
 	sigprocmask(SIG_BLOCK, &block, &old);
 	pid = fork();
 	if (pid < 0) {
@@ -649,7 +600,7 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 	if (pid == 0) {
 		char err[512];
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		s->ctl_fd = ctl[1];
+		s->daemon.ctl_fd = ctl[1];
 		ctl[1] = -1;
 		/* The records' sqlite locks stayed with the parent, which execs the supervisor. */
 		rc = index_records_reopen_at(s->records, cache_dir_fd(s->cache),
@@ -659,12 +610,13 @@ static int start_supervisor(struct fs_session *s, char **argv_copy, size_t argc_
 		goto out;
 	}
 	snprintf(pid_text, sizeof(pid_text), "%ld", (long)pid);
-	int fds[] = {fuse_session_fd(s->se), memfd, ctl[0], exe, ledger_fd, s->run_lock_fd,
-	             s->shared_counters_fd};
-	_Static_assert(sizeof(fds) / sizeof(fds[0]) == FS_RUN_FD_COUNT, "one per fd");
-	rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
+	int fds[] = {
+	    fuse_session_fd(s->se),      memfd, ctl[0], exe, ledger_fd, s->daemon.run_lock_fd,
+	    s->daemon.shared_counters_fd};
+	_Static_assert(sizeof(fds) / sizeof(fds[0]) == DAEMON_RUN_FD_COUNT, "one per fd");
+	rc = util_fds_place(fds, DAEMON_RUN_FD_COUNT, DAEMON_RUN_FD_DEV);
 	if (rc == 0) {
-		fexecve(FS_RUN_FD_EXE, argv, environ);
+		fexecve(DAEMON_RUN_FD_EXE, argv, environ);
 		rc = -errno;
 	}
 	/* No supervisor: the child serves on, as a mount without one did. */
@@ -706,7 +658,7 @@ static int take_over(struct fs_session *s)
 	/* Without a record the first process died before replying to INIT: the kernel
 	 * resends it too (where it can resend at all). */
 	if (rc == -ENOENT)
-		s->init_resend = true;
+		s->handover.init_resend = true;
 	rc = fs_handover_resend(s);
 	if (rc)
 		util_log(UTIL_LOG_WARN, "the kernel refused to resend requests: %s", strerror(-rc));
@@ -727,19 +679,19 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		goto out_session;
 	if (s->generation) {
 		/* The mount exists: its descriptor is ours from the supervisor. */
-		snprintf(device, sizeof(device), "/dev/fd/%d", FS_RUN_FD_DEV);
+		snprintf(device, sizeof(device), "/dev/fd/%d", DAEMON_RUN_FD_DEV);
 		if (fuse_session_mount(s->se, device) != 0)
 			goto out_signals;
-		s->was_mounted = true;
+		s->daemon.was_mounted = true;
 	} else {
 		/* Canonical before the mount: afterwards, resolving it would ask this daemon. */
 		s->mount_path = realpath(s->opts.mountpoint, NULL);
 		if (fuse_session_mount(s->se, s->opts.mountpoint) != 0)
 			goto out_signals;
-		s->was_mounted = true;
-		/* Now, while this mount is surely the one on top: see fs_abort_connection. */
+		s->daemon.was_mounted = true;
+		/* Now, while this mount is surely the one on top: see daemon_abort_connection. */
 		if (!s->mount_path ||
-		    fs_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
+		    daemon_mount_device(s->mount_path, s->mount_dev, sizeof(s->mount_dev))) {
 			s->mount_dev[0] = '\0';
 			util_log(UTIL_LOG_WARN,
 			         "%s is not in the mount table: a stop cannot abort "
@@ -757,9 +709,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		if (rc)
 			goto out_unmount;
 	} else {
-		if (fuse_daemonize(s->opts.foreground) != 0)
+		if (fuse_daemonize(s->opts.log.foreground) != 0)
 			goto out_unmount;
-		if (s->mount_path && s->run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
+		if (s->mount_path && s->daemon.run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
 			rc = start_supervisor(s, argv_copy, argc_copy, cwd, ledger_fd);
 			if (rc)
 				util_log(
@@ -770,7 +722,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		}
 	}
 	/* Daemonised, stderr is /dev/null: operators look in the journal (or the log file). */
-	if (!s->opts.foreground && !s->opts.log_file)
+	if (!s->opts.log.foreground && !s->opts.log.log_file)
 		util_log_use_syslog();
 	rc = fs_replier_start(s);
 	if (rc == 0)
@@ -783,8 +735,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		rc = flight_table_start_hasher(s->flights);
 	if (rc == 0)
 		rc = engine_start(s->engine);
-	if (rc == 0 && s->s3)
-		rc = s3_source_start(s->s3);
+	if (rc == 0 && s->listing.s3)
+		rc = s3_source_start(s->listing.s3);
 	/* Before the walk prefetch: its walks may queue listings ahead from their start. */
 	if (rc == 0)
 		rc = fs_list_ahead_start(s);
@@ -794,7 +746,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		util_log(UTIL_LOG_ERROR, "cannot start the transfer thread: %s", strerror(-rc));
 		goto out_engine; /* each stop is a no-op for what did not start */
 	}
-	rc = fs_metrics_start(s);
+	rc = daemon_metrics_start(s);
 	if (rc) {
 		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
 		goto out_engine;
@@ -818,8 +770,8 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
 	fs_notify_stopping();
-	/* Before anything below waits on a kernel invalidation (see abort.c). */
-	abort_rc = fs_abort_connection(s);
+	/* Before anything below waits on a kernel invalidation (see daemon/abort.c). */
+	abort_rc = daemon_abort_connection(s);
 	if (abort_rc)
 		util_log(UTIL_LOG_WARN, "cannot abort the FUSE connection of %s: %s", s->mount_path,
 		         strerror(-abort_rc));
@@ -838,16 +790,16 @@ out_engine:
 	flight_table_stop_hasher(s->flights);
 	fs_opener_stop(s); /* after the threads that answer hash lists' waiters */
 	fs_replier_stop(s);
-	fs_page_drop_stop(s); /* after the replier: a drop may wait for a page being answered */
-	fs_inval_stop(s);     /* after the engine and the hasher, the threads that fail flights */
-	fs_metrics_stop(s);   /* last: its final write has the session's final counts */
+	fs_page_drop_stop(s);   /* after the replier: a drop may wait for a page being answered */
+	fs_inval_stop(s);       /* after the engine and the hasher, the threads that fail flights */
+	daemon_metrics_stop(s); /* last: its final write has the session's final counts */
 	fs_handles_free_all(s);
 out_unmount:
 	/* While the connection lives, libfuse detaches whatever is topmost at the path: not a
 	 * mount made over ours since, which ours then stays under until the device's last
 	 * close below ends it (libfuse 3.14 frees its copy of the path only in its unmount:
 	 * that one string is left to the exit). Once the connection is gone it only closes. */
-	if (!s->mount_dev[0] || fs_connection_gone(s) || fs_mount_still_ours(s))
+	if (!s->mount_dev[0] || daemon_connection_gone(s) || daemon_mount_still_ours(s))
 		fuse_session_unmount(s->se);
 out_signals:
 	fuse_remove_signal_handlers(s->se);
@@ -904,17 +856,17 @@ static void drop_root_features(struct fs_session *s)
 
 /*
  * `spoolfs __serve GENERATION`, started by the supervisor: the run directory, the mount
- * and the command line come on FS_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
+ * and the command line come on DAEMON_RUN_FD_STRINGS (supervisor.h). 0 or -errno, said.
  */
 static int take_run_strings(struct fs_session *s, const char *generation, char ***strings,
                             size_t *n)
 {
-	int rc = util_strings_read(FS_RUN_FD_STRINGS, strings, n);
+	int rc = util_strings_read(DAEMON_RUN_FD_STRINGS, strings, n);
 
-	close(FS_RUN_FD_STRINGS);
-	close(FS_RUN_FD_EXE);
+	close(DAEMON_RUN_FD_STRINGS);
+	close(DAEMON_RUN_FD_EXE);
 	if (rc == 0) {
-		int mapped = util_ledger_map(FS_RUN_FD_LEDGER, &s->ledger);
+		int mapped = util_ledger_map(DAEMON_RUN_FD_LEDGER, &s->pt.ledger);
 		if (mapped == -EPROTO) {
 			/* Made by the supervisor's build: this one cannot tell how the kernel holds
 			 * the inodes open now, so it must not serve them (a reload is rolled back).
@@ -923,26 +875,27 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 			    stderr,
 			    "spoolfs: serving process: the passthrough ledger was made by"
 			    " another spoolfs build; unmount and mount again to run this one\n");
-			close(FS_RUN_FD_LEDGER);
+			close(DAEMON_RUN_FD_LEDGER);
 			return mapped;
 		}
 		if (mapped)
-			s->ledger =
+			s->pt.ledger =
 			    NULL; /* inherited passthrough opens then fail in the kernel (EIO) */
 	}
-	close(FS_RUN_FD_LEDGER);
-	fs_run_dir_adopt_lock(s, FS_RUN_FD_LOCK);
+	close(DAEMON_RUN_FD_LEDGER);
+	daemon_run_dir_adopt_lock(s, DAEMON_RUN_FD_LOCK);
 	if (rc == 0) {
-		int counted = fs_shared_counters_map(FS_RUN_FD_COUNTERS, &s->shared_counters);
+		int counted =
+		    daemon_shared_counters_map(DAEMON_RUN_FD_COUNTERS, &s->daemon.shared_counters);
 		if (counted)
 			util_log(UTIL_LOG_INFO, "counters start at 0 in this serving process: %s",
 			         counted == -EPROTO ? "the mount's were laid out by another build"
 			                            : strerror(-counted));
 	}
-	close(FS_RUN_FD_COUNTERS);
-	fcntl(FS_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
-	fcntl(FS_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
-	if (rc == 0 && *n <= FS_RUN_ARGV + 1)
+	close(DAEMON_RUN_FD_COUNTERS);
+	fcntl(DAEMON_RUN_FD_DEV, F_SETFD, FD_CLOEXEC);
+	fcntl(DAEMON_RUN_FD_CTL, F_SETFD, FD_CLOEXEC);
+	if (rc == 0 && *n <= DAEMON_RUN_ARGV + 1)
 		rc = -EINVAL;
 	if (rc) {
 		fprintf(stderr, "spoolfs: serving process: bad start-up strings: %s\n",
@@ -950,20 +903,254 @@ static int take_run_strings(struct fs_session *s, const char *generation, char *
 		return rc;
 	}
 	s->generation = strtoull(generation, NULL, 10);
-	s->ctl_fd = FS_RUN_FD_CTL;
-	s->run_dir = strdup((*strings)[FS_RUN_DIR]);
-	s->mount_path = strdup((*strings)[FS_RUN_MOUNT_PATH]);
-	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[FS_RUN_MOUNT_DEV]);
-	if (!s->run_dir || !s->mount_path || s->generation == 0)
+	s->daemon.ctl_fd = DAEMON_RUN_FD_CTL;
+	s->daemon.run_dir = strdup((*strings)[DAEMON_RUN_DIR]);
+	s->mount_path = strdup((*strings)[DAEMON_RUN_MOUNT_PATH]);
+	snprintf(s->mount_dev, sizeof(s->mount_dev), "%s", (*strings)[DAEMON_RUN_MOUNT_DEV]);
+	if (!s->daemon.run_dir || !s->mount_path || s->generation == 0)
 		return -ENOMEM;
-	s->run_dir_fd = open(s->run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->daemon.run_dir_fd =
+	    open(s->daemon.run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* Relative options name files from where the mount was started. */
-	if (s->run_dir_fd < 0 ||
-	    ((*strings)[FS_RUN_CWD][0] && chdir((*strings)[FS_RUN_CWD]) != 0)) {
+	if (s->daemon.run_dir_fd < 0 ||
+	    ((*strings)[DAEMON_RUN_CWD][0] && chdir((*strings)[DAEMON_RUN_CWD]) != 0)) {
 		fprintf(stderr, "spoolfs: serving process: %s\n", strerror(errno));
 		return -errno;
 	}
 	return 0;
+}
+
+/*
+ * The order of start and stop (main): each step's start, in the table's order, once the
+ * options are checked and logging is set up; then the FUSE loop (run_session); then the
+ * stop of every step begun, in reverse, at exit as after a failed start. A start that fails
+ * may leave part of its work done: its stop runs too, so every stop takes what is there.
+ * A later serving process (s->generation > 0) inherits the mountpoint, the run directory,
+ * the ledger and the counters from the supervisor (take_run_strings): those starts do
+ * nothing then, their stops release what it inherited.
+ */
+struct step {
+	const char *name;
+	int (*start)(struct fs_session *s, struct fuse_args *args); /* 0 or -errno, said */
+	void (*stop)(struct fs_session *s);                         /* NULL: nothing to undo */
+	int failed_status; /* the exit status when start fails: 2 for a usage error */
+};
+
+/* Refuses a mountpoint that is not a directory, before the manifest's fetch: libfuse would
+ * mount on a file and give a broken mount. Before the stat: a dead mount there fails it
+ * with ENOTCONN. A later serving process must not look: the mount there is its own,
+ * waiting for it. */
+static int start_mountpoint(struct fs_session *s, struct fuse_args *args)
+{
+	struct stat st;
+	const char *unusable;
+
+	if (s->generation)
+		return 0;
+	if (daemon_mountpoint_prepare(s->opts.mountpoint) != 0)
+		return -EINVAL;
+	unusable = stat(s->opts.mountpoint, &st) != 0 ? strerror(errno)
+	           : !S_ISDIR(st.st_mode)             ? "not a directory"
+	                                              : NULL;
+	if (unusable) {
+		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s->opts.mountpoint, unusable);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int start_run_dir(struct fs_session *s, struct fuse_args *args)
+{
+	return s->generation ? 0 : daemon_run_dir_make(s);
+}
+
+static void stop_run_dir(struct fs_session *s)
+{
+	if (s->daemon.progress_dirfd >= 0)
+		close(s->daemon.progress_dirfd);
+	s->daemon.progress_dirfd = -1;
+	daemon_run_dir_close(s);
+}
+
+/* Shared with the serving processes to come: which inodes the kernel holds open
+ * passthrough, with which backing id. */
+static int start_ledger(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = s->generation ? 0 : util_ledger_create(&s->daemon.ledger_fd, &s->pt.ledger);
+
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
+	return rc;
+}
+
+static void stop_ledger(struct fs_session *s)
+{
+	util_ledger_unmap(s->pt.ledger);
+	s->pt.ledger = NULL;
+	if (s->daemon.ledger_fd >= 0)
+		close(s->daemon.ledger_fd);
+	s->daemon.ledger_fd = -1;
+}
+
+static int start_counters(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = s->generation ? 0
+	                       : daemon_shared_counters_create(&s->daemon.shared_counters_fd,
+	                                                       &s->daemon.shared_counters);
+
+	if (rc) {
+		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
+		return rc;
+	}
+	daemon_counters_settle(s);
+	return 0;
+}
+
+static void stop_counters(struct fs_session *s)
+{
+	daemon_shared_counters_unmap(s->daemon.shared_counters);
+	s->daemon.shared_counters = NULL;
+	if (s->daemon.shared_counters_fd >= 0)
+		close(s->daemon.shared_counters_fd);
+	s->daemon.shared_counters_fd = -1;
+}
+
+static int start_process(struct fs_session *s, struct fuse_args *args)
+{
+	raise_fd_limit();
+	drop_root_features(s);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
+		return -EIO;
+	}
+	return 0;
+}
+
+static void stop_process(struct fs_session *s)
+{
+	curl_global_cleanup();
+}
+
+/* open_cache says why itself, naming the directory or the entry in it. */
+static int start_cache(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = open_cache(s);
+
+	if (rc == 0 && s->opts.cache_dir && !s->opts.cache_max_size)
+		set_default_cache_bound(s);
+	return rc;
+}
+
+static void stop_cache(struct fs_session *s)
+{
+	index_close(s->idx);
+	s->idx = NULL;
+	index_records_close(s->records);
+	s->records = NULL;
+	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
+	 * a named directory that was there: what an earlier session kept stays. */
+	cache_dir_close(s->cache, s->opts.keep_cache || (!s->daemon.was_mounted &&
+	                                                 !(s->cache && cache_dir_made(s->cache))));
+	s->cache = NULL;
+}
+
+static int start_namespace(struct fs_session *s, struct fuse_args *args)
+{
+	return load_namespace(s);
+}
+
+static void stop_namespace(struct fs_session *s)
+{
+	s3_source_free(s->listing.s3);
+	s->listing.s3 = NULL;
+	listing_flights_destroy(s->listing.flights);
+	s->listing.flights = NULL;
+	free(s->daemon.manifest_dir);
+	s->daemon.manifest_dir = NULL;
+	free(s->listing.manifest_url);
+	s->listing.manifest_url = NULL;
+}
+
+static int start_mirrors(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = open_mirror_dirs(s);
+
+	if (rc == -ENOMEM)
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+	return rc;
+}
+
+static int start_engine(struct fs_session *s, struct fuse_args *args)
+{
+	int rc = start_fetching(s);
+
+	if (rc)
+		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
+	return rc;
+}
+
+static void stop_engine(struct fs_session *s)
+{
+	engine_destroy(s->engine);
+	s->engine = NULL;
+	fetch_objects_destroy(s->resolver);
+	s->resolver = NULL;
+	flight_table_destroy(s->flights);
+	s->flights = NULL;
+}
+
+static int start_prefetch(struct fs_session *s, struct fuse_args *args)
+{
+	return fs_prefetch_open(s);
+}
+
+static int start_mount_options(struct fs_session *s, struct fuse_args *args)
+{
+	if (add_mount_options(args, s->listing.s3 ? s3_source_display(s->listing.s3)
+	                                          : s->opts.source) != 0)
+		return -ENOMEM;
+	/* Relative options are resolved: hold no directory. */
+	if (s->generation && chdir("/") != 0)
+		return -errno;
+	return 0;
+}
+
+static const struct step steps[] = {
+    {"mountpoint", start_mountpoint, NULL, 1},
+    {"run directory", start_run_dir, stop_run_dir, 1},
+    {"passthrough ledger", start_ledger, stop_ledger, 1},
+    {"counters", start_counters, stop_counters, 1},
+    {"process", start_process, stop_process, 1},
+    {"cache directory", start_cache, stop_cache, 1},
+    {"namespace", start_namespace, stop_namespace, 1},
+    {"mirrors", start_mirrors, close_mirror_dirs, 2},
+    {"engine", start_engine, stop_engine, 1},
+    {"prefetch", start_prefetch, fs_prefetch_free, 2},
+    {"mount options", start_mount_options, NULL, 1},
+};
+
+/* Starts steps[] in order until one fails: 0, or that step's exit status. *begun counts
+ * the steps begun, the failed one included. */
+static int start_steps(struct fs_session *s, struct fuse_args *args, size_t *begun)
+{
+	for (*begun = 0; *begun < sizeof(steps) / sizeof(steps[0]);) {
+		const struct step *step = &steps[(*begun)++];
+		if (step->start(s, args) != 0) {
+			util_log(UTIL_LOG_DEBUG, "start: %s failed", step->name);
+			return step->failed_status;
+		}
+	}
+	return 0;
+}
+
+/* Stops the steps begun, last first. */
+static void stop_steps(struct fs_session *s, size_t begun)
+{
+	while (begun > 0) {
+		const struct step *step = &steps[--begun];
+		if (step->stop)
+			step->stop(s);
+	}
 }
 
 static void on_sigusr1(int sig)
@@ -978,27 +1165,29 @@ int main(int argc, char *argv[])
 	struct fs_session s;
 	char **strings = NULL, cwd[PATH_MAX] = "";
 	size_t n_strings = 0;
-	int rc, status = 1, ledger_fd = -1;
+	int rc, status = 1;
+	size_t begun = 0; /* steps[] begun: each of them is stopped, in reverse */
 
 	/* Before anything opens a database; a failure only costs speed. */
 	(void)index_init_process();
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
-		return fs_status_main(argc, argv);
+		return daemon_status_main(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "publish") == 0)
 		return publish_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "verify") == 0)
 		return publish_verify_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "reload") == 0)
-		return fs_reload_main(argc, argv);
+		return daemon_reload_main(argc, argv);
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)
-		return fs_supervisor_main(argc, argv);
+		return daemon_supervisor_main(argc, argv);
 	memset(&s, 0, sizeof(s));
-	s.run_dir_fd = s.progress_dirfd = s.ctl_fd = s.run_lock_fd = s.shared_counters_fd = -1;
-	s.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
-	pthread_mutex_init(&s.passthrough_lock, NULL);
-	pthread_mutex_init(&s.handles_lock, NULL);
-	pthread_mutex_init(&s.handover_lock, NULL);
-	pthread_cond_init(&s.handover_cond, NULL);
+	s.daemon.run_dir_fd = s.daemon.progress_dirfd = s.daemon.ctl_fd = s.daemon.run_lock_fd =
+	    s.daemon.shared_counters_fd = s.daemon.ledger_fd = -1;
+	s.daemon.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
+	pthread_mutex_init(&s.pt.lock, NULL);
+	pthread_mutex_init(&s.handles.lock, NULL);
+	pthread_mutex_init(&s.handover.lock, NULL);
+	pthread_cond_init(&s.handover.cond, NULL);
 	if (argc > 2 && strcmp(argv[1], "__serve") == 0) {
 		/* Tests: a serving process that dies as it starts (a crash loop). */
 		if (getenv("SPOOLFS_TEST_SERVE_EXIT"))
@@ -1006,8 +1195,8 @@ int main(int argc, char *argv[])
 		/* A later serving process: its command line comes from the supervisor. */
 		if (take_run_strings(&s, argv[2], &strings, &n_strings) != 0)
 			goto out_args;
-		args = (struct fuse_args)FUSE_ARGS_INIT((int)(n_strings - FS_RUN_ARGV),
-		                                        strings + FS_RUN_ARGV);
+		args = (struct fuse_args)FUSE_ARGS_INIT((int)(n_strings - DAEMON_RUN_ARGV),
+		                                        strings + DAEMON_RUN_ARGV);
 		argc = args.argc;
 		argv = args.argv;
 	} else {
@@ -1024,17 +1213,18 @@ int main(int argc, char *argv[])
 		}
 	}
 
-	s.started = time(NULL);
+	s.daemon.started = time(NULL);
 	s.uid = getuid();
 	s.gid = getgid();
 	s.timeout_s = 86400.0 * 365;
-	if (fs_options_parse(&args, &s.opts) != 0) {
+	s.write_stats = daemon_metrics_write_stats;
+	if (daemon_options_parse(&args, &s.opts) != 0) {
 		status = 2;
 		goto out_args;
 	}
 	/* Relative file options name files from where the mount was started: the daemon runs
 	 * from "/" later (and a later serving process from the start), and opens some again. */
-	if (fs_options_resolve(&s.opts, s.generation ? strings[FS_RUN_CWD] : cwd) != 0) {
+	if (daemon_options_resolve(&s.opts, s.generation ? strings[DAEMON_RUN_CWD] : cwd) != 0) {
 		fprintf(stderr, "spoolfs: out of memory\n");
 		goto out_args;
 	}
@@ -1043,7 +1233,7 @@ int main(int argc, char *argv[])
 	if (s.opts.gid >= 0)
 		s.gid = (gid_t)s.opts.gid;
 	/* Everything is copied out of argv now; the mount lives for hours, readable by all. */
-	if (fs_argv_scrub(argc, argv))
+	if (daemon_argv_scrub(argc, argv))
 		util_log(UTIL_LOG_WARN,
 		         "the command line held a password or a signed URL query: hidden from"
 		         " this process's command line now, but other users could read it while"
@@ -1052,7 +1242,7 @@ int main(int argc, char *argv[])
 	shown_argv = argv;
 	shown_argc = argc;
 	if (s.opts.show_help) {
-		fs_options_usage(argv[0]);
+		daemon_options_usage(argv[0]);
 		status = 0;
 		goto out_args;
 	}
@@ -1062,48 +1252,16 @@ int main(int argc, char *argv[])
 		status = 0;
 		goto out_args;
 	}
-	/* The session's own cache directory has a fresh name each mount: kept, no mount
-	 * would ever find it again. */
-	if (s.opts.keep_cache && !s.opts.cache_dir) {
-		fprintf(stderr, "spoolfs: --keep-cache keeps --cache-dir DIR: give one\n");
+	if (daemon_options_check(&s.opts, &s.cache_max_size, &s.daemon.max_manifest_size) != 0 ||
+	    (s.opts.log.metrics_file && util_output_open("--metrics-file", &s.opts.log.metrics_file,
+	                                                 &s.daemon.metrics_out) != 0)) {
 		status = 2;
 		goto out_args;
 	}
-	warn_unused_options(&s.opts);
-	if (strncmp(s.opts.source, "s3://", 5) == 0)
-		s.opts.n_mirrors = 0; /* said to be ignored: a bucket's requests are signed */
-	if (s.opts.cache_max_size &&
-	    util_parse_size(s.opts.cache_max_size, &s.cache_max_size) != 0) {
-		fprintf(stderr, "spoolfs: bad --cache-max-size '%s' (e.g. 512M, 10G)\n",
-		        s.opts.cache_max_size);
-		status = 2;
-		goto out_args;
-	}
-	uint64_t manifest_max = 0;
-	if (s.opts.max_manifest_size &&
-	    (util_parse_size(s.opts.max_manifest_size, &manifest_max) != 0 || manifest_max == 0 ||
-	     manifest_max >= SIZE_MAX)) {
-		fprintf(stderr, "spoolfs: bad --max-manifest-size '%s' (e.g. 64M, 2G)\n",
-		        s.opts.max_manifest_size);
-		status = 2;
-		goto out_args;
-	}
-	s.max_manifest_size = (size_t)manifest_max;
-	if (strncmp(s.opts.source, "s3://", 5) == 0) {
-		free(s.opts.netrc_file); /* said by warn_unused_options */
-		s.opts.netrc_file = NULL;
-	}
-	if ((s.opts.ca_file && check_file_option("--ca-file", &s.opts.ca_file) != 0) ||
-	    (s.opts.netrc_file && check_file_option("--netrc-file", &s.opts.netrc_file) != 0) ||
-	    (s.opts.metrics_file &&
-	     fs_check_output_path("--metrics-file", &s.opts.metrics_file, &s.metrics_out) != 0)) {
-		status = 2;
-		goto out_args;
-	}
-	fs_set_log_level(s.opts.log_level, s.opts.debug);
+	daemon_set_log_level(s.opts.log.log_level, s.opts.log.debug);
 	char log_why[PATH_MAX + 256];
-	if (s.opts.log_file &&
-	    (rc = util_log_use_file(s.opts.log_file, log_why, sizeof(log_why))) != 0) {
+	if (s.opts.log.log_file &&
+	    (rc = util_log_use_file(s.opts.log.log_file, log_why, sizeof(log_why))) != 0) {
 		fprintf(stderr, "spoolfs: --log-file: %s\n", log_why);
 		status = 2;
 		goto out_args;
@@ -1117,111 +1275,24 @@ int main(int argc, char *argv[])
 		         s.opts.asked_dev ? "dev" : "",
 		         s.opts.asked_dev && s.opts.asked_suid ? " and " : "",
 		         s.opts.asked_suid ? "suid" : "");
-	/* Before the stat below: a dead mount there fails it with ENOTCONN. A later serving
-	 * process must not look: the mount there is its own, waiting for it. */
-	if (!s.generation && fs_mountpoint_prepare(s.opts.mountpoint) != 0)
-		goto out_args;
-	/* Before the manifest's fetch: libfuse would mount on a file and give a broken mount. */
-	struct stat mountpoint;
-	const char *unusable = s.generation                                ? NULL
-	                       : stat(s.opts.mountpoint, &mountpoint) != 0 ? strerror(errno)
-	                       : !S_ISDIR(mountpoint.st_mode)              ? "not a directory"
-	                                                                   : NULL;
-	if (unusable) {
-		fprintf(stderr, "spoolfs: mountpoint %s: %s\n", s.opts.mountpoint, unusable);
-		goto out_args;
+	status = start_steps(&s, &args, &begun);
+	if (status == 0) {
+		rc = run_session(&s, &args, s.generation ? NULL : strings,
+		                 s.generation ? 0 : n_strings, cwd, s.daemon.ledger_fd);
+		status = rc == 0 ? 0 : 1;
 	}
-	if (!s.generation && fs_run_dir_make(&s) != 0)
-		goto out_args;
-	/* Shared with the serving processes to come: which inodes the kernel holds open
-	 * passthrough, with which backing id. */
-	if (!s.generation && (rc = util_ledger_create(&ledger_fd, &s.ledger)) != 0) {
-		fprintf(stderr, "spoolfs: cannot make the passthrough ledger: %s\n", strerror(-rc));
-		fs_run_dir_close(&s);
-		goto out_args;
-	}
-	if (!s.generation &&
-	    (rc = fs_shared_counters_create(&s.shared_counters_fd, &s.shared_counters)) != 0) {
-		fprintf(stderr, "spoolfs: cannot make the counters: %s\n", strerror(-rc));
-		fs_run_dir_close(&s);
-		goto out_args;
-	}
-	fs_counters_settle(&s);
-	raise_fd_limit();
-	drop_root_features(&s);
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-		fprintf(stderr, "spoolfs: cannot initialise libcurl\n");
-		goto out_args;
-	}
-	/* Says why itself, naming the directory or the entry in it. */
-	if (open_cache(&s) != 0)
-		goto out_cache;
-	if (s.opts.cache_dir && !s.opts.cache_max_size)
-		set_default_cache_bound(&s);
-	if (load_namespace(&s) != 0)
-		goto out_cache;
-	rc = open_mirror_dirs(&s);
-	if (rc) {
-		if (rc == -ENOMEM)
-			fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
-		status = 2;
-		goto out_cache;
-	}
-	rc = start_fetching(&s);
-	if (rc) {
-		fprintf(stderr, "spoolfs: cannot start: %s\n", strerror(-rc));
-		goto out_fetch;
-	}
-	if (fs_prefetch_open(&s) != 0) {
-		status = 2;
-		goto out_fetch;
-	}
-	if (add_mount_options(&args, s.s3 ? s3_source_display(s.s3) : s.opts.source) != 0)
-		goto out_fetch;
-	if (s.generation && chdir("/") != 0) /* relative options are resolved: hold no directory */
-		goto out_fetch;
-	rc = run_session(&s, &args, s.generation ? NULL : strings, s.generation ? 0 : n_strings,
-	                 cwd, ledger_fd);
-	status = rc == 0 ? 0 : 1;
-out_fetch:
-	fs_prefetch_free(&s);
-	engine_destroy(s.engine);
-	fetch_objects_destroy(s.resolver);
-	flight_table_destroy(s.flights);
-out_cache:
-	close_mirror_dirs(&s);
-	index_close(s.idx);
-	index_records_close(s.records);
-	s3_source_free(s.s3);
-	listing_flights_destroy(s.listings);
-	pthread_mutex_destroy(&s.passthrough_lock);
-	pthread_mutex_destroy(&s.handles_lock);
-	pthread_mutex_destroy(&s.handover_lock);
-	pthread_cond_destroy(&s.handover_cond);
-
-	/* A mount refused before it came up (a bad manifest URL, a bad index) loses nothing of
-	 * a named directory that was there: what an earlier session kept stays. */
-	cache_dir_close(s.cache, s.opts.keep_cache ||
-	                             (!s.was_mounted && !(s.cache && cache_dir_made(s.cache))));
+	stop_steps(&s, begun);
 	free(s.mount_path);
-	if (s.progress_dirfd >= 0)
-		close(s.progress_dirfd);
-	fs_run_dir_close(&s);
-	util_ledger_unmap(s.ledger);
-	if (ledger_fd >= 0)
-		close(ledger_fd);
-	fs_shared_counters_unmap(s.shared_counters);
-	if (s.shared_counters_fd >= 0)
-		close(s.shared_counters_fd);
-	free(s.init_req);
-	free(s.init_reply);
-	free(s.manifest_dir);
-	free(s.manifest_url);
-	curl_global_cleanup();
+	free(s.handover.init_req);
+	free(s.handover.init_reply);
+	pthread_mutex_destroy(&s.pt.lock);
+	pthread_mutex_destroy(&s.handles.lock);
+	pthread_mutex_destroy(&s.handover.lock);
+	pthread_cond_destroy(&s.handover.cond);
 out_args:
-	fs_output_close(&s.metrics_out);
-	fs_output_close(&s.reads_out);
-	fs_options_free(&s.opts);
+	util_output_close(&s.daemon.metrics_out);
+	util_output_close(&s.reads_out);
+	daemon_options_free(&s.opts);
 	fuse_opt_free_args(&args); /* frees only what option parsing made */
 	util_strings_free(strings, n_strings);
 	return status;

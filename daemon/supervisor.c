@@ -33,8 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
-#include "fs/supervisor.h"
+#include "daemon/mountinfo.h"
+#include "daemon/options.h"
+#include "fs/session.h"
+#include "daemon/supervisor.h"
 #include "util/log.h"
 #include "util/supervise.h"
 
@@ -46,7 +48,7 @@
 struct supervisor {
 	int dev_fd;
 	int args_fd;
-	char **strings; /* FS_RUN_* then the command line */
+	char **strings; /* DAEMON_RUN_* then the command line */
 	size_t n_strings;
 	int running_exe; /* the binary the serving process runs (fexecve), O_RDONLY */
 	int tried_exe;   /* a reload's new binary until it serves, else -1 */
@@ -82,8 +84,8 @@ static void write_state(struct supervisor *sv)
 	char path[4200], tmp[4200];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/supervisor", sv->strings[FS_RUN_DIR]);
-	snprintf(tmp, sizeof(tmp), "%s/supervisor.tmp", sv->strings[FS_RUN_DIR]);
+	snprintf(path, sizeof(path), "%s/supervisor", sv->strings[DAEMON_RUN_DIR]);
+	snprintf(tmp, sizeof(tmp), "%s/supervisor.tmp", sv->strings[DAEMON_RUN_DIR]);
 	f = fopen(tmp, "we");
 	if (!f)
 		return;
@@ -118,9 +120,10 @@ static int start_child(struct supervisor *sv, int exe)
 	if (pid == 0) {
 		char gen[32], arg0[] = "spoolfs", arg1[] = "__serve";
 		char **argv = sv->shown;
-		int fds[] = {sv->dev_fd,     sv->args_fd,       ctl[1], exe, FS_RUN_FD_LEDGER,
-		             FS_RUN_FD_LOCK, FS_RUN_FD_COUNTERS};
-		_Static_assert(sizeof(fds) / sizeof(fds[0]) == FS_RUN_FD_COUNT, "one per fd");
+		int fds[] = {
+		    sv->dev_fd,         sv->args_fd,           ctl[1], exe, DAEMON_RUN_FD_LEDGER,
+		    DAEMON_RUN_FD_LOCK, DAEMON_RUN_FD_COUNTERS};
+		_Static_assert(sizeof(fds) / sizeof(fds[0]) == DAEMON_RUN_FD_COUNT, "one per fd");
 		const char *what = "placing its descriptors";
 		sigset_t none;
 
@@ -131,7 +134,7 @@ static int start_child(struct supervisor *sv, int exe)
 		argv[0] = arg0;
 		argv[1] = arg1;
 		argv[2] = gen;
-		rc = util_fds_place(fds, FS_RUN_FD_COUNT, FS_RUN_FD_DEV);
+		rc = util_fds_place(fds, DAEMON_RUN_FD_COUNT, DAEMON_RUN_FD_DEV);
 		if (rc == 0) {
 			/* fd 6 is the binary itself: fexecve through it, then closed (CLOEXEC). */
 			fcntl(6, F_SETFD, FD_CLOEXEC);
@@ -171,11 +174,11 @@ static bool connection_gone(const struct supervisor *sv)
 /* The end: the mount goes (if it is still there and ours), then the device. */
 static void unmount(struct supervisor *sv)
 {
-	const char *path = sv->strings[FS_RUN_MOUNT_PATH];
+	const char *path = sv->strings[DAEMON_RUN_MOUNT_PATH];
 	char dev[32];
 
-	if (!connection_gone(sv) && fs_mount_device(path, dev, sizeof(dev)) == 0 &&
-	    strcmp(dev, sv->strings[FS_RUN_MOUNT_DEV]) == 0) {
+	if (!connection_gone(sv) && daemon_mount_device(path, dev, sizeof(dev)) == 0 &&
+	    strcmp(dev, sv->strings[DAEMON_RUN_MOUNT_DEV]) == 0) {
 		if (geteuid() == 0) {
 			if (umount2(path, MNT_FORCE | MNT_DETACH) != 0)
 				util_log(UTIL_LOG_WARN, "cannot unmount %s: %s", path,
@@ -199,7 +202,7 @@ static void unmount(struct supervisor *sv)
  * serving process runs: a new one makes its own. */
 static void remove_spool_dirs(struct supervisor *sv)
 {
-	DIR *d = opendir(sv->strings[FS_RUN_DIR]);
+	DIR *d = opendir(sv->strings[DAEMON_RUN_DIR]);
 	struct dirent *e;
 
 	if (!d)
@@ -216,24 +219,24 @@ static void remove_spool_dirs(struct supervisor *sv)
 static void options_setup(struct supervisor *sv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fs_options opts;
+	struct daemon_options opts;
 	char why[PATH_MAX + 256];
 
 	memset(&opts, 0, sizeof(opts));
-	for (size_t i = FS_RUN_ARGV; i < sv->n_strings; i++)
+	for (size_t i = DAEMON_RUN_ARGV; i < sv->n_strings; i++)
 		if (fuse_opt_add_arg(&args, sv->strings[i]) != 0)
 			goto out;
-	if (fs_options_parse(&args, &opts) != 0 ||
-	    fs_options_resolve(&opts, sv->strings[FS_RUN_CWD]) != 0)
+	if (daemon_options_parse(&args, &opts) != 0 ||
+	    daemon_options_resolve(&opts, sv->strings[DAEMON_RUN_CWD]) != 0)
 		goto out;
 	sv->start_timeout_ns = (uint64_t)opts.start_timeout_s * 1000000000ULL;
-	fs_set_log_level(opts.log_level, opts.debug);
-	if (opts.log_file && util_log_use_file(opts.log_file, why, sizeof(why)) != 0)
+	daemon_set_log_level(opts.log.log_level, opts.log.debug);
+	if (opts.log.log_file && util_log_use_file(opts.log.log_file, why, sizeof(why)) != 0)
 		fprintf(stderr, "spoolfs: supervisor: --log-file: %s\n", why);
-	else if (!opts.foreground)
+	else if (!opts.log.foreground)
 		util_log_use_syslog();
 out:
-	fs_options_free(&opts);
+	daemon_options_free(&opts);
 	fuse_opt_free_args(&args);
 }
 
@@ -284,12 +287,12 @@ static int child_ended(struct supervisor *sv, int status)
 		    UTIL_LOG_ERROR,
 		    "serving process %ld %s; this kernel cannot resend the requests it had taken"
 		    " (FUSE_NOTIFY_RESEND needs Linux 6.9): unmounting %s",
-		    (long)pid, how, sv->strings[FS_RUN_MOUNT_PATH]);
+		    (long)pid, how, sv->strings[DAEMON_RUN_MOUNT_PATH]);
 		return 2;
 	}
 	if (util_restarts_note(&sv->restarts, now_ns(), was_ready, why, sizeof(why)) != 0) {
 		util_log(UTIL_LOG_ERROR, "serving process %ld %s; %s: unmounting %s", (long)pid,
-		         how, why, sv->strings[FS_RUN_MOUNT_PATH]);
+		         how, why, sv->strings[DAEMON_RUN_MOUNT_PATH]);
 		return 2;
 	}
 	util_log(UTIL_LOG_WARN, "serving process %ld %s: starting another (restart %" PRIu64 ")",
@@ -428,7 +431,7 @@ static int loop(struct supervisor *sv, int sig_fd)
 	}
 }
 
-void fs_supervisor_signals(sigset_t *set)
+void daemon_supervisor_signals(sigset_t *set)
 {
 	static const int taken[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
@@ -437,12 +440,13 @@ void fs_supervisor_signals(sigset_t *set)
 		sigaddset(set, taken[i]);
 }
 
-void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
+void daemon_supervision_read(const struct fs_session *s, struct daemon_supervision *out)
 {
 	long sup = 0, serving = 0;
 	unsigned long long restarts = 0, reloads = 0, generation = 0, failed = 0;
-	int fd =
-	    s->run_dir_fd >= 0 ? openat(s->run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC) : -1;
+	int fd = s->daemon.run_dir_fd >= 0
+	             ? openat(s->daemon.run_dir_fd, "supervisor", O_RDONLY | O_CLOEXEC)
+	             : -1;
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 
 	memset(out, 0, sizeof(*out));
@@ -460,11 +464,11 @@ void fs_supervision_read(const struct fs_session *s, struct fs_supervision *out)
 		close(fd);
 	/* Its parent, whether or not it has written its file yet (a moment after the mount);
 	 * once the supervisor died, the parent is init or a subreaper, never named as it. */
-	if (s->ctl_fd >= 0 && (sup <= 0 || getppid() == (pid_t)sup))
+	if (s->daemon.ctl_fd >= 0 && (sup <= 0 || getppid() == (pid_t)sup))
 		out->supervisor_pid = (uint64_t)getppid();
 }
 
-int fs_supervisor_main(int argc, char **argv)
+int daemon_supervisor_main(int argc, char **argv)
 {
 	struct supervisor sv = {.dev_fd = 3, .args_fd = 4, .ctl_fd = 5, .tried_exe = -1};
 	sigset_t sigs;
@@ -479,17 +483,17 @@ int fs_supervisor_main(int argc, char **argv)
 	fcntl(4, F_SETFD, FD_CLOEXEC);
 	fcntl(5, F_SETFD, FD_CLOEXEC);
 	fcntl(6, F_SETFD, FD_CLOEXEC);
-	fcntl(FS_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
-	fcntl(FS_RUN_FD_LOCK, F_SETFD, FD_CLOEXEC);     /* held, never used: run_dir.c */
-	fcntl(FS_RUN_FD_COUNTERS, F_SETFD, FD_CLOEXEC); /* held, for the serving processes */
+	fcntl(DAEMON_RUN_FD_LEDGER, F_SETFD, FD_CLOEXEC);
+	fcntl(DAEMON_RUN_FD_LOCK, F_SETFD, FD_CLOEXEC);     /* held, never used: run_dir.c */
+	fcntl(DAEMON_RUN_FD_COUNTERS, F_SETFD, FD_CLOEXEC); /* held, for the serving processes */
 	if (util_strings_read(sv.args_fd, &sv.strings, &sv.n_strings) != 0 ||
-	    sv.n_strings < FS_RUN_ARGV)
+	    sv.n_strings < DAEMON_RUN_ARGV)
 		return 2;
 	sv.start_timeout_ns = 30 * 1000000000ULL; /* unless the command line says */
 	options_setup(&sv);
 	sv.started_ns = now_ns(); /* the first child's start: bounded from here */
 	util_restarts_init(&sv.restarts, MAX_FAILED_STARTS, MAX_RESTARTS, RESTART_WINDOW_S);
-	fs_supervisor_signals(&sigs);
+	daemon_supervisor_signals(&sigs);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	sig_fd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	if (sig_fd < 0)
@@ -511,7 +515,7 @@ int fs_supervisor_main(int argc, char **argv)
 		waitpid(sv.child, NULL, 0);
 	}
 	unmount(&sv);
-	util_remove_tree(AT_FDCWD, sv.strings[FS_RUN_DIR]);
+	util_remove_tree(AT_FDCWD, sv.strings[DAEMON_RUN_DIR]);
 	util_strings_free(sv.strings, sv.n_strings);
 	close(sig_fd);
 	return rc == 0 ? 0 : 1;

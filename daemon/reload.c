@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
-#include "fs/supervisor.h"
+#include "daemon/mountinfo.h"
+#include "daemon/supervisor.h"
 
 /* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */
 struct supervision_seen {
@@ -107,7 +107,7 @@ static bool holds_fuse_device(long pid)
  * Opens the root of the spoolfs mount at dir and reads who supervises it: the root's fd
  * (the caller closes it), or -1 after saying why on stderr.
  */
-static int open_mount(const char *dir, struct fs_mount_top *top)
+static int open_mount(const char *dir, struct daemon_mount_top *top)
 {
 	char *canonical = realpath(dir, NULL);
 	struct stat st;
@@ -117,7 +117,7 @@ static int open_mount(const char *dir, struct fs_mount_top *top)
 		fprintf(stderr, "spoolfs reload: %s: %s\n", dir, strerror(errno));
 		return -1;
 	}
-	if (fs_mount_top_info(canonical, top) != 0) {
+	if (daemon_mount_top_info(canonical, top) != 0) {
 		fprintf(stderr, "spoolfs reload: %s: not a mount point\n", dir);
 		goto out;
 	}
@@ -133,7 +133,7 @@ static int open_mount(const char *dir, struct fs_mount_top *top)
 	}
 	fd = open(canonical, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	/* The root of that very mount, not a directory put at the path since. */
-	if (fd < 0 || fs_fd_mount_id(fd) != (long)top->id || fstat(fd, &st) != 0 ||
+	if (fd < 0 || daemon_fd_mount_id(fd) != (long)top->id || fstat(fd, &st) != 0 ||
 	    st.st_ino != 1) {
 		fprintf(stderr, "spoolfs reload: %s: %s\n", dir,
 		        fd < 0 ? strerror(errno) : "the mount there changed while it was examined");
@@ -147,7 +147,7 @@ out:
 }
 
 /* Whether seen->sup is the mount's supervisor (see the top of the file); said when not. */
-static bool is_supervisor(const char *dir, const struct fs_mount_top *top,
+static bool is_supervisor(const char *dir, const struct daemon_mount_top *top,
                           const struct supervision_seen *seen)
 {
 	long ruid, euid, ppid, s_ruid, s_euid, s_ppid;
@@ -171,10 +171,10 @@ static bool is_supervisor(const char *dir, const struct fs_mount_top *top,
 	return false;
 }
 
-int fs_reload_main(int argc, char **argv)
+int daemon_reload_main(int argc, char **argv)
 {
 	struct supervision_seen before, now;
-	struct fs_mount_top top;
+	struct daemon_mount_top top;
 	int rc, root_fd, status = 1;
 
 	if (argc != 3) {

@@ -24,35 +24,37 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include "daemon/abort.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
+#include "daemon/mountinfo.h"
+#include "fs/session.h"
 
-bool fs_mount_still_ours(const struct fs_session *s)
+bool daemon_mount_still_ours(const struct fs_session *s)
 {
 	char dev[sizeof(s->mount_dev)];
 
 	return s->mount_path && s->mount_dev[0] &&
-	       fs_mount_device(s->mount_path, dev, sizeof(dev)) == 0 &&
+	       daemon_mount_device(s->mount_path, dev, sizeof(dev)) == 0 &&
 	       strcmp(dev, s->mount_dev) == 0;
 }
 
-bool fs_connection_gone(const struct fs_session *s)
+bool daemon_connection_gone(const struct fs_session *s)
 {
 	struct pollfd device = {.fd = fuse_session_fd(s->se)};
 
 	return poll(&device, 1, 0) == 1 && (device.revents & POLLERR);
 }
 
-int fs_abort_connection(struct fs_session *s)
+int daemon_abort_connection(struct fs_session *s)
 {
 	if (geteuid() != 0)
 		return 0;
 	/* Unmounted already (fusermount3 -u ended the loop): nothing is pending. */
-	if (fs_connection_gone(s))
+	if (daemon_connection_gone(s))
 		return 0;
 	/* Someone mounted over this mount: the path no longer names it, and forcing that
 	 * other mount is not ours to do. The device's last close still ends ours. */
-	if (!fs_mount_still_ours(s))
+	if (!daemon_mount_still_ours(s))
 		return 0;
 	return umount2(s->mount_path, MNT_FORCE | MNT_DETACH) == 0 ? 0 : -errno;
 }

@@ -10,7 +10,7 @@
  *
  * Before a mount, the same table says whether a FUSE mount is already at the mountpoint:
  * spoolfs does not stack on a live one, and clears a dead one of its own user away
- * (fs_mountpoint_prepare), through one fd opened on it, so that the mount it asked is the
+ * (daemon_mountpoint_prepare), through one fd opened on it, so that the mount it asked is the
  * one it detaches.
  */
 #include <errno.h>
@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/mountinfo.h"
 #include "util/thread.h"
 #include "util/log.h"
-#include "fs/fs_i.h"
 
 struct mount_entry {
 	unsigned long id;
@@ -80,11 +80,11 @@ static int add_entry(struct mount_entry **at, size_t *n, const struct mount_entr
 	return 0;
 }
 
-int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
-                    size_t fstype_len)
+int daemon_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
+                        size_t fstype_len)
 {
-	struct fs_mount_top top;
-	int rc = fs_mount_top_info_in(table, mountpoint, &top);
+	struct daemon_mount_top top;
+	int rc = daemon_mount_top_info_in(table, mountpoint, &top);
 
 	if (rc == 0) {
 		snprintf(dev, len, "%s", top.dev);
@@ -94,7 +94,7 @@ int fs_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, 
 	return rc;
 }
 
-int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_top *top)
+int daemon_mount_top_info_in(FILE *table, const char *mountpoint, struct daemon_mount_top *top)
 {
 	struct mount_entry *at = NULL, e;
 	char *line = NULL, where[4096];
@@ -138,41 +138,41 @@ int fs_mount_top_info_in(FILE *table, const char *mountpoint, struct fs_mount_to
 	return rc;
 }
 
-int fs_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len)
+int daemon_mount_device_in(FILE *table, const char *mountpoint, char *dev, size_t len)
 {
-	return fs_mount_top_in(table, mountpoint, dev, len, NULL, 0);
+	return daemon_mount_top_in(table, mountpoint, dev, len, NULL, 0);
 }
 
-int fs_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, size_t fstype_len)
-{
-	FILE *table = fopen("/proc/self/mountinfo", "re");
-	int rc;
-
-	if (!table)
-		return -errno;
-	rc = fs_mount_top_in(table, mountpoint, dev, len, fstype, fstype_len);
-	fclose(table);
-	return rc;
-}
-
-int fs_mount_top_info(const char *mountpoint, struct fs_mount_top *top)
+int daemon_mount_top(const char *mountpoint, char *dev, size_t len, char *fstype, size_t fstype_len)
 {
 	FILE *table = fopen("/proc/self/mountinfo", "re");
 	int rc;
 
 	if (!table)
 		return -errno;
-	rc = fs_mount_top_info_in(table, mountpoint, top);
+	rc = daemon_mount_top_in(table, mountpoint, dev, len, fstype, fstype_len);
 	fclose(table);
 	return rc;
 }
 
-int fs_mount_device(const char *mountpoint, char *dev, size_t len)
+int daemon_mount_top_info(const char *mountpoint, struct daemon_mount_top *top)
 {
-	return fs_mount_top(mountpoint, dev, len, NULL, 0);
+	FILE *table = fopen("/proc/self/mountinfo", "re");
+	int rc;
+
+	if (!table)
+		return -errno;
+	rc = daemon_mount_top_info_in(table, mountpoint, top);
+	fclose(table);
+	return rc;
 }
 
-long fs_fd_mount_id(int fd)
+int daemon_mount_device(const char *mountpoint, char *dev, size_t len)
+{
+	return daemon_mount_top(mountpoint, dev, len, NULL, 0);
+}
+
+long daemon_fd_mount_id(int fd)
 {
 	char name[64], *line = NULL;
 	size_t cap = 0;
@@ -290,7 +290,7 @@ out:
 }
 
 /*
- * One step of fs_mountpoint_prepare on the mount fd is on, path being where fd is (as the
+ * One step of daemon_mountpoint_prepare on the mount fd is on, path being where fd is (as the
  * kernel names it). 1 when a dead mount was cleared (another may be under it), 0 when there
  * is nothing to clear, or -errno after a message.
  *
@@ -300,14 +300,14 @@ out:
  */
 static int clear_dead_mount(int fd, const char *path)
 {
-	struct fs_mount_top top;
+	struct daemon_mount_top top;
 	char self[64];
-	long fd_mount = fs_fd_mount_id(fd);
+	long fd_mount = daemon_fd_mount_id(fd);
 	int rc;
 
 	/* What cannot be read is left to the caller's check of the directory, and an
 	 * unreadable table to the mount itself. */
-	if (fd_mount < 0 || fs_mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
+	if (fd_mount < 0 || daemon_mount_top_info(path, &top) != 0 || !is_fuse_type(top.fstype))
 		return 0;
 	/* Not the mount fd is on (one hidden by a mount over a directory above it, or the
 	 * table changed since the open): nothing this fd could check or detach. */
@@ -356,7 +356,7 @@ static int clear_dead_mount(int fd, const char *path)
 	return 1;
 }
 
-int fs_mountpoint_prepare(const char *mountpoint)
+int daemon_mountpoint_prepare(const char *mountpoint)
 {
 	char self[64], path[PATH_MAX];
 	int rc = 1;

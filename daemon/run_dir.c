@@ -21,10 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/run_dir.h"
 #include "util/log.h"
 #include "util/supervise.h"
 #include "util/trusted_path.h"
-#include "fs/fs_i.h"
+#include "fs/session.h"
 
 #define RUN_DIR_PREFIX "spoolfs-run."
 
@@ -114,7 +115,7 @@ static int make_lock(int run_dir_fd)
 	return fd;
 }
 
-int fs_run_dir_make(struct fs_session *s)
+int daemon_run_dir_make(struct fs_session *s)
 {
 	const char *tmp = getenv("TMPDIR");
 	char path[PATH_MAX], why[PATH_MAX + 256], *canonical = NULL;
@@ -138,25 +139,25 @@ int fs_run_dir_make(struct fs_session *s)
 	snprintf(path, sizeof(path), "%s/" RUN_DIR_PREFIX "XXXXXX",
 	         strcmp(canonical, "/") ? canonical : "");
 	free(canonical);
-	if (!mkdtemp(path) || !(s->run_dir = strdup(path))) {
+	if (!mkdtemp(path) || !(s->daemon.run_dir = strdup(path))) {
 		rc = -errno;
 		fprintf(stderr, "spoolfs: cannot make a run directory in %s: %s\n", tmp,
 		        strerror(errno));
 		return rc;
 	}
-	s->run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	rc = s->run_dir_fd < 0 ? -errno : make_lock(s->run_dir_fd);
+	s->daemon.run_dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	rc = s->daemon.run_dir_fd < 0 ? -errno : make_lock(s->daemon.run_dir_fd);
 	if (rc < 0) {
 		fprintf(stderr, "spoolfs: cannot use the run directory %s: %s\n", path,
 		        strerror(-rc));
-		fs_run_dir_close(s); /* no lock: no later mount would remove it */
+		daemon_run_dir_close(s); /* no lock: no later mount would remove it */
 		return rc;
 	}
-	s->run_lock_fd = rc;
+	s->daemon.run_lock_fd = rc;
 	return 0;
 }
 
-void fs_run_dir_adopt_lock(struct fs_session *s, int fd)
+void daemon_run_dir_adopt_lock(struct fs_session *s, int fd)
 {
 	struct stat st;
 
@@ -164,19 +165,19 @@ void fs_run_dir_adopt_lock(struct fs_session *s, int fd)
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return;
 	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	s->run_lock_fd = fd;
+	s->daemon.run_lock_fd = fd;
 }
 
-void fs_run_dir_close(struct fs_session *s)
+void daemon_run_dir_close(struct fs_session *s)
 {
 	/* Before a supervisor exists (the mount failed), the run directory is this one's. */
-	if (s->run_dir && !s->generation && s->ctl_fd < 0)
-		util_remove_tree(AT_FDCWD, s->run_dir);
-	if (s->run_dir_fd >= 0)
-		close(s->run_dir_fd);
-	if (s->run_lock_fd >= 0)
-		close(s->run_lock_fd);
-	free(s->run_dir);
-	s->run_dir = NULL;
-	s->run_dir_fd = s->run_lock_fd = -1;
+	if (s->daemon.run_dir && !s->generation && s->daemon.ctl_fd < 0)
+		util_remove_tree(AT_FDCWD, s->daemon.run_dir);
+	if (s->daemon.run_dir_fd >= 0)
+		close(s->daemon.run_dir_fd);
+	if (s->daemon.run_lock_fd >= 0)
+		close(s->daemon.run_lock_fd);
+	free(s->daemon.run_dir);
+	s->daemon.run_dir = NULL;
+	s->daemon.run_dir_fd = s->daemon.run_lock_fd = -1;
 }

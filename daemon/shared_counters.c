@@ -1,6 +1,6 @@
 /*
- * The mount's counters in memory its serving processes share (fs_i.h, struct
- * fs_shared_counters): made by the first process, kept open by the supervisor, mapped by
+ * The mount's counters in memory its serving processes share (shared_counters.h, struct
+ * daemon_shared_counters): made by the first process, kept open by the supervisor, mapped by
  * each serving process in turn. /.spoolfs/stats and the metrics file then read totals for
  * the mount, not for one process, so a restart is no counter reset to a collector.
  */
@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs/fs_i.h"
+#include "daemon/shared_counters.h"
+#include "fs/session.h"
 
 #define COUNTERS_MAGIC 0x53504f4f4c435452ULL /* "SPOOLCTR" */
 /* Raised whenever a field of the block moves or changes meaning: struct engine_stats,
@@ -24,9 +25,9 @@
 _Static_assert(ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2 &&
                    ATOMIC_INT_LOCK_FREE == 2,
                "the shared counters need lock-free atomics");
-#define COUNTERS_LAYOUT ((COUNTERS_FORMAT << 32) | sizeof(struct fs_shared_counters))
+#define COUNTERS_LAYOUT ((COUNTERS_FORMAT << 32) | sizeof(struct daemon_shared_counters))
 
-static int map(int fd, struct fs_shared_counters **out)
+static int map(int fd, struct daemon_shared_counters **out)
 {
 	void *p = mmap(NULL, sizeof(**out), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
@@ -36,7 +37,7 @@ static int map(int fd, struct fs_shared_counters **out)
 	return 0;
 }
 
-int fs_shared_counters_create(int *fd, struct fs_shared_counters **out)
+int daemon_shared_counters_create(int *fd, struct daemon_shared_counters **out)
 {
 	int rc;
 
@@ -56,7 +57,7 @@ int fs_shared_counters_create(int *fd, struct fs_shared_counters **out)
 	return 0;
 }
 
-int fs_shared_counters_map(int fd, struct fs_shared_counters **out)
+int daemon_shared_counters_map(int fd, struct daemon_shared_counters **out)
 {
 	struct stat st;
 	int rc;
@@ -70,7 +71,7 @@ int fs_shared_counters_map(int fd, struct fs_shared_counters **out)
 	if (rc)
 		return rc;
 	if ((*out)->magic != COUNTERS_MAGIC || (*out)->layout != COUNTERS_LAYOUT) {
-		fs_shared_counters_unmap(*out);
+		daemon_shared_counters_unmap(*out);
 		*out = NULL;
 		return -EPROTO;
 	}
@@ -79,13 +80,14 @@ int fs_shared_counters_map(int fd, struct fs_shared_counters **out)
 	return 0;
 }
 
-void fs_shared_counters_unmap(struct fs_shared_counters *c)
+void daemon_shared_counters_unmap(struct daemon_shared_counters *c)
 {
 	if (c)
 		munmap(c, sizeof(*c));
 }
 
-void fs_counters_settle(struct fs_session *s)
+void daemon_counters_settle(struct fs_session *s)
 {
-	s->counters = s->shared_counters ? &s->shared_counters->fs : &s->own_counters;
+	s->counters =
+	    s->daemon.shared_counters ? &s->daemon.shared_counters->fs : &s->daemon.own_counters;
 }

@@ -10,39 +10,29 @@
  * counting flights, as /.spoolfs/stats does), writes it to a new file in PATH's directory
  * and renames that over PATH: a reader sees the old file or the new one, never a half.
  */
-#ifndef SPOOLFS_FS_METRICS_H
-#define SPOOLFS_FS_METRICS_H
+#ifndef SPOOLFS_DAEMON_METRICS_H
+#define SPOOLFS_DAEMON_METRICS_H
 
 #include <stdio.h>
 
-#include "fs/fs_i.h"
+#include "fs/session.h"
 
 /*
  * Writes the counters and gauges of /.spoolfs/stats to out. labels: the text between
  * braces on every sample (`mount="/mnt"`), or NULL for none, as /.spoolfs/stats has.
  */
-void fs_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels);
+void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *labels);
 
 /* The prefetch part of the stats (speculation and the prefetch list). */
-void fs_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
-                               uint64_t spec_unread);
-
-/*
- * A file the daemon writes later (--metrics-file, --record-reads, named by option): its
- * directory is resolved now under util/trusted_path.h's rule (no directory another user
- * controls) and held in *out, so that every later write lands where the path led now; it
- * must be writable. *path becomes the canonical path, for messages. 0, or -EINVAL (-ENOMEM)
- * after saying why on stderr. fs_output_close releases *out.
- */
-int fs_check_output_path(const char *option, char **path, struct fs_output *out);
-void fs_output_close(struct fs_output *out);
+void daemon_metrics_write_prefetch(struct fs_session *s, FILE *out, const char *labels,
+                                   uint64_t spec_unread);
 
 /* Writes the file once and starts the writer thread (after daemonising); a no-op without
  * --metrics-file. 0 or -errno. */
-int fs_metrics_start(struct fs_session *s);
+int daemon_metrics_start(struct fs_session *s);
 
 /* Stops and joins the writer, then writes the file a last time, with spoolfs_mounted 0.
  * Call once nothing changes the counters any more. A no-op when it did not start. */
-void fs_metrics_stop(struct fs_session *s);
+void daemon_metrics_stop(struct fs_session *s);
 
 #endif
