@@ -20,7 +20,12 @@
  * A copy of the text with this sha256 (lower-case hex): 1 with *text (malloc'd,
  * NUL-terminated, the caller's) and *len; or 0, a miss, when the caller is to fetch it and
  * then call nested_cache_put (or nested_cache_abandon) for this digest, once; or -ENOMEM.
- * Waits while another caller fetches the same digest.
+ * Waits while another caller fetches the same digest: so a caller given 0 must end in put
+ * or abandon on every path, or those waiters wait for ever (their wait is bounded only by
+ * the fetcher's, which the download rules bound). A miss when every slot is being fetched
+ * claims nothing; its put or abandon then finds another caller's slot of the digest, if
+ * any, and fills it with the same checked bytes, or empties it (that caller's put then
+ * keeps nothing, and its waiters fetch for themselves).
  */
 int nested_cache_get(const char *sha256, char **text, size_t *len);
 
