@@ -7,6 +7,13 @@ set -euo pipefail
 # shellcheck source=action/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# Root's state directory (the sudo route), removed whatever happened.
+daemon_state=${SPOOLFS_ACTION_DAEMON_STATE:-}
+cleanup() {
+	[ -z "$daemon_state" ] || sudo -n rm -rf -- "$daemon_state" || true
+}
+trap cleanup EXIT
+
 mnt=${SPOOLFS_ACTION_MOUNT:-}
 if [ -z "$mnt" ]; then
 	echo "spoolfs: nothing was mounted by the spoolfs action in this job"
@@ -51,6 +58,17 @@ else
 	echo "::warning title=spoolfs::$mnt was no longer mounted (the daemon died, or a step unmounted it)"
 fi
 
+# Root wrote its metrics and record in its own directory: the runner's copies, for the
+# summary and the cache step (sudo cat: root's files, read as root, written as the user).
+# shellcheck disable=SC2024 # the redirects are the user's on purpose: the copies are its
+if [ -n "$daemon_state" ]; then
+	sudo -n cat "$daemon_state/metrics.prom" >"$state/metrics.prom" 2>/dev/null ||
+		rm -f "$state/metrics.prom"
+	if sudo -n test -s "$daemon_state/reads"; then
+		sudo -n cat "$daemon_state/reads" >"$record"
+	fi
+fi
+
 # The job summary: the status's totals, and the time readers waited for bytes (from the
 # metrics file, final once the daemon is gone).
 totals=$(sed -n 's/^totals: //p' <<<"$status")
@@ -78,9 +96,9 @@ waits=$(sample spoolfs_read_wait_seconds_count "$state/metrics.prom")
 	fi
 } >>"$GITHUB_STEP_SUMMARY"
 
-if [ -r "$state/spoolfs.log" ] || [ ${#sudo[@]} -gt 0 ]; then
+if [ -r "$state/spoolfs.log" ] || [ -n "$daemon_state" ]; then
 	echo "::group::spoolfs log"
-	"${sudo[@]}" cat "$state/spoolfs.log" || true
+	"${sudo[@]}" cat "${daemon_state:-$state}/spoolfs.log" || true
 	echo "::endgroup::"
 fi
 

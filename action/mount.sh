@@ -17,13 +17,41 @@ mkdir -p "$mnt" "$state" "$RECORD_DIR"
 mnt=$(cd "$mnt" && pwd -P)
 [ -z "$(ls -A "$mnt")" ] || die "path: $mnt is not empty; give an empty directory"
 
-args=(--log-file "$state/spoolfs.log" --metrics-file "$state/metrics.prom"
-	--record-reads "$RECORD_DIR/reads")
+# A user mounts through the setuid fusermount3; without it, root mounts with the files
+# shown as the user's.
+run=() daemon_state=$state
+if [ "$(id -u)" != 0 ] && { [ ! -u "$(command -v fusermount3 || echo /nonexistent)" ] ||
+	[ ! -w /dev/fuse ]; }; then
+	sudo -n true 2>/dev/null || die "cannot mount: fusermount3 is not setuid root or /dev/fuse is not writable for $(id -un), and sudo asks for a password"
+	# Root, and only what spoolfs reads: no GITHUB_TOKEN or runner token goes with it.
+	keep=$(compgen -e | grep -E '^(AWS_[A-Z_]*|SPOOLFS_[A-Z_]*|(https?|all|no)_proxy|(HTTPS?|ALL|NO)_PROXY|CURL_CA_BUNDLE|SSL_CERT_(FILE|DIR))$' |
+		paste -sd, -) || true
+	run=(sudo -n ${keep:+"--preserve-env=$keep"})
+	# Root writes its log, metrics and record only where no one else can change what the
+	# names lead to (util/trusted_path.h): not in the runner's RUNNER_TEMP, but in a
+	# directory of root's in /tmp. The finish step copies them back and removes it.
+	daemon_state=$(sudo -n mktemp -d /tmp/spoolfs-action.XXXXXX) ||
+		die "cannot make root's state directory in /tmp"
+	sudo -n chmod 0755 "$daemon_state"
+	export_env SPOOLFS_ACTION_SUDO 1
+	export_env SPOOLFS_ACTION_DAEMON_STATE "$daemon_state"
+fi
+
+record=$RECORD_DIR/reads
+[ "$daemon_state" = "$state" ] || record=$daemon_state/reads
+args=(--log-file "$daemon_state/spoolfs.log" --metrics-file "$daemon_state/metrics.prom"
+	--record-reads "$record")
 # The record actions/cache restored is the list; the new one is written in its place.
 rm -f "$state/prefetch-list"
 if [ -s "$RECORD_DIR/reads" ]; then
 	mv "$RECORD_DIR/reads" "$state/prefetch-list"
-	args+=(--prefetch-list "$state/prefetch-list")
+	if [ "$daemon_state" = "$state" ]; then
+		args+=(--prefetch-list "$state/prefetch-list")
+	else
+		# A copy of root's for root to read.
+		sudo -n cp "$state/prefetch-list" "$daemon_state/prefetch-list"
+		args+=(--prefetch-list "$daemon_state/prefetch-list")
+	fi
 	echo "spoolfs: prefetching the $(wc -l <"$state/prefetch-list") files the last run opened"
 fi
 [ -z "${INPUT_ROLE_ARN:-}" ] || args+=(--role-arn "$INPUT_ROLE_ARN")
@@ -45,16 +73,9 @@ esac
 # Extra options, split on white space (no quoting: an option's value has none).
 read -r -a extra <<<"${INPUT_OPTIONS:-}"
 
-# A user mounts through the setuid fusermount3; without it, root mounts with the files
-# shown as the user's.
-run=()
-if [ "$(id -u)" != 0 ] && { [ ! -u "$(command -v fusermount3 || echo /nonexistent)" ] ||
-	[ ! -w /dev/fuse ]; }; then
-	sudo -n true 2>/dev/null || die "cannot mount: fusermount3 is not setuid root or /dev/fuse is not writable for $(id -un), and sudo asks for a password"
-	run=(sudo -n --preserve-env)
-	args+=(-o allow_other --uid "$(id -u)" --gid "$(id -g)")
-	export_env SPOOLFS_ACTION_SUDO 1
-fi
+# allow_other: the daemon is root's, and without it the kernel lets only root in; --uid and
+# --gid show the files as the runner user's (see doc/github-action.md).
+[ ${#run[@]} -eq 0 ] || args+=(-o allow_other --uid "$(id -u)" --gid "$(id -g)")
 
 "${run[@]}" "$SPOOLFS" "${args[@]}" "${extra[@]}" "$INPUT_SOURCE" "$mnt" ||
 	die "mounting $INPUT_SOURCE on $mnt failed (the line above says why)"

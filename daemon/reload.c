@@ -28,6 +28,7 @@
 
 #include "daemon/mountinfo.h"
 #include "daemon/supervisor.h"
+#include "util/pid_signal.h"
 
 /* What /.spoolfs/stats says of the mount's processes; -1 for a line it lacks. */
 struct supervision_seen {
@@ -171,8 +172,23 @@ static bool is_supervisor(const char *dir, const struct daemon_mount_top *top,
 	return false;
 }
 
+struct supervisor_check {
+	const char *dir;
+	const struct daemon_mount_top *top;
+	const struct supervision_seen *seen;
+};
+
+static bool supervisor_checked(pid_t pid, void *ctx)
+{
+	const struct supervisor_check *c = ctx;
+
+	(void)pid; /* c->seen->sup */
+	return is_supervisor(c->dir, c->top, c->seen);
+}
+
 int daemon_reload_main(int argc, char **argv)
 {
+	struct supervisor_check check;
 	struct supervision_seen before, now;
 	struct daemon_mount_top top;
 	int rc, root_fd, status = 1;
@@ -191,11 +207,14 @@ int daemon_reload_main(int argc, char **argv)
 		                     : strerror(-rc));
 		goto out;
 	}
-	if (!is_supervisor(argv[2], &top, &before))
-		goto out;
-	if (kill((pid_t)before.sup, SIGUSR2) != 0) {
+	/* Through a pidfd held across the checks: never a process that took the PID since. */
+	check = (struct supervisor_check){argv[2], &top, &before};
+	rc = util_pid_signal_checked((pid_t)before.sup, SIGUSR2, supervisor_checked, &check);
+	if (rc == -EACCES)
+		goto out; /* said */
+	if (rc) {
 		fprintf(stderr, "spoolfs reload: supervisor %ld: %s\n", before.sup,
-		        strerror(errno));
+		        rc == -ESRCH ? "exited while it was examined" : strerror(-rc));
 		goto out;
 	}
 	/* Until the supervisor counts the outcome: a reload, or one refused or rolled back. */

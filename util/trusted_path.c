@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,6 +134,9 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 			out[len] = '\0';
 			if (lstat(len ? out : "/", last) != 0) {
 				rc = -errno;
+				say(why, why_len,
+				    "%s (the directory \"..\" leads to) cannot be examined: %s",
+				    len ? out : "/", strerror(errno));
 				goto out;
 			}
 			p = next;
@@ -192,6 +196,9 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 			 */
 			if (lstat(len ? out : "/", last) != 0) {
 				rc = -errno;
+				say(why, why_len,
+				    "%s (where the link %s starts from) cannot be examined: %s",
+				    len ? out : "/", target, strerror(errno));
 				goto out;
 			}
 			continue;
@@ -316,9 +323,10 @@ static const char *file_refused(const struct stat *st, enum util_trusted_how how
 	}
 	if (!owner_trusted(st->st_uid))
 		return "is owned by another user";
-	/* Root reading a file others may change would take their words for its own (a
-	 * credential_process to run, a password to send). */
-	if (how != UTIL_TRUSTED_APPEND && geteuid() == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)))
+	/* Reading a file others may change would take their words for ours (a
+	 * credential_process to run, a CA to trust, a password to send), whoever we run as:
+	 * ssh refuses such a config for every user too. */
+	if (how != UTIL_TRUSTED_APPEND && (st->st_mode & (S_IWGRP | S_IWOTH)))
 		return "is writable by group or others";
 	/* A second name for a file of root's, linked in a sticky /tmp where the kernel does not
 	 * protect hard links. */
@@ -340,6 +348,14 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 		return -EINVAL;
 	}
 	flags |= how == UTIL_TRUSTED_APPEND ? O_WRONLY | O_APPEND | O_CREAT : O_RDONLY;
+	/* A device's open runs its driver (a tape rewinds, a tty becomes ours): what is there
+	 * is looked at first. The fstat after the open still decides (it may have changed). */
+	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISLNK(st.st_mode)) {
+		say(why, why_len, "%s is not a regular file (uid %u, mode %04o): refused", name,
+		    (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		return -EINVAL;
+	}
 	fd = openat(dir_fd, name, flags, 0600);
 	if (fd < 0) {
 		rc = -errno;
@@ -433,24 +449,44 @@ int util_trusted_open(const char *path, enum util_trusted_how how, char *why, si
 	return fd;
 }
 
+/* A fresh temporary's name for name: random, so another user cannot make it first (in a
+ * sticky directory, one they own could be neither opened nor removed). */
+static int temp_name(const char *name, char *tmp, size_t tmp_len)
+{
+	unsigned char r[8];
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return -errno;
+	if (snprintf(tmp, tmp_len, ".%.200s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", name, r[0], r[1],
+	             r[2], r[3], r[4], r[5], r[6], r[7]) >= (int)tmp_len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 int util_trusted_replace(int dir_fd, const char *name, mode_t mode, int (*fill)(int fd, void *ctx),
                          void *ctx)
 {
 	char tmp[NAME_MAX + 1];
-	int fd, rc;
+	int fd = -1, rc;
 
 	if (name_refused(name))
 		return -EINVAL;
-	if (snprintf(tmp, sizeof(tmp), ".%.200s.%d.tmp", name, (int)getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 && errno == EEXIST && unlinkat(dir_fd, tmp, 0) == 0) /* a crashed one's */
+	for (int tries = 0; fd < 0 && tries < 4; tries++) {
+		if ((rc = temp_name(name, tmp, sizeof(tmp))) != 0)
+			return rc;
 		fd =
 		    openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
 	if (fd < 0)
 		return -errno;
 	rc = fill(fd, ctx);
 	if (rc == 0 && fchmod(fd, mode) != 0)
+		rc = -errno;
+	/* The bytes are on disk before the name says the file is whole (the record is the
+	 * next run's prefetch list). */
+	if (rc == 0 && fsync(fd) != 0)
 		rc = -errno;
 	if (close(fd) != 0 && rc == 0)
 		rc = -errno;

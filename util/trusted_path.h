@@ -11,8 +11,9 @@
  *    or a merged /usr still work, a link another user planted does not);
  *  - the last component is opened with O_NOFOLLOW, and must be a regular file;
  *  - a file that already exists there is owned by root or the euid (in a sticky /tmp,
- *    anyone may have made it first); one root reads is writable by no group or others;
- *    one written has a single link (no hard link to another file of root's).
+ *    anyone may have made it first); one read is writable by no group or others, whoever
+ *    the euid (as ssh: a credential_process or a CA another user could add); one written
+ *    has a single link (no hard link to another file of root's).
  * A directory is resolved once and held as a descriptor: a file written later goes through
  * it (openat, renameat), so a directory renamed or replaced after start changes nothing.
  *
@@ -85,8 +86,9 @@ int util_trusted_open(const char *path, enum util_trusted_how how, char *why, si
 /*
  * Replaces name in dir_fd by a new file: fill writes it through fd (0 or -errno), it is
  * given mode (past the umask) and renamed over name, so a reader sees the old file or the
- * whole new one. The temporary's name starts with "." and ends in ".tmp" (no collector of
- * "*.prom" reads it). 0 or -errno; no temporary is left over.
+ * whole new one, made durable (fsync) before the rename. The temporary's name starts with "."
+ * and ends in ".tmp" (no collector of "*.prom" reads it), random between (no one can make it
+ * first). 0 or -errno; no temporary is left over.
  */
 int util_trusted_replace(int dir_fd, const char *name, mode_t mode, int (*fill)(int fd, void *ctx),
                          void *ctx);

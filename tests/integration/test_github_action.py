@@ -179,6 +179,16 @@ class Job:
         return steps
 
     def uses(self, step, ctx):
+        out = self.uses_as_root(step, ctx)
+        path = interpolate(step.get("with", {}).get("path", ""), ctx)
+        # actions/cache runs as the runner's user: what it restores is that user's.
+        if self.user and step["uses"].startswith("actions/cache") and os.path.isdir(path):
+            for d, _, files in os.walk(path):
+                for name in [d] + [os.path.join(d, f) for f in files]:
+                    os.chown(name, self.user.pw_uid, self.user.pw_gid)
+        return out
+
+    def uses_as_root(self, step, ctx):
         name = step["uses"]
         w = {k: interpolate(v, ctx) for k, v in step.get("with", {}).items()}
         if name == "actions/cache@v4":  # restore now, save in its post step if it missed
@@ -399,6 +409,138 @@ def test_an_ordinary_user_mounts_through_fusermount3(store, runner):
         assert not is_mounted(out["path"])
         assert summary_rows(job.summary_text())["objects"] == "1"
         assert len(runner.cache.order) == 1
+    finally:
+        os.chmod("/dev/fuse", mode)
+
+
+# sudo as a runner has it (NOPASSWD), for a machine without one: a setuid-root program that
+# runs its command as root with the environment sudo's env_reset leaves (PATH, and the names
+# --preserve-env lists; the sanitizers' options too, for the test's own report files).
+FAKE_SUDO = r"""
+#define _GNU_SOURCE
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static char *env[512];
+static int n;
+static void keep(const char *name)
+{
+	const char *v = getenv(name);
+	if (v && n < 510 && asprintf(&env[n], "%s=%s", name, v) > 0)
+		n++;
+}
+int main(int argc, char **argv)
+{
+	int i = 1;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (strncmp(argv[i], "--preserve-env=", 15) == 0) {
+			char *list = strdup(argv[i] + 15), *save = NULL;
+			for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+				keep(t);
+		} else if (strcmp(argv[i], "-n") != 0) {
+			fprintf(stderr, "fake sudo: %s not played\n", argv[i]);
+			return 1;
+		}
+	}
+	keep("PATH");
+	keep("ASAN_OPTIONS");
+	keep("UBSAN_OPTIONS");
+	keep("TSAN_OPTIONS");
+	env[n++] = "HOME=/root";
+	if (i == argc || setresgid(0, 0, 0) || setgroups(0, NULL) || setresuid(0, 0, 0))
+		return 1;
+	execvpe(argv[i], argv + i, env);
+	perror(argv[i]);
+	return 127;
+}
+"""
+
+
+@pytest.fixture
+def sudo_path(tmp_path):
+    """A directory with sudo in it (the real one where there is one), for PATH."""
+    d = tempfile.mkdtemp(prefix="spoolfs-sudo-", dir="/tmp")
+    os.chmod(d, 0o755)
+    real = shutil.which("sudo")
+    if real:
+        os.symlink(real, os.path.join(d, "sudo"))
+    else:
+        src = tmp_path / "sudo.c"
+        src.write_text(FAKE_SUDO)
+        subprocess.run(["cc", "-O", "-o", os.path.join(d, "sudo"), str(src)], check=True)
+        os.chmod(os.path.join(d, "sudo"), 0o4755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_an_ordinary_user_who_cannot_mount_mounts_through_sudo(store, runner, sudo_path):
+    """/dev/fuse 0600 (as container runtimes pass it): the runner's user mounts through
+    sudo, as root with --uid: root's log, metrics and record live in a directory of root's
+    (root refuses the user's, util/trusted_path.h), come back for the summary and the
+    cache, and the next run's prefetch list reaches root; the daemon has only what spoolfs
+    reads of the job's environment."""
+    store.add("tools/ld", 5000)
+    store.add("docs/unread.txt", 7000)
+    url = store.write()
+    user = pwd.getpwnam(USER)
+    mode = os.stat("/dev/fuse").st_mode & 0o777
+    os.chmod("/dev/fuse", 0o600)
+    env = {"PATH": "%s:%s" % (sudo_path, os.environ["PATH"]), "GITHUB_TOKEN": "ghs_secret",
+           "ACTIONS_RUNTIME_TOKEN": "runtime_secret", "AWS_REGION": "eu-test-1"}
+    try:
+        roots = []
+        for run_id in (41, 42):
+            job = runner(run_id, user=user, extra_env=env)
+            bin_dir = os.path.join(job.tmp, "bin")
+            os.makedirs(bin_dir)
+            shutil.copy(SPOOLFS, bin_dir)
+            os.chmod(bin_dir, 0o755)
+            out = job.run_action(MAIN, {"source": url,
+                                        "spoolfs": os.path.join(bin_dir, "spoolfs")})
+            mnt = out["path"]
+            assert is_mounted(mnt), job.log
+            state = job.env["SPOOLFS_ACTION_DAEMON_STATE"]
+            st = os.stat(state)
+            assert st.st_uid == 0 and st.st_mode & 0o777 == 0o755, state
+            roots.append(state)
+            # allow_other: the user reads, the files are the user's.
+            got = subprocess.run(["setpriv", "--reuid=%d" % user.pw_uid,
+                                  "--regid=%d" % user.pw_gid, "--clear-groups", "sh", "-c",
+                                  'stat -c %u "$1/tools/ld" && cat "$1/tools/ld"', "sh", mnt],
+                                 capture_output=True, timeout=60 * SLOW)
+            assert got.returncode == 0, got.stderr
+            uid, data = got.stdout.split(b"\n", 1)
+            assert int(uid) == user.pw_uid and data == expected(store, "tools/ld")
+            pids = daemon_pids(mnt)
+            for pid in pids:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    environ = f.read().split(b"\0")
+                assert os.stat("/proc/%d" % pid).st_uid == 0
+                assert b"AWS_REGION=eu-test-1" in environ, environ
+                assert not [v for v in environ if v.startswith((b"GITHUB_", b"ACTIONS_"))], \
+                    environ
+            if run_id == 42:
+                assert "prefetching the 1 files the last run opened" in "".join(job.log)
+                store.up.wait_for(lambda s: s["gets"] >= 1, timeout=20 * SLOW,
+                                  path="tools/ld")
+            job.run_action(FINISH, {})
+            job.end()
+            assert not is_mounted(mnt), job.log
+            for pid in pids:
+                assert not os.path.exists("/proc/%d" % pid), "spoolfs %d still running" % pid
+            assert not os.path.exists(state), "root's state directory left behind"
+            log = "".join(job.log)
+            assert "refused" not in log, log
+            rows = summary_rows(job.summary_text())
+            assert rows["objects"] == "1", job.summary_text()
+            assert "time waited" in rows, job.summary_text()  # the metrics came back
+        # Run 41's record went to the cache (the user's copy of root's); run 42 read it.
+        assert len(runner.cache.order) == 2, runner.cache.order
+        with open(os.path.join(runner.cache.root, runner.cache.order[0], "reads")) as f:
+            assert f.read().split() == ["tools/ld"]
+        assert roots[0] != roots[1]
     finally:
         os.chmod("/dev/fuse", mode)
 

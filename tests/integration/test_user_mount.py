@@ -97,3 +97,43 @@ def test_an_ordinary_user_mounts_reads_and_unmounts(store, user_dir, fuse_device
     assert "passthrough reads are off: Operation not permitted" not in text, text
     assert ": warn:" not in text and ": error:" not in text, text
     assert os.listdir(cache) == []  # the session's cache directory went with it
+
+
+def test_an_ordinary_user_refuses_its_own_files_others_may_write(store, user_dir,
+                                                                 fuse_device_for_users):
+    """A netrc or CA file of the user's own that group or others may write is refused as
+    it is for root (another local user could add a password's host or a CA), the message
+    naming the file and its mode; nothing is mounted. The same file 0600 mounts."""
+    url = store.write()
+    mnt = os.path.join(user_dir, "mnt")
+    subprocess.run(as_user(["mkdir", mnt]), check=True)
+    env = daemon_env()
+    env.update(HOME=user_dir, TMPDIR=user_dir)
+    for option, text, mode in (("--netrc-file", "machine 127.0.0.1 login a password b\n", 0o666),
+                               ("--ca-file", "", 0o646),
+                               ("--netrc-file", "", 0o620)):
+        path = os.path.join(user_dir, "file")
+        subprocess.run(as_user(["sh", "-c", 'umask 0; rm -f "$1"; printf %s "$2" >"$1"; '
+                                'chmod "$3" "$1"', "sh", path, text, "%o" % mode]), check=True)
+        r = subprocess.run(as_user([SPOOLFS, option, path, url, mnt]), env=env,
+                           capture_output=True, timeout=30 * SLOW)
+        err = r.stderr.decode()
+        assert r.returncode != 0 and not is_mounted(mnt), err
+        assert "%s %s: refused: %s is writable by group or others (uid %d, mode %04o)" % (
+            option, path, path, pwd.getpwnam(USER).pw_uid, mode) in err, err
+    subprocess.run(as_user(["chmod", "600", path]), check=True)
+    proc = subprocess.Popen(as_user([SPOOLFS, "-f", "--netrc-file", path, url, mnt]), env=env,
+                            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20 * SLOW
+        while not is_mounted(mnt):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        subprocess.run(as_user(["fusermount3", "-u", mnt]), check=True)
+        assert proc.wait(30 * SLOW) == 0
+    finally:
+        if proc.poll() is None:
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+            proc.kill()
+            proc.wait()

@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
-#include "util/trusted_path.h"
 #include "util/trusted_path.h"
 
 #define NOBODY 65534
@@ -236,6 +236,10 @@ static void test_last_component_is_a_regular_file_never_followed(void **state)
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	open_refused(fifo, UTIL_TRUSTED_READ, -EINVAL, "is not a regular file");
 	open_refused(root, UTIL_TRUSTED_READ, -EINVAL, "is not a regular file");
+	/* refused before any open: opening a FIFO for writing with no reader fails (ENXIO),
+	 * with one wakes it; a device's open runs its driver */
+	open_refused(fifo, UTIL_TRUSTED_APPEND, -EINVAL, "is not a regular file");
+	open_refused("/dev/null", UTIL_TRUSTED_APPEND, -EINVAL, "is not a regular file");
 	/* a second name of another file: appending would write there */
 	snprintf(hard, sizeof(hard), "%s/hard", root);
 	assert_int_equal(link(file, hard), 0);
@@ -269,6 +273,78 @@ static void test_replace_goes_through_the_held_directory(void **state)
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_size, 6);
 	assert_int_equal(st.st_mode & 0777, 0644);
+	close(dir_fd);
+	free(name);
+}
+
+/* As nobody (a CI runner's user), in its own directory: a file of its own that group or
+ * others may write is refused all the same (another user could add a credential_process
+ * or a CA to it), and the message names the file and its mode. */
+static void test_writable_files_are_refused_for_every_user(void **state)
+{
+	char dir[PATH_MAX], file[PATH_MAX + 16];
+	int status;
+	pid_t pid;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* becoming nobody needs root */
+	assert_int_equal(chmod(root, 0755), 0);
+	make_dir("nobodys", 0755, NOBODY, dir, sizeof(dir));
+	snprintf(file, sizeof(file), "%s/config", dir);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char why[PATH_MAX + 256];
+		int fd;
+		if (setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+		    setresuid(NOBODY, NOBODY, NOBODY) != 0)
+			_exit(10);
+		umask(0);
+		fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0666);
+		if (fd < 0 || close(fd) != 0)
+			_exit(11);
+		fd = util_trusted_open(file, UTIL_TRUSTED_READ_FOLLOW, why, sizeof(why));
+		if (fd >= 0) {
+			fprintf(stderr, "%s (0666, nobody's own) opened as nobody\n", file);
+			_exit(1);
+		}
+		if (fd != -EACCES || !strstr(why, file) || !strstr(why, "mode 0666") ||
+		    !strstr(why, "writable by group or others")) {
+			fprintf(stderr, "%s: %d: %s\n", file, fd, why);
+			_exit(2);
+		}
+		/* its own 0600 file is fine */
+		if (chmod(file, 0600) != 0)
+			_exit(12);
+		fd = util_trusted_open(file, UTIL_TRUSTED_READ, why, sizeof(why));
+		if (fd < 0) {
+			fprintf(stderr, "%s (0600) refused as nobody: %s\n", file, why);
+			_exit(3);
+		}
+		close(fd);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* A temporary name another user made first (here a directory, which no unlink removes)
+ * does not stop the replacement. */
+static void test_replace_is_not_stopped_by_a_premade_temporary(void **state)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 64], why[256], *name = NULL;
+	int dir_fd;
+
+	(void)state;
+	make_dir("out", 01777, geteuid(), dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/.metrics.prom.%d.tmp", dir, (int)getpid());
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(path, sizeof(path), "%s/metrics.prom", dir);
+	assert_int_equal(util_trusted_parent(path, &dir_fd, &name, NULL, why, sizeof(why)), 0);
+	assert_int_equal(util_trusted_replace(dir_fd, name, 0644, fill_hello, NULL), 0);
+	assert_int_equal(access(path, F_OK), 0);
 	close(dir_fd);
 	free(name);
 }
@@ -308,6 +384,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_others_links_and_files_are_refused, setup,
 	                                    teardown),
 	    cmocka_unit_test_setup_teardown(test_last_component_is_a_regular_file_never_followed,
+	                                    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_writable_files_are_refused_for_every_user, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_replace_is_not_stopped_by_a_premade_temporary,
 	                                    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_replace_goes_through_the_held_directory, setup,
 	                                    teardown),
