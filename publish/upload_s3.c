@@ -254,14 +254,17 @@ static int read_manifest(struct pub_s3 *s, const char *name, char **data, size_t
 		rc = -ENOMEM;
 	} else {
 		size_t got = 0;
-		ssize_t n = 0;
-		while (
-		    got < (size_t)sb.st_size &&
-		    ((n = read(fd, *data + got, (size_t)sb.st_size - got)) > 0 || errno == EINTR))
-			got += n > 0 ? (size_t)n : 0;
+		/* A file shorter than fstat said is an error, not a smaller manifest. */
+		while (rc == 0 && got < (size_t)sb.st_size) {
+			ssize_t n = read(fd, *data + got, (size_t)sb.st_size - got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				rc = n < 0 ? -errno : -EIO;
+			else
+				got += (size_t)n;
+		}
 		*len = got;
-		if (n < 0)
-			rc = -errno;
 	}
 	if (fd >= 0)
 		close(fd);
