@@ -11,6 +11,7 @@
 #ifndef SPOOLFS_PUBLISH_PUBLISH_I_H
 #define SPOOLFS_PUBLISH_PUBLISH_I_H
 
+#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -317,7 +318,12 @@ struct pub_s3 {
 /* Parts of a multipart upload, and the size over which an object goes up in parts: the
  * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is held in memory while it is sent). */
 #define PUB_PART_SIZE (8u << 20)
-/* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
+/* The store's options (--endpoint, --region, --profile, --role-arn, --path-style): one
+ * table for `publish` and `verify`, whose own rows pub_s3_longs puts first. */
+#define PUB_S3_STORE_OPTIONS 5
+/* out (n_own + PUB_S3_STORE_OPTIONS + 1 rows) = own's rows, the store's, the end row. */
+void pub_s3_longs(const struct option *own, size_t n_own, struct option *out);
+/* Reads one of the S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
 /* Lists every key under PREFIX/under (no delimiter: the whole subtree) into l, relative to
  * the prefix, sorted. 0 or -errno, said. */

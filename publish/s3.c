@@ -12,13 +12,18 @@
  * took 4.4-5.0 s and 1.7 s of CPU, where hashing it alone (which the names need anyway)
  * took 0.8 s of CPU; sending 1 GiB at 100 MB/s takes 10 s (doc/publish.md).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -26,6 +31,19 @@
 #include "fetch/s3/source_s3.h"
 #include "publish/s3_i.h"
 #include "util/size.h"
+
+static const struct option store_options[PUB_S3_STORE_OPTIONS] = {
+    {"endpoint", required_argument, NULL, 'E'}, {"region", required_argument, NULL, 'R'},
+    {"profile", required_argument, NULL, 'P'},  {"role-arn", required_argument, NULL, 'A'},
+    {"path-style", no_argument, NULL, 'S'},
+};
+
+void pub_s3_longs(const struct option *own, size_t n_own, struct option *out)
+{
+	memcpy(out, own, n_own * sizeof(*own));
+	memcpy(out + n_own, store_options, sizeof(store_options));
+	out[n_own + PUB_S3_STORE_OPTIONS] = (struct option){0};
+}
 
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg)
 {
