@@ -285,6 +285,9 @@ int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
 struct pub_s3_have {
 	char *key;
 	uint64_t size;
+	/* The manifest names it (pub_s3_known answered for it, from any worker thread: an
+	 * atomic, written true only): listed again before the manifest goes up. */
+	atomic_bool named;
 };
 struct pub_s3_list {
 	struct pub_s3_have *v; /* sorted by key */
@@ -330,6 +333,8 @@ int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
 int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l);
 /* The size the store holds key at, or -1. */
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key);
+/* key's entry, or NULL. */
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key);
 void pub_s3_list_free(struct pub_s3_list *l);
 /* GETs key (under the prefix), handing a 2xx answer's body to sink as curl does (a short
  * count ends the transfer). The HTTP status, or 0 with why set (why is set for a status

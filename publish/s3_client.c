@@ -258,15 +258,23 @@ static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
 	}
 	if (!(l->v[l->n].key = strdup(key)))
 		return -ENOMEM;
-	l->v[l->n++].size = size;
+	l->v[l->n].size = size;
+	atomic_init(&l->v[l->n].named, false);
+	l->n++;
 	return 0;
+}
+
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key)
+{
+	struct pub_s3_have want = {.key = (char *)key};
+
+	return l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 }
 
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key)
 {
-	struct pub_s3_have want = {.key = (char *)key}, *hit;
+	const struct pub_s3_have *hit = pub_s3_list_find(l, key);
 
-	hit = l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 	return hit ? (int64_t)hit->size : -1;
 }
 

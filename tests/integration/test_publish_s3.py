@@ -190,6 +190,43 @@ def test_a_killed_publish_resumes(s3_server, mount, tmp_path):
     assert s3.auth_failures() == []
 
 
+def test_an_object_removed_while_publishing_keeps_the_manifest_back(s3_server, tmp_path):
+    """An object the first listing showed (so neither staged nor sent) that another's
+    cleanup removes while the publish runs is found missing by the listing before the
+    manifest: the manifest is not written (the old one stays), the object is named."""
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    publish(s3, src, "s3://%s/g" % BUCKET)
+    old_manifest = s3.get(BUCKET, "g/manifest.json")[2]
+    tool = big_key(src, "g", "tool")
+    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+    big = BUCKET + "/" + big_key(src, "g")
+    s3.fault(big, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/g" % BUCKET, "--endpoint",
+                             s3.endpoint, "--uploads", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=daemon_env())
+    try:
+        # The new object's PUT is held: the first listing is long done. tool's object,
+        # known to it, goes now.
+        s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=big)
+        s3.delete(BUCKET, tool)
+        s3.release(big)
+        _, err = proc.communicate(timeout=120 * SLOW)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = err.decode("utf-8", "replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    assert proc.returncode == 1, err
+    assert tool in err and "missing from the store" in err, err
+    assert s3.get(BUCKET, "g/manifest.json")[2] == old_manifest
+    # The rerun sends it again, then the manifest.
+    s3.clear(big)
+    publish(s3, src, "s3://%s/g" % BUCKET)
+    assert tool in s3.objects(BUCKET)
+    assert s3.get(BUCKET, "g/manifest.json")[2] != old_manifest
+
+
 def test_a_corrupted_upload_is_refused_by_the_store(s3_server, tmp_path):
     s3, src = start(s3_server, tmp_path, big=1 << 20)
     h = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
