@@ -319,7 +319,7 @@ struct pub_s3 {
 
 #define PUB_MAX_UPLOADS 64
 /* Parts of a multipart upload, and the size over which an object goes up in parts: the
- * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is held in memory while it is sent). */
+ * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is sent from its file, never held). */
 #define PUB_PART_SIZE (8u << 20)
 /* The store's options (--endpoint, --region, --profile, --role-arn, --path-style): one
  * table for `publish` and `verify`, whose own rows pub_s3_longs puts first. */

@@ -26,20 +26,24 @@
 
 volatile sig_atomic_t pub_s3_interrupted;
 
+/* The body's next bytes: from memory, or read at base + off of the file (a part's range),
+ * so parts of one file go up at once from one descriptor and none is held in memory. */
 static size_t on_read(char *buf, size_t size, size_t nitems, void *ctx)
 {
 	struct up_body *b = ctx;
-	size_t want = size * nitems;
+	uint64_t left = b->len - b->off;
+	size_t want = size * nitems < left ? size * nitems : (size_t)left;
 	ssize_t n;
 
 	if (b->mem) {
-		uint64_t left = b->len - b->off;
-		n = (ssize_t)(want < left ? want : left);
-		memcpy(buf, b->mem + b->off, (size_t)n);
+		n = (ssize_t)want;
+		memcpy(buf, b->mem + b->off, want);
 	} else {
-		while ((n = read(b->fd, buf, want)) < 0 && errno == EINTR)
+		while ((n = pread(b->fd, buf, want, (off_t)(b->base + b->off))) < 0 &&
+		       errno == EINTR)
 			;
-		if (n < 0)
+		/* A file shorter than planned: the store must not get a short body. */
+		if (n < 0 || (n == 0 && want))
 			return CURL_READFUNC_ABORT;
 	}
 	b->off += (uint64_t)n;
@@ -52,8 +56,6 @@ static int on_seek(void *ctx, curl_off_t offset, int origin)
 
 	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > b->len)
 		return CURL_SEEKFUNC_CANTSEEK;
-	if (!b->mem && lseek(b->fd, (off_t)offset, SEEK_SET) < 0)
-		return CURL_SEEKFUNC_FAIL;
 	b->off = (uint64_t)offset;
 	return CURL_SEEKFUNC_OK;
 }

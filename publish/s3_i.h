@@ -26,11 +26,12 @@ struct up_item {
 	unsigned char sha256[PUB_SHA256_LEN];
 };
 
-/* A body sent from a file or from memory; rewound when curl must send it again. */
+/* A body sent from memory, or from len bytes of a file at base; rewound when curl must
+ * send it again. */
 struct up_body {
 	int fd;
 	const unsigned char *mem;
-	uint64_t len, off;
+	uint64_t base, len, off;
 };
 
 /* One request: owned by whoever made it (the multi loop, for a batch's). */

@@ -276,6 +276,47 @@ def test_large_objects_go_up_in_parts(s3_server, mount, tmp_path):
     assert s3.auth_failures() == []
 
 
+def status_field(pid, field, base=16):
+    """A number of /proc/PID/status: a signal mask (SigCgt: caught, SigIgn: ignored; hex),
+    or with base 10 a size in kB (RssAnon)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1], base)
+    return 0
+
+
+def anon_rss_while_parts_are_held(s3, src, prefix, part_size, uploads):
+    """RssAnon of a publish whose parts' PUTs are held by the store (each begun, its body
+    ready to go), in bytes; then it is stopped (SIGTERM: the upload is aborted)."""
+    big = BUCKET + "/" + big_key(src, prefix)
+    s3.fault(big, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/%s" % (BUCKET, prefix),
+                             "--endpoint", s3.endpoint, "--part-size", part_size, "--uploads",
+                             str(uploads)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=daemon_env())
+    try:
+        s3.wait_for(lambda st: st["gated"] >= 1, timeout=60 * SLOW, path=big)
+        rss = status_field(proc.pid, "RssAnon", 10)
+        proc.terminate()
+        proc.communicate(timeout=60 * SLOW)
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: s3.stats(big)["gated"] == 0, "the held PUTs ended")
+    s3.clear(big)
+    return rss << 10
+
+
+def test_parts_are_sent_from_the_file_not_held_in_memory(s3_server, tmp_path):
+    """Three 16 MiB parts on the way cost no more memory than one 5 MiB part: each part
+    goes up from the staged file (they were read whole into memory: 48 MiB)."""
+    s3, src = start(s3_server, tmp_path, big=48 << 20)
+    small = anon_rss_while_parts_are_held(s3, src, "m1", "5M", 1)
+    large = anon_rss_while_parts_are_held(s3, src, "m2", "16M", 3)
+    assert large - small < 16 << 20, (large, small)
+
+
 def test_an_interrupted_multipart_upload_is_aborted(s3_server, mount, tmp_path):
     """SIGTERM while a part is held: the upload is aborted (no parts left in the store), no
     object and no manifest appear; the rerun publishes it all."""
@@ -372,6 +413,10 @@ def test_bad_s3_usage(s3_server, tmp_path):
     assert status == 2 and "--uploads takes" in err, err
     status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "1M", check=False)
     assert status == 2 and "--part-size takes 5M to 5G" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "6G", check=False)
+    assert status == 2 and "--part-size takes 5M to 5G" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--uploads", "65", check=False)
+    assert status == 2 and "--uploads takes 1 to 64" in err, err
     status, _, err = publish(s3, src, "s3://nosuchbucket/p", check=False)
     assert status == 1 and "NoSuchBucket" in err, err
 
