@@ -75,6 +75,8 @@ static int run_job(void *ctx, size_t i)
 	bool stored = false;
 	int rc = 0;
 
+	if (r->o->interrupted && *r->o->interrupted)
+		return -EINTR; /* the pool stops the others before their next file */
 	for (bool probe = r->store.probe_first; !stored && rc == 0; probe = false) {
 		struct pub_object *obj = NULL;
 		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;

@@ -117,6 +117,17 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ctx)
 	return len;
 }
 
+/* A request ends at the first interrupt (a stalled store would hold it for minutes),
+ * but for one that cleans up (x->to_the_end). */
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	const struct up_xfer *x = ctx;
+
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return pub_s3_interrupted && !x->to_the_end;
+}
+
 int pub_s3_easy(struct pub_s3 *s, struct up_xfer *x)
 {
 	x->easy = curl_easy_init();
@@ -134,6 +145,9 @@ int pub_s3_easy(struct pub_s3 *s, struct up_xfer *x)
 	curl_easy_setopt(x->easy, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
 	curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(x->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(x->easy, CURLOPT_XFERINFODATA, x);
+	curl_easy_setopt(x->easy, CURLOPT_NOPROGRESS, 0L);
 	return 0;
 }
 
@@ -185,7 +199,6 @@ void pub_s3_xfer_free(struct up_xfer *x)
 	curl_slist_free_all(x->headers);
 	free(x->url);
 	free(x->answer);
-	free(x->own);
 	if (x->body.fd >= 0)
 		close(x->body.fd);
 	free(x);
@@ -209,9 +222,10 @@ void pub_s3_why(struct up_xfer *x, CURLcode res, long code, char *why, size_t ca
 
 	if (res != CURLE_OK) {
 		snprintf(why, cap, "%s",
-		         x->guard.refused ? x->guard.why
-		         : x->errbuf[0]   ? x->errbuf
-		                          : curl_easy_strerror(res));
+		         res == CURLE_ABORTED_BY_CALLBACK ? "interrupted"
+		         : x->guard.refused               ? x->guard.why
+		         : x->errbuf[0]                   ? x->errbuf
+		                                          : curl_easy_strerror(res));
 		return;
 	}
 	if (x->answer_len && s3_list_parse(x->answer, x->answer_len, NULL, &r, NULL, 0) == 0 &&
@@ -455,6 +469,10 @@ long pub_s3_delete(struct pub_s3 *s, const char *key, const struct sigv4_param *
 	int rc =
 	    x ? pub_s3_prepare(s, x, "DELETE", key, params, n_params, NULL, 0, NULL, 0) : -ENOMEM;
 
+	/* A DELETE cleans up (an upload's abort, the probe key): it runs after an interrupt. */
+	if (x)
+		x->to_the_end = true;
+
 	return run_once(x, rc, why, cap);
 }
 
@@ -537,7 +555,10 @@ int pub_s3_run(struct pub_s3 *s, const struct pub_s3_batch *b)
 				if (live[k] == x)
 					live[k] = NULL;
 			running--;
-			int r = b->end(s, b->ctx, x, msg->data.result, ++tries[x->item]);
+			/* Cut by the interrupt (on_progress): not a failure to say. */
+			int r = msg->data.result == CURLE_ABORTED_BY_CALLBACK
+			            ? -EINTR
+			            : b->end(s, b->ctx, x, msg->data.result, ++tries[x->item]);
 			if (r == -EAGAIN) {
 				unsigned t = tries[x->item] < 5 ? tries[x->item] : 5;
 				not_before[x->item] = pub_s3_now() + 0.2 * (double)(1u << t);
