@@ -122,7 +122,7 @@ static bool good_manifest_name(const char *name)
 /* The command line, with room in orders for a --read-order per argument. */
 static int parse_and_run(int argc, char **argv, struct publish_read_order *orders)
 {
-	static const struct option longs[] = {
+	static const struct option own[] = {
 	    {"manifest", required_argument, NULL, 'm'},
 	    {"pack-under", required_argument, NULL, 'u'},
 	    {"pack-max", required_argument, NULL, 'x'},
@@ -133,18 +133,13 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	    {"verify-existing", no_argument, NULL, 'V'},
 	    {"read-order", required_argument, NULL, 'O'},
 	    {"help", no_argument, NULL, 'h'},
-	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c): the mount's store options. */
-	    {"endpoint", required_argument, NULL, 'E'},
-	    {"region", required_argument, NULL, 'R'},
-	    {"profile", required_argument, NULL, 'P'},
-	    {"role-arn", required_argument, NULL, 'A'},
-	    {"path-style", no_argument, NULL, 'S'},
+	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c); the mount's store options follow. */
 	    {"if-absent", no_argument, NULL, 'I'},
 	    {"dry-run", no_argument, NULL, 'D'},
 	    {"uploads", required_argument, NULL, 'U'},
 	    {"part-size", required_argument, NULL, 'Z'},
-	    {NULL, 0, NULL, 0},
 	};
+	struct option longs[sizeof(own) / sizeof(own[0]) + PUB_S3_STORE_OPTIONS + 1];
 	struct publish_options o = {.manifest = "manifest.json",
 	                            .pack_under = DEFAULT_PACK_UNDER,
 	                            .pack_max = DEFAULT_PACK_MAX,
@@ -156,6 +151,7 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	char *end;
 	int c, rc;
 
+	pub_s3_longs(own, sizeof(own) / sizeof(own[0]), longs);
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "j:h", longs, NULL)) != -1) {

@@ -1,11 +1,11 @@
 /*
  * Large objects of an S3 publish go up in parts (S3's multipart upload): one object at a
- * time, its parts s->uploads at a time on the batch runner (s3_client.c). Each part is read
- * from the staged object into memory, hashed, and sent with its sha256 signed and as
- * x-amz-checksum-sha256, so a damaged part is refused by the store: S3 has no checksum of
- * a whole multipart object to check it by. The object appears under its name only when the
- * upload is completed; an upload that fails or is interrupted (SIGINT, SIGTERM) is aborted,
- * so it leaves no parts behind to pay for (a publish killed outright leaves its upload
+ * time, its parts s->uploads at a time on the batch runner (s3_client.c). Each part is
+ * hashed in one pass over its range of the staged object, then sent from the file with its
+ * sha256 signed and as x-amz-checksum-sha256, so a damaged part is refused by the store: S3
+ * has no checksum of a whole multipart object to check it by. The object appears under its name
+ * only when the upload is completed; an upload that fails or is interrupted (SIGINT, SIGTERM) is
+ * aborted, so it leaves no parts behind to pay for (a publish killed outright leaves its upload
  * open: ListMultipartUploads shows it, and S3 lifecycle rules or `gc` end it).
  */
 #include <errno.h>
@@ -28,6 +28,8 @@
 /* S3's bounds: parts per upload, and the least part (but the last). */
 #define MAX_PARTS 10000
 #define UPLOAD_ID_MAX 1024
+/* What a part is hashed through before it is sent from its file. */
+#define HASH_BUF (1u << 20)
 
 struct part {
 	char etag[S3_ETAG_MAX];
@@ -140,6 +142,34 @@ static int create(struct pub_s3 *s, struct mp *m)
 	return rc;
 }
 
+/* The sha256 of len bytes of fd at off, read a buffer at a time. 0 or -errno. */
+static int hash_range(int fd, uint64_t off, uint64_t len, unsigned char sha[PUB_SHA256_LEN])
+{
+	unsigned char *buf = malloc(HASH_BUF);
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int rc = buf && md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -ENOMEM;
+
+	for (uint64_t got = 0; rc == 0 && got < len;) {
+		size_t want = len - got < HASH_BUF ? (size_t)(len - got) : HASH_BUF;
+		ssize_t n = pread(fd, buf, want, (off_t)(off + got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO; /* shorter than staged: never a short part */
+		else if (EVP_DigestUpdate(md, buf, (size_t)n) != 1)
+			rc = -EIO;
+		else
+			got += (uint64_t)n;
+	}
+	if (rc == 0 && EVP_DigestFinal_ex(md, sha, NULL) != 1)
+		rc = -EIO;
+	EVP_MD_CTX_free(md);
+	free(buf);
+	return rc;
+}
+
+/* Part i: hashed in one pass over its range, then sent from the file (on_read, at the
+ * part's offset), so memory does not grow with --part-size or --uploads. */
 static int start_part(struct pub_s3 *s, void *ctx, size_t i, struct up_xfer **out)
 {
 	struct mp *m = ctx;
@@ -149,23 +179,20 @@ static int start_part(struct pub_s3 *s, void *ctx, size_t i, struct up_xfer **ou
 	struct sigv4_param p[2] = {{"partNumber", number}, {"uploadId", m->upload_id}};
 	unsigned char sha[PUB_SHA256_LEN];
 	struct up_xfer *x = pub_s3_xfer_new();
-	size_t got = 0;
-	int rc = -ENOMEM;
+	int rc = x ? hash_range(m->fd, off, len, sha) : -ENOMEM;
 
-	if (!x || !(x->own = malloc(len + 1)))
+	if (rc) {
+		pub_say("", s->stage, m->it->key, strerror(-rc), false);
 		goto fail;
-	while (got < len) {
-		ssize_t n = pread(m->fd, x->own + got, len - got, (off_t)(off + got));
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			pub_say("", s->stage, m->it->key, strerror(-rc), false);
-			goto fail;
-		}
-		got += (size_t)n;
 	}
-	SHA256(x->own, len, sha);
 	EVP_EncodeBlock((unsigned char *)m->parts[i].b64, sha, PUB_SHA256_LEN);
-	x->body = (struct up_body){.fd = -1, .mem = x->own, .len = len};
+	/* Its own descriptor: pub_s3_xfer_free closes it. */
+	x->body = (struct up_body){.fd = fcntl(m->fd, F_DUPFD_CLOEXEC, 0), .base = off, .len = len};
+	if (x->body.fd < 0) {
+		rc = -errno;
+		pub_say("", s->stage, m->it->key, strerror(-rc), false);
+		goto fail;
+	}
 	snprintf(number, sizeof(number), "%zu", i + 1);
 	rc = pub_s3_put_setup(s, x, m->it->key, p, 2, sha, NULL, false);
 	if (rc == 0) {

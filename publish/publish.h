@@ -7,6 +7,7 @@
 #ifndef SPOOLFS_PUBLISH_PUBLISH_H
 #define SPOOLFS_PUBLISH_PUBLISH_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -58,6 +59,9 @@ struct publish_options {
 	bool (*known)(void *ctx, const unsigned char sha256[32], uint64_t size);
 	void *known_ctx;
 	uint64_t *existing_out;
+	/* Set (by a signal handler) when the publish is to stop: no further file is begun,
+	 * and publish_run fails with -EINTR. NULL: never. */
+	const volatile sig_atomic_t *interrupted;
 };
 
 /*

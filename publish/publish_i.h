@@ -11,6 +11,7 @@
 #ifndef SPOOLFS_PUBLISH_PUBLISH_I_H
 #define SPOOLFS_PUBLISH_PUBLISH_I_H
 
+#include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -284,6 +285,9 @@ int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
 struct pub_s3_have {
 	char *key;
 	uint64_t size;
+	/* The manifest names it (pub_s3_known answered for it, from any worker thread: an
+	 * atomic, written true only): listed again before the manifest goes up. */
+	atomic_bool named;
 };
 struct pub_s3_list {
 	struct pub_s3_have *v; /* sorted by key */
@@ -315,15 +319,22 @@ struct pub_s3 {
 
 #define PUB_MAX_UPLOADS 64
 /* Parts of a multipart upload, and the size over which an object goes up in parts: the
- * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is held in memory while it is sent). */
+ * AWS CLI's 8 MiB (S3 takes 5 MiB to 5 GiB; a part is sent from its file, never held). */
 #define PUB_PART_SIZE (8u << 20)
-/* Reads one of cli.c's S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
+/* The store's options (--endpoint, --region, --profile, --role-arn, --path-style): one
+ * table for `publish` and `verify`, whose own rows pub_s3_longs puts first. */
+#define PUB_S3_STORE_OPTIONS 5
+/* out (n_own + PUB_S3_STORE_OPTIONS + 1 rows) = own's rows, the store's, the end row. */
+void pub_s3_longs(const struct option *own, size_t n_own, struct option *out);
+/* Reads one of the S3 options (its getopt code c) into s3. 0, or -EINVAL said. */
 int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
 /* Lists every key under PREFIX/under (no delimiter: the whole subtree) into l, relative to
  * the prefix, sorted. 0 or -errno, said. */
 int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l);
 /* The size the store holds key at, or -1. */
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key);
+/* key's entry, or NULL. */
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key);
 void pub_s3_list_free(struct pub_s3_list *l);
 /* GETs key (under the prefix), handing a 2xx answer's body to sink as curl does (a short
  * count ends the transfer). The HTTP status, or 0 with why set (why is set for a status

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "fetch/prefetch/reads.h"
 #include "fetch/source/read_orders.h"
 #include "publish/publish_i.h"
+#include "util/trusted_path.h"
 
 /* Dropped paths named one by one on stderr, per file; the rest are counted. */
 #define DROPPED_SAID_MAX 10
@@ -43,8 +45,12 @@ static struct pub_entry *find_file(const struct pub_tree *t, const char *path)
 	return e && (*e)->kind == PUB_FILE ? *e : NULL;
 }
 
+/* Appends e once: a path a file names again adds nothing (e->in_order marks it while
+ * its file is read), so a file of one line repeated costs one entry. */
 static int push(struct ranked *r, struct pub_entry *e)
 {
+	if (e->in_order)
+		return 0;
 	if (r->n == r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 64;
 		struct pub_entry **at = realloc(r->at, cap * sizeof(*at));
@@ -53,23 +59,30 @@ static int push(struct ranked *r, struct pub_entry *e)
 		r->at = at;
 		r->cap = cap;
 	}
+	e->in_order = true;
 	r->at[r->n++] = e;
 	return 0;
 }
 
-/* Reads FILE into r: its paths that are files of the tree, in its order. 0 or -errno,
- * said. */
+/*
+ * Reads FILE into r: its paths that are files of the tree, in its order. Opened by the
+ * trusted-path rule (util/trusted_path.h), as the mount's --prefetch-list is: a publish
+ * often runs as root on a tree someone else owns. A line is named by its number and the
+ * reason only, never its text: the file may be anything a link pointed at. 0 or -errno,
+ * said.
+ */
 static int read_file(const struct pub_tree *t, const char *file, struct ranked *r)
 {
 	struct prefetch_list_reader *rd = malloc(sizeof(*rd));
 	const char *path, *why;
 	size_t dropped = 0;
-	int fd = open(file, O_RDONLY | O_CLOEXEC), rc = 0;
-	char shown[256];
+	char refused[PATH_MAX + 256];
+	int fd = util_trusted_open(file, UTIL_TRUSTED_READ, refused, sizeof(refused)), rc = 0;
 
 	if (fd < 0 || !rd) {
-		rc = fd < 0 ? -errno : -ENOMEM;
-		fprintf(stderr, "spoolfs publish: --read-order %s: %s\n", file, strerror(-rc));
+		rc = fd < 0 ? fd : -ENOMEM;
+		fprintf(stderr, "spoolfs publish: --read-order: refused: %s\n",
+		        fd < 0 ? refused : strerror(-rc));
 		goto out;
 	}
 	prefetch_list_reader_init(rd, fd);
@@ -82,11 +95,8 @@ static int read_file(const struct pub_tree *t, const char *file, struct ranked *
 			continue;
 		}
 		if (dropped++ < DROPPED_SAID_MAX)
-			fprintf(stderr,
-			        "spoolfs publish: warning: --read-order %s: line %u%s%s%s: %s\n",
-			        file, rd->line_no, path ? " (" : "",
-			        path ? pub_quote(path, true, shown, sizeof(shown)) : "",
-			        path ? ")" : "", path ? "not a file of the tree: dropped" : why);
+			fprintf(stderr, "spoolfs publish: warning: --read-order %s: line %u: %s\n",
+			        file, rd->line_no, path ? "not a file of the tree: dropped" : why);
 	}
 	if (rc < 0)
 		fprintf(stderr, "spoolfs publish: --read-order %s: %s\n", file, strerror(-rc));
@@ -94,6 +104,8 @@ static int read_file(const struct pub_tree *t, const char *file, struct ranked *
 		fprintf(stderr, "spoolfs publish: warning: %s: %zu lines dropped in all\n", file,
 		        dropped);
 out:
+	for (size_t i = 0; i < r->n; i++)
+		r->at[i]->in_order = false; /* merge's mark from here on */
 	if (fd >= 0)
 		close(fd);
 	free(rd);

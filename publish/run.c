@@ -75,6 +75,8 @@ static int run_job(void *ctx, size_t i)
 	bool stored = false;
 	int rc = 0;
 
+	if (r->o->interrupted && *r->o->interrupted)
+		return -EINTR; /* the pool stops the others before their next file */
 	for (bool probe = r->store.probe_first; !stored && rc == 0; probe = false) {
 		struct pub_object *obj = NULL;
 		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;
@@ -235,8 +237,9 @@ static void test_gate(void)
 		return;
 	while ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR)
 		;
-	while (fd >= 0 && (read(fd, &c, 1) > 0 || errno == EINTR))
-		;
+	/* Until end of file: read's 0 leaves a stale EINTR in errno, so test n itself. */
+	for (ssize_t n = 1; fd >= 0 && (n > 0 || (n < 0 && errno == EINTR));)
+		n = read(fd, &c, 1);
 	if (fd >= 0)
 		close(fd);
 }

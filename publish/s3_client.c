@@ -26,20 +26,24 @@
 
 volatile sig_atomic_t pub_s3_interrupted;
 
+/* The body's next bytes: from memory, or read at base + off of the file (a part's range),
+ * so parts of one file go up at once from one descriptor and none is held in memory. */
 static size_t on_read(char *buf, size_t size, size_t nitems, void *ctx)
 {
 	struct up_body *b = ctx;
-	size_t want = size * nitems;
+	uint64_t left = b->len - b->off;
+	size_t want = size * nitems < left ? size * nitems : (size_t)left;
 	ssize_t n;
 
 	if (b->mem) {
-		uint64_t left = b->len - b->off;
-		n = (ssize_t)(want < left ? want : left);
-		memcpy(buf, b->mem + b->off, (size_t)n);
+		n = (ssize_t)want;
+		memcpy(buf, b->mem + b->off, want);
 	} else {
-		while ((n = read(b->fd, buf, want)) < 0 && errno == EINTR)
+		while ((n = pread(b->fd, buf, want, (off_t)(b->base + b->off))) < 0 &&
+		       errno == EINTR)
 			;
-		if (n < 0)
+		/* A file shorter than planned: the store must not get a short body. */
+		if (n < 0 || (n == 0 && want))
 			return CURL_READFUNC_ABORT;
 	}
 	b->off += (uint64_t)n;
@@ -52,8 +56,6 @@ static int on_seek(void *ctx, curl_off_t offset, int origin)
 
 	if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > b->len)
 		return CURL_SEEKFUNC_CANTSEEK;
-	if (!b->mem && lseek(b->fd, (off_t)offset, SEEK_SET) < 0)
-		return CURL_SEEKFUNC_FAIL;
 	b->off = (uint64_t)offset;
 	return CURL_SEEKFUNC_OK;
 }
@@ -115,6 +117,17 @@ static size_t on_header(char *line, size_t size, size_t nitems, void *ctx)
 	return len;
 }
 
+/* A request ends at the first interrupt (a stalled store would hold it for minutes),
+ * but for one that cleans up (x->to_the_end). */
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+	const struct up_xfer *x = ctx;
+
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return pub_s3_interrupted && !x->to_the_end;
+}
+
 int pub_s3_easy(struct pub_s3 *s, struct up_xfer *x)
 {
 	x->easy = curl_easy_init();
@@ -132,6 +145,9 @@ int pub_s3_easy(struct pub_s3 *s, struct up_xfer *x)
 	curl_easy_setopt(x->easy, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(x->easy, CURLOPT_PRIVATE, x);
 	curl_easy_setopt(x->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(x->easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(x->easy, CURLOPT_XFERINFODATA, x);
+	curl_easy_setopt(x->easy, CURLOPT_NOPROGRESS, 0L);
 	return 0;
 }
 
@@ -183,7 +199,6 @@ void pub_s3_xfer_free(struct up_xfer *x)
 	curl_slist_free_all(x->headers);
 	free(x->url);
 	free(x->answer);
-	free(x->own);
 	if (x->body.fd >= 0)
 		close(x->body.fd);
 	free(x);
@@ -207,9 +222,10 @@ void pub_s3_why(struct up_xfer *x, CURLcode res, long code, char *why, size_t ca
 
 	if (res != CURLE_OK) {
 		snprintf(why, cap, "%s",
-		         x->guard.refused ? x->guard.why
-		         : x->errbuf[0]   ? x->errbuf
-		                          : curl_easy_strerror(res));
+		         res == CURLE_ABORTED_BY_CALLBACK ? "interrupted"
+		         : x->guard.refused               ? x->guard.why
+		         : x->errbuf[0]                   ? x->errbuf
+		                                          : curl_easy_strerror(res));
 		return;
 	}
 	if (x->answer_len && s3_list_parse(x->answer, x->answer_len, NULL, &r, NULL, 0) == 0 &&
@@ -258,15 +274,23 @@ static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
 	}
 	if (!(l->v[l->n].key = strdup(key)))
 		return -ENOMEM;
-	l->v[l->n++].size = size;
+	l->v[l->n].size = size;
+	atomic_init(&l->v[l->n].named, false);
+	l->n++;
 	return 0;
+}
+
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key)
+{
+	struct pub_s3_have want = {.key = (char *)key};
+
+	return l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 }
 
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key)
 {
-	struct pub_s3_have want = {.key = (char *)key}, *hit;
+	const struct pub_s3_have *hit = pub_s3_list_find(l, key);
 
-	hit = l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 	return hit ? (int64_t)hit->size : -1;
 }
 
@@ -445,6 +469,10 @@ long pub_s3_delete(struct pub_s3 *s, const char *key, const struct sigv4_param *
 	int rc =
 	    x ? pub_s3_prepare(s, x, "DELETE", key, params, n_params, NULL, 0, NULL, 0) : -ENOMEM;
 
+	/* A DELETE cleans up (an upload's abort, the probe key): it runs after an interrupt. */
+	if (x)
+		x->to_the_end = true;
+
 	return run_once(x, rc, why, cap);
 }
 
@@ -527,7 +555,10 @@ int pub_s3_run(struct pub_s3 *s, const struct pub_s3_batch *b)
 				if (live[k] == x)
 					live[k] = NULL;
 			running--;
-			int r = b->end(s, b->ctx, x, msg->data.result, ++tries[x->item]);
+			/* Cut by the interrupt (on_progress): not a failure to say. */
+			int r = msg->data.result == CURLE_ABORTED_BY_CALLBACK
+			            ? -EINTR
+			            : b->end(s, b->ctx, x, msg->data.result, ++tries[x->item]);
 			if (r == -EAGAIN) {
 				unsigned t = tries[x->item] < 5 ? tries[x->item] : 5;
 				not_before[x->item] = pub_s3_now() + 0.2 * (double)(1u << t);

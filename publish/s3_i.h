@@ -26,11 +26,12 @@ struct up_item {
 	unsigned char sha256[PUB_SHA256_LEN];
 };
 
-/* A body sent from a file or from memory; rewound when curl must send it again. */
+/* A body sent from memory, or from len bytes of a file at base; rewound when curl must
+ * send it again. */
 struct up_body {
 	int fd;
 	const unsigned char *mem;
-	uint64_t len, off;
+	uint64_t base, len, off;
 };
 
 /* One request: owned by whoever made it (the multi loop, for a batch's). */
@@ -45,10 +46,11 @@ struct up_xfer {
 	char errbuf[CURL_ERROR_SIZE];
 	size_t item;            /* the batch's job it is for */
 	char etag[S3_ETAG_MAX]; /* the ETag header of the answer (an uploaded part's) */
-	unsigned char *own;     /* a body in memory the request owns (a part's), or NULL */
+	bool to_the_end;        /* not cut by an interrupt: it cleans up (a DELETE) */
 };
 
-/* Set by SIGINT or SIGTERM while objects go up: the batch stops, its requests are cut. */
+/* Set by SIGINT or SIGTERM during an S3 publish: staging stops, the batch stops, every
+ * request but a cleaning one is cut (s3_client.c's progress callback). */
 extern volatile sig_atomic_t pub_s3_interrupted;
 
 struct up_xfer *pub_s3_xfer_new(void);

@@ -9,8 +9,9 @@
  * not found by a reader. The PUTs run several at a time on one curl multi handle in this
  * thread (pub_s3_run); objects over --part-size go up in parts first (multipart_s3.c). A PUT
  * is atomic in S3: a killed publish leaves whole objects or none, and a rerun skips what is
- * there. After the last object, a second listing confirms each is present with its size;
- * only then is the manifest written (with --if-absent, conditionally, on a store that was
+ * there. After the last object, a second listing confirms that every object the manifest
+ * names (sent, or skipped as the first listing showed it) is present with its size; only
+ * then is the manifest written (with --if-absent, conditionally, on a store that was
  * seen to honour If-None-Match).
  *
  * Single-threaded. Secrets stay in the signed headers and never reach a message.
@@ -212,28 +213,42 @@ static int probe_if_absent(struct pub_s3 *s)
 	return second / 100 == 2 ? -EOPNOTSUPP : -EIO;
 }
 
-/* Every staged object present in the store with its size. 0, or -EIO with each missing
- * or wrong one said. */
+/* Whether have (the listing after the uploads) holds key with size; said if not. */
+static bool present(struct pub_s3 *s, const struct pub_s3_list *have, const char *key,
+                    uint64_t size)
+{
+	int64_t got = pub_s3_list_size(have, key);
+	char why[120];
+
+	if (got == (int64_t)size)
+		return true;
+	if (got < 0)
+		snprintf(why, sizeof(why),
+		         "missing from the store before the manifest was written");
+	else
+		snprintf(why, sizeof(why), "the store holds %" PRId64 " bytes, not %" PRIu64, got,
+		         size);
+	pub_say("", s->display, key, why, false);
+	return false;
+}
+
+/*
+ * Every object the manifest names present in the store with its size: those staged (and
+ * sent or found since) and those the first listing showed (pub_s3_known), which another
+ * publish's cleanup or a lifecycle rule may have removed while this one ran. One listing.
+ * 0, or -EIO with each missing or wrong one said.
+ */
 static int confirm(struct pub_s3 *s)
 {
 	struct pub_s3_list have = {0};
 	size_t bad = 0;
 	int rc = pub_s3_list(s, "objects/", &have);
 
-	for (size_t i = 0; rc == 0 && i < s->n_items; i++) {
-		int64_t size = pub_s3_list_size(&have, s->items[i].key);
-		char why[120];
-		if (size == (int64_t)s->items[i].size)
-			continue;
-		if (size < 0)
-			snprintf(why, sizeof(why), "missing from the store after its upload");
-		else
-			snprintf(why, sizeof(why),
-			         "the store holds %" PRId64 " bytes, not %" PRIu64, size,
-			         s->items[i].size);
-		pub_say("", s->display, s->items[i].key, why, false);
-		bad++;
-	}
+	for (size_t i = 0; rc == 0 && i < s->n_items; i++)
+		bad += !present(s, &have, s->items[i].key, s->items[i].size);
+	for (size_t i = 0; rc == 0 && i < s->have.n; i++)
+		if (atomic_load(&s->have.v[i].named))
+			bad += !present(s, &have, s->have.v[i].key, s->have.v[i].size);
 	pub_s3_list_free(&have);
 	return rc ? rc : bad ? -EIO : 0;
 }
@@ -254,14 +269,17 @@ static int read_manifest(struct pub_s3 *s, const char *name, char **data, size_t
 		rc = -ENOMEM;
 	} else {
 		size_t got = 0;
-		ssize_t n = 0;
-		while (
-		    got < (size_t)sb.st_size &&
-		    ((n = read(fd, *data + got, (size_t)sb.st_size - got)) > 0 || errno == EINTR))
-			got += n > 0 ? (size_t)n : 0;
+		/* A file shorter than fstat said is an error, not a smaller manifest. */
+		while (rc == 0 && got < (size_t)sb.st_size) {
+			ssize_t n = read(fd, *data + got, (size_t)sb.st_size - got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				rc = n < 0 ? -errno : -EIO;
+			else
+				got += (size_t)n;
+		}
 		*len = got;
-		if (n < 0)
-			rc = -errno;
 	}
 	if (fd >= 0)
 		close(fd);
@@ -281,9 +299,14 @@ bool pub_s3_known(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_
 {
 	struct pub_s3 *s = ctx;
 	char key[PUB_URL_LEN + 1];
+	struct pub_s3_have *h;
 
 	pub_object_url(sha256, key);
-	return pub_s3_list_size(&s->have, key) == (int64_t)size;
+	h = pub_s3_list_find(&s->have, key);
+	if (!h || h->size != size)
+		return false;
+	atomic_store(&h->named, true); /* confirmed again before the manifest (confirm) */
+	return true;
 }
 
 int pub_s3_upload(struct pub_s3 *s, const char *manifest)

@@ -383,17 +383,12 @@ static int load_top(struct vfy *v, const char *name)
 
 int publish_verify_main(int argc, char **argv)
 {
-	static const struct option longs[] = {
+	static const struct option own[] = {
 	    {"manifest", required_argument, NULL, 'm'},
 	    {"deep", no_argument, NULL, 'd'},
-	    {"endpoint", required_argument, NULL, 'E'},
-	    {"region", required_argument, NULL, 'R'},
-	    {"profile", required_argument, NULL, 'P'},
-	    {"role-arn", required_argument, NULL, 'A'},
-	    {"path-style", no_argument, NULL, 'S'},
 	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
 	};
+	struct option longs[sizeof(own) / sizeof(own[0]) + PUB_S3_STORE_OPTIONS + 1];
 	struct publish_s3_options so = {0};
 	struct vfy v = {.dir_fd = -1};
 	const char *name = "manifest.json", *source;
@@ -401,6 +396,7 @@ int publish_verify_main(int argc, char **argv)
 	struct stat sb;
 	int c, rc;
 
+	pub_s3_longs(own, sizeof(own) / sizeof(own[0]), longs);
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {

@@ -6,10 +6,13 @@ bucket and compared with its source.
 """
 
 import base64
+import errno
+import glob
 import hashlib
 import os
 import pty
 import re
+import signal
 import tempfile
 import subprocess
 import sys
@@ -22,6 +25,22 @@ from test_s3 import AK, BUCKET, SECRET, aws_env, s3_server, s3rver_installed  # 
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "s3"))
 import s3rver  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def own_tmpdir(tmp_path, monkeypatch):
+    """Every publish stages under this test's own TMPDIR (daemon_env copies it), and none
+    leaves its stage behind: an interrupted one removes it, a killed one's is swept by the
+    next run."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    yield tmp
+    assert stages(tmp) == []
+
+
+def stages(tmp):
+    return glob.glob(os.path.join(str(tmp), "spoolfs-publish.*"))
 
 
 def make_tree(src, big=3 << 20):
@@ -190,6 +209,189 @@ def test_a_killed_publish_resumes(s3_server, mount, tmp_path):
     assert s3.auth_failures() == []
 
 
+def test_an_object_removed_while_publishing_keeps_the_manifest_back(s3_server, tmp_path):
+    """An object the first listing showed (so neither staged nor sent) that another's
+    cleanup removes while the publish runs is found missing by the listing before the
+    manifest: the manifest is not written (the old one stays), the object is named."""
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    publish(s3, src, "s3://%s/g" % BUCKET)
+    old_manifest = s3.get(BUCKET, "g/manifest.json")[2]
+    tool = big_key(src, "g", "tool")
+    (src / "big.bin").write_bytes(os.urandom(1 << 20))
+    big = BUCKET + "/" + big_key(src, "g")
+    s3.fault(big, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/g" % BUCKET, "--endpoint",
+                             s3.endpoint, "--uploads", "1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=daemon_env())
+    try:
+        # The new object's PUT is held: the first listing is long done. tool's object,
+        # known to it, goes now.
+        s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=big)
+        s3.delete(BUCKET, tool)
+        s3.release(big)
+    finally:
+        err = ended(proc, timeout=120)
+    assert proc.returncode == 1, err
+    assert tool in err and "missing from the store" in err, err
+    assert s3.get(BUCKET, "g/manifest.json")[2] == old_manifest
+    # The rerun sends it again, then the manifest.
+    s3.clear(big)
+    publish(s3, src, "s3://%s/g" % BUCKET)
+    assert tool in s3.objects(BUCKET)
+    assert s3.get(BUCKET, "g/manifest.json")[2] != old_manifest
+
+
+def at_the_gate(s3, src, dest, *args, preexec_fn=None):
+    """A publish (its Popen, and the gate's write end) held at SPOOLFS_TEST_PUBLISH_GATE
+    (publish/run.c), after its stage was made and before any file is staged."""
+    fifo = os.path.join(os.environ["TMPDIR"], "..", "gate")
+    os.mkfifo(fifo)
+    env = daemon_env()
+    env["SPOOLFS_TEST_PUBLISH_GATE"] = fifo
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), dest, "--endpoint", s3.endpoint]
+                            + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, preexec_fn=preexec_fn)
+    gate = []
+
+    def opened():
+        # The publish opens the FIFO for reading at the gate: until then, opening it for
+        # writing without blocking says ENXIO.
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            gate.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return True
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            return False
+    try:
+        wait_until(opened, "publish never reached its gate", timeout=60)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, gate[0]
+
+
+def ended(proc, timeout=60):
+    """A publish's stderr once it ended (killed if it does not within timeout), checked for
+    a sanitizer's report."""
+    try:
+        _, err = proc.communicate(timeout=timeout * SLOW)
+    finally:
+        proc.kill()
+        proc.wait()
+    err = err.decode("utf-8", "replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    return err
+
+
+def through_the_gate(proc, gate, timeout=60):
+    """Lets a publish held at its gate go on (end of file on the FIFO): as ended()."""
+    os.close(gate)
+    return ended(proc, timeout)
+
+
+def status_field(pid, field, base=16):
+    """A number of /proc/PID/status: a signal mask (SigCgt: caught, SigIgn: ignored; hex),
+    or with base 10 a size in kB (RssAnon)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1], base)
+    return 0
+
+
+def caught(pid, sig):
+    return bool(status_field(pid, "SigCgt") & (1 << (sig - 1)))
+
+
+def test_a_signal_while_staging_removes_the_stage(s3_server, own_tmpdir, tmp_path):
+    """SIGTERM while the tree is staged: no further file is staged, nothing is sent, the
+    stage is removed, the exit status says it failed (1); the handler is there from before
+    the stage was made (it was installed only for the uploads)."""
+    s3, src = start(s3_server, tmp_path)
+    proc, gate = at_the_gate(s3, src, "s3://%s/st" % BUCKET)
+    try:
+        assert len(stages(own_tmpdir)) == 1
+        assert caught(proc.pid, signal.SIGTERM)
+        proc.terminate()
+        # The first signal is taken, and the second would kill (SA_RESETHAND).
+        wait_until(lambda: not caught(proc.pid, signal.SIGTERM), "SIGTERM never taken")
+    finally:
+        err = through_the_gate(proc, gate)
+    assert proc.returncode == 1 and "interrupted while staging" in err, err
+    assert stages(own_tmpdir) == []
+    assert puts(s3) == 0
+
+
+def test_a_second_signal_kills_and_the_next_run_sweeps_the_stage(s3_server, own_tmpdir,
+                                                                tmp_path):
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    proc, gate = at_the_gate(s3, src, "s3://%s/sw" % BUCKET)
+    try:
+        proc.send_signal(signal.SIGINT)
+        wait_until(lambda: not caught(proc.pid, signal.SIGINT), "SIGINT never taken")
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60 * SLOW)
+    finally:
+        through_the_gate(proc, gate)
+    assert proc.returncode == -signal.SIGINT
+    # Killed: its stage stays until the next publish finds its PID gone.
+    assert len(stages(own_tmpdir)) == 1
+    # Another user's stage, and a live process's, are never touched.
+    live = own_tmpdir / ("spoolfs-publish.%d.live00" % os.getpid())
+    live.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    other = own_tmpdir / ("spoolfs-publish.%d.other0" % gone.pid)
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    publish(s3, src, "s3://%s/sw" % BUCKET)
+    assert sorted(stages(own_tmpdir)) == sorted([str(live), str(other)])
+    live.rmdir()
+    other.rmdir()
+
+
+def test_an_ignored_sigint_stays_ignored(s3_server, own_tmpdir, tmp_path):
+    """A publish started with SIGINT ignored (nohup, a script's background job) keeps it
+    ignored; SIGTERM is caught."""
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    proc, gate = at_the_gate(s3, src, "s3://%s/ig" % BUCKET,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert status_field(proc.pid, "SigIgn") & (1 << (signal.SIGINT - 1))
+        assert not caught(proc.pid, signal.SIGINT) and caught(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
+    finally:
+        err = through_the_gate(proc, gate, timeout=120)
+    assert proc.returncode == 0, err
+    assert "ig/manifest.json" in s3.objects(BUCKET)
+
+
+def test_a_signal_cuts_a_held_manifest_put(s3_server, tmp_path):
+    """The manifest's PUT (a blocking request) held by the store: SIGINT ends it at once,
+    not when the store lets go; no manifest, exit 1."""
+    s3, src = start(s3_server, tmp_path, big=1 << 20)
+    manifest = BUCKET + "/h/manifest.json"
+    s3.fault(manifest, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/h" % BUCKET, "--endpoint",
+                             s3.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=daemon_env())
+    try:
+        s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=manifest)
+        proc.send_signal(signal.SIGINT)
+        err = ended(proc, timeout=30)
+    finally:
+        proc.kill()
+        s3.release(manifest)
+    assert proc.returncode == 1 and "interrupted" in err, err
+    wait_until(lambda: s3.stats(manifest)["gated"] == 0, "the held PUT ended")
+    s3.clear(manifest)
+    assert "h/manifest.json" not in s3.objects(BUCKET)
+
+
 def test_a_corrupted_upload_is_refused_by_the_store(s3_server, tmp_path):
     s3, src = start(s3_server, tmp_path, big=1 << 20)
     h = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
@@ -239,6 +441,37 @@ def test_large_objects_go_up_in_parts(s3_server, mount, tmp_path):
     assert s3.auth_failures() == []
 
 
+def anon_rss_while_parts_are_held(s3, src, prefix, part_size, uploads):
+    """RssAnon of a publish whose parts' PUTs are held by the store (each begun, its body
+    ready to go), in bytes; then it is stopped (SIGTERM: the upload is aborted)."""
+    big = BUCKET + "/" + big_key(src, prefix)
+    s3.fault(big, gate=True)
+    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/%s" % (BUCKET, prefix),
+                             "--endpoint", s3.endpoint, "--part-size", part_size, "--uploads",
+                             str(uploads)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=daemon_env())
+    try:
+        s3.wait_for(lambda st: st["gated"] >= 1, timeout=60 * SLOW, path=big)
+        rss = status_field(proc.pid, "RssAnon", 10)
+        proc.terminate()
+        proc.communicate(timeout=60 * SLOW)
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: s3.stats(big)["gated"] == 0, "the held PUTs ended")
+    s3.clear(big)
+    return rss << 10
+
+
+def test_parts_are_sent_from_the_file_not_held_in_memory(s3_server, tmp_path):
+    """Three 16 MiB parts on the way cost no more memory than one 5 MiB part: each part
+    goes up from the staged file (they were read whole into memory: 48 MiB)."""
+    s3, src = start(s3_server, tmp_path, big=48 << 20)
+    small = anon_rss_while_parts_are_held(s3, src, "m1", "5M", 1)
+    large = anon_rss_while_parts_are_held(s3, src, "m2", "16M", 3)
+    assert large - small < 16 << 20, (large, small)
+
+
 def test_an_interrupted_multipart_upload_is_aborted(s3_server, mount, tmp_path):
     """SIGTERM while a part is held: the upload is aborted (no parts left in the store), no
     object and no manifest appear; the rerun publishes it all."""
@@ -252,13 +485,8 @@ def test_an_interrupted_multipart_upload_is_aborted(s3_server, mount, tmp_path):
         s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=big)
         assert len(s3.uploads()) == 1
         proc.terminate()
-        _, err = proc.communicate(timeout=60 * SLOW)
     finally:
-        proc.kill()
-        proc.wait()
-    err = err.decode("utf-8", "replace")
-    for mark in SANITIZER_MARKS:
-        assert mark not in err, err
+        err = ended(proc)
     assert proc.returncode == 1, err
     assert "multipart upload was aborted" in err and "interrupted" in err, err
     assert s3.uploads() == []
@@ -335,6 +563,10 @@ def test_bad_s3_usage(s3_server, tmp_path):
     assert status == 2 and "--uploads takes" in err, err
     status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "1M", check=False)
     assert status == 2 and "--part-size takes 5M to 5G" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--part-size", "6G", check=False)
+    assert status == 2 and "--part-size takes 5M to 5G" in err, err
+    status, _, err = publish(s3, src, "s3://%s/p" % BUCKET, "--uploads", "65", check=False)
+    assert status == 2 and "--uploads takes 1 to 64" in err, err
     status, _, err = publish(s3, src, "s3://nosuchbucket/p", check=False)
     assert status == 1 and "NoSuchBucket" in err, err
 
