@@ -113,6 +113,12 @@ static int join_list(struct fs_session *s, fuse_ino_t ino, struct pending_open *
 		return rc;
 	po->list = obj.flight;
 	po->list_url = obj.url;
+	/* Prefetch's (a list entry's), maybe still waiting for a speculative slot: a reader
+	 * waits for it now, so it is claimed as an open claims an object, and goes ahead. */
+	if (flight_speculation_unclaimed(po->list) && flight_hold_spool(po->list) == 0) {
+		flight_release_spool(po->list);
+		engine_kick(s->engine, po->list);
+	}
 	return 0;
 }
 
