@@ -444,3 +444,34 @@ def test_unmount_while_a_hash_list_is_pending_is_prompt(store, mount, upstream, 
     assert time.monotonic() - began < 5 * SLOW
     upstream.release(listed)
     assert name not in object_gets(upstream)
+
+
+def test_a_chunked_file_over_the_budget_fetches_not_even_its_hash_list(store, mount, upstream,
+                                                                       tmp_path):
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-budget", "1M",
+              "--prefetch-requests", "0")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    assert stats(m)["prefetch_list_over_budget"] == 1
+    assert object_gets(upstream) == {}
+
+
+def test_a_reader_takes_a_hash_list_waiting_for_a_speculative_slot(store, mount, upstream,
+                                                                    tmp_path):
+    """The list's one speculative slot is held at the gate by the entry before; the
+    chunked file's hash list waits for it, and its reader's open does not wait behind it
+    (a parked reader's miss goes ahead, and the open claims the flight)."""
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    first = store.add("c/first.bin", 64 * KiB)
+    store.write()
+    chunklist.add_chunks(store.root, paths=[name])
+    plist.write_text(first + "\n" + name + "\n")
+    upstream.fault(first, gate=True)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-requests", "1")
+    upstream.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=first)
+    wait_until(lambda: name + " (hash list)" in flight_records(m), lambda: flight_records(m))
+    assert listed not in object_gets(upstream)
+    assert read_file(m.p(name)) == expected(store, name)
+    assert upstream.stats(listed)["gets"] == 1
+    upstream.release(first)
+    assert read_file(m.p(first)) == expected(store, first)
