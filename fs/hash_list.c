@@ -113,6 +113,14 @@ static int join_list(struct fs_session *s, fuse_ino_t ino, struct pending_open *
 		return rc;
 	po->list = obj.flight;
 	po->list_url = obj.url;
+	/* Prefetch's (a list entry's): a reader waits for it now, so it is claimed as an open
+	 * claims an object. Unclaimed, it would be speculation nobody asked for, which waits
+	 * for a speculative slot and which the engine drops when fds run short (failing this
+	 * open). */
+	if (flight_speculation_unclaimed(po->list) && flight_hold_spool(po->list) == 0) {
+		flight_release_spool(po->list);
+		engine_kick(s->engine, po->list);
+	}
 	return 0;
 }
 

@@ -38,10 +38,20 @@
 #define LIST_POLL_MS 5
 /* Bad lines named one by one in the log; the rest are counted in the summary. */
 #define LIST_LOG_MAX 20
+/* List entries whose hash list downloads (their objects start once it is in), at most: the
+ * list reads on past them meanwhile, and stops while this many wait. */
+#define PENDING_MAX 8
 
 struct open_event {
 	uint64_t ino;
 	uint64_t dir;
+};
+
+/* A list entry waiting for its hash list (ops.start said PREFETCH_PENDING). */
+struct pending_entry {
+	struct flight *list; /* the flight it waits for, a reference */
+	uint64_t ino;
+	uint64_t size; /* counted in list_bytes already */
 };
 
 struct prefetch {
@@ -70,6 +80,9 @@ struct prefetch {
 	struct foreseen foreseen; /* files the list named (started or local): no walk's */
 	struct flight **inflight; /* list flights not finished (references) */
 	unsigned n_inflight;
+	/* Entries waiting for their hash lists; with n_inflight, at most list_inflight. */
+	struct pending_entry pending[PENDING_MAX];
+	unsigned n_pending;
 	unsigned logged_bad;
 	bool said_budget;
 };
@@ -252,8 +265,60 @@ static void list_entry(struct prefetch *p, char *path)
 		return;
 	}
 	atomic_fetch_add(&p->stats.list_started, 1);
+	if (rc == PREFETCH_PENDING) {
+		/* Its bytes count now: the entries after it are weighed against them. */
+		atomic_fetch_add(&p->stats.list_bytes, n.size);
+		p->pending[p->n_pending++] = (struct pending_entry){f, n.ino, n.size};
+		return;
+	}
 	atomic_fetch_add(&p->stats.list_bytes, flight_size(f));
 	p->inflight[p->n_inflight++] = f;
+}
+
+/* Entry e's hash list finished: its object starts now (or was started by a reader, or it
+ * failed). True when e waits on (for another flight). */
+static bool start_pending(struct prefetch *p, struct pending_entry *e, enum flight_state state)
+{
+	struct flight *f = NULL;
+	int rc = state == FLIGHT_COMPLETE ? p->ops.start(p->ops.ctx, e->ino, true, &f) : -EIO;
+
+	/* Only now: the start joined the hash list's flight while this kept it. */
+	flight_unref(e->list);
+	e->list = NULL;
+	if (rc == PREFETCH_PENDING) {
+		e->list = f;
+		return true;
+	}
+	if (rc == 1) {
+		p->inflight[p->n_inflight++] = f;
+	} else if (rc == 0) {
+		/* A reader's open started it first: one download, the reader's. */
+		atomic_fetch_sub(&p->stats.list_started, 1);
+		atomic_fetch_sub(&p->stats.list_bytes, e->size);
+		atomic_fetch_add(&p->stats.list_local, 1);
+	} else {
+		/* Its reader's open fetches the hash list again and says why it fails. */
+		util_log(UTIL_LOG_DEBUG, "prefetch: inode %" PRIu64 ": its hash list: %s", e->ino,
+		         strerror(-rc));
+		atomic_fetch_add(&p->stats.list_finished, 1);
+	}
+	return false;
+}
+
+/* Starts the objects whose hash lists finished; true while some still download. */
+static bool prune_pending(struct prefetch *p)
+{
+	unsigned kept = 0;
+
+	for (unsigned i = 0; i < p->n_pending; i++) {
+		struct pending_entry e = p->pending[i];
+		enum flight_state state;
+		flight_progress(e.list, NULL, NULL, &state);
+		if (state == FLIGHT_ACTIVE || start_pending(p, &e, state))
+			p->pending[kept++] = e;
+	}
+	p->n_pending = kept;
+	return kept > 0;
 }
 
 /* Drops the list flights that finished; true while some still download. */
@@ -299,7 +364,9 @@ static bool work_list(struct prefetch *p)
 	if (!p->list)
 		return false;
 	prune_inflight(p);
-	while (!p->list_eof && p->n_inflight < p->cfg.list_inflight) {
+	prune_pending(p);
+	while (!p->list_eof && p->n_inflight + p->n_pending < p->cfg.list_inflight &&
+	       p->n_pending < PENDING_MAX) {
 		rc = prefetch_list_next(p->list, &path, &why);
 		if (rc <= 0) {
 			if (rc < 0)
@@ -325,7 +392,7 @@ static bool work_list(struct prefetch *p)
 		else
 			list_entry(p, (char *)path);
 	}
-	if (p->list_eof && p->n_inflight == 0) {
+	if (p->list_eof && p->n_inflight == 0 && p->n_pending == 0) {
 		atomic_store(&p->stats.list_done, true);
 		close(p->list->fd);
 		free(p->list);
@@ -410,6 +477,10 @@ void prefetch_stop(struct prefetch *p)
 	for (unsigned i = 0; i < p->n_inflight; i++)
 		flight_unref(p->inflight[i]);
 	p->n_inflight = 0;
+	/* Their hash lists' downloads are the engine's to end; their objects never start. */
+	for (unsigned i = 0; i < p->n_pending; i++)
+		flight_unref(p->pending[i].list);
+	p->n_pending = 0;
 }
 
 void prefetch_destroy(struct prefetch *p)

@@ -48,11 +48,17 @@ struct prefetch_config {
 	const char *order_name; /* its name, for log lines (copied) */
 };
 
+/* prefetch_ops.start's answer for an object whose hash list is still downloading. */
+#define PREFETCH_PENDING 2
+
 struct prefetch_ops {
 	/*
 	 * Starts file ino's download as a speculative flight: 1 and *out (a reference) when
 	 * a new one started, 0 when its object is local or downloading already (nothing held),
-	 * or -errno. whole: download all of it however large (a list entry).
+	 * or -errno. whole: download all of it however large (a list entry). With whole,
+	 * PREFETCH_PENDING and *out (a reference) when the object can start only once flight
+	 * *out completes (its hash list, downloading): the thread calls start again then,
+	 * without waiting for it, and drops *out after that call.
 	 */
 	int (*start)(void *ctx, uint64_t ino, bool whole, struct flight **out);
 	/* Makes sure directory dir is listed (lazy sources; may wait on the network); NULL:

@@ -8,9 +8,15 @@ import random
 import re
 import shutil
 import subprocess
+import sys
+import threading
+import time
 
-from conftest import SPOOLFS, read_file
+from conftest import SLOW, SPOOLFS, read_file
 from helpers import expected, flight_records, readlink_or_empty, wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream"))
+import chunklist  # noqa: E402
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -374,3 +380,98 @@ def test_a_warm_mount_starts_no_walk(store, mount, upstream, tmp_path):
     wait_until(lambda: names[20] in object_gets(upstream), lambda: object_gets(upstream))
     assert m.unmount() == 0
     assert set(object_gets(upstream)) == {names[20]}, sorted(object_gets(upstream))
+
+
+def chunked_list(store, tmp_path, size=1536 * KiB):
+    """A store with one chunked file (what `spoolfs publish` gives a file over 1 MiB) and a
+    prefetch list naming it: (url, its path, its hash list's path, the list)."""
+    name = store.add("c/big.bin", size)
+    url = store.write()
+    manifest = chunklist.add_chunks(store.root, paths=[name])
+    entry = next(e for e in manifest["entries"] if e["path"] == name)
+    plist = tmp_path / "list.txt"
+    plist.write_text(name + "\n")
+    return url, name, entry["chunks"]["url"], plist
+
+
+def test_a_list_fetches_a_chunked_files_hash_list_then_its_object(store, mount, upstream,
+                                                                   tmp_path):
+    """Before any open: the hash list, then the object with its digests, ahead of the
+    reader, whose open and reads then ask nothing more."""
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-requests", "0")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    gets = object_gets(upstream)
+    assert set(gets) == {name, listed}, gets
+    assert gets[listed]["gets"] == 1 and gets[name]["bytes"] == 1536 * KiB, gets
+    st = stats(m)
+    assert st["prefetch_list_started"] == 1 and st["prefetch_list_finished"] == 1, st
+    assert read_file(m.p(name)) == expected(store, name)
+    assert object_gets(upstream) == gets
+
+
+def test_a_reader_joins_the_hash_list_a_list_entry_started(store, mount, upstream, tmp_path):
+    """The reader opens while the list's hash list waits at the gate: it joins that flight
+    and then the object's: one fetch of each."""
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    upstream.fault(listed, gate=True)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-requests", "0")
+    upstream.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=listed)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(data=read_file(m.p(name))))
+    reader.start()
+    # The reader's open has joined the hash list's flight once it holds it.
+    wait_until(lambda: flight_records(m).get(name + " (hash list)", {}).get("opened"),
+               lambda: flight_records(m))
+    upstream.release(listed)
+    reader.join(30 * SLOW)
+    assert got.get("data") == expected(store, name)
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    gets = object_gets(upstream)
+    assert gets[listed]["gets"] == 1, gets
+    assert gets[name]["bytes"] == 1536 * KiB, gets
+    assert {r for r in flight_records(m) if r.startswith(name)} == {
+        name, name + " (hash list)"}, flight_records(m)
+
+
+def test_unmount_while_a_hash_list_is_pending_is_prompt(store, mount, upstream, tmp_path):
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    upstream.fault(listed, gate=True)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-requests", "0")
+    upstream.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=listed)
+    began = time.monotonic()
+    assert m.unmount() == 0
+    assert time.monotonic() - began < 5 * SLOW
+    upstream.release(listed)
+    assert name not in object_gets(upstream)
+
+
+def test_a_chunked_file_over_the_budget_fetches_not_even_its_hash_list(store, mount, upstream,
+                                                                       tmp_path):
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-budget", "1M",
+              "--prefetch-requests", "0")
+    wait_until(lambda: prefetch_done(m), lambda: stats(m))
+    assert stats(m)["prefetch_list_over_budget"] == 1
+    assert object_gets(upstream) == {}
+
+
+def test_a_reader_takes_a_hash_list_waiting_for_a_speculative_slot(store, mount, upstream,
+                                                                    tmp_path):
+    """The list's one speculative slot is held at the gate by the entry before; the
+    chunked file's hash list waits for it, and its reader's open does not wait behind it
+    (a parked reader's miss goes ahead, and the open claims the flight)."""
+    url, name, listed, plist = chunked_list(store, tmp_path)
+    first = store.add("c/first.bin", 64 * KiB)
+    store.write()
+    chunklist.add_chunks(store.root, paths=[name])
+    plist.write_text(first + "\n" + name + "\n")
+    upstream.fault(first, gate=True)
+    m = mount(url, "--prefetch-list", str(plist), "--prefetch-requests", "1")
+    upstream.wait_for(lambda s: s["gated"] == 1, timeout=20 * SLOW, path=first)
+    wait_until(lambda: name + " (hash list)" in flight_records(m), lambda: flight_records(m))
+    assert listed not in object_gets(upstream)
+    assert read_file(m.p(name)) == expected(store, name)
+    assert upstream.stats(listed)["gets"] == 1
+    upstream.release(first)
+    assert read_file(m.p(first)) == expected(store, first)

@@ -304,3 +304,32 @@ def test_a_path_of_the_order_not_in_the_tree_is_skipped_with_a_reason(tree, moun
         assert m.unmount() == 0
     finally:
         up.stop()
+
+
+def test_a_chunked_file_in_the_order_is_fetched_before_its_open(tmp_path, mount):
+    """A file over 1 MiB, which `spoolfs publish` gives chunk hashes: the order fetches its
+    hash list, then the object with its digests, before any open; the reader asks nothing."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    (src / "lib").mkdir(parents=True)
+    big = os.urandom(1536 * KiB)
+    (src / "lib" / "big.so").write_bytes(big)
+    (src / "lib" / "small.py").write_bytes(os.urandom(4 * KiB))
+    (tmp_path / "rec").write_text("lib/big.so\n")
+    publish_tree(src, out, "--pack-under", "0", "--read-order", str(tmp_path / "rec"))
+    with open(out / "manifest.json") as f:
+        entry = next(e for e in json.load(f)["entries"] if e["path"] == "lib/big.so")
+    assert "chunks" in entry, entry
+    up = Upstream(out)
+    try:
+        m = mount(up.url("manifest.json"), "--prefetch-requests", "0")
+        wait_until(lambda: order_done(m), lambda: (stats(m), m.stderr()))
+        gets = {p: s["gets"] for p, s in up.stats()["paths"].items()
+                if p != "manifest.json" and s["gets"]}
+        assert set(gets) == {entry["url"], entry["chunks"]["url"]}, gets
+        assert gets[entry["chunks"]["url"]] == 1, gets
+        assert read_file(m.p("lib/big.so")) == big
+        assert {p: s["gets"] for p, s in up.stats()["paths"].items()
+                if p != "manifest.json" and s["gets"]} == gets
+        assert m.unmount() == 0
+    finally:
+        up.stop()
