@@ -246,7 +246,7 @@ void pub_s3_list_free(struct pub_s3_list *l)
 	*l = (struct pub_s3_list){0};
 }
 
-static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
+int pub_s3_list_add(struct pub_s3_list *l, const char *key, uint64_t size, int64_t mtime)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 1024;
@@ -258,15 +258,23 @@ static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
 	}
 	if (!(l->v[l->n].key = strdup(key)))
 		return -ENOMEM;
+	l->v[l->n].mtime = mtime;
+	atomic_init(&l->v[l->n].reused, false);
 	l->v[l->n++].size = size;
 	return 0;
 }
 
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key)
+{
+	struct pub_s3_have want = {.key = (char *)key};
+
+	return l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
+}
+
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key)
 {
-	struct pub_s3_have want = {.key = (char *)key}, *hit;
+	struct pub_s3_have *hit = pub_s3_list_find(l, key);
 
-	hit = l->n ? bsearch(&want, l->v, l->n, sizeof(*l->v), cmp_have) : NULL;
 	return hit ? (int64_t)hit->size : -1;
 }
 
@@ -312,7 +320,7 @@ int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l)
 		for (size_t i = 0; i < r.page.n_objects && rc == 0; i++) {
 			const struct s3_object *o = &r.page.objects[i];
 			if (strncmp(o->key, prefix, plen) == 0)
-				rc = list_add(l, o->key + plen, o->size);
+				rc = pub_s3_list_add(l, o->key + plen, o->size, o->mtime);
 		}
 		free(token);
 		token = NULL;

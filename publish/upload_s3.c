@@ -315,6 +315,8 @@ int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 		rc = upload_all(s, go);
 	if (rc == 0)
 		rc = confirm(s);
+	if (rc == 0) /* gc's race: refreshed after the uploads, before the manifest */
+		rc = pub_s3_refresh(s);
 	if (rc == 0)
 		rc = read_manifest(s, manifest, &body, &len);
 	if (rc == 0) {
