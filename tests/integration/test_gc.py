@@ -128,20 +128,21 @@ def test_local_a_manifest_gc_cannot_read_wholly_stops_it(tmp_path):
     age(out, 2 * DAY)
     before = keys(out)
     good = (out / "r2.json").read_text()
+    # A field of a newer format may name objects (here the orphan): gc must not guess.
     for text, why in (
-            (good[:len(good) // 2], "not valid JSON"),
-            (good.replace('"version":2', '"version":3', 1), "manifest version 3"),
-            (good.replace('"entries":[', '"frames":[],"entries":[', 1),
-             'a field it does not know: "frames"'),
-            (good.replace('"path":', '"frame_table":"objects/x","path":', 1),
+            (good.replace('"path":', '"frame_table":"%s","path":' % o["orphan"], 1),
              'has a field it does not know: "frame_table"'),
-            ('{"tag": "r2.json"}', "not a manifest")):
+            (good.replace('"entries":[', '"frames":["%s"],"entries":[' % o["orphan"], 1),
+             'a field it does not know: "frames"'),
+            (good.replace('"version":2', '"version":3', 1), "manifest version 3"),
+            ('{"tag": "r2.json"}', "not a manifest"),
+            (good[:len(good) // 2], "not valid JSON")):
         (out / "r2.json").write_text(text)
         age(out / "r2.json", 2 * DAY)
-        _, _, err = run("gc", out, "--grace", "0", check=1)
+        _, _, err = run("gc", out, "--grace", "0")
+        assert keys(out) == before, err
         assert "%s/r2.json: " % out in err and why in err, err
         assert "refusing to delete anything" in err
-        assert keys(out) == before
     # Whole again: the orphan goes.
     (out / "r2.json").write_text(good)
     run("gc", out, "--grace", "0", check=0)
@@ -286,9 +287,9 @@ def test_s3_an_old_object_a_publish_names_again_is_not_deleted(s3_server, tmp_pa
         s3.release(held)
         t.join(120 * SLOW)
     assert res["r"][0] == 0, res
-    assert s3.stats(BUCKET + "/p/" + o["orphan"]).get("copies") == 1
     assert o["orphan"] in s3_keys(s3), text
     run("verify", dest, "--manifest", "r3.json", *ep, check=0)
+    assert s3.stats(BUCKET + "/p/" + o["orphan"]).get("copies") == 1
     assert s3.auth_failures() == []
 
 
