@@ -185,7 +185,8 @@ static int read_text(struct gc *c, const char *key, struct text *t)
 	return rc;
 }
 
-/* The vet for verify's walk: 0 when text is a manifest gc knows wholly, else -EINVAL said. */
+/* The vet for verify's walk: 0 when text is a manifest gc knows wholly, else -EINVAL said.
+ * vet_db: gc's database (set once before the walk; gc is single-threaded). */
 static sqlite3 *vet_db;
 static int vet(const char *where, const char *name, const char *text, size_t len)
 {
@@ -504,7 +505,7 @@ int publish_gc_main(int argc, char **argv)
 	struct gc c = {.g.dir_fd = -1, .grace = DAY, .keep_newer = -1};
 	bool chosen = false;
 	const char *source;
-	char *end;
+	char *end, *real = NULL;
 	int ch, rc = 0;
 
 	opterr = 0;
@@ -557,8 +558,16 @@ int publish_gc_main(int argc, char **argv)
 		return 2;
 	} else {
 		c.g.where = source;
-		c.g.dir_fd = open(source, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (c.g.dir_fd < 0) {
+		real = realpath(source, NULL);
+		if (!real) {
+			rc = -errno;
+			fprintf(stderr, "spoolfs gc: %s: %s\n", source, strerror(errno));
+		} else {
+			/* Deleting as root: nobody else may swap objects/ for a symlink. */
+			rc = pub_out_trusted(real);
+		}
+		c.g.dir_fd = rc ? -1 : open(real, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (rc == 0 && c.g.dir_fd < 0) {
 			rc = -errno;
 			fprintf(stderr, "spoolfs gc: %s: %s\n", source, strerror(errno));
 		}
@@ -577,5 +586,6 @@ int publish_gc_main(int argc, char **argv)
 	if (c.g.dir_fd >= 0)
 		close(c.g.dir_fd);
 	free(c.keep_names);
+	free(real);
 	return rc ? 1 : 0;
 }

@@ -324,3 +324,12 @@ def test_s3_stale_multipart_uploads_are_aborted(s3_server, tmp_path):
     left = sorted(u["key"] for u in s3.uploads())
     assert left == ["other/objects/ab/old", "p/objects/cd/new"], text
     assert "1 stale multipart uploads aborted" in text
+
+
+def test_local_an_out_dir_others_could_redirect_is_refused(tmp_path):
+    src, o, out = two_releases(tmp_path)
+    before = keys(out)
+    os.chmod(out, 0o777)
+    _, _, err = run("gc", out, "--keep-last", "1", "--grace", "0", check=1)
+    assert "%s is writable by group or others" % out in err, err
+    assert keys(out) == before
