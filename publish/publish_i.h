@@ -346,7 +346,8 @@ int pub_s3_publish(const struct publish_options *o);
 /* Before staging: --if-absent's probe, and the listing of what the store holds (s->have).
  * 0 or -errno, said. */
 int pub_s3_begin(struct pub_s3 *s);
-/* For publish_options.known: whether s->have holds this object with this size. */
+/* For publish_options.known: whether s->have holds this object with this size; if so its
+ * entry is marked reused (for pub_s3_refresh). */
 bool pub_s3_known(void *s, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
 /* Uploads s->stage's objects the store lacks, confirms them all there, then the manifest
  * (o->manifest, written last). Prints one summary line. 0 or -errno, said. */
@@ -377,7 +378,5 @@ bool pub_plain_relative(const char *url);
 /* S3: copies each item of s->items the store held older than PUB_REFRESH_AGE onto itself
  * (refresh_s3.c). 0 or -errno, said. */
 int pub_s3_refresh(struct pub_s3 *s);
-/* pub_s3_known, and the entry it finds is marked reused (for pub_s3_refresh). */
-bool pub_s3_known_reused(void *s, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * `spoolfs publish ... s3://`: the objects the store held already and this tree names again
- * (pub_s3_known_reused marks them while the tree is staged) that are older than
+ * (pub_s3_known marks them while the tree is staged) that are older than
  * PUB_REFRESH_AGE are copied onto themselves before the manifest is written, so that their
  * LastModified is now. `spoolfs gc` deletes only unreachable objects older than its grace
  * and takes their age from a listing made just before it deletes: an old object nobody
@@ -17,20 +17,6 @@
 
 #include "fetch/s3/source_s3.h"
 #include "publish/s3_i.h"
-
-bool pub_s3_known_reused(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size)
-{
-	struct pub_s3 *s = ctx;
-	char key[PUB_URL_LEN + 1];
-	struct pub_s3_have *hit;
-
-	pub_object_url(sha256, key);
-	hit = pub_s3_list_find(&s->have, key);
-	if (!hit || hit->size != size)
-		return false;
-	atomic_store_explicit(&hit->reused, true, memory_order_relaxed);
-	return true;
-}
 
 /* CopyObject of key onto itself (REPLACE: S3 refuses a copy that changes nothing), with
  * the headers an object is uploaded with. 0 or -EIO said. */

@@ -178,7 +178,7 @@ int pub_s3_publish(const struct publish_options *o)
 	staged.existing_out = &s.existing;
 	rc = pub_s3_begin(&s);
 	/* Into an empty store every file is copied while it is hashed, in one pass. */
-	staged.known = s.have.n ? pub_s3_known_reused : NULL;
+	staged.known = s.have.n ? pub_s3_known : NULL;
 	if (rc == 0)
 		rc = publish_run(&staged);
 	if (rc == 0) {

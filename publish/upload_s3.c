@@ -281,9 +281,15 @@ bool pub_s3_known(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_
 {
 	struct pub_s3 *s = ctx;
 	char key[PUB_URL_LEN + 1];
+	struct pub_s3_have *hit;
 
 	pub_object_url(sha256, key);
-	return pub_s3_list_size(&s->have, key) == (int64_t)size;
+	hit = pub_s3_list_find(&s->have, key);
+	if (!hit || hit->size != size)
+		return false;
+	/* Named again: pub_s3_refresh makes it young if it is old (gc's race). */
+	atomic_store_explicit(&hit->reused, true, memory_order_relaxed);
+	return true;
 }
 
 int pub_s3_upload(struct pub_s3 *s, const char *manifest)
