@@ -333,3 +333,22 @@ def test_local_an_out_dir_others_could_redirect_is_refused(tmp_path):
     _, _, err = run("gc", out, "--keep-last", "1", "--grace", "0", check=1)
     assert "%s is writable by group or others" % out in err, err
     assert keys(out) == before
+
+
+def test_s3_deletes_go_1000_keys_a_request(s3_server, tmp_path):
+    s3 = s3_server()
+    s3.create_bucket(BUCKET)
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(1001):
+        (src / ("f%04d" % i)).write_bytes(b"%d" % i)
+    dest = "s3://%s/m" % BUCKET
+    ep = ("--endpoint", s3.endpoint)
+    run("publish", src, dest, "--pack-under", "0", *ep, check=0)
+    s3.delete(BUCKET, "m/manifest.json")
+    s3.age(BUCKET, "m/", 2 * DAY)
+    assert len(s3_keys(s3, "m")) == 1001  # one object a file
+    _, text, _ = run("gc", dest, *ep, check=0)
+    assert s3_keys(s3, "m") == set(), text
+    st = s3.stats()
+    assert st["total_deletes"] == 1001 and st["delete_requests"] == 2, st

@@ -49,8 +49,8 @@ S3 API (path-style: /BUCKET/KEY; virtual-hosted addressing is not supported):
           DELETE /B/KEY?uploadId=U (abort), GET /B?uploads[&prefix=] (ListMultipartUploads,
           with Initiated)
   POST /B?delete                          DeleteObjects (Content-MD5 or
-          x-amz-checksum-sha256 required and checked; Quiet honoured; counted in
-          "deletes" of each key's path and "total_deletes")
+          x-amz-checksum-sha256 required and checked; Quiet honoured; at most 1,000 keys;
+          counted in "deletes" of each key's path, "total_deletes" and "delete_requests")
   PUT  /B/KEY with x-amz-copy-source: /B2/KEY2 (URL-encoded)   CopyObject (a copy onto
           itself needs x-amz-metadata-directive: REPLACE; LastModified becomes now;
           counted in "copies" of the path; faults fail_status and gate of the path apply)
@@ -478,7 +478,7 @@ STORE = {}
 STORE_LOCK = threading.RLock()
 LISTS = []          # listing requests (dicts), guarded by up.STATE.lock
 PUTS = [0]          # objects stored by S3 PUT, under up.STATE.lock
-DELETES = [0]       # keys deleted by DeleteObjects, under up.STATE.lock
+DELETES = [0, 0]    # keys deleted by DeleteObjects, and its requests; under up.STATE.lock
 # Multipart uploads in progress: upload id -> {"bucket", "key", "parts": {n: (etag,
 # checksum, bytes)}, "spec", "initiated"}; under STORE_LOCK. MIN_PART: S3's least size of
 # a part but the last.
@@ -901,6 +901,7 @@ class S3Handler(up.Handler):
                        "total_bytes": sum(s["bytes"] for s in objs.values()),
                        "total_lists": sum(s["gets"] + s["heads"] for s in lists.values()),
                        "total_puts": PUTS[0], "total_deletes": DELETES[0],
+                       "delete_requests": DELETES[1],
                        "auth_failures": AUTH_FAIL_COUNT[0]}
             return self._json(200, out)
         if name == "creds":
@@ -1488,6 +1489,7 @@ class S3Handler(up.Handler):
                 s = up.STATE.stat(bucket + "/" + k)
                 s["deletes"] = s.get("deletes", 0) + 1
             DELETES[0] += len(keys)
+            DELETES[1] += 1
         out = "" if quiet else "".join("<Deleted>%s</Deleted>" % el("Key", k)
                                        for k in keys)
         return self._send_xml('<DeleteResult xmlns="%s">%s</DeleteResult>' % (XMLNS, out))
