@@ -326,13 +326,15 @@ static int mark(struct gc *c, const struct man *m, size_t n, const struct pub_s3
 		        c->g.where);
 	if (rc)
 		return rc;
-	/* A URL that is not a plain key (./x, a/../b) could name a key gc would not see kept. */
+	/* A URL that is not a plain key (./x, a/../b, an absolute one: this very bucket by
+	 * another name, or a nested manifest verify's walk does not read) could name a key gc
+	 * would not see kept. publish writes none. */
 	if (sqlite3_prepare_v2(c->db, "SELECT url FROM obj WHERE typeof(url) = 'text'", -1, &st,
 	                       NULL) != SQLITE_OK)
 		return -ENOMEM;
 	while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
 		const char *url = (const char *)sqlite3_column_text(st, 0);
-		if (!pub_plain_relative(url) && !strstr(url, "://")) {
+		if (!pub_plain_relative(url)) {
 			fprintf(stderr,
 			        "spoolfs gc: %s: a kept manifest names \"%s\", not a plain key:"
 			        " refusing to delete anything\n",

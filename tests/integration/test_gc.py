@@ -136,12 +136,17 @@ def test_local_a_manifest_gc_cannot_read_wholly_stops_it(tmp_path):
              'a field it does not know: "frames"'),
             (good.replace('"version":2', '"version":3', 1), "manifest version 3"),
             ('{"tag": "r2.json"}', "not a manifest"),
+            (good.replace('"url":"objects/', '"url":"./objects/', 1), "not a plain key"),
+            (good.replace('"url":"objects/', '"url":"https://cdn.example/p/objects/', 1),
+             "not a plain key"),
             (good[:len(good) // 2], "not valid JSON")):
         (out / "r2.json").write_text(text)
         age(out / "r2.json", 2 * DAY)
         _, _, err = run("gc", out, "--grace", "0")
         assert keys(out) == before, err
-        assert "%s/r2.json: " % out in err and why in err, err
+        # (A URL is named with the manifest's objects, not with its manifest.)
+        assert ("%s/r2.json: " % out in err or "a kept manifest names" in err) and \
+            why in err, err
         assert "refusing to delete anything" in err
     # Whole again: the orphan goes.
     (out / "r2.json").write_text(good)
