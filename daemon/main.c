@@ -1176,6 +1176,8 @@ int main(int argc, char *argv[])
 		return publish_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "verify") == 0)
 		return publish_verify_main(argc - 1, argv + 1);
+	if (argc > 1 && strcmp(argv[1], "gc") == 0)
+		return publish_gc_main(argc - 1, argv + 1);
 	if (argc > 1 && strcmp(argv[1], "reload") == 0)
 		return daemon_reload_main(argc, argv);
 	if (argc > 2 && strcmp(argv[1], "__supervise") == 0)

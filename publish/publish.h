@@ -79,4 +79,8 @@ int publish_main(int argc, char **argv);
  * object is there and right, 1 not (or it could not be checked), 2 bad usage. */
 int publish_verify_main(int argc, char **argv);
 
+/* `spoolfs gc OUT_DIR|s3://BUCKET[/PREFIX]` (publish/gc.c): argv[0] is "gc". Exit status:
+ * 0 done, 1 failed or refused (nothing deleted after a refusal), 2 bad usage. */
+int publish_gc_main(int argc, char **argv);
+
 #endif

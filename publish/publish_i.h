@@ -285,8 +285,10 @@ int pub_nest(struct pub_tree *tree, uint64_t nest_over, struct pub_store *st);
 struct pub_s3_have {
 	char *key;
 	uint64_t size;
+	int64_t mtime; /* LastModified, seconds since the epoch (0: not given) */
 	/* The manifest names it (pub_s3_known answered for it, from any worker thread: an
-	 * atomic, written true only): listed again before the manifest goes up. */
+	 * atomic, written true only): listed again before the manifest goes up (confirm), and
+	 * made young if it is old before then (pub_s3_refresh: gc's race). */
 	atomic_bool named;
 };
 struct pub_s3_list {
@@ -331,10 +333,12 @@ int pub_s3_option(struct publish_s3_options *s3, int c, const char *arg);
 /* Lists every key under PREFIX/under (no delimiter: the whole subtree) into l, relative to
  * the prefix, sorted. 0 or -errno, said. */
 int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l);
+/* Appends an entry (keep l sorted: a listing comes sorted). 0 or -ENOMEM. */
+int pub_s3_list_add(struct pub_s3_list *l, const char *key, uint64_t size, int64_t mtime);
+/* The entry of key, or NULL. */
+struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key);
 /* The size the store holds key at, or -1. */
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key);
-/* key's entry, or NULL. */
-struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *key);
 void pub_s3_list_free(struct pub_s3_list *l);
 /* GETs key (under the prefix), handing a 2xx answer's body to sink as curl does (a short
  * count ends the transfer). The HTTP status, or 0 with why set (why is set for a status
@@ -351,10 +355,37 @@ int pub_s3_publish(const struct publish_options *o);
 /* Before staging: --if-absent's probe, and the listing of what the store holds (s->have).
  * 0 or -errno, said. */
 int pub_s3_begin(struct pub_s3 *s);
-/* For publish_options.known: whether s->have holds this object with this size. */
+/* For publish_options.known: whether s->have holds this object with this size; if so its
+ * entry is marked named (for confirm and pub_s3_refresh). */
 bool pub_s3_known(void *s, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
 /* Uploads s->stage's objects the store lacks, confirms them all there, then the manifest
  * (o->manifest, written last). Prints one summary line. 0 or -errno, said. */
 int pub_s3_upload(struct pub_s3 *s, const char *manifest);
+
+/* gc's mark (gc.c) over verify's walk (verify.c): every object reachable from the top
+ * manifests names (nested manifests read, each text passed to vet first) goes into db's
+ * table obj(url PRIMARY KEY, size, sha256, nested). Local: dir_fd; S3: s3 and its listing
+ * have (borrowed). 0, or -errno said: a manifest unread, refused, or naming an object that
+ * is missing or wrong (a nested manifest then could not be read). */
+typedef struct sqlite3 sqlite3;
+struct pub_mark {
+	int dir_fd;
+	struct pub_s3 *s3;
+	const struct pub_s3_list *have;
+	const char *where;
+	const char *const *names;
+	size_t n_names;
+	sqlite3 *db;
+	int (*vet)(const char *where, const char *name, const char *text, size_t len);
+};
+int pub_verify_mark(const struct pub_mark *m);
+/* A relative URL without "..", "." or empty segments (verify.c): a key under the prefix. */
+bool pub_plain_relative(const char *url);
+/* Reused objects older than this are refreshed by publish before its manifest is written
+ * (gc's race: see doc/publish.md "Garbage collection"); half of gc's default --grace. */
+#define PUB_REFRESH_AGE (12 * 3600)
+/* S3: copies each item of s->items the store held older than PUB_REFRESH_AGE onto itself
+ * (refresh_s3.c). 0 or -errno, said. */
+int pub_s3_refresh(struct pub_s3 *s);
 
 #endif

@@ -262,7 +262,7 @@ void pub_s3_list_free(struct pub_s3_list *l)
 	*l = (struct pub_s3_list){0};
 }
 
-static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
+int pub_s3_list_add(struct pub_s3_list *l, const char *key, uint64_t size, int64_t mtime)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 1024;
@@ -275,6 +275,7 @@ static int list_add(struct pub_s3_list *l, const char *key, uint64_t size)
 	if (!(l->v[l->n].key = strdup(key)))
 		return -ENOMEM;
 	l->v[l->n].size = size;
+	l->v[l->n].mtime = mtime;
 	atomic_init(&l->v[l->n].named, false);
 	l->n++;
 	return 0;
@@ -289,7 +290,7 @@ struct pub_s3_have *pub_s3_list_find(const struct pub_s3_list *l, const char *ke
 
 int64_t pub_s3_list_size(const struct pub_s3_list *l, const char *key)
 {
-	const struct pub_s3_have *hit = pub_s3_list_find(l, key);
+	struct pub_s3_have *hit = pub_s3_list_find(l, key);
 
 	return hit ? (int64_t)hit->size : -1;
 }
@@ -336,7 +337,7 @@ int pub_s3_list(struct pub_s3 *s, const char *under, struct pub_s3_list *l)
 		for (size_t i = 0; i < r.page.n_objects && rc == 0; i++) {
 			const struct s3_object *o = &r.page.objects[i];
 			if (strncmp(o->key, prefix, plen) == 0)
-				rc = list_add(l, o->key + plen, o->size);
+				rc = pub_s3_list_add(l, o->key + plen, o->size, o->mtime);
 		}
 		free(token);
 		token = NULL;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/hex.h"
@@ -371,6 +372,22 @@ out:
 	return rc;
 }
 
+/*
+ * A reused object older than PUB_REFRESH_AGE gets its mtime set to now before the manifest
+ * that names it is written: `spoolfs gc` deletes only unreachable objects older than its
+ * grace, so an old object that no manifest named when gc marked, and that this publish
+ * names again, is not deleted under it (doc/publish.md "Garbage collection"). 0 or -errno.
+ */
+static int refresh(const char *final, const struct stat *sb)
+{
+	if (sb->st_mtime > time(NULL) - PUB_REFRESH_AGE)
+		return 0;
+	if (utimensat(AT_FDCWD, final, NULL, AT_SYMLINK_NOFOLLOW) == 0)
+		return 0;
+	pub_say("", final, "", strerror(errno), false);
+	return -errno;
+}
+
 /* Counts an object: new (written) or there already. */
 static void count(struct pub_store *st, const unsigned char *sha256, bool made_dir, bool wrote,
                   uint64_t size)
@@ -428,6 +445,8 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 	 * be of their size (or hashed, with --verify-existing). */
 	if (fstatat(AT_FDCWD, final, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
 		rc = check_existing(obj, final, &sb, sha256, why, sizeof(why));
+		if (rc == 0)
+			rc = refresh(final, &sb);
 		if (rc <= 0)
 			goto out;
 		rc = 0;

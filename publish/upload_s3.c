@@ -305,7 +305,8 @@ bool pub_s3_known(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_
 	h = pub_s3_list_find(&s->have, key);
 	if (!h || h->size != size)
 		return false;
-	atomic_store(&h->named, true); /* confirmed again before the manifest (confirm) */
+	/* Confirmed again before the manifest (confirm), and made young if old (refresh). */
+	atomic_store(&h->named, true);
 	return true;
 }
 
@@ -338,6 +339,8 @@ int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 		rc = upload_all(s, go);
 	if (rc == 0)
 		rc = confirm(s);
+	if (rc == 0) /* gc's race: refreshed after the uploads, before the manifest */
+		rc = pub_s3_refresh(s);
 	if (rc == 0)
 		rc = read_manifest(s, manifest, &body, &len);
 	if (rc == 0) {

@@ -67,6 +67,8 @@ struct vfy {
 	struct fetch_net_guard guard;
 	sqlite3 *db;
 	size_t checked, missing, wrong, unchecked;
+	/* gc: refuses a manifest text it does not fully know (NULL: verify takes any). */
+	int (*vet)(const char *where, const char *name, const char *text, size_t len);
 };
 
 /* Bytes of an object, hashed as they come, kept too for a nested manifest. */
@@ -98,7 +100,7 @@ static size_t on_bytes(char *data, size_t size, size_t nmemb, void *ctx)
 
 /* A relative URL without "..", "." or empty segments: a key under the prefix, a path
  * beneath the directory. Anything else is not checked here. */
-static bool plain_relative(const char *url)
+bool pub_plain_relative(const char *url)
 {
 	const char *p = url;
 
@@ -226,6 +228,10 @@ static int collect(struct vfy *v, const char *name, const char *text, size_t len
 	sqlite3_stmt *st = NULL;
 	int rc = sqlite3_prepare_v2(v->db, collect_sql, -1, &st, NULL);
 
+	if (v->vet && v->vet(v->where, name, text, len) != 0) {
+		sqlite3_finalize(st);
+		return -EINVAL;
+	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_bind_text(st, 1, text, (int)len, SQLITE_STATIC);
 	if (rc == SQLITE_OK)
@@ -249,7 +255,7 @@ static int check(struct vfy *v, const char *url, int64_t size, const char *sha25
 	int64_t have;
 	int rc = 0;
 
-	if (!plain_relative(url)) {
+	if (!pub_plain_relative(url)) {
 		v->unchecked++;
 		return 0;
 	}
@@ -488,4 +494,21 @@ int publish_verify_main(int argc, char **argv)
 		close(v.dir_fd);
 	free(copy);
 	return rc ? 1 : v.missing || v.wrong ? 1 : 0;
+}
+
+int pub_verify_mark(const struct pub_mark *m)
+{
+	struct vfy v = {.dir_fd = m->dir_fd, .where = m->where, .db = m->db, .vet = m->vet};
+	int rc = 0;
+
+	if (m->s3) {
+		v.is_s3 = true;
+		v.s3 = *m->s3; /* borrowed: never closed here */
+		v.have = *m->have;
+	}
+	for (size_t i = 0; i < m->n_names && rc == 0; i++)
+		rc = load_top(&v, m->names[i]);
+	if (rc == 0)
+		rc = check_all(&v);
+	return rc ? rc : v.missing || v.wrong ? -EIO : 0;
 }

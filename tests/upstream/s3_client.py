@@ -157,6 +157,12 @@ class S3Upstream(Upstream):
     def delete(self, bucket, key):
         return self._ctl("POST", "delete", {"bucket": bucket, "key": key})
 
+    def age(self, bucket, prefix, seconds):
+        """Makes every object of bucket whose key starts with prefix (and every multipart
+        upload) that many seconds older (its LastModified)."""
+        return self._ctl("POST", "age", {"bucket": bucket, "prefix": prefix,
+                                         "seconds": seconds})
+
     def create_bucket(self, bucket):
         return self._ctl("POST", "bucket", {"bucket": bucket})
 

@@ -46,7 +46,14 @@ S3 API (path-style: /BUCKET/KEY; virtual-hosted addressing is not supported):
   POST /B/KEY?uploads, PUT /B/KEY?partNumber=N&uploadId=U (x-amz-checksum-sha256 checked;
           counted in "parts" of the path), POST /B/KEY?uploadId=U (CompleteMultipartUpload:
           parts ascending, ETags and checksums as uploaded, each but the last >= 5 MiB),
-          DELETE /B/KEY?uploadId=U (abort), GET /B?uploads[&prefix=] (ListMultipartUploads)
+          DELETE /B/KEY?uploadId=U (abort), GET /B?uploads[&prefix=] (ListMultipartUploads,
+          with Initiated)
+  POST /B?delete                          DeleteObjects (Content-MD5 or
+          x-amz-checksum-sha256 required and checked; Quiet honoured; at most 1,000 keys;
+          counted in "deletes" of each key's path, "total_deletes" and "delete_requests")
+  PUT  /B/KEY with x-amz-copy-source: /B2/KEY2 (URL-encoded)   CopyObject (a copy onto
+          itself needs x-amz-metadata-directive: REPLACE; LastModified becomes now;
+          counted in "copies" of the path; faults fail_status and gate of the path apply)
 Errors are S3 XML (<Error><Code/>...</Error>): NoSuchBucket, NoSuchKey (404),
 AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch, RequestTimeTooSkewed,
 InvalidToken (403), AuthorizationHeaderMalformed (400, with <Region> when the
@@ -87,6 +94,8 @@ listing responses; a fail_status answers an S3 XML error with that status):
                       "checksum_sha256": "auto"|b64, "meta": {}, "content_type"}
                       -> {"etag", "size"}; creates the bucket if missing
   POST /_ctl/delete  {"bucket", "key"}
+  POST /_ctl/age     {"bucket", "prefix", "seconds"}  every object whose key starts with
+                     prefix (and every multipart upload) is made that much older
   POST /_ctl/bucket  {"bucket"}                 create (mkdir ROOT/B)
   POST /_ctl/rescan  {}                         re-import ROOT
   GET  /_ctl/objects?bucket=B                   {key: {"size","etag","source"}}
@@ -469,6 +478,7 @@ STORE = {}
 STORE_LOCK = threading.RLock()
 LISTS = []          # listing requests (dicts), guarded by up.STATE.lock
 PUTS = [0]          # objects stored by S3 PUT, under up.STATE.lock
+DELETES = [0, 0]    # keys deleted by DeleteObjects, and its requests; under up.STATE.lock
 # Multipart uploads in progress: upload id -> {"bucket", "key", "parts": {n: (etag,
 # checksum, bytes)}, "spec", "initiated"}; under STORE_LOCK. MIN_PART: S3's least size of
 # a part but the last.
@@ -890,7 +900,8 @@ class S3Handler(up.Handler):
                        "total_heads": sum(s["heads"] for s in objs.values()),
                        "total_bytes": sum(s["bytes"] for s in objs.values()),
                        "total_lists": sum(s["gets"] + s["heads"] for s in lists.values()),
-                       "total_puts": PUTS[0],
+                       "total_puts": PUTS[0], "total_deletes": DELETES[0],
+                       "delete_requests": DELETES[1],
                        "auth_failures": AUTH_FAIL_COUNT[0]}
             return self._json(200, out)
         if name == "creds":
@@ -932,6 +943,16 @@ class S3Handler(up.Handler):
                 out = {k: {"size": o.size, "etag": o.etag, "source": o.source}
                        for k, o in bk.objs.items()}
             return self._json(200, out)
+        if method == "POST" and name == "age":
+            body = self._ctl_body()
+            with STORE_LOCK:
+                b = STORE.get(body["bucket"])
+                for o in (b.objs.values() if b is not None else ()):
+                    if o.key.startswith(body.get("prefix", "")):
+                        o.mtime -= float(body["seconds"])
+                for u in UPLOADS.values():
+                    u["initiated"] -= float(body["seconds"])
+            return self._json(200, {})
         if method == "POST" and name in ("put", "delete", "bucket", "rescan"):
             try:
                 body = self._ctl_body()
@@ -1010,6 +1031,8 @@ class S3Handler(up.Handler):
             bucket, key, q, raw_path, raw_query = self._target()
             if bucket and key and ("uploads" in q or "uploadId" in q):
                 return self._multipart_post(bucket, key, q, raw_path, raw_query)
+            if bucket and not key and "delete" in q:
+                return self._delete_objects(bucket, raw_path, raw_query)
         except S3Error as e:
             return self._send_xml_error(e)
         self._read_body()
@@ -1087,13 +1110,14 @@ class S3Handler(up.Handler):
             self._authenticate(method, bucket, raw_path, raw_query, q=q)
             prefix = q.get("prefix", "")
             with STORE_LOCK:
-                ups = sorted((u["key"], uid) for uid, u in UPLOADS.items()
+                ups = sorted((u["key"], uid, u["initiated"]) for uid, u in UPLOADS.items()
                              if u["bucket"] == bucket and u["key"].startswith(prefix))
             return self._send_xml(
                 "<ListMultipartUploadsResult>%s%s%s</ListMultipartUploadsResult>" % (
                     el("Bucket", bucket), el("IsTruncated", "false"),
-                    "".join("<Upload>%s%s</Upload>" % (el("Key", k), el("UploadId", uid))
-                            for k, uid in ups)), head=method == "HEAD")
+                    "".join("<Upload>%s%s%s</Upload>" % (
+                        el("Key", k), el("UploadId", uid), el("Initiated", iso8601(t)))
+                        for k, uid, t in ups)), head=method == "HEAD")
         return self._bucket_get_plain(method, bucket, q, raw_path, raw_query)
 
     def _bucket_get_plain(self, method, bucket, q, raw_path, raw_query):
@@ -1429,6 +1453,76 @@ class S3Handler(up.Handler):
         return self._simple(200, b"", "application/xml", extra=[("ETag", etag)])
 
     # ------------------------------------------------------------ writes
+    def _delete_objects(self, bucket, raw_path, raw_query):
+        """DeleteObjects: <Delete><Quiet/>?<Object><Key/></Object>...</Delete>."""
+        body = self._read_body()
+        self._authenticate("POST", bucket, raw_path, raw_query,
+                           body_sha=hashlib.sha256(body).hexdigest())
+        md5 = self.headers.get("Content-MD5")
+        ck = self.headers.get("x-amz-checksum-sha256")
+        if not md5 and not ck:
+            raise S3Error(400, "InvalidRequest", "Missing required header for this request: "
+                          "Content-MD5")
+        if (md5 and md5 != base64.b64encode(hashlib.md5(body).digest()).decode()) or \
+                (ck and ck != base64.b64encode(hashlib.sha256(body).digest()).decode()):
+            raise S3Error(400, "BadDigest", "The Content-MD5 you specified did not match what "
+                          "we received.")
+        try:
+            root = ET.fromstring(body)
+        except ET.ParseError:
+            raise S3Error(400, "MalformedXML", "The XML you provided was not well-formed")
+        ns = {"s": XMLNS} if root.tag.startswith("{") else {}
+        pre = "s:" if ns else ""
+        quiet = (root.findtext(pre + "Quiet", "", ns) or "").strip() == "true"
+        keys = [o.findtext(pre + "Key", None, ns) for o in root.findall(pre + "Object", ns)]
+        if not keys or len(keys) > 1000 or any(k is None for k in keys):
+            raise S3Error(400, "MalformedXML", "The XML you provided was not well-formed")
+        b, _ = lookup(bucket, "")
+        if b is None:
+            raise S3Error(404, "NoSuchBucket", "The specified bucket does not exist",
+                          BucketName=bucket)
+        with STORE_LOCK:
+            for k in keys:
+                b.remove(k)
+        with up.STATE.lock:
+            for k in keys:
+                s = up.STATE.stat(bucket + "/" + k)
+                s["deletes"] = s.get("deletes", 0) + 1
+            DELETES[0] += len(keys)
+            DELETES[1] += 1
+        out = "" if quiet else "".join("<Deleted>%s</Deleted>" % el("Key", k)
+                                       for k in keys)
+        return self._send_xml('<DeleteResult xmlns="%s">%s</DeleteResult>' % (XMLNS, out))
+
+    def _copy_object(self, bucket, key, src):
+        """CopyObject: src is "/B/KEY" or "B/KEY", URL-encoded."""
+        src = urllib.parse.unquote(src.split("?", 1)[0]).lstrip("/")
+        sb, _, sk = src.partition("/")
+        _, so = lookup(sb, sk)
+        if so is not None:
+            so = refresh(sb, so)
+        if so is None:
+            raise S3Error(404, "NoSuchKey", "The specified key does not exist.", Key=sk)
+        replace = (self.headers.get("x-amz-metadata-directive") or "COPY").upper() == \
+            "REPLACE"
+        if (sb, sk) == (bucket, key) and not replace:
+            raise S3Error(400, "InvalidRequest", "This copy request is illegal because it is "
+                          "trying to copy an object to itself without changing the object's "
+                          "metadata, storage class, website redirect location or encryption "
+                          "attributes.")
+        with open(so.path, "rb") as f:
+            data = f.read()
+        spec = {"meta": {}, "sha256": None, "checksum_sha256": None,
+                "content_type": self.headers.get("Content-Type") if replace else so.ctype,
+                "cache_control": (self.headers.get("Cache-Control") if replace
+                                  else so.cache_control)}
+        o = put_blob(bucket, key, data=data, spec=spec)
+        with up.STATE.lock:
+            s = up.STATE.stat(bucket + "/" + key)
+            s["copies"] = s.get("copies", 0) + 1
+        return self._send_xml("<CopyObjectResult>%s%s</CopyObjectResult>" % (
+            el("LastModified", iso8601(o.mtime)), el("ETag", o.etag)))
+
     def _put_faults(self, rel, body):
         """Faults of a PUT of rel, once its body is read: fail_status answers an error;
         gate holds it (counted in "gated"; nothing stored while it waits, and nothing if
@@ -1481,6 +1575,8 @@ class S3Handler(up.Handler):
                 with STORE_LOCK:
                     b.remove(key)
             return self._simple(204, b"")
+        if self.headers.get("x-amz-copy-source"):
+            return self._copy_object(bucket, key, self.headers["x-amz-copy-source"])
         if (self.headers.get("x-amz-content-sha256") or "").startswith("STREAMING-"):
             raise S3Error(501, "NotImplemented",
                           "A header you provided implies functionality that is not implemented",

@@ -586,3 +586,49 @@ def test_xml_is_well_formed_with_quotes(plain):
     assert b"<ETag>&quot;" in body
     root = ET.fromstring(body)
     assert root.tag == "{%s}ListBucketResult" % s3u.XMLNS
+
+
+def delete_body(keys, quiet=True):
+    return ("<Delete><Quiet>%s</Quiet>%s</Delete>" % (
+        "true" if quiet else "false",
+        "".join("<Object><Key>%s</Key></Object>" % s3u.xesc(k) for k in keys))).encode()
+
+
+def md5_b64(body):
+    return base64.b64encode(hashlib.md5(body).digest()).decode()
+
+
+def test_delete_objects_signed_checked_and_bounded(signed):
+    for k in ("d/1", "d/2 & <3>"):
+        signed.put("priv", k, b"x")
+    body = delete_body(["d/1", "d/2 & <3>"], quiet=False)
+    st, _, out = signed.s3_request("POST", "priv", query={"delete": ""}, body=body,
+                                   headers={"Content-MD5": md5_b64(body + b" ")})
+    assert st == 400 and parse_error(out)["Code"] == "BadDigest"
+    st, _, out = signed.s3_request("POST", "priv", query={"delete": ""}, body=body)
+    assert st == 400 and b"Content-MD5" in out  # S3 wants an integrity header
+    many = delete_body(["k%d" % i for i in range(1001)])
+    st, _, out = signed.s3_request("POST", "priv", query={"delete": ""}, body=many,
+                                   headers={"Content-MD5": md5_b64(many)})
+    assert st == 400 and parse_error(out)["Code"] == "MalformedXML"
+    st, _, out = signed.s3_request("POST", "priv", query={"delete": ""}, body=body,
+                                   headers={"Content-MD5": md5_b64(body)})
+    assert st == 200 and out.count(b"<Deleted>") == 2, out
+    assert "d/1" not in signed.objects("priv") and "d/2 & <3>" not in signed.objects("priv")
+
+
+def test_copy_object_onto_itself_needs_replace_and_renews_last_modified(signed):
+    signed.put("priv", "c/obj", b"bytes")
+    signed.age("priv", "c/", 3600)
+    st, h, _ = signed.s3_request("HEAD", "priv", "c/obj")
+    old = h["last-modified"]
+    src = {"x-amz-copy-source": "/priv/c/obj"}
+    st, _, out = signed.s3_request("PUT", "priv", "c/obj", headers=src)
+    assert st == 400 and parse_error(out)["Code"] == "InvalidRequest"
+    st, _, out = signed.s3_request("PUT", "priv", "c/obj", headers=dict(
+        src, **{"x-amz-metadata-directive": "REPLACE", "Cache-Control": "immutable"}))
+    assert st == 200 and b"<CopyObjectResult>" in out, out
+    st, h, body = signed.s3_request("GET", "priv", "c/obj")
+    assert body == b"bytes" and h["last-modified"] != old
+    assert h["cache-control"] == "immutable"
+    assert signed.stats("priv/c/obj")["copies"] == 1
