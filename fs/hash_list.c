@@ -38,6 +38,7 @@ struct pending_open {
 	struct flight *list; /* the hash list's flight, a reference */
 	char *list_url;      /* for the log line */
 	int err;             /* what done() said */
+	bool again;          /* its spool was gone once: joined afresh (finish) */
 };
 
 static void pending_free(struct pending_open *po)
@@ -47,6 +48,36 @@ static void pending_free(struct pending_open *po)
 	free(po->list_url);
 	free(po->h);
 	free(po);
+}
+
+static void wait_for_list(struct pending_open *po);
+
+/*
+ * A complete hash list whose spool file was removed behind the daemon's back (a tmp
+ * cleaner, another mount's eviction): its flight leaves the table and the list is joined
+ * afresh, once, as an object's would be (ops.c, hold_spool_or_start_over). Else every later
+ * open would join the complete flight and fail on its missing spool for the session.
+ */
+static bool join_again(struct pending_open *po, int rc)
+{
+	enum flight_state state;
+
+	if (po->again || (rc != -ENOENT && rc != -ESTALE))
+		return false;
+	flight_progress(po->list, NULL, NULL, &state);
+	if (state == FLIGHT_COMPLETE) {
+		util_log(UTIL_LOG_INFO, "%s: its spool file is %s: fetching it again",
+		         flight_name(po->list), rc == -ENOENT ? "gone" : "another mount's now");
+		flight_table_forget(po->list);
+	}
+	flight_unref(po->list);
+	po->list = NULL;
+	free(po->list_url);
+	po->list_url = NULL;
+	po->again = true;
+	po->err = 0;
+	wait_for_list(po);
+	return true;
 }
 
 /* The rest of the open, once the hash list's flight answered. Replies; frees po. */
@@ -61,6 +92,8 @@ static void finish(struct pending_open *po)
 
 	if (rc == 0)
 		rc = fetch_hash_list_read(po->list, &digests);
+	if (rc && join_again(po, rc))
+		return;
 	if (rc) {
 		util_log(UTIL_LOG_ERROR,
 		         "%s: its hash list from %s could not be fetched or does not match its "
@@ -129,7 +162,6 @@ void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t in
                              const struct fs_adopting_read *read)
 {
 	struct pending_open *po = calloc(1, sizeof(*po));
-	int rc;
 
 	if (!po) {
 		free(h);
@@ -145,9 +177,16 @@ void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t in
 		po->adopting = true;
 		po->read = *read;
 	}
-	rc = join_list(s, ino, po);
+	wait_for_list(po);
+}
+
+/* Joins the hash list and parks po on it; replies (and frees po) now if it cannot. */
+static void wait_for_list(struct pending_open *po)
+{
+	int rc = join_list(po->s, po->ino, po);
+
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(po->req, -rc);
 		pending_free(po);
 		return;
 	}

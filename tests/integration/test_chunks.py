@@ -287,3 +287,27 @@ def test_a_chunked_object_whose_idle_spool_was_swept_is_fetched_again(store, mou
     assert store.up.stats("swept.bin")["gets"] == 2
     assert "its spool file is gone: opening it afresh" in m.stderr()
     m.check_clean_exit()
+
+
+def test_a_chunked_object_whose_hash_list_spool_was_swept_is_fetched_again(store, mount, tmp_path):
+    """Every spool file deleted behind the daemon's back, the hash list's too: the next open
+    fetches the hash list again (its complete flight leaves the table), where it failed
+    with EIO at every open for the rest of the session."""
+    size = 3 * MiB
+    url = chunked_store(store, {"gone.bin": size})
+    tmpdir = tmp_path / "tmp"
+    m = mount_with_tmpdir(mount, tmpdir, url)
+    want = expected(store, "gone.bin")
+    assert read_file(m.p("gone.bin")) == want
+    spools = [os.path.join(d, n) for d, _, names in os.walk(tmpdir) for n in names
+              if n.endswith(".spool")]
+    assert len(spools) == 2, spools  # the object's and its hash list's
+    for p in spools:
+        os.unlink(p)
+    for _ in range(2):
+        with open(m.p("gone.bin"), "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        assert read_file(m.p("gone.bin")) == want
+    assert store.up.stats("gone.bin")["gets"] >= 2
+    assert "its spool file is gone: fetching it again" in m.stderr()
+    m.check_clean_exit()
