@@ -53,6 +53,9 @@ struct symlink_judge {
  * few each; a chain of 40 links of 800 segments costs 32,000. */
 #define JUDGE_BUDGET_BASE 1000000u
 #define JUDGE_BUDGET_PER_LINK 200u
+/* A segment looked up in the index (a path outside the directory loaded) costs about ten
+ * times a lookup of the load's own sorted names. */
+#define JUDGE_COMMITTED_COST 10u
 
 int symlink_judge_new(struct index *idx, struct index_builder *b, uint64_t dir,
                       struct symlink_judge **out)
@@ -212,6 +215,12 @@ static int lookup_committed(struct symlink_judge *j, const char *path, size_t le
 			return -ENOENT;
 		memcpy(name, path + start, end - start);
 		name[end - start] = '\0';
+		/* Each segment is a query of the index, walked again from the root for every
+		 * lookup of the walk (quadratic in a path's depth): each is charged, at the
+		 * price of several lookups of this load's own names. */
+		if (j->lookups_left < JUDGE_COMMITTED_COST)
+			return -E2BIG;
+		j->lookups_left -= JUDGE_COMMITTED_COST;
 		rc = index_lookup(j->idx, n.ino, name, &n);
 		if (rc == -ENOTDIR)
 			rc = -ENOENT; /* the resolver walks through directories only */

@@ -172,3 +172,22 @@ def test_chains_too_long_to_judge_refuse_the_manifest_at_once(upstream, tmp_path
     err = refused_mount(upstream.url("manifest.json"), tmp_path / "mnt",
                         "--outside-symlinks", mode)
     assert "chains are too long to judge" in err
+
+
+def test_chains_too_long_to_judge_in_a_nested_manifest_fail_its_directory(upstream, mount):
+    """Links of a nested manifest that lead through a path 600 directories deep outside it:
+    each step of each walk looks the path up in the index from the root again (quadratic),
+    seconds inside one FUSE lookup. The budget counts those queries too: the directory
+    fails with EIO and the log says why."""
+    os.makedirs(os.path.join(upstream.root, "objects"), exist_ok=True)
+    deep = "/".join(["A"] * 600)
+    links = [{"path": "l%02d" % k, "type": "symlink", "target": "../" + deep} for k in range(8)]
+    sub = nested_manifest(upstream.root, "m-sub", links)
+    v2_store(upstream.root, [{"path": deep, "type": "directory"},
+                             {"path": "sub", "type": "directory", "manifest": sub}])
+    m = mount(upstream.url("manifest.json"), "--outside-symlinks", "hide")
+    with pytest.raises(OSError) as e:
+        os.listdir(m.p("sub"))
+    assert e.value.errno == errno.EIO
+    m.unmount()
+    assert "chains are too long to judge" in m.stderr()
