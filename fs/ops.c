@@ -92,7 +92,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 
 	/* tests: SPOOLFS_TEST_NO_OPENDIR is the path of kernels before 5.1 */
 	atomic_store(&s->handover.no_opendir, (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) &&
-	                                 !getenv("SPOOLFS_TEST_NO_OPENDIR"));
+	                                          !getenv("SPOOLFS_TEST_NO_OPENDIR"));
 	/* Not SPLICE_MOVE: see fs_reply_spool. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;

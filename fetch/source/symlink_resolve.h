@@ -70,8 +70,8 @@ int symlink_resolve(symlink_lookup_fn lookup, void *ctx, const char *path, size_
 /*
  * Whether a link that ends so must be kept out of a snapshot that promises none leads out:
  * SYMLINK_ESCAPES; SYMLINK_UNKNOWN (it cannot be judged without another manifest: loading
- * one to judge, or hiding the link later, would change the snapshot); SYMLINK_LOOP (no walk gets through it,
- * but a resolver with a larger bound than the kernel's, or a reader that counts in user
+ * one to judge, or hiding the link later, would change the snapshot); SYMLINK_LOOP (no walk gets
+ * through it, but a resolver with a larger bound than the kernel's, or a reader that counts in user
  * space, might, and a loop is nothing a tree needs). A dangling link, or one that walks
  * through a file, reaches nothing and stays.
  */
