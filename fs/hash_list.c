@@ -52,24 +52,13 @@ static void pending_free(struct pending_open *po)
 
 static void wait_for_list(struct pending_open *po);
 
-/*
- * A complete hash list whose spool file was removed behind the daemon's back (a tmp
- * cleaner, another mount's eviction): its flight leaves the table and the list is joined
- * afresh, once, as an object's would be (ops.c, hold_spool_or_start_over). Else every later
- * open would join the complete flight and fail on its missing spool for the session.
- */
+/* A complete hash list whose spool file was removed behind the daemon's back: joined
+ * afresh, once, as an object's would be (fetch_object_spool_gone). Else every later open
+ * would join the complete flight and fail on its missing spool for the session. */
 static bool join_again(struct pending_open *po, int rc)
 {
-	enum flight_state state;
-
-	if (po->again || (rc != -ENOENT && rc != -ESTALE))
+	if (po->again || !fetch_object_spool_gone(po->list, rc))
 		return false;
-	flight_progress(po->list, NULL, NULL, &state);
-	if (state == FLIGHT_COMPLETE) {
-		util_log(UTIL_LOG_INFO, "%s: its spool file is %s: fetching it again",
-		         flight_name(po->list), rc == -ENOENT ? "gone" : "another mount's now");
-		flight_table_forget(po->list);
-	}
 	flight_unref(po->list);
 	po->list = NULL;
 	free(po->list_url);

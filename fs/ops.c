@@ -417,17 +417,9 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 {
 	int rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
 
-	if (rc == -ENOENT || rc == -ESTALE) {
-		/* Failed meanwhile: out of the table already. Else its idle spool was closed,
-		 * and the file is gone or another mount's now (which is no reason to fetch it
-		 * again, nor to delete that file). */
-		enum flight_state state;
-		flight_progress(*f, NULL, NULL, &state);
-		if (state == FLIGHT_COMPLETE) {
-			util_log(UTIL_LOG_INFO, "%s: its spool file is %s: opening it afresh",
-			         flight_name(*f), rc == -ENOENT ? "gone" : "another mount's now");
-			flight_table_forget(*f);
-		}
+	if (fetch_object_spool_gone(*f, rc)) {
+		/* Failed meanwhile, or its idle spool's file is gone or another mount's now
+		 * (which is no reason to fetch it again, nor to delete that file). */
 		flight_unref(*f);
 		*f = NULL;
 		rc = fs_open_object(s, ino, digests, h, f, created);

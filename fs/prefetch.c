@@ -78,58 +78,21 @@ static int parse_size_option(const char *name, const char *text, uint64_t fallba
 	return -EINVAL;
 }
 
-/*
- * A chunked object's hash list for a list entry, joined or started (speculative, as its
- * object will be): its digests into *digests when it is verified already, else
- * PREFETCH_PENDING and its flight in *list (a reference) while it downloads. -errno when it
- * failed. The prefetch thread never waits for it: it calls again once the flight is done.
- */
-static int hash_list_of(struct fs_session *s, uint64_t ino, unsigned char **digests,
-                        struct flight **list)
-{
-	struct fetch_object_req req = {.ino = ino, .hash_list = true, .speculative = true};
-	struct fetch_object obj;
-	enum flight_state state;
-	int rc = fetch_object_open(s->resolver, &req, &obj);
-
-	if (rc == -EEXIST) { /* complete in the cache directory: read from there */
-		req.speculative = false;
-		rc = fetch_object_open(s->resolver, &req, &obj);
-	}
-	if (rc)
-		return rc;
-	fetch_object_clear(&obj);
-	flight_progress(obj.flight, NULL, NULL, &state);
-	if (state == FLIGHT_ACTIVE) {
-		*list = obj.flight;
-		return PREFETCH_PENDING;
-	}
-	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_read(obj.flight, digests) : -EIO;
-	flight_unref(obj.flight);
-	return rc;
-}
-
 /* ops: the file's flight, speculative. */
 static int start_flight(void *ctx, uint64_t ino, bool whole, struct flight **out)
 {
 	struct fs_session *s = ctx;
-	struct fetch_object_req req = {.ino = ino, .speculative = true};
 	struct fetch_object obj;
-	unsigned char *digests = NULL;
-	int rc = fetch_object_open(s->resolver, &req, &obj);
+	/* A list entry goes ahead for a chunked object too (its hash list, then the object);
+	 * a walk leaves such an object to its reader's open (hash_list.c). */
+	int rc = whole ? fetch_object_open_ahead(s->resolver, ino, &obj)
+	               : fetch_object_open(
+	                     s->resolver,
+	                     &(struct fetch_object_req){.ino = ino, .speculative = true}, &obj);
 
 	*out = obj.flight;
-	/* Chunked, with no flight yet: a walk leaves it to its reader's open (hash_list.c);
-	 * a list entry fetches its hash list first, and starts the object with its digests. */
-	if (rc == FETCH_OBJECT_HASH_LIST && whole) {
-		rc = hash_list_of(s, ino, &digests, out);
-		if (rc)
-			return rc;
-		req.digests = digests;
-		rc = fetch_object_open(s->resolver, &req, &obj);
-		free(digests);
-		*out = obj.flight;
-	}
+	if (rc == FETCH_OBJECT_PENDING)
+		return PREFETCH_PENDING; /* *out: the hash list's flight, downloading */
 	if (rc == -EEXIST || rc == FETCH_OBJECT_HASH_LIST)
 		return 0; /* local already, or a walk's chunked object */
 	if (rc)

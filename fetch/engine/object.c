@@ -380,3 +380,52 @@ void fetch_object_view_clear(struct fetch_object_view *v)
 	free(v->url);
 	v->url = NULL;
 }
+
+bool fetch_object_spool_gone(struct flight *f, int rc)
+{
+	enum flight_state state;
+
+	if (rc != -ENOENT && rc != -ESTALE)
+		return false;
+	flight_progress(f, NULL, NULL, &state);
+	if (state == FLIGHT_COMPLETE) {
+		util_log(UTIL_LOG_INFO, "%s: its spool file is %s: opening it afresh",
+		         flight_name(f), rc == -ENOENT ? "gone" : "another mount's now");
+		flight_table_forget(f);
+	}
+	return true;
+}
+
+int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_object *out)
+{
+	struct fetch_object_req req = {.ino = ino, .speculative = true};
+	struct fetch_object list;
+	unsigned char *digests = NULL;
+	enum flight_state state;
+	int rc = fetch_object_open(o, &req, out);
+
+	if (rc != FETCH_OBJECT_HASH_LIST)
+		return rc;
+	req.hash_list = true;
+	rc = fetch_object_open(o, &req, &list);
+	if (rc == -EEXIST) { /* complete in the cache directory: read from there */
+		req.speculative = false;
+		rc = fetch_object_open(o, &req, &list);
+	}
+	if (rc)
+		return rc;
+	fetch_object_clear(&list);
+	flight_progress(list.flight, NULL, NULL, &state);
+	if (state == FLIGHT_ACTIVE) {
+		out->flight = list.flight;
+		return FETCH_OBJECT_PENDING;
+	}
+	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_read(list.flight, &digests) : -EIO;
+	flight_unref(list.flight);
+	if (rc)
+		return rc;
+	req = (struct fetch_object_req){.ino = ino, .speculative = true, .digests = digests};
+	rc = fetch_object_open(o, &req, out);
+	free(digests);
+	return rc;
+}

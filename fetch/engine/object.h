@@ -97,6 +97,28 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 void fetch_object_clear(struct fetch_object *out);
 
 /*
+ * A flight whose spool could not be held (-ENOENT, -ESTALE from flight_hold_spool): when it
+ * is complete, its spool file was removed or replaced behind the daemon's back (a tmp
+ * cleaner, another mount's eviction), and it leaves the table, logged, so that the next
+ * fetch_object_open starts it afresh; a failed one has left already. Returns whether such
+ * a retry is worth it (rc was one of those two); the caller still holds its reference.
+ */
+bool fetch_object_spool_gone(struct flight *f, int rc);
+
+/* fetch_object_open_ahead's answer while a chunked object's hash list still downloads. */
+#define FETCH_OBJECT_PENDING 2
+
+/*
+ * Prefetch's open of file ino (speculative, as fetch_object_open's req.speculative), which
+ * also goes ahead for a chunked object: its hash list is joined or started (speculative
+ * too) and, once verified, read, and the object opened with its digests. While the hash
+ * list downloads: FETCH_OBJECT_PENDING with the hash list's flight in out->flight (call
+ * again once it is done; nothing here waits on the network). Else as fetch_object_open
+ * (-EEXIST: the object is complete in the cache directory); -EIO when the hash list failed.
+ */
+int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_object *out);
+
+/*
  * The digests in a hash list's flight (fetch_object_req.hash_list) once it is complete and
  * verified: flight_size(list) bytes, malloc'd into *out (the caller frees them). 0 or
  * -errno (the spool cannot be held or read).

@@ -309,5 +309,5 @@ def test_a_chunked_object_whose_hash_list_spool_was_swept_is_fetched_again(store
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         assert read_file(m.p("gone.bin")) == want
     assert store.up.stats("gone.bin")["gets"] >= 2
-    assert "its spool file is gone: fetching it again" in m.stderr()
+    assert "its spool file is gone: opening it afresh" in m.stderr()
     m.check_clean_exit()

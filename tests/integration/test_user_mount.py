@@ -10,12 +10,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from conftest import SANITIZER_MARKS, SLOW, SPOOLFS, daemon_env, is_mounted
-from helpers import READER, sha
+from helpers import READER, sha, wait_until
 
 USER = "nobody"
 
@@ -63,11 +62,8 @@ def test_an_ordinary_user_mounts_reads_and_unmounts(store, user_dir, fuse_device
         proc = subprocess.Popen(as_user([SPOOLFS, "-f", url, mnt]), env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20 * SLOW
-        while not is_mounted(mnt):
-            assert proc.poll() is None, open(log).read()
-            assert time.monotonic() < deadline, open(log).read()
-            time.sleep(0.01)
+        wait_until(lambda: is_mounted(mnt) or proc.poll() is not None, lambda: open(log).read())
+        assert proc.poll() is None, open(log).read()
         for path in ("a.bin", "b.bin", "a.bin"):  # the last one complete: no passthrough
             r = subprocess.run(as_user([sys.executable, "-c", READER, os.path.join(mnt, path)]),
                                capture_output=True, timeout=60 * SLOW)
@@ -125,11 +121,8 @@ def test_an_ordinary_user_refuses_its_own_files_others_may_write(store, user_dir
     proc = subprocess.Popen(as_user([SPOOLFS, "-f", "--netrc-file", path, url, mnt]), env=env,
                             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 20 * SLOW
-        while not is_mounted(mnt):
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: is_mounted(mnt) or proc.poll() is not None, "the mount")
+        assert proc.poll() is None, proc.stderr.read()
         subprocess.run(as_user(["fusermount3", "-u", mnt]), check=True)
         assert proc.wait(30 * SLOW) == 0
     finally:
