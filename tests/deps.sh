@@ -18,13 +18,14 @@ esac
 packages=(
 	build-essential cmake pkg-config
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev
+	libzstd-dev
 	libcmocka-dev libsystemd-dev python3 curl ca-certificates attr
 )
 # The suite besides: sanitizer and fuzz builds, format checks, pytest, TLS certificates,
 # proxies and HTTP caches of its own on 127.0.0.1, package checks, the metrics file's parser.
 if [ "${1:-all}" = all ]; then
 	packages+=(clang clang-format python3-pytest python3-yaml openssl tinyproxy lintian
-		python3-prometheus-client nginx squid)
+		python3-prometheus-client nginx squid python3-zstandard fuse-overlayfs)
 fi
 
 # A CI machine just after boot often has another apt (unattended-upgrades) holding the

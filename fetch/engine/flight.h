@@ -100,6 +100,18 @@ struct flight_spec {
 	uint64_t chunk_size;
 	const unsigned char *chunk_digests;
 	/*
+	 * Stored compressed (doc/manifest.md, version 3): zstd, one independent frame per
+	 * frame_size bytes of the object (a power of two; the last frame holds the rest), so
+	 * flight_chunk_count(size, frame_size) frames; frame_stored[i] is frame i's stored
+	 * length (copied), and they add up to stored_size, the length url serves. The spool
+	 * holds the decompressed bytes, which are what size, sha256, chunk_digests and the
+	 * readers' checks describe. frame_size 0 (frame_stored NULL): stored as it is. With
+	 * chunk hashes, frame_size == chunk_size. The caller has checked the table adds up.
+	 */
+	uint64_t frame_size;
+	const uint32_t *frame_stored;
+	uint64_t stored_size;
+	/*
 	 * Started by prefetch, before any reader asked (fetch/prefetch/). Until a handle holds
 	 * it, its request waits for a speculative slot (engine_config.spec_max) and never
 	 * takes one of the readers'.
