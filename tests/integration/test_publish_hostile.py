@@ -14,13 +14,12 @@ import hashlib
 import json
 import os
 import subprocess
-import time
 import traceback
 
 import pytest
 
 from conftest import SLOW, SPOOLFS, daemon_env
-from helpers import publish_tree
+from helpers import publish_tree, wait_until
 
 NOBODY = 65534
 SECRET = b"root's secret bytes, never to be published\n"
@@ -93,18 +92,20 @@ def publish_with_gate(tmp_path, src, out, at_gate):
     try:
         # The publish opens the FIFO for reading at the gate: until then, opening it for
         # writing without blocking says ENXIO.
-        deadline = time.monotonic() + 60 * SLOW
-        while True:
+        opened = []
+
+        def at_the_gate():
+            assert proc.poll() is None, "publish ended before its gate: %r" % (
+                proc.communicate()[1],)
             try:
-                gate = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                break
+                opened.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
             except OSError as e:
                 if e.errno != errno.ENXIO:
                     raise
-            assert proc.poll() is None, "publish ended before its gate: %r" % (
-                proc.communicate()[1],)
-            assert time.monotonic() < deadline, "publish never reached its gate"
-            time.sleep(0.01)
+            return bool(opened)
+
+        wait_until(at_the_gate, "publish never reached its gate", timeout=60)
+        gate = opened[0]
         try:
             at_gate()
         finally:
