@@ -242,7 +242,8 @@ static int find_tags(struct gc *c, const struct pub_s3_list *l, struct man *m, s
 	for (size_t i = 0; i < l->n && rc == 0; i++) {
 		const char *key = l->v[i].key;
 		size_t j = 0;
-		if (strchr(key, '/') || key[0] == '.' || is_manifest_key(key))
+		/* "": the prefix's own "folder" marker, which a console may make. */
+		if (!key[0] || strchr(key, '/') || key[0] == '.' || is_manifest_key(key))
 			continue;
 		rc = read_text(c, key, t);
 		if (rc)
