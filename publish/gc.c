@@ -9,6 +9,9 @@
  * Just before deleting, the store is listed again: a manifest written meanwhile (or one
  * rewritten) is walked too and keeps its objects, and an object's age is taken from this
  * second listing, so one that a publish refreshed meanwhile (PUB_REFRESH_AGE) stays.
+ * Release tags (every other top-level key; fetch/source/tag_pointer.h) keep the manifest
+ * they name, in both listings, whatever --keep-* say; a top-level key gc cannot account
+ * for as a manifest or a tag stops it, as an unreadable manifest does.
  * Single-threaded; nothing is shared.
  */
 #include <errno.h>
@@ -106,7 +109,9 @@ static void usage(FILE *f)
 	    "reaches and that are older than --grace (default 24h), and the dropped manifests\n"
 	    "older than it. Without --keep-*, every manifest is kept. DURATION: a number with\n"
 	    "s, m, h, d or w (seconds without one). --grace 0 is for tests: a mount that\n"
-	    "began before a release was dropped may lose objects it needs.\n");
+	    "began before a release was dropped may lose objects it needs. What a release tag\n"
+	    "(publish --tag: every other top-level file must be one) names is always kept;\n"
+	    "tags are never deleted.\n");
 }
 
 /* "90", "30s", "15m", "24h", "7d", "2w": seconds, or -1. */
