@@ -32,6 +32,7 @@
 #include "fetch/source/read_orders.h"
 #include "util/size.h"
 #include "fetch/source/source.h"
+#include "fetch/source/tag_pointer.h"
 #include "daemon/abort.h"
 #include "daemon/mountinfo.h"
 #include "daemon/options.h"
@@ -209,8 +210,30 @@ static int keep_nested_rules(struct fs_session *s, const struct source_options *
 	return listing_flights_create(&s->listing.flights);
 }
 
+/* The release a tag led to ("NAME sha256 HEX tag TAG", or NULL: none): logged, kept in the
+ * index for a later serving process, shown by /.spoolfs/stats. 0 or -errno. */
+static int keep_release(struct fs_session *s, const struct source_tag *t)
+{
+	char *release = NULL;
+	int rc = 0;
+
+	if (t) {
+		util_log(UTIL_LOG_INFO, "serving %s (sha256 %s) via tag %s", t->manifest, t->sha256,
+		         t->tag);
+		if (asprintf(&release, "%s sha256 %s tag %s", t->manifest, t->sha256, t->tag) < 0)
+			return -ENOMEM;
+		rc = index_meta_put(s->idx, "release", release);
+	} else if (index_meta_get(s->idx, "release", &release) != 0) {
+		release = NULL; /* a manifest mounted by its own name */
+	}
+	free(s->daemon.release);
+	s->daemon.release = release;
+	return rc;
+}
+
 /* What a manifest's session needs, for a later serving process: the namespace is in the
- * database already, never fetched again; only the manifest's URL (kept there) matters. */
+ * database already, never fetched again; only the manifest's URL (kept there) matters, and
+ * the release a tag led to: the same release for the session, whatever the tag says now. */
 static int restore_manifest(struct fs_session *s)
 {
 	struct source_options src = {.net = blocking_net(s)};
@@ -224,6 +247,8 @@ static int restore_manifest(struct fs_session *s)
 		src.sign_ctx = s->listing.s3;
 	}
 	rc = index_meta_get(s->idx, "manifest_url", &base_url);
+	if (rc == 0)
+		rc = keep_release(s, NULL);
 	if (rc == 0)
 		rc = manifest_context(s, base_url, &load_opts);
 	if (rc == 0)
@@ -243,7 +268,8 @@ static int load_manifest(struct fs_session *s)
 	                             .max_bytes = s->daemon.max_manifest_size};
 	struct manifest_load_options load_opts = {
 	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
-	char *text = NULL, *base_url = NULL, *key_url = NULL, err[512] = "";
+	char *text = NULL, *base_url = NULL, *key_url = NULL, err[1024] = "";
+	struct source_tag tag;
 	size_t len = 0;
 	int64_t mtime = 0;
 	int rc;
@@ -257,11 +283,17 @@ static int load_manifest(struct fs_session *s)
 	}
 	rc = source_manifest_read(key_url ? key_url : s->opts.source, &src, &text, &len, &base_url,
 	                          &mtime, err, sizeof(err));
-	if (rc) {
+	/* A release tag: the manifest it names, verified, is what this session serves. */
+	if (rc == 0)
+		rc =
+		    source_tag_follow(&src, &text, &len, &base_url, &mtime, &tag, err, sizeof(err));
+	if (rc < 0) {
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
-	rc = manifest_context(s, base_url, &load_opts);
+	rc = keep_release(s, rc == 1 ? &tag : NULL);
+	if (rc == 0)
+		rc = manifest_context(s, base_url, &load_opts);
 	if (rc)
 		goto out;
 	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
@@ -1067,6 +1099,8 @@ static void stop_namespace(struct fs_session *s)
 	s->listing.flights = NULL;
 	free(s->daemon.manifest_dir);
 	s->daemon.manifest_dir = NULL;
+	free(s->daemon.release);
+	s->daemon.release = NULL;
 	free(s->listing.manifest_url);
 	s->listing.manifest_url = NULL;
 }

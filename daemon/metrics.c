@@ -174,6 +174,9 @@ void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *lab
 	/* The mount's own file has no labels: the version is a comment there (spoolfs status). */
 	if (!labels)
 		fprintf(out, "# version %s\n", SPOOLFS_VERSION);
+	/* Plain names and hex only (tag_pointer.h): safe in a comment. */
+	if (!labels && s->daemon.release)
+		fprintf(out, "# release %s\n", s->daemon.release);
 	daemon_metrics_write_prefetch(s, out, labels, t.spec_unread);
 }
 

@@ -21,6 +21,8 @@ struct daemon_state {
 	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
 	char *manifest_dir;       /* the manifest's URL up to its last '/': what mirrors replace */
 	size_t max_manifest_size; /* bytes; 0 = the default (source.h) */
+	/* The release a tag led to ("NAME sha256 HEX tag TAG"; tag_pointer.h), or NULL. */
+	char *release;
 	/* Per --mirror, opened at start-up: a file: mirror's directory (O_PATH), whose objects
 	 * are opened beneath it (fetch/http/beneath.h), else -1. NULL with no mirrors. */
 	int *mirror_dir_fds;

@@ -115,6 +115,7 @@ struct snapshot {
 	char version[64];
 #include "daemon/status.h"
 	char read_order[72]; /* the manifest's read order the list begins with; "": none */
+	char release[512];   /* "NAME sha256 HEX tag TAG": the release a tag led to; "": none */
 #include "daemon/status.h"
 	struct timespec at;
 #include "daemon/status.h"
@@ -381,6 +382,11 @@ static void parse_stats(const char *text, struct snapshot *snap)
 		if (sscanf(line, "# read_order %71s", snap->read_order) == 1)
 #include "daemon/status.h"
 			continue;
+		if (strncmp(line, "# release ", 10) == 0) {
+			snprintf(snap->release, sizeof(snap->release), "%.*s",
+			         (int)strcspn(line + 10, "\n"), line + 10);
+			continue;
+		}
 #include "daemon/status.h"
 		if (*line == '#' || sscanf(line, "%127s %lf", name, &value) != 2)
 #include "daemon/status.h"
@@ -666,6 +672,17 @@ static const char *state_shown(const struct row *r, double before)
 #include "daemon/status.h"
 
 #include "daemon/status.h"
+/* "release: NAME (sha256 HEX) via tag TAG", from the stats' "NAME sha256 HEX tag TAG". */
+static void release_line(const char *release)
+{
+	char name[201], sha[65], tag[201];
+
+	if (sscanf(release, "%200s sha256 %64s tag %200s", name, sha, tag) == 3)
+		printf("release: %s (sha256 %s) via tag %s\n", name, sha, tag);
+	else
+		printf("release: %s\n", release);
+}
+
 static void print(const struct snapshot *now, const struct snapshot *prev)
 #include "daemon/status.h"
 {
@@ -750,6 +767,8 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 #include "daemon/status.h"
 	       now->walks, now->spec_flights, human(now->spec_unread, a, sizeof(a)));
 #include "daemon/status.h"
+	if (now->release[0])
+		release_line(now->release);
 	if (now->read_order[0])
 #include "daemon/status.h"
 		printf("read order: \"%s\" from the manifest, first in the prefetch list\n",

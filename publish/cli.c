@@ -28,7 +28,7 @@ static void usage(FILE *f)
 	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
 	        "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
 	        "                       [--chunk-size SIZE] [--verify-existing] [-j N]\n"
-	        "                       [--read-order [NAME=]FILE]...\n"
+	        "                       [--read-order [NAME=]FILE]... [--tag NAME]...\n"
 	        "\n"
 	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
 	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
@@ -51,6 +51,9 @@ static void usage(FILE *f)
 	        "                      in first-read order, go into the manifest as the read\n"
 	        "                      order NAME (default: default) that mounts fetch ahead;\n"
 	        "                      repeatable, files of one name are merged by rank\n"
+	        "  --tag NAME          after the manifest, write a pointer NAME beside it naming\n"
+	        "                      the manifest by sha256 (mount .../NAME for that release);\n"
+	        "                      moved by the next publish with the same --tag\n"
 	        "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
 	        "                      (without: it is kept when its size is right); a wrong\n"
 	        "                      one is replaced\n"
@@ -132,6 +135,7 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	    {"chunk-size", required_argument, NULL, 's'},
 	    {"verify-existing", no_argument, NULL, 'V'},
 	    {"read-order", required_argument, NULL, 'O'},
+	    {"tag", required_argument, NULL, 'T'},
 	    {"help", no_argument, NULL, 'h'},
 	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c); the mount's store options follow. */
 	    {"if-absent", no_argument, NULL, 'I'},
@@ -208,6 +212,10 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 			if (rc)
 				return rc;
 			break;
+		case 'T':
+			if (pub_tag_option(&o, optarg) != 0)
+				return 2;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -239,6 +247,8 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		                " 64M\n");
 		return 2;
 	}
+	if (pub_tag_check_manifest(&o) != 0)
+		return 2;
 	if (o.pack_under > o.pack_max) {
 		fprintf(stderr, "spoolfs publish: --pack-under must not exceed --pack-max\n");
 		return 2;

@@ -9,6 +9,9 @@
  * Just before deleting, the store is listed again: a manifest written meanwhile (or one
  * rewritten) is walked too and keeps its objects, and an object's age is taken from this
  * second listing, so one that a publish refreshed meanwhile (PUB_REFRESH_AGE) stays.
+ * Release tags (every other top-level key; fetch/source/tag_pointer.h) keep the manifest
+ * they name, in both listings, whatever --keep-* say; a top-level key gc cannot account
+ * for as a manifest or a tag stops it, as an unreadable manifest does.
  * Single-threaded; nothing is shared.
  */
 #include <errno.h>
@@ -24,7 +27,9 @@
 
 #include <sqlite3.h>
 
+#include "fetch/source/tag_pointer.h"
 #include "publish/gc_i.h"
+#include "util/hex.h"
 
 #define MANIFEST_MAX (512u << 20)
 #define DAY (24 * 3600)
@@ -78,14 +83,17 @@ struct gc {
 	int64_t keep_newer; /* seconds; -1: not given */
 	char **keep_names;
 	size_t n_keep_names;
+	bool said_tags; /* --dry-run: the tags were shown (the first listing's) */
 };
 
-/* A manifest of the store: its key, its age, whether it is kept, walked, deleted. */
+/* A manifest of the store: its key, its age, whether it is kept, walked, deleted, and
+ * whether a release tag names it (then kept, whatever --keep-* say). */
 struct man {
 	const char *key;
 	int64_t mtime;
 	uint64_t size;
-	bool keep, mark, drop;
+	char sha256[UTIL_SHA256_HEX_LEN];
+	bool keep, mark, drop, tagged;
 };
 
 static void usage(FILE *f)
@@ -101,7 +109,9 @@ static void usage(FILE *f)
 	    "reaches and that are older than --grace (default 24h), and the dropped manifests\n"
 	    "older than it. Without --keep-*, every manifest is kept. DURATION: a number with\n"
 	    "s, m, h, d or w (seconds without one). --grace 0 is for tests: a mount that\n"
-	    "began before a release was dropped may lose objects it needs.\n");
+	    "began before a release was dropped may lose objects it needs. What a release tag\n"
+	    "(publish --tag: every other top-level file must be one) names is always kept;\n"
+	    "tags are never deleted.\n");
 }
 
 /* "90", "30s", "15m", "24h", "7d", "2w": seconds, or -1. */
@@ -220,7 +230,67 @@ static bool is_manifest_key(const char *key)
 	return !strchr(key, '/') && key[0] != '.' && n > 5 && strcmp(key + n - 5, ".json") == 0;
 }
 
-/* The manifests of listing l, each read and vetted. 0, or -errno said. */
+/*
+ * The release tags of listing l: every other top-level key (not a dot file, not *.json) must
+ * be one, naming a manifest of m (n of them) that is there: it is kept (tagged). A key that
+ * is no tag, a tag this binary cannot read, or one naming a manifest that is not there,
+ * stops gc: it must never delete what it cannot account for. t: a buffer to read into.
+ * 0, or -errno said.
+ */
+static int find_tags(struct gc *c, const struct pub_s3_list *l, struct man *m, size_t n,
+                     struct text *t)
+{
+	struct source_tag tag;
+	char why[512];
+	int rc = 0;
+
+	for (size_t i = 0; i < l->n && rc == 0; i++) {
+		const char *key = l->v[i].key;
+		size_t j = 0;
+		/* "": the prefix's own "folder" marker, which a console may make. */
+		if (!key[0] || strchr(key, '/') || key[0] == '.' || is_manifest_key(key))
+			continue;
+		rc = read_text(c, key, t);
+		if (rc)
+			break;
+		rc = source_tag_parse(t->p, t->n, &tag, why, sizeof(why));
+		if (rc == 0)
+			snprintf(why, sizeof(why),
+			         "neither a manifest (*.json) nor a release tag"
+			         " (keep other files out of the top of the store)");
+		if (rc <= 0) {
+			fprintf(stderr, "spoolfs gc: %s/%s: %s: refusing to delete anything\n",
+			        c->g.where, key, rc == -ENOMEM ? strerror(ENOMEM) : why);
+			return rc ? rc : -EINVAL;
+		}
+		rc = 0;
+		while (j < n && strcmp(m[j].key, tag.manifest) != 0)
+			j++;
+		if (j == n) {
+			fprintf(stderr,
+			        "spoolfs gc: %s/%s: the release tag names %s, which is not there:"
+			        " refusing to delete anything\n",
+			        c->g.where, key, tag.manifest);
+			return -ENOENT;
+		}
+		m[j].tagged = true;
+		/* Kept by name all the same: what it names now is what a mount may serve once
+		 * the tag is written again. */
+		if (strcmp(m[j].sha256, tag.sha256) != 0)
+			fprintf(
+			    stderr,
+			    "spoolfs gc: warning: %s/%s: the release tag names %s with sha256 %s,"
+			    " but it has sha256 %s now (a mount of the tag is refused)\n",
+			    c->g.where, key, tag.manifest, tag.sha256, m[j].sha256);
+		if (c->dry_run && !c->said_tags)
+			printf("tag %s/%s: %s (kept)\n", c->g.where, key, tag.manifest);
+	}
+	c->said_tags = true;
+	return rc;
+}
+
+/* The manifests of listing l, each read and vetted, and which of them tags name. 0, or
+ * -errno said. */
 static int find_manifests(struct gc *c, const struct pub_s3_list *l, struct man **out,
                           size_t *n_out)
 {
@@ -237,13 +307,12 @@ static int find_manifests(struct gc *c, const struct pub_s3_list *l, struct man 
 		rc = read_text(c, m[n].key, &t);
 		if (rc == 0)
 			rc = vet(c->g.where, m[n].key, t.p, t.n);
+		if (rc == 0)
+			rc = util_sha256_hex(t.p, t.n, m[n].sha256);
 		n++;
 	}
-	/*
-	 * Release tags (pointer objects naming a manifest) are not built yet. When they are,
-	 * the manifests a tag points to are kept here (m[i].keep), and a tag that cannot be
-	 * read refuses the gc as a manifest does.
-	 */
+	if (rc == 0)
+		rc = find_tags(c, l, m, n, &t);
 	free(t.p);
 	if (rc) {
 		free(m);
@@ -271,8 +340,8 @@ static int choose(struct gc *c, struct man *m, size_t n)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		by_age[i] = &m[i];
-		m[i].keep =
-		    c->keep_all || (c->keep_newer >= 0 && m[i].mtime > c->now - c->keep_newer);
+		m[i].keep = c->keep_all || m[i].tagged ||
+		            (c->keep_newer >= 0 && m[i].mtime > c->now - c->keep_newer);
 	}
 	qsort(by_age, n, sizeof(*by_age), newest_first);
 	for (size_t i = 0; i < n && i < c->keep_last; i++)
@@ -395,7 +464,9 @@ static int remark(struct gc *c, const struct pub_s3_list *l1, const struct pub_s
 
 	for (size_t i = 0; rc == 0 && i < n2; i++) {
 		const struct pub_s3_have *was = pub_s3_list_find(l1, m2[i].key);
-		m2[i].mark = !was || was->mtime != m2[i].mtime || was->size != m2[i].size;
+		/* A manifest tagged meanwhile is kept too, dropped before or not. */
+		m2[i].mark =
+		    m2[i].tagged || !was || was->mtime != m2[i].mtime || was->size != m2[i].size;
 		for (size_t j = 0; j < n1 && !m2[i].mark; j++)
 			m2[i].mark = m1[j].mark && strcmp(m1[j].key, m2[i].key) == 0;
 		/* A dropped manifest rewritten meanwhile is a new release: not deleted. */

@@ -11,6 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The most --tag a publish takes. */
+#define PUB_TAGS_MAX 16
+
 /* --read-order [NAME=]FILE: a record of what a job's run opened (name "default"). */
 struct publish_read_order {
 	const char *name;
@@ -52,6 +55,9 @@ struct publish_options {
 	/* Used when out is s3://...: objects are staged in a private OUT_DIR, then uploaded. */
 	struct publish_s3_options s3;
 	bool quiet; /* no summary line: the S3 route prints its own */
+	/* --tag NAME: pointers to the manifest, written after it (publish/tag.c). */
+	const char *tags[PUB_TAGS_MAX];
+	size_t n_tags;
 	/* Objects the destination holds already (the S3 route: its listing): a file whose
 	 * object known() answers for is hashed, never copied. Called from the worker threads
 	 * at once: it must only read. NULL: none. *existing_out (when not NULL) gets the count

@@ -262,6 +262,17 @@ void pub_chunker_free(struct pub_chunker *c);
 /* Stores each file's chunk hash list as an object. 0 or -errno, said. */
 int pub_chunks_store(struct pub_tree *tree, struct pub_store *st);
 
+/* dir/name read whole into *data (malloc'd, *len bytes; NULL on failure). 0 or -errno,
+ * said. */
+int pub_read_whole(const char *dir, const char *name, char **data, size_t *len);
+/* --tag NAME (tag.c): added to o when NAME may be a tag; else said, 2 (bad usage). */
+int pub_tag_option(struct publish_options *o, const char *name);
+/* With tags, the manifest's name must be one a pointer holds and gc counts: 0, or 2 said. */
+int pub_tag_check_manifest(const struct publish_options *o);
+/* Writes o's tags into out (a real path) naming o->manifest there, which is written and
+ * durable: each by rename, created with mode. 0 or -errno, said. */
+int pub_tags_write_local(const struct publish_options *o, const char *out, mode_t mode);
+
 /* Writes the top manifest (the entries no nested directory holds) to a temporary file in
  * out, fsyncs it, renames it to name and fsyncs out. 0 or -errno, said; on failure
  * nothing is left and the old manifest stays. */

@@ -301,6 +301,8 @@ int publish_run(const struct publish_options *o)
 		rc = pub_store_sync(&r.store);
 	if (rc == 0)
 		rc = pub_manifest_write(&tree, out, o->manifest, r.store.file_mode);
+	if (rc == 0) /* after the manifest is durable: a tag never names a missing one */
+		rc = pub_tags_write_local(o, out, r.store.file_mode);
 	if (rc == 0 && !o->quiet)
 		summary(&r, &tree, out);
 	if (rc == 0 && o->existing_out)

@@ -269,6 +269,7 @@ int pub_s3_publish(const struct publish_options *o)
 	s.stage = real;
 	staged.out = real;
 	staged.quiet = true;
+	staged.n_tags = 0; /* written into the store, after its manifest */
 	staged.s3.given = false;
 	staged.interrupted = &pub_s3_interrupted;
 	/* The store is listed first: a file whose object is there already is hashed only,
@@ -280,10 +281,13 @@ int pub_s3_publish(const struct publish_options *o)
 	staged.known = s.have.n ? pub_s3_known : NULL;
 	if (rc == 0)
 		rc = publish_run(&staged);
-	if (rc == 0)
+	if (rc == 0) {
 		rc = pub_s3_upload(&s, o->manifest);
-	else if (rc == -EINTR || pub_s3_interrupted)
+		if (rc == 0 && !pub_s3_interrupted)
+			rc = pub_tags_write_s3(&s, o);
+	} else if (rc == -EINTR || pub_s3_interrupted) {
 		pub_say("", s.display, "", "interrupted while staging: nothing was sent", false);
+	}
 out:
 	/* Private to this run (mode 0700): nothing in it is anyone else's. */
 	if (stage[0])

@@ -115,4 +115,9 @@ void pub_s3_progress(struct pub_s3 *s, bool last);
  * 0 or -errno, said; an upload that fails or is interrupted is aborted. */
 int pub_s3_multipart(struct pub_s3 *s, const bool *go);
 
+/* Writes o's tags into the store (tag.c), after the manifest's PUT succeeded: each names
+ * the staged manifest, whose bytes it sent. With s->dry_run says what it would write. 0 or
+ * -errno, said. */
+int pub_tags_write_s3(struct pub_s3 *s, const struct publish_options *o);
+
 #endif

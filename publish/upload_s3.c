@@ -256,36 +256,7 @@ static int confirm(struct pub_s3 *s)
 /* Reads the staged manifest whole. 0 or -errno, said. */
 static int read_manifest(struct pub_s3 *s, const char *name, char **data, size_t *len)
 {
-	char path[PATH_MAX];
-	struct stat sb;
-	int fd, rc = 0;
-
-	*data = NULL;
-	snprintf(path, sizeof(path), "%s/%s", s->stage, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &sb) != 0) {
-		rc = -errno;
-	} else if (!(*data = malloc((size_t)sb.st_size + 1))) {
-		rc = -ENOMEM;
-	} else {
-		size_t got = 0;
-		/* A file shorter than fstat said is an error, not a smaller manifest. */
-		while (rc == 0 && got < (size_t)sb.st_size) {
-			ssize_t n = read(fd, *data + got, (size_t)sb.st_size - got);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				rc = n < 0 ? -errno : -EIO;
-			else
-				got += (size_t)n;
-		}
-		*len = got;
-	}
-	if (fd >= 0)
-		close(fd);
-	if (rc)
-		pub_say("", s->stage, name, strerror(-rc), false);
-	return rc;
+	return pub_read_whole(s->stage, name, data, len);
 }
 
 int pub_s3_begin(struct pub_s3 *s)
