@@ -413,7 +413,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	snprintf(why, sizeof(why), "%s", s->why);
 	int retry_after = s->retryable ? s->resp.retry_after_s : -1;
 	unsigned round = s->round;
-	bool servers_answer = !s->spool_fault;
+	/* Neither a spool fault nor a frame that did not decompress is a refusal that another
+	 * mirror could mend: a bad frame fails the object as a bad hash does. */
+	bool servers_answer = !s->spool_fault && !s->undecodable;
 	unsigned asked = s->url_idx;
 	stream_free(e, s);
 	if (fatal && servers_answer && engine_try_other_mirror(e, f, asked, why))
@@ -779,6 +781,7 @@ void engine_destroy(struct engine *e)
 	lease_set_destroy(e->leases); /* after the recorder let its leases go */
 	pthread_mutex_destroy(&e->queue_lock);
 	free(e->pending.buf);
+	unframe_engine_free(e);
 	free(e->active);
 	free(e->spec.waiting);
 	free(e);

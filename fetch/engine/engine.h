@@ -81,7 +81,7 @@ struct engine_config {
  * COUNTERS_FORMAT there. */
 struct engine_stats {
 	atomic_uint_fast64_t requests;
-	atomic_uint_fast64_t bytes;
+	atomic_uint_fast64_t bytes; /* body bytes received: on the wire (compressed or not) */
 	atomic_uint_fast64_t retries;
 	atomic_uint_fast64_t failures;
 	atomic_uint_fast64_t completed;
@@ -101,6 +101,9 @@ struct engine_stats {
 	/* Seconds from sending each request until its response's headers, by HTTP status; a
 	 * request that ended without one (refused, stalled, stopped, a file: mirror) is key 0. */
 	struct util_histogram_set latency;
+	/* Bytes of objects the bodies gave the spool: bytes less what no request kept
+	 * (skipped, past a split), more what compressed objects decompressed to. */
+	atomic_uint_fast64_t delivered_bytes;
 };
 
 struct engine;

@@ -98,10 +98,11 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	util_ranges_init(&f->verify.chunks_bad);
 	f->verify.hash = EVP_MD_CTX_new();
 	if (!f->verify.hash || EVP_DigestInit_ex(f->verify.hash, EVP_sha256(), NULL) != 1 ||
-	    flight_chunks_init(f, spec) != 0)
+	    flight_chunks_init(f, spec) != 0 || flight_frames_init(f, spec) != 0)
 		goto fail;
 	return f;
 fail:
+	flight_frames_free(f);
 	flight_chunks_free(f);
 	sources_free(&f->src);
 	EVP_MD_CTX_free(f->verify.hash);
@@ -173,6 +174,7 @@ void flight_unref(struct flight *f)
 	util_ranges_free(&f->written);
 	util_ranges_free(&f->published);
 	flight_chunks_free(f);
+	flight_frames_free(f);
 	EVP_MD_CTX_free(f->verify.hash);
 	sources_free(&f->src);
 	pthread_mutex_destroy(&f->lock);

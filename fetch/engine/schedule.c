@@ -131,13 +131,16 @@ static int fill_pieces(struct engine *e, struct flight *f, struct util_ranges *c
 }
 
 /*
- * The unit f's requests for readers start at: `unit`, or its chunk when that is larger, so
- * that what a reader waits for is whole chunks that can be checked as they arrive. Chunk
+ * The unit f's requests for readers start at: `unit`, or its chunk or frame when that is
+ * larger, so that what a reader waits for is whole chunks that can be checked as they
+ * arrive, and a compressed object's requests split at frame boundaries. Chunk and frame
  * sizes and units are powers of two: the larger is a multiple of the smaller.
  */
 static uint64_t unit_of(const struct flight *f, uint64_t unit)
 {
-	return f->verify.chunk_size > unit ? f->verify.chunk_size : unit;
+	if (f->verify.chunk_size > unit)
+		unit = f->verify.chunk_size;
+	return f->frames.size > unit ? f->frames.size : unit;
 }
 
 /*
