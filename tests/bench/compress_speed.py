@@ -51,18 +51,23 @@ SPARSE_READS = int(os.environ.get("SPARSE_READS", "200"))
 
 
 def write_object(path):
-    """SIZE bytes of text-like lines (compresses about 4:1 at level 3); their sha256."""
+    """SIZE bytes of text-like lines (slices of an 8 MiB pool of them); their sha256."""
     rng = random.Random(37)
     words = [("%x" % rng.getrandbits(rng.randrange(8, 48))).encode() for _ in range(4096)]
+    lines = []
+    while sum(map(len, lines)) < 8 << 20:
+        lines.append(b" ".join(rng.choice(words) for _ in range(rng.randrange(4, 12))) + b"\n")
+    pool = b"".join(lines)
     h = hashlib.sha256()
     left = SIZE
     with open(path, "wb") as f:
         while left:
-            line = b" ".join(rng.choice(words) for _ in range(rng.randrange(4, 12))) + b"\n"
-            block = (line * 64)[:min(left, 1 << 20)]
+            n = min(left, 1 << 20)
+            at = rng.randrange(0, len(pool) - n)
+            block = pool[at:at + n]
             f.write(block)
             h.update(block)
-            left -= len(block)
+            left -= n
     return h.hexdigest()
 
 
