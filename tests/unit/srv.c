@@ -75,6 +75,34 @@ static void parse_range(const char *head, uint64_t size, uint64_t *start, uint64
 	}
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* With a rate, waits for n bytes' slot of it: all responses share the rate. */
+static void pace(struct srv *s, uint64_t n)
+{
+	uint64_t now = mono_ns(), at;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->rate) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	at = s->next_ns > now ? s->next_ns : now;
+	s->next_ns = at + n * 1000000000u / s->rate;
+	pthread_mutex_unlock(&s->lock);
+	if (at > now) {
+		struct timespec ts = {.tv_sec = (time_t)((at - now) / 1000000000u),
+		                      .tv_nsec = (long)((at - now) % 1000000000u)};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Sends body[from, to), pausing at hold_at when this response is the one to hold. */
 static int send_body(struct srv *s, int fd, uint64_t from, uint64_t to)
 {
@@ -93,6 +121,7 @@ static int send_body(struct srv *s, int fd, uint64_t from, uint64_t to)
 			cut = false;
 		pthread_mutex_unlock(&s->lock);
 		uint64_t n = stop - pos < 64 * KIB ? stop - pos : 64 * KIB;
+		pace(s, n);
 		if (send_all(fd, s->body + pos, n) != 0)
 			return -1;
 		pos += n;

@@ -41,6 +41,8 @@ struct srv {
 	bool ignore_range; /* answer every request 200 with the whole body */
 	uint64_t cut_at;   /* 0 = none; else the first body to reach it is cut there (once) */
 	bool cut;
+	uint64_t rate;    /* 0 = none; else body bytes per second, over all responses */
+	uint64_t next_ns; /* when the next body bytes may go, with a rate */
 	unsigned n_requests;
 	struct srv_request requests[SRV_MAX_REQUESTS];
 	uint64_t bytes_sent;
