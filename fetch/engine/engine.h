@@ -41,6 +41,9 @@ struct engine_config {
 	unsigned max_transfers; /* concurrent transfers over all flights */
 	unsigned max_streams_per_flight;
 	unsigned parallel_parts; /* ranged requests a large object is fetched with at once */
+	/* Threads that decompress compressed objects' frames beside the transfer thread (one
+	 * per online CPU by default, at most 16); 0: the transfer thread decompresses them. */
+	unsigned unframe_threads;
 	/* Speculative requests at once (flight_spec.speculative), on top of max_transfers so a
 	 * reader never waits for speculation; lowered while the upstream throttles
 	 * (spec_limit.h). 0: speculative flights wait for a reader. */

@@ -138,13 +138,24 @@ struct engine_pending {
 };
 
 /*
- * Transfer thread only: what decompresses every compressed stream's frames (unframe.c),
- * one frame at a time: a context reset per frame, and a frame's decompressed bytes.
+ * What decompresses compressed streams' frames (unframe.c). A frame received whole goes to
+ * the pool as a job, which decodes it into a buffer of its own; the transfer thread writes
+ * the decoded frames to their spools when it next turns (it alone writes spools and keeps a
+ * flight's ranges). With too many bytes in jobs, or no pool (unit tests of the inline
+ * path), a frame is decoded on the transfer thread at once, with dctx and out.
  */
+struct unframe_job;
 struct engine_unframe {
+	/* Transfer thread only. */
 	ZSTD_DCtx *dctx;
 	unsigned char *out;
 	size_t out_cap;
+	struct util_worker *pool; /* NULL: every frame inline */
+	uint64_t job_bytes;       /* stored and decoded bytes held by jobs not yet delivered */
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	struct unframe_job *decoded; /* for the transfer thread to deliver, newest first */
+	struct unframe_dctx *idle;   /* contexts the pool's threads share, free ones */
 };
 
 struct engine {
@@ -253,7 +264,14 @@ uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
  */
 int unframe_body(struct stream *s, const char *data, size_t len, size_t *used);
 void unframe_stream_free(struct stream *s);
+/* Starts the pool (0 or -errno); stops it, dropping what it decoded (after the transfer
+ * thread stopped); frees the rest (engine_destroy). */
+int unframe_start(struct engine *e);
+void unframe_stop(struct engine *e);
 void unframe_engine_free(struct engine *e);
+/* Transfer thread: writes the frames the pool decoded to their spools, or settles the bad
+ * ones (as unframe_body does inline). */
+void unframe_deliver_decoded(struct engine *e);
 
 /* schedule.c: starts the requests f needs now (or none, within the limits). */
 void schedule_flight(struct engine *e, struct flight *f);

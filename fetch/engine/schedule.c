@@ -26,13 +26,17 @@
  * does not show, small enough that the prefix readers wait on keeps up with the sum. */
 #define PIECE_BYTES (8u << 20)
 
-/* written plus what running streams will write: what nobody needs to ask for again. */
+/* written plus what running streams will write and frames being decompressed will: what
+ * nobody needs to ask for again. */
 static int claimed_ranges(struct flight *f, struct util_ranges *claimed)
 {
 	int rc = flight_copy_written(f, claimed);
 
 	for (struct stream *s = f->xfer.streams; s && rc == 0; s = s->next)
 		rc = util_ranges_add(claimed, s->pos, s->end);
+	for (size_t i = 0; i < f->xfer.decoding.n && rc == 0; i++)
+		rc = util_ranges_add(claimed, f->xfer.decoding.v[i].start,
+		                     f->xfer.decoding.v[i].end);
 	return rc;
 }
 

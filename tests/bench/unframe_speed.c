@@ -11,6 +11,7 @@
  * downloads each into a fresh flight table with the hasher and chunk pool running (as a
  * mount does) and times it from the kick until the flight completes. RATE_MIB_S > 0 paces
  * the server (a capped upstream). Prints wall seconds per run, the medians and the ratio.
+ * UNFRAME_THREADS=N sets engine_config.unframe_threads (0: on the transfer thread).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,6 +99,8 @@ static double run(const char *url, uint64_t size, const unsigned char *digests,
 		abort();
 	flight_table_on_complete(table, on_complete, &d);
 	engine_config_defaults(&cfg);
+	if (getenv("UNFRAME_THREADS")) /* 0: decompress on the transfer thread */
+		cfg.unframe_threads = (unsigned)atoi(getenv("UNFRAME_THREADS"));
 	if (engine_create(&cfg, &e) || engine_start(e))
 		abort();
 	struct flight_spec spec = {.key = "url:bench",
@@ -154,8 +157,8 @@ int main(int argc, char **argv)
 		unsigned int dl = 0;
 		size_t c = ZSTD_compress(stored + stored_size, ZSTD_compressBound(FRAME), raw + lo,
 		                         len, 3);
-		if (ZSTD_isError(c) || !EVP_Digest(raw + lo, len, digests + i * 32, &dl, EVP_sha256(),
-		                                   NULL))
+		if (ZSTD_isError(c) ||
+		    !EVP_Digest(raw + lo, len, digests + i * 32, &dl, EVP_sha256(), NULL))
 			return 2;
 		frames[i] = (uint32_t)c;
 		stored_size += c;

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define SRV_MAX_REQUESTS 64
-#define SRV_MAX_CONNS 64
+#define SRV_MAX_CONNS 1024
 
 struct srv_request {
 	uint64_t start, end; /* the asked range, end exclusive */
