@@ -112,8 +112,15 @@ static int decode(ZSTD_DCtx *dctx, const struct flight *f, const void *src, size
 		return -EIO;
 	}
 	if (r != 0 && out.pos == share) {
-		snprintf(why, cap, "decompresses past its %zu bytes", share);
-		return -EIO;
+		/* Full: it may have only its end left to read (a frame that declares no size),
+		 * or more bytes (a bomb): one byte more tells, for one block's work at most. */
+		unsigned char extra;
+		ZSTD_outBuffer more = {&extra, 1, 0};
+		r = ZSTD_decompressStream(dctx, &more, &in);
+		if (ZSTD_isError(r) || more.pos > 0 || r != 0) {
+			snprintf(why, cap, "decompresses past its %zu bytes", share);
+			return -EIO;
+		}
 	}
 	if (r != 0 || out.pos != share) {
 		snprintf(why, cap, "decompresses to %zu bytes%s, not its %zu", out.pos,

@@ -36,11 +36,12 @@
 /* What a bad frame is made of (make_store). */
 enum bad_kind {
 	BAD_NONE,
-	BAD_SHORT,     /* a valid frame of one byte less than its share */
-	BAD_LONG,      /* a valid frame of one byte more */
-	BAD_BOMB,      /* 1 GiB of zeros, no size declared, a 64 KiB window */
-	BAD_GARBAGE,   /* not zstd */
-	BAD_TRUNCATED, /* the frame's last bytes cut: the table says it ends earlier */
+	BAD_SHORT,       /* a valid frame of one byte less than its share */
+	BAD_LONG,        /* a valid frame of one byte more */
+	BAD_BOMB,        /* 1 GiB of zeros, no size declared, a 64 KiB window */
+	BAD_GARBAGE,     /* not zstd */
+	BAD_TRUNCATED,   /* the frame's last bytes cut: the table says it ends earlier */
+	GOOD_UNDECLARED, /* a right frame that declares no size (streamed), with a checksum */
 };
 
 struct fixture {
@@ -227,6 +228,21 @@ static size_t make_frame(uint8_t *out, size_t cap, const uint8_t *src, size_t le
 	}
 	case BAD_BOMB:
 		return make_bomb(out, cap);
+	case GOOD_UNDECLARED: {
+		ZSTD_CCtx *cctx = ZSTD_createCCtx();
+		ZSTD_outBuffer o = {out, cap, 0};
+		ZSTD_inBuffer in = {src, len, 0};
+		assert_non_null(cctx);
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1)));
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, 16)));
+		assert_false(ZSTD_isError(ZSTD_compressStream2(cctx, &o, &in, ZSTD_e_continue)));
+		ZSTD_inBuffer none = {NULL, 0, 0};
+		while ((n = ZSTD_compressStream2(cctx, &o, &none, ZSTD_e_end)) != 0)
+			assert_false(ZSTD_isError(n));
+		ZSTD_freeCCtx(cctx);
+		return o.pos;
+	}
 	case BAD_GARBAGE:
 		for (n = 0; n < 1000; n++)
 			out[n] = (uint8_t)(n * 37 + 11);
@@ -433,6 +449,23 @@ static void test_chunked_read(void **state)
 	flight_unref(f);
 }
 
+/* A frame that declares no size (a streaming compressor's) is read to its end, not taken
+ * for a bomb when it fills its share. */
+static void test_frame_without_declared_size(void **state)
+{
+	struct fixture *fx = *state;
+
+	make_store(fx, 1 * MIB, 3, GOOD_UNDECLARED);
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	check_spool(fx, f, 0, fx->size);
+	read_log(fx);
+	flight_unref(f);
+}
+
 /* ---- bad frames: EIO and a log line, never wrong bytes ------------------------------- */
 
 /* Without chunk hashes the download fails; nothing of the bad frame is served. */
@@ -572,6 +605,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_short, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_long, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_garbage, setup, teardown),
