@@ -63,6 +63,7 @@ struct snapshot {
 	double upstream_requests;
 #include "daemon/status.h"
 	double upstream_bytes;
+	double upstream_delivered; /* bytes the bodies gave: more when stored compressed */
 #include "daemon/status.h"
 	double upstream_connections;
 #include "daemon/status.h"
@@ -313,6 +314,8 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	    {"spoolfs_upstream_requests_total", offsetof(struct snapshot, upstream_requests)},
 #include "daemon/status.h"
 	    {"spoolfs_upstream_bytes_total", offsetof(struct snapshot, upstream_bytes)},
+	    {"spoolfs_upstream_delivered_bytes_total",
+	     offsetof(struct snapshot, upstream_delivered)},
 #include "daemon/status.h"
 	    {"spoolfs_upstream_connections_total", offsetof(struct snapshot, upstream_connections)},
 #include "daemon/status.h"
@@ -676,7 +679,7 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 #include "daemon/status.h"
 	                 : 0;
 #include "daemon/status.h"
-	char a[32], b[32], c[40];
+	char a[32], b[32], c[40], d[32];
 #include "daemon/status.h"
 	size_t active = 0;
 #include "daemon/status.h"
@@ -743,6 +746,12 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	       human(now->upstream_bytes, b, sizeof(b)), now->hits, now->misses, now->coalesced,
 #include "daemon/status.h"
 	       now->retries, now->failures);
+	/* Apart from the totals line, which action/finish.sh reads: compressed objects (and
+	 * bytes no request kept) make what came differ from what the spool got. */
+	if (now->upstream_delivered > 0 && now->upstream_delivered != now->upstream_bytes)
+		printf("on the wire: %s received for %s delivered\n",
+		       human(now->upstream_bytes, b, sizeof(b)),
+		       human(now->upstream_delivered, d, sizeof(d)));
 #include "daemon/status.h"
 	printf("prefetch: %.0f walks, %.0f speculative downloads, %s fetched ahead and not"
 #include "daemon/status.h"

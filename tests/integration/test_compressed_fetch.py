@@ -12,10 +12,12 @@ import hashlib
 import json
 import os
 import random
+import subprocess
 
 import pytest
 import zstandard
 
+from conftest import SPOOLFS
 from helpers import flight_records, wait_until
 
 KiB = 1 << 10
@@ -87,6 +89,9 @@ def test_cold_read_gives_the_object_and_counts_the_wire(upstream, mount):
     assert fl["written"] == len(data)
     assert fl["wire"] == sum(lengths) < len(data) // 2
     assert upstream.stats(stored_rel)["bytes"] == sum(lengths)
+    out = subprocess.run([SPOOLFS, "status", m.path, "--interval", "0.1"],
+                         capture_output=True, text=True, timeout=30)
+    assert "on the wire: " in out.stdout and " delivered" in out.stdout, out.stdout
 
 
 def test_sparse_read_fetches_only_its_frames(upstream, mount):

@@ -92,6 +92,8 @@ def test_status_shows_a_download_in_progress(store, mount):
                          capture_output=True, text=True, timeout=30 * SLOW)
     assert out.returncode == 0, out.stderr
     assert "100%" in out.stdout and "complete" in out.stdout
+    # stored raw: the bytes on the wire are the bytes delivered, and no line says otherwise
+    assert "on the wire:" not in out.stdout, out.stdout
 
 
 def test_status_of_a_plain_directory_fails_clearly(tmp_path):
