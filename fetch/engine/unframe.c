@@ -72,12 +72,8 @@ static int window_log_for(uint64_t n)
 	return log;
 }
 
-/*
- * Decompresses one frame's stored bytes [src, src + len) of f into dst, which must come to
- * exactly share bytes. 0, or -EIO with the reason in why. Any thread.
- */
-static int decode(ZSTD_DCtx *dctx, const struct flight *f, const void *src, size_t len,
-                  unsigned char *dst, size_t share, char *why, size_t cap)
+int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
+                   unsigned char *dst, size_t share, char *why, size_t cap)
 {
 	unsigned long long declared;
 	size_t r;
@@ -98,13 +94,13 @@ static int decode(ZSTD_DCtx *dctx, const struct flight *f, const void *src, size
 	 * size, which it would otherwise allocate. A frame that declares its size is decoded in
 	 * one pass, straight into out. */
 	ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
-	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(f->frames.size));
+	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(frame_size));
 	ZSTD_inBuffer in = {src, len, 0};
 	ZSTD_outBuffer out = {dst, share, 0};
 	r = ZSTD_decompressStream(dctx, &out, &in);
 	if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge) {
 		snprintf(why, cap, "asks for a window larger than its frame's %" PRIu64 " bytes",
-		         f->frames.size);
+		         frame_size);
 		return -EIO;
 	}
 	if (ZSTD_isError(r)) {
@@ -145,7 +141,7 @@ static int decode_inline(struct engine *e, const struct flight *f, const void *s
 		u->out = out;
 		u->out_cap = f->frames.size;
 	}
-	return decode(u->dctx, f, src, len, u->out, share, why, cap);
+	return unframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
 }
 
 /*
@@ -237,8 +233,8 @@ static void job_run(void *ctx, struct util_worker_job *link)
 		d = NULL;
 	}
 	job->out = d ? malloc(hi - lo ? hi - lo : 1) : NULL;
-	job->rc = job->out ? decode(d->dctx, job->f, job->in, job->len, job->out, hi - lo, job->why,
-	                            sizeof(job->why))
+	job->rc = job->out ? unframe_decode(d->dctx, job->f->frames.size, job->in, job->len,
+	                                    job->out, hi - lo, job->why, sizeof(job->why))
 	                   : -ENOMEM;
 	pthread_mutex_lock(&u->lock);
 	if (d) {
