@@ -33,6 +33,7 @@ struct snapshot {
 	size_t n;
 	double upstream_requests;
 	double upstream_bytes;
+	double upstream_delivered; /* bytes the bodies gave: more when stored compressed */
 	double upstream_connections;
 	double upstream_http2;
 	double hits;
@@ -159,6 +160,8 @@ static void parse_stats(const char *text, struct snapshot *snap)
 	} fields[] = {
 	    {"spoolfs_upstream_requests_total", offsetof(struct snapshot, upstream_requests)},
 	    {"spoolfs_upstream_bytes_total", offsetof(struct snapshot, upstream_bytes)},
+	    {"spoolfs_upstream_delivered_bytes_total",
+	     offsetof(struct snapshot, upstream_delivered)},
 	    {"spoolfs_upstream_connections_total", offsetof(struct snapshot, upstream_connections)},
 	    {"spoolfs_upstream_http2_responses_total", offsetof(struct snapshot, upstream_http2)},
 	    {"spoolfs_cache_hits_total", offsetof(struct snapshot, hits)},
@@ -356,7 +359,7 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	double dt = prev ? (double)(now->at.tv_sec - prev->at.tv_sec) +
 	                       (double)(now->at.tv_nsec - prev->at.tv_nsec) / 1e9
 	                 : 0;
-	char a[32], b[32], c[40];
+	char a[32], b[32], c[40], d[32];
 	size_t active = 0;
 
 	printf("%-*s %10s %10s  %-27s %12s %7s  %s\n", NAME_COLUMNS, "OBJECT", "SIZE", "LOCAL",
@@ -390,6 +393,12 @@ static void print(const struct snapshot *now, const struct snapshot *prev)
 	       now->upstream_connections, now->upstream_http2,
 	       human(now->upstream_bytes, b, sizeof(b)), now->hits, now->misses, now->coalesced,
 	       now->retries, now->failures);
+	/* Apart from the totals line, which action/finish.sh reads: compressed objects (and
+	 * bytes no request kept) make what came differ from what the spool got. */
+	if (now->upstream_delivered > 0 && now->upstream_delivered != now->upstream_bytes)
+		printf("on the wire: %s received for %s delivered\n",
+		       human(now->upstream_bytes, b, sizeof(b)),
+		       human(now->upstream_delivered, d, sizeof(d)));
 	printf("prefetch: %.0f walks, %.0f speculative downloads, %s fetched ahead and not"
 	       " opened\n",
 	       now->walks, now->spec_flights, human(now->spec_unread, a, sizeof(a)));

@@ -100,11 +100,13 @@ static void write_flight(void *ctx, const struct flight_info *info)
 	fprintf(out,
 	        ",\"size\":%" PRIu64 ",\"written\":%" PRIu64 ",\"local\":%" PRIu64
 	        ",\"state\":\"%s\",\"handles\":%d,\"waiting_reads\":%u,\"durable\":%s,"
-	        "\"access\":\"%s\",\"speculative\":%s,\"opened\":%s}\n",
+	        "\"access\":\"%s\",\"speculative\":%s,\"opened\":%s,\"wire\":%" PRIu64
+	        ",\"compressed\":%s}\n",
 	        info->size, info->written, info->published, states[info->state], info->handles,
 	        info->waiters, info->durable ? "true" : "false",
 	        info->whole || info->state == FLIGHT_COMPLETE ? "whole" : "sparse",
-	        info->speculative ? "true" : "false", info->opened ? "true" : "false");
+	        info->speculative ? "true" : "false", info->opened ? "true" : "false", info->wire,
+	        info->compressed ? "true" : "false");
 }
 
 int fs_virtual_read_all(struct fs_session *s, fuse_ino_t ino, char **text, size_t *len)

@@ -257,6 +257,48 @@ static void chunk_check(struct flight *f, uint64_t c)
 		f->table->on_refetch(f->table->on_refetch_ctx, f);
 }
 
+bool flight_chunk_undecodable(struct flight *f, uint64_t c, unsigned url_idx)
+{
+	struct flight_waiter *broken = NULL;
+	bool refetch = false;
+	uint64_t lo, hi;
+	int rc = 0;
+
+	chunk_bounds(f, c, &lo, &hi);
+	pthread_mutex_lock(&f->lock);
+	/* Only a missing chunk is this frame's to settle (no other request writes it). */
+	if (f->state != FLIGHT_ACTIVE ||
+	    (f->verify.chunk_state[c] & CHUNK_STATE_MASK) != CHUNK_MISSING) {
+		pthread_mutex_unlock(&f->lock);
+		return false;
+	}
+	if (!(f->verify.chunk_state[c] & CHUNK_RETRIED)) {
+		/* Nothing of it was written: it is fetched again as any gap, from elsewhere. */
+		f->verify.chunk_state[c] |= CHUNK_RETRIED;
+		f->verify.chunk_bad_url = url_idx < f->src.n_urls ? url_idx + 1u : 0;
+		refetch = true;
+	} else {
+		/* Counted as written (its spool bytes are never served) so that no request asks
+		 * for it again; flight_retry_bad_chunks gives a later open its try. */
+		rc = util_ranges_add(&f->verify.chunks_bad, lo, hi);
+		if (rc == 0)
+			rc = util_ranges_add(&f->written, lo, hi);
+		if (rc == 0) {
+			f->verify.chunk_state[c] = CHUNK_BAD | CHUNK_RETRIED;
+			broken = flight_collect_bad_locked(f);
+		}
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (rc) {
+		flight_fail(f, rc);
+		return false;
+	}
+	flight_answer(broken, -EIO);
+	if (refetch && f->table->on_refetch)
+		f->table->on_refetch(f->table->on_refetch_ctx, f);
+	return refetch;
+}
+
 static void chunk_run(void *ctx, struct util_worker_job *link)
 {
 	struct flight_table *table = ctx;

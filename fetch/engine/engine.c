@@ -49,6 +49,8 @@ void engine_config_defaults(struct engine_config *cfg)
 	cfg->max_transfers = 16;
 	cfg->max_streams_per_flight = 10;
 	cfg->parallel_parts = 8;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	cfg->unframe_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
 	cfg->spec_max = 32;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
@@ -413,7 +415,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	snprintf(why, sizeof(why), "%s", s->why);
 	int retry_after = s->retryable ? s->resp.retry_after_s : -1;
 	unsigned round = s->round;
-	bool servers_answer = !s->spool_fault;
+	/* Neither a spool fault nor a frame that did not decompress is a refusal that another
+	 * mirror could mend: a bad frame fails the object as a bad hash does. */
+	bool servers_answer = !s->spool_fault && !s->undecodable;
 	unsigned asked = s->url_idx;
 	stream_free(e, s);
 	if (fatal && servers_answer && engine_try_other_mirror(e, f, asked, why))
@@ -477,7 +481,8 @@ static void retire_finished(struct engine *e)
 		struct flight *f = e->active[i];
 		enum flight_state state;
 		flight_progress(f, NULL, NULL, &state);
-		if (state != FLIGHT_ACTIVE && f->xfer.n_streams == 0) {
+		if (state != FLIGHT_ACTIVE && f->xfer.n_streams == 0 &&
+		    f->xfer.decoding_jobs == 0) {
 			if (state == FLIGHT_COMPLETE)
 				atomic_fetch_add_explicit(&e->stats->completed, 1,
 				                          memory_order_relaxed);
@@ -653,6 +658,7 @@ static void *engine_main(void *arg)
 		curl_multi_perform(e->multi, &running);
 		(void)stream_flush_pending(
 		    e); /* a failure marks its stream: see end_failed_streams */
+		unframe_deliver_decoded(e);
 		while ((msg = curl_multi_info_read(e->multi, &pending))) {
 			struct stream *s = NULL;
 			if (msg->msg != CURLMSG_DONE)
@@ -709,8 +715,15 @@ int engine_start(struct engine *e)
 		rc = recorder_start(e->cfg.records, &e->recorder);
 	if (rc)
 		return rc;
+	rc = unframe_start(e);
+	if (rc) {
+		recorder_stop(e->recorder);
+		e->recorder = NULL;
+		return rc;
+	}
 	rc = util_thread_start(&e->thread, "spoolfs-xfer", engine_main, e);
 	if (rc) {
+		unframe_stop(e);
 		recorder_stop(e->recorder);
 		e->recorder = NULL;
 		return rc;
@@ -730,6 +743,8 @@ void engine_stop(struct engine *e)
 	curl_multi_wakeup(e->multi);
 	if (e->thread_started)
 		pthread_join(e->thread, NULL);
+	/* Frames still being decompressed are dropped: their flights stop below. */
+	unframe_stop(e);
 	/* The thread is gone: this thread now owns the engine's state. */
 	pthread_mutex_lock(&e->queue_lock);
 	struct flight *queued = e->queue;
@@ -779,6 +794,7 @@ void engine_destroy(struct engine *e)
 	lease_set_destroy(e->leases); /* after the recorder let its leases go */
 	pthread_mutex_destroy(&e->queue_lock);
 	free(e->pending.buf);
+	unframe_engine_free(e);
 	free(e->active);
 	free(e->spec.waiting);
 	free(e);

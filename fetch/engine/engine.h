@@ -41,6 +41,9 @@ struct engine_config {
 	unsigned max_transfers; /* concurrent transfers over all flights */
 	unsigned max_streams_per_flight;
 	unsigned parallel_parts; /* ranged requests a large object is fetched with at once */
+	/* Threads that decompress compressed objects' frames beside the transfer thread (one
+	 * per online CPU by default, at most 16); 0: the transfer thread decompresses them. */
+	unsigned unframe_threads;
 	/* Speculative requests at once (flight_spec.speculative), on top of max_transfers so a
 	 * reader never waits for speculation; lowered while the upstream throttles
 	 * (spec_limit.h). 0: speculative flights wait for a reader. */
@@ -81,7 +84,7 @@ struct engine_config {
  * COUNTERS_FORMAT there. */
 struct engine_stats {
 	atomic_uint_fast64_t requests;
-	atomic_uint_fast64_t bytes;
+	atomic_uint_fast64_t bytes; /* body bytes received: on the wire (compressed or not) */
 	atomic_uint_fast64_t retries;
 	atomic_uint_fast64_t failures;
 	atomic_uint_fast64_t completed;
@@ -101,6 +104,9 @@ struct engine_stats {
 	/* Seconds from sending each request until its response's headers, by HTTP status; a
 	 * request that ended without one (refused, stalled, stopped, a file: mirror) is key 0. */
 	struct util_histogram_set latency;
+	/* Bytes of objects the bodies gave the spool: bytes less what no request kept
+	 * (skipped, past a split), more what compressed objects decompressed to. */
+	atomic_uint_fast64_t delivered_bytes;
 };
 
 struct engine;

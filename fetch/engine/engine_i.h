@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+#include <zstd.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight_i.h"
@@ -47,6 +48,19 @@ struct stream_auth {
 	char err_body[2048];
 };
 
+/*
+ * A compressed flight's request (unframe.c): it asks for whole frames, and its body is their
+ * stored bytes, decompressed one frame at a time. pos and end stay in the object's bytes, at
+ * frame boundaries (end may be the object's size).
+ */
+struct stream_unframe {
+	uint64_t frame;       /* the frame the next body bytes belong to */
+	uint64_t drop_before; /* bytes of the object below this are not delivered: the request
+	                         was for a range starting inside its first frame */
+	unsigned char *in;    /* a frame's stored bytes that came in pieces (frames.max_stored) */
+	size_t in_len;
+};
+
 /* One request of a flight. Transfer thread only. */
 struct stream {
 	struct engine *engine;
@@ -69,6 +83,8 @@ struct stream {
 	unsigned round;      /* the flight's fail_round when it started */
 	uint64_t received;   /* body bytes curl handed over, skipped ones included */
 	bool too_slow;    /* aborted: slower than FETCH_NET_LOW_SPEED_BYTES_PER_S over a window */
+	bool undecodable; /* fatal: a frame did not decompress to its bytes (no other mirror) */
+	struct stream_unframe z;
 	int fatal;        /* -errno decided in a callback; the flight fails with it */
 	bool spool_fault; /* fatal is ours (the spool), not the server's answer */
 	unsigned url_idx; /* which of the flight's urls it asked */
@@ -121,6 +137,27 @@ struct engine_pending {
 	char *buf; /* SPOOL_WRITE_BYTES */
 };
 
+/*
+ * What decompresses compressed streams' frames (unframe.c). A frame received whole goes to
+ * the pool as a job, which decodes it into a buffer of its own; the transfer thread writes
+ * the decoded frames to their spools when it next turns (it alone writes spools and keeps a
+ * flight's ranges). With too many bytes in jobs, or no pool (unit tests of the inline
+ * path), a frame is decoded on the transfer thread at once, with dctx and out.
+ */
+struct unframe_job;
+struct engine_unframe {
+	/* Transfer thread only. */
+	ZSTD_DCtx *dctx;
+	unsigned char *out;
+	size_t out_cap;
+	struct util_worker *pool; /* NULL: every frame inline */
+	uint64_t job_bytes;       /* stored and decoded bytes held by jobs not yet delivered */
+	pthread_mutex_t lock;
+	/* Guarded by lock. */
+	struct unframe_job *decoded; /* for the transfer thread to deliver, newest first */
+	struct unframe_dctx *idle;   /* contexts the pool's threads share, free ones */
+};
+
 struct engine {
 	struct engine_config cfg;
 	struct engine_stats *stats; /* cfg.stats, or own_stats */
@@ -146,6 +183,7 @@ struct engine {
 	struct recorder *recorder; /* with durable: writes progress records; else NULL */
 	struct lease_set *leases;  /* with cfg.lease_dirfd: this mount's leases (lease.h) */
 	struct engine_pending pending;
+	struct engine_unframe unframe;
 	/* Transfer thread only: a flush failed, so some stream curl still runs may carry a
 	 * fatal error no callback of its own will report; engine_main ends such streams. */
 	bool write_failed;
@@ -201,6 +239,46 @@ void stream_free(struct engine *e, struct stream *s);
 int stream_flush_pending(struct engine *e);
 void stream_check_response(struct stream *s);
 void stream_why(struct stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* stream.c. Takes decompressed or raw body bytes of s for the spool at off (see take_body);
+ * -errno when they could not be written (the caller marks s failed). */
+int stream_take_body(struct stream *s, uint64_t off, const char *data, size_t len);
+/* Marks s as failed by a spool write. */
+void stream_write_failed(struct stream *s, int rc);
+
+/* unframe.c: a compressed flight's requests (stream_unframe). */
+/*
+ * Decompresses one frame's stored bytes [src, src + len) into dst, which must come to
+ * exactly share bytes, from a frame of an object framed by frame_size (which bounds the
+ * window it may ask for). 0, or -EIO with the reason in why. Any thread (its own dctx).
+ */
+int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
+                   unsigned char *dst, size_t share, char *why, size_t cap);
+/* Rounds [*start, *end) of f out to whole frames and gives their stored bytes [*so, *eo). */
+void unframe_range(const struct flight *f, uint64_t *start, uint64_t *end, uint64_t *so,
+                   uint64_t *eo);
+/* The stored offset s's next body byte belongs at. */
+uint64_t unframe_stored_pos(const struct stream *s);
+/* The end of the last whole frame in an answer that ends at stored byte eo (exclusive). */
+uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
+/*
+ * Takes body bytes of s up to its end (*used of them), decompressing each frame once all its
+ * stored bytes are in and delivering it whole (a frame's bytes are written only once they
+ * decompressed right, so a request that is cut resumes at a frame boundary). A frame that
+ * does not decompress to its share is logged; with chunk hashes it is fetched again or fails
+ * its readers (flight_chunk_undecodable); without, s->fatal is set. 0 or -errno (s->fatal set,
+ * or a spool write failed).
+ */
+int unframe_body(struct stream *s, const char *data, size_t len, size_t *used);
+void unframe_stream_free(struct stream *s);
+/* Starts the pool (0 or -errno); stops it, dropping what it decoded (after the transfer
+ * thread stopped); frees the rest (engine_destroy). */
+int unframe_start(struct engine *e);
+void unframe_stop(struct engine *e);
+void unframe_engine_free(struct engine *e);
+/* Transfer thread: writes the frames the pool decoded to their spools, or settles the bad
+ * ones (as unframe_body does inline). */
+void unframe_deliver_decoded(struct engine *e);
 
 /* schedule.c: starts the requests f needs now (or none, within the limits). */
 void schedule_flight(struct engine *e, struct flight *f);

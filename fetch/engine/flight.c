@@ -96,12 +96,14 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	util_ranges_init(&f->written);
 	util_ranges_init(&f->published);
 	util_ranges_init(&f->verify.chunks_bad);
+	util_ranges_init(&f->xfer.decoding);
 	f->verify.hash = EVP_MD_CTX_new();
 	if (!f->verify.hash || EVP_DigestInit_ex(f->verify.hash, EVP_sha256(), NULL) != 1 ||
-	    flight_chunks_init(f, spec) != 0)
+	    flight_chunks_init(f, spec) != 0 || flight_frames_init(f, spec) != 0)
 		goto fail;
 	return f;
 fail:
+	flight_frames_free(f);
 	flight_chunks_free(f);
 	sources_free(&f->src);
 	EVP_MD_CTX_free(f->verify.hash);
@@ -172,7 +174,9 @@ void flight_unref(struct flight *f)
 		close(f->spool.fd);
 	util_ranges_free(&f->written);
 	util_ranges_free(&f->published);
+	util_ranges_free(&f->xfer.decoding);
 	flight_chunks_free(f);
+	flight_frames_free(f);
 	EVP_MD_CTX_free(f->verify.hash);
 	sources_free(&f->src);
 	pthread_mutex_destroy(&f->lock);

@@ -271,6 +271,10 @@ struct flight_info {
 	bool whole;       /* downloading to the end, else only what readers miss */
 	bool speculative; /* started by prefetch (flight_spec) */
 	bool opened;      /* a handle has held it: a reader came */
+	/* Body bytes its requests received, against written: the bytes they gave the spool
+	 * (stored compressed, wire is smaller; a request stopped or resent, larger). */
+	uint64_t wire;
+	bool compressed; /* stored compressed (flight_spec.frame_size) */
 };
 
 /*

@@ -100,6 +100,19 @@ struct flight_verify {
 };
 
 /*
+ * A compressed object's frame table (flight_spec.frame_size, frames.c), copied at creation
+ * and immutable afterwards: any thread reads it without a lock. The spool and every range
+ * the flight tracks stay in the object's own (decompressed) bytes; only requests and their
+ * bodies are in stored bytes. size 0: stored as it is.
+ */
+struct flight_frames {
+	uint64_t size; /* decompressed bytes per frame (a power of two; the last: the rest) */
+	uint64_t n;    /* frames: flight_chunk_count(object size, size) */
+	uint64_t *stored_off; /* n + 1 offsets: frame i's stored bytes are [off[i], off[i + 1]) */
+	uint64_t max_stored;  /* the longest frame's stored length */
+};
+
+/*
  * One flight: its identity, state, ranges, waiters and spool (flight.c, flight_table.c),
  * its verification (verify) and its transfer (xfer, transfer_i.h: the engine's). Each
  * field's zone says who touches it. fs/ sees none of them: it goes through flight.h's
@@ -118,11 +131,15 @@ struct flight {
 	bool after_failure; /* the key's previous flight failed: cached pages may be wrong */
 	bool source_etag;   /* spec->etag pinned the version: the source, or an earlier flight */
 	bool speculative;   /* flight_spec's: started by prefetch */
+	struct flight_frames frames;
 
 	atomic_int refs;
 	atomic_int handles;  /* holders of the spool for an open handle (flight_hold_spool) */
 	atomic_bool durable; /* complete and recorded in the index (persistent caches) */
 	atomic_bool opened;  /* a handle has held its spool (flight_hold_spool): a reader came */
+	/* Body bytes its requests received (stored bytes, skipped ones too): added by the
+	 * transfer thread, read by anyone (flight_info.wire). */
+	atomic_uint_fast64_t wire_bytes;
 	/* Download to the end, else only the ranges readers miss. Only ever turns true, so
 	 * every read checks it without the lock; seq (below) decides when, under it. */
 	atomic_bool whole;
@@ -268,6 +285,31 @@ void flight_chunks_round(const struct flight *f, uint64_t *start, uint64_t *end)
 /* Starts and stops the table's chunk pool. */
 int flight_chunk_pool_start(struct flight_table *table);
 void flight_chunk_pool_stop(struct flight_table *table);
+
+/*
+ * frames.c. Copies spec's frame table into f (0; -EINVAL when it does not add up to
+ * spec->stored_size or a length is 0; -ENOMEM); frees it.
+ */
+int flight_frames_init(struct flight *f, const struct flight_spec *spec);
+void flight_frames_free(struct flight *f);
+/* Whether f is stored compressed (flight_spec.frame_size). */
+static inline bool flight_is_compressed(const struct flight *f)
+{
+	return f->frames.size != 0;
+}
+/* The frame holding byte off of the object (off < size), or n for off == size. */
+uint64_t flight_frame_of(const struct flight *f, uint64_t off);
+/* Frame i's decompressed bytes: [*lo, *hi) of the object. */
+void flight_frame_bounds(const struct flight *f, uint64_t i, uint64_t *lo, uint64_t *hi);
+/* [*start, *end) rounded out to whole frames (unchanged when stored as it is). */
+void flight_frames_round(const struct flight *f, uint64_t *start, uint64_t *end);
+/*
+ * chunks.c. Frame c (== chunk c) from url_idx could not be decompressed to its bytes: as a
+ * chunk that failed its hash. True when it is fetched again (once, another mirror first);
+ * false when it failed for good: its readers got -EIO, and its range counts as written (not
+ * served), so the rest of the download goes on.
+ */
+bool flight_chunk_undecodable(struct flight *f, uint64_t c, unsigned url_idx);
 
 struct flight_hasher;
 

@@ -415,6 +415,8 @@ void flight_table_foreach(struct flight_table *table,
 			info.durable = atomic_load(&f->durable);
 			info.speculative = f->speculative;
 			info.opened = atomic_load(&f->opened);
+			info.wire = atomic_load(&f->wire_bytes);
+			info.compressed = flight_is_compressed(f);
 			fn(ctx, &info);
 		}
 	}

@@ -26,13 +26,17 @@
  * does not show, small enough that the prefix readers wait on keeps up with the sum. */
 #define PIECE_BYTES (8u << 20)
 
-/* written plus what running streams will write: what nobody needs to ask for again. */
+/* written plus what running streams will write and frames being decompressed will: what
+ * nobody needs to ask for again. */
 static int claimed_ranges(struct flight *f, struct util_ranges *claimed)
 {
 	int rc = flight_copy_written(f, claimed);
 
 	for (struct stream *s = f->xfer.streams; s && rc == 0; s = s->next)
 		rc = util_ranges_add(claimed, s->pos, s->end);
+	for (size_t i = 0; i < f->xfer.decoding.n && rc == 0; i++)
+		rc = util_ranges_add(claimed, f->xfer.decoding.v[i].start,
+		                     f->xfer.decoding.v[i].end);
 	return rc;
 }
 
@@ -131,13 +135,16 @@ static int fill_pieces(struct engine *e, struct flight *f, struct util_ranges *c
 }
 
 /*
- * The unit f's requests for readers start at: `unit`, or its chunk when that is larger, so
- * that what a reader waits for is whole chunks that can be checked as they arrive. Chunk
+ * The unit f's requests for readers start at: `unit`, or its chunk or frame when that is
+ * larger, so that what a reader waits for is whole chunks that can be checked as they
+ * arrive, and a compressed object's requests split at frame boundaries. Chunk and frame
  * sizes and units are powers of two: the larger is a multiple of the smaller.
  */
 static uint64_t unit_of(const struct flight *f, uint64_t unit)
 {
-	return f->verify.chunk_size > unit ? f->verify.chunk_size : unit;
+	if (f->verify.chunk_size > unit)
+		unit = f->verify.chunk_size;
+	return f->frames.size > unit ? f->frames.size : unit;
 }
 
 /*

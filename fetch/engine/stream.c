@@ -1,6 +1,7 @@
 /*
  * One request of a flight: its curl handle, the checks on its answer, and the path of its
- * body into the spool (held back in runs, see take_body). Transfer thread only.
+ * body into the spool (held back in runs, see stream_take_body; a compressed object's is
+ * decompressed first, unframe.c). Transfer thread only.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -102,7 +103,7 @@ static void take_whole_answer(struct stream *s)
 {
 	struct flight *f = s->f;
 
-	s->skip = s->pos;
+	s->skip = flight_is_compressed(f) ? unframe_stored_pos(s) : s->pos;
 	f->xfer.no_ranges = true;
 	if (s->end <= s->pos)
 		return; /* stopped already by another such answer */
@@ -115,6 +116,12 @@ static void take_whole_answer(struct stream *s)
 	}
 }
 
+/* The length f's URL serves: its stored bytes, compressed or not. */
+static uint64_t stored_size(const struct flight *f)
+{
+	return flight_is_compressed(f) ? f->frames.stored_off[f->frames.n] : f->size;
+}
+
 /*
  * Whether the object's size the answer gives, if it gives one, is the index's. One compressed
  * on the way (Accept-Encoding: identity was asked for) has bytes that are not the object's,
@@ -122,10 +129,12 @@ static void take_whole_answer(struct stream *s)
  */
 static bool size_as_expected(struct stream *s, bool said, uint64_t total)
 {
-	if (said && total != s->f->size) {
+	uint64_t size = stored_size(s->f);
+
+	if (said && total != size) {
 		s->fatal = -EIO;
-		stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64, total,
-		           s->f->size);
+		stream_why(s, "upstream object has %" PRIu64 " bytes, expected %" PRIu64 "%s",
+		           total, size, flight_is_compressed(s->f) ? " (stored compressed)" : "");
 		return false;
 	}
 	if (s->resp.encoded && !said) {
@@ -150,18 +159,26 @@ void stream_check_response(struct stream *s)
 	if (strncmp(f->src.urls[s->url_idx], "file:", 5) == 0)
 		return; /* curl applied the range itself; there are no headers to check */
 	if (code == 206) {
-		if (!s->resp.has_content_range || s->resp.range_start != s->pos) {
+		uint64_t asked = flight_is_compressed(f) ? unframe_stored_pos(s) : s->pos;
+		if (!s->resp.has_content_range || s->resp.range_start != asked) {
 			s->fatal = -EIO;
 			stream_why(
 			    s, "206 with a Content-Range that does not match bytes=%" PRIu64 "-",
-			    s->pos);
+			    asked);
 			return;
 		}
 		if (!size_as_expected(s, s->resp.range_total_known, s->resp.range_total))
 			return;
 		/* A server may send less than asked (RFC 9110 15.3.7) and say so: this request
 		 * ends there, and the rest is asked for again. */
-		if (s->resp.range_end < s->end - 1) {
+		if (flight_is_compressed(f)) {
+			/* In stored bytes: this request ends after the last whole frame sent. */
+			uint64_t whole = unframe_whole_end(f, s->resp.range_end + 1);
+			if (whole < s->end) {
+				s->end = whole > s->pos ? whole : s->pos;
+				s->answered_short = true;
+			}
+		} else if (s->resp.range_end < s->end - 1) {
 			s->end = s->resp.range_end + 1;
 			s->answered_short = true;
 		}
@@ -256,7 +273,7 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 }
 
 /* Marks s as failed by a spool write; the first failure is the one its reason names. */
-static void stream_write_failed(struct stream *s, int rc)
+void stream_write_failed(struct stream *s, int rc)
 {
 	if (s->fatal)
 		return;
@@ -311,7 +328,7 @@ int stream_flush_pending(struct engine *e)
  * come from memory the VM has never touched, whose first touch is slow (the host backs it
  * then). CI machines are such VMs.
  */
-static int take_body(struct stream *s, uint64_t off, const char *data, size_t len)
+int stream_take_body(struct stream *s, uint64_t off, const char *data, size_t len)
 {
 	struct engine *e = s->engine;
 	int rc;
@@ -357,6 +374,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 	if (s->fatal || s->retryable)
 		return CURL_WRITEFUNC_ERROR;
 	atomic_fetch_add_explicit(&s->engine->stats->bytes, len, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->f->wire_bytes, len, memory_order_relaxed);
 	if (s->f->speculative)
 		atomic_fetch_add_explicit(&s->engine->stats->spec_bytes, len, memory_order_relaxed);
 	s->received += len;
@@ -364,15 +382,23 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 		used = len < s->skip ? len : (size_t)s->skip;
 		s->skip -= used;
 	}
-	if (used < len && s->pos < s->end) {
+	if (used < len && s->pos < s->end && flight_is_compressed(s->f)) {
+		size_t took = 0;
+		rc = unframe_body(s, data + used, len - used, &took);
+		used += took;
+		if (rc)
+			return CURL_WRITEFUNC_ERROR;
+	} else if (used < len && s->pos < s->end) {
 		size_t take = len - used;
 		if (take > s->end - s->pos)
 			take = (size_t)(s->end - s->pos);
-		rc = take_body(s, s->pos, data + used, take);
+		rc = stream_take_body(s, s->pos, data + used, take);
 		if (rc) {
 			stream_write_failed(s, rc);
 			return CURL_WRITEFUNC_ERROR;
 		}
+		atomic_fetch_add_explicit(&s->engine->stats->delivered_bytes, take,
+		                          memory_order_relaxed);
 		s->pos += take;
 		used += take;
 	}
@@ -381,7 +407,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 		if (used < len && s->end == s->f->size) {
 			s->fatal = -EIO;
 			stream_why(s, "upstream sent more than the expected %" PRIu64 " bytes",
-			           s->f->size);
+			           stored_size(s->f));
 			return CURL_WRITEFUNC_ERROR;
 		}
 		s->reached_end = true;
@@ -443,6 +469,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	char range[64], header[300], *url = NULL;
+	uint64_t stored_start, stored_end;
 	int rc = -ENOMEM;
 
 	if (!s)
@@ -454,6 +481,18 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	rc = -ENOMEM;
 	s->engine = e;
 	s->f = f;
+	if (flight_is_compressed(f)) {
+		/* Whole frames, asked for in stored bytes; what lies before start is not
+		 * delivered (written already, or being written by another request). */
+		s->z.drop_before = start;
+		unframe_range(f, &start, &end, &stored_start, &stored_end);
+		s->z.frame = flight_frame_of(f, start);
+		s->ranged = stored_start > 0 || stored_end < stored_size(f);
+	} else {
+		stored_start = start;
+		stored_end = end;
+		s->ranged = start > 0 || end < f->size;
+	}
 	s->pos = s->attempt_start = start;
 	s->end = end;
 	s->round = f->xfer.fail_round;
@@ -497,9 +536,9 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	/* Object keys may hold "./" or "../": the path is sent exactly as it was signed. */
 	curl_easy_setopt(s->easy, CURLOPT_PATH_AS_IS, 1L);
 	fetch_net_apply(s->easy, &e->cfg.net, &s->guard);
-	s->ranged = start > 0 || end < f->size;
 	if (s->ranged) {
-		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, start, end - 1);
+		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, stored_start,
+		         stored_end - 1);
 		curl_easy_setopt(s->easy, CURLOPT_RANGE, range);
 	}
 	/* Bytes as stored: a body compressed on the way would not be the object's. */
@@ -593,5 +632,6 @@ void stream_free(struct engine *e, struct stream *s)
 	curl_slist_free_all(s->headers);
 	if (s->obj_fd >= 0)
 		close(s->obj_fd);
+	unframe_stream_free(s);
 	free(s);
 }

@@ -15,6 +15,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "util/ranges.h"
+
 struct flight;
 struct stream;
 
@@ -54,7 +56,11 @@ struct flight_transfer {
 	unsigned fail_round; /* failures counted so far: streams started since share one */
 	uint64_t retry_due_ms; /* 0 = no retry pending */
 	struct flight_auth_wait auth;
-	int last_status;  /* last HTTP status, for the failure log line */
+	int last_status; /* last HTTP status, for the failure log line */
+	/* A compressed object's frames received whole and being decompressed (unframe.c):
+	 * nobody asks for them again, and the flight is not retired before they are in. */
+	struct util_ranges decoding;
+	unsigned decoding_jobs;
 	bool no_ranges;   /* the server answered a ranged GET with 200: one stream */
 	bool ranges_seen; /* it answered one with a valid 206: pieces may run at once */
 

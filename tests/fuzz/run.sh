@@ -4,6 +4,7 @@
 #   fuzz_content_range  Content-Range values and raw response headers (fetch/http/http.h)
 #   fuzz_segment        path segment sanitisation (index_check_segment)
 #   fuzz_symlinks       manifest symlinks (symlink_resolve.h) against openat2(RESOLVE_BENEATH)
+#   fuzz_unframe        one stored zstd frame of a compressed object (unframe_decode)
 #
 # Builds them with clang, ASan+UBSan and libFuzzer into build-fuzz/ and runs each for
 # FUZZ_SECONDS (default 30), starting from the seeds in tests/fuzz/corpus/<target>/. New
@@ -20,7 +21,7 @@ seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-1}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment fuzz_s3_list fuzz_symlinks)
+((${#targets[@]})) || targets=(fuzz_manifest fuzz_content_range fuzz_segment fuzz_s3_list fuzz_symlinks fuzz_unframe)
 
 CC=${CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOOLFS_FUZZ=ON \
 	-DSPOOLFS_SANITIZE=address,undefined >/dev/null &&

@@ -48,6 +48,8 @@ def test_stats_file_counts_requests_hits_and_bytes(store, mount):
     after = metrics(m)
     assert after["spoolfs_upstream_requests_total"] == store.up.stats("dir/a.bin")["gets"]
     assert after["spoolfs_upstream_bytes_total"] == 3 * MiB
+    # Stored raw: what came on the wire is what the spool got.
+    assert after["spoolfs_upstream_delivered_bytes_total"] == 3 * MiB
     assert after["spoolfs_cache_misses_total"] == 1
     assert after["spoolfs_cache_hits_total"] >= 1
     assert after["spoolfs_bytes_local"] == 3 * MiB
@@ -56,7 +58,7 @@ def test_stats_file_counts_requests_hits_and_bytes(store, mount):
     assert fl == [{"name": "dir/a.bin", "size": 3 * MiB, "written": 3 * MiB, "local": 3 * MiB,
                    "state": "complete", "handles": 0, "waiting_reads": 0,
                    "durable": False, "access": "whole", "speculative": False,
-                   "opened": True}]
+                   "opened": True, "wire": 3 * MiB, "compressed": False}]
 
 
 def test_status_shows_a_download_in_progress(store, mount):
@@ -90,6 +92,8 @@ def test_status_shows_a_download_in_progress(store, mount):
                          capture_output=True, text=True, timeout=30 * SLOW)
     assert out.returncode == 0, out.stderr
     assert "100%" in out.stdout and "complete" in out.stdout
+    # stored raw: the bytes on the wire are the bytes delivered, and no line says otherwise
+    assert "on the wire:" not in out.stdout, out.stdout
 
 
 def test_status_of_a_plain_directory_fails_clearly(tmp_path):

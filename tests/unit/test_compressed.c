@@ -1,0 +1,621 @@
+/*
+ * Unit tests for compressed objects in the transfer engine (fetch/engine/unframe.c,
+ * frames.c, and the frame units of stream.c and schedule.c), against the suites' HTTP
+ * server (srv.h) serving the stored bytes: zstd frames made here with libzstd, one per
+ * FRAME bytes of the object, as doc/manifest.md's version 3 says. Each case joins a flight
+ * with the frame table, parks readers as fs/ does and checks the spool, the waiters'
+ * answers, the requests the server saw (in stored bytes) and the counters.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "fetch/engine/engine.h"
+#include "fetch/engine/flight.h"
+#include "fetch/engine/flight_i.h" /* white-box: wire_bytes */
+#include "helpers.h"
+#include "srv.h"
+
+#define KIB (1024u)
+#define MIB (1024u * 1024u)
+#define FRAME (64 * KIB)
+
+/* What a bad frame is made of (make_store). */
+enum bad_kind {
+	BAD_NONE,
+	BAD_SHORT,       /* a valid frame of one byte less than its share */
+	BAD_LONG,        /* a valid frame of one byte more */
+	BAD_BOMB,        /* 1 GiB of zeros, no size declared, a 64 KiB window */
+	BAD_GARBAGE,     /* not zstd */
+	BAD_TRUNCATED,   /* the frame's last bytes cut: the table says it ends earlier */
+	GOOD_UNDECLARED, /* a right frame that declares no size (streamed), with a checksum */
+};
+
+struct fixture {
+	char dir[64];
+	int dirfd;
+	struct flight_table *table;
+	struct engine *engine;
+	struct engine_config cfg;
+	struct srv srv;
+	uint8_t *raw; /* the object */
+	uint64_t size;
+	uint8_t *stored; /* what the server serves */
+	uint64_t stored_size;
+	uint32_t *frame_stored;
+	uint64_t n_frames;
+	char url[128];
+	char log_path[96];
+	int saved_stderr;
+	struct test_waiter w[4];
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned completed; /* flights completed (on_complete); guarded by lock */
+};
+
+/* A chunked flight completes on a pool thread after its last reader was answered. */
+static void count_complete(void *ctx, struct flight *f)
+{
+	struct fixture *fx = ctx;
+
+	(void)f;
+	pthread_mutex_lock(&fx->lock);
+	fx->completed++;
+	pthread_cond_broadcast(&fx->cond);
+	pthread_mutex_unlock(&fx->lock);
+}
+
+static void wait_complete(struct fixture *fx)
+{
+	pthread_mutex_lock(&fx->lock);
+	while (fx->completed == 0)
+		pthread_cond_wait(&fx->cond, &fx->lock);
+	pthread_mutex_unlock(&fx->lock);
+}
+
+static int setup(void **state)
+{
+	struct fixture *fx = calloc(1, sizeof(*fx));
+
+	if (!fx)
+		return -1;
+	fx->saved_stderr = -1;
+	pthread_mutex_init(&fx->lock, NULL);
+	pthread_cond_init(&fx->cond, NULL);
+	fx->dirfd = test_dir_make("compressed", fx->dir, sizeof(fx->dir));
+	if (fx->dirfd < 0 || flight_table_create(fx->dirfd, &fx->table) != 0 ||
+	    flight_table_start_hasher(fx->table) != 0)
+		return -1;
+	flight_table_on_complete(fx->table, count_complete, fx);
+	engine_config_defaults(&fx->cfg);
+	fx->cfg.parallel_parts = 1; /* one request per object unless a reader asks elsewhere */
+	fx->cfg.backoff_base_ms = 10;
+	fx->cfg.backoff_cap_ms = 50;
+	/* The same cases with every frame decompressed on the transfer thread (ctest's
+	 * unit_compressed_inline), which a pool of threads does otherwise. */
+	if (getenv("SPOOLFS_TEST_UNFRAME_INLINE"))
+		fx->cfg.unframe_threads = 0;
+	*state = fx;
+	return 0;
+}
+
+/* stderr to a file until read_log: the cases check what the engine logged. */
+static void capture_log(struct fixture *fx)
+{
+	int fd;
+
+	snprintf(fx->log_path, sizeof(fx->log_path), "%s.log", fx->dir);
+	fd = open(fx->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	fx->saved_stderr = dup(STDERR_FILENO);
+	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+}
+
+static char *read_log(struct fixture *fx)
+{
+	static char text[64 * 1024];
+	ssize_t n;
+	int fd;
+
+	fflush(stderr);
+	dup2(fx->saved_stderr, STDERR_FILENO);
+	close(fx->saved_stderr);
+	fx->saved_stderr = -1;
+	fd = open(fx->log_path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	text[n > 0 ? n : 0] = '\0';
+	return text;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *fx = *state;
+
+	if (fx->engine)
+		engine_destroy(fx->engine);
+	if (fx->table)
+		flight_table_destroy(fx->table);
+	if (fx->stored)
+		srv_stop(&fx->srv);
+	if (fx->saved_stderr >= 0)
+		fputs(read_log(fx), stderr);
+	if (fx->log_path[0])
+		unlink(fx->log_path);
+	free(fx->raw);
+	free(fx->stored);
+	free(fx->frame_stored);
+	test_dir_remove(fx->dir, fx->dirfd);
+	pthread_cond_destroy(&fx->cond);
+	pthread_mutex_destroy(&fx->lock);
+	free(fx);
+	return 0;
+}
+
+/* Compressible bytes, not all alike: text-like runs that repeat with changes. */
+static uint8_t *make_object(uint64_t size)
+{
+	uint8_t *data = malloc(size);
+
+	assert_non_null(data);
+	for (uint64_t i = 0; i < size; i++)
+		data[i] = (uint8_t)('a' + (i % 61) % 26) ^ (uint8_t)((i >> 12) & 7);
+	return data;
+}
+
+/* 1 GiB of zeros as one frame without a declared size, in a window of the frame's size. */
+static size_t make_bomb(uint8_t *out, size_t cap)
+{
+	ZSTD_CCtx *cctx = ZSTD_createCCtx();
+	static const uint8_t zeros[1 << 20];
+	ZSTD_outBuffer o = {out, cap, 0};
+
+	assert_non_null(cctx);
+	assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, 16)));
+	assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
+	for (unsigned i = 0; i < 1024; i++) {
+		ZSTD_inBuffer in = {zeros, sizeof(zeros), 0};
+		while (in.pos < in.size) {
+			assert_true(o.pos < o.size); /* room left, or this would spin */
+			assert_false(
+			    ZSTD_isError(ZSTD_compressStream2(cctx, &o, &in, ZSTD_e_continue)));
+		}
+	}
+	ZSTD_inBuffer none = {NULL, 0, 0};
+	size_t left;
+	do {
+		left = ZSTD_compressStream2(cctx, &o, &none, ZSTD_e_end);
+		assert_false(ZSTD_isError(left));
+	} while (left);
+	ZSTD_freeCCtx(cctx);
+	return o.pos;
+}
+
+/* One frame of [src, src + len) at out, or a bad one of the kind; its stored length. */
+static size_t make_frame(uint8_t *out, size_t cap, const uint8_t *src, size_t len,
+                         enum bad_kind kind)
+{
+	size_t n;
+
+	switch (kind) {
+	case BAD_SHORT:
+		n = ZSTD_compress(out, cap, src, len - 1, 3);
+		break;
+	case BAD_LONG: {
+		uint8_t *more = malloc(len + 1);
+		assert_non_null(more);
+		memcpy(more, src, len);
+		more[len] = 'x';
+		n = ZSTD_compress(out, cap, more, len + 1, 3);
+		free(more);
+		break;
+	}
+	case BAD_BOMB:
+		return make_bomb(out, cap);
+	case GOOD_UNDECLARED: {
+		ZSTD_CCtx *cctx = ZSTD_createCCtx();
+		ZSTD_outBuffer o = {out, cap, 0};
+		ZSTD_inBuffer in = {src, len, 0};
+		assert_non_null(cctx);
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0)));
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1)));
+		assert_false(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_windowLog, 16)));
+		assert_false(ZSTD_isError(ZSTD_compressStream2(cctx, &o, &in, ZSTD_e_continue)));
+		ZSTD_inBuffer none = {NULL, 0, 0};
+		while ((n = ZSTD_compressStream2(cctx, &o, &none, ZSTD_e_end)) != 0)
+			assert_false(ZSTD_isError(n));
+		ZSTD_freeCCtx(cctx);
+		return o.pos;
+	}
+	case BAD_GARBAGE:
+		for (n = 0; n < 1000; n++)
+			out[n] = (uint8_t)(n * 37 + 11);
+		return n;
+	case BAD_TRUNCATED:
+		n = ZSTD_compress(out, cap, src, len, 3);
+		assert_false(ZSTD_isError(n));
+		return n - 7;
+	default:
+		n = ZSTD_compress(out, cap, src, len, 3);
+	}
+	assert_false(ZSTD_isError(n));
+	return n;
+}
+
+/* The object (size bytes), stored as frames with frame `bad` (if not BAD_NONE) spoiled,
+ * served; the log captured. */
+static void make_store(struct fixture *fx, uint64_t size, uint64_t bad, enum bad_kind kind)
+{
+	fx->size = size;
+	fx->raw = make_object(size);
+	fx->n_frames = flight_chunk_count(size, FRAME);
+	fx->frame_stored = calloc(fx->n_frames, sizeof(uint32_t));
+	size_t cap = (size_t)fx->n_frames * ZSTD_compressBound(FRAME) + 1 * MIB;
+	fx->stored = malloc(cap);
+	assert_non_null(fx->frame_stored);
+	assert_non_null(fx->stored);
+	for (uint64_t i = 0; i < fx->n_frames; i++) {
+		uint64_t lo = i * FRAME, len = size - lo < FRAME ? size - lo : FRAME;
+		size_t n = make_frame(fx->stored + fx->stored_size, cap - fx->stored_size,
+		                      fx->raw + lo, (size_t)len, i == bad ? kind : BAD_NONE);
+		fx->frame_stored[i] = (uint32_t)n;
+		fx->stored_size += n;
+	}
+	srv_start(&fx->srv, fx->stored, fx->stored_size);
+	snprintf(fx->url, sizeof(fx->url), "http://127.0.0.1:%u/object.zst", fx->srv.port);
+	capture_log(fx);
+}
+
+static uint64_t stored_off(const struct fixture *fx, uint64_t frame)
+{
+	uint64_t off = 0;
+
+	for (uint64_t i = 0; i < frame; i++)
+		off += fx->frame_stored[i];
+	return off;
+}
+
+static void start_engine(struct fixture *fx)
+{
+	assert_int_equal(engine_create(&fx->cfg, &fx->engine), 0);
+	assert_int_equal(engine_start(fx->engine), 0);
+}
+
+/* Joins the object's flight; with chunk hashes (frame == chunk) when `chunked`. */
+static struct flight *join(struct fixture *fx, bool chunked)
+{
+	unsigned char *digests = NULL;
+	struct flight *f;
+	bool created;
+
+	if (chunked) {
+		digests = malloc(fx->n_frames * FLIGHT_DIGEST_BYTES);
+		assert_non_null(digests);
+		for (uint64_t i = 0; i < fx->n_frames; i++) {
+			uint64_t lo = i * FRAME,
+			         len = fx->size - lo < FRAME ? fx->size - lo : FRAME;
+			unsigned int n = 0;
+			assert_int_equal(EVP_Digest(fx->raw + lo, len,
+			                            digests + i * FLIGHT_DIGEST_BYTES, &n,
+			                            EVP_sha256(), NULL),
+			                 1);
+		}
+	}
+	struct flight_spec spec = {
+	    .key = "url:compressed",
+	    .url = fx->url,
+	    .sha256 = "",
+	    .name = "/object",
+	    .size = fx->size,
+	    .ino = 2,
+	    .chunk_size = chunked ? FRAME : 0,
+	    .chunk_digests = digests,
+	    .frame_size = FRAME,
+	    .frame_stored = fx->frame_stored,
+	    .stored_size = fx->stored_size,
+	};
+	assert_int_equal(flight_table_join(fx->table, &spec, &f, &created), 0);
+	assert_true(created);
+	free(digests);
+	return f;
+}
+
+/* A read as fs/ops.c does one: notes it, parks w, kicks. Returns flight_park's answer. */
+static int read_at(struct fixture *fx, struct flight *f, struct test_waiter *w)
+{
+	if (flight_note_read(f, w->w.off, w->w.len))
+		engine_kick(fx->engine, f);
+	int rc = flight_park(f, &w->w);
+	engine_kick(fx->engine, f);
+	return rc;
+}
+
+/* Reads [off, off + len) with waiter w: 0 once readable, else its error. */
+static int read_wait(struct fixture *fx, struct flight *f, struct test_waiter *w, uint64_t off,
+                     uint64_t len)
+{
+	test_waiter_init(w, off, len);
+	int rc = read_at(fx, f, w);
+	if (rc == 0)
+		return test_waiter_wait(w);
+	return rc == 1 ? 0 : rc;
+}
+
+static void check_spool(struct fixture *fx, struct flight *f, uint64_t off, uint64_t len)
+{
+	uint8_t *buf = malloc(len);
+
+	assert_non_null(buf);
+	assert_int_equal(pread(flight_spool_fd(f), buf, len, (off_t)off), (ssize_t)len);
+	assert_memory_equal(buf, fx->raw + off, len);
+	free(buf);
+}
+
+static enum flight_state state_of(struct flight *f)
+{
+	enum flight_state st;
+
+	flight_progress(f, NULL, NULL, &st);
+	return st;
+}
+
+/* ---- a cold sequential read: one request for the stored bytes, the object in the spool -- */
+
+static void test_cold_read_whole(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	assert_int_equal(srv_requests(&fx->srv, req), 1);
+	assert_int_equal(req[0].start, 0);
+	assert_int_equal(req[0].end, fx->stored_size);
+	/* Wire against delivered: the stored bytes came, the object's went to the spool. */
+	const struct engine_stats *stats = engine_stats(fx->engine);
+	assert_true(fx->stored_size < fx->size / 4);
+	assert_int_equal(atomic_load(&stats->bytes), fx->stored_size);
+	assert_int_equal(atomic_load(&stats->delivered_bytes), fx->size);
+	assert_int_equal(atomic_load(&f->wire_bytes), fx->stored_size);
+	read_log(fx);
+	flight_unref(f);
+}
+
+/* ---- a sparse read fetches only the frames that hold its range ---------------------- */
+
+static void test_sparse_read_fetches_its_frames(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+	const uint64_t off = 10 * MIB + 100; /* FLIGHT_DEMAND_BYTES around it: frames 160-163 */
+
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE);
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	uint64_t first = (off - off % FLIGHT_DEMAND_BYTES) / FRAME;
+	uint64_t last = first + FLIGHT_DEMAND_BYTES / FRAME;
+	assert_int_equal(read_wait(fx, f, &fx->w[0], off, 4 * KIB), 0);
+	check_spool(fx, f, off, 4 * KIB);
+	/* The request's other frames, decoded meanwhile, arrive without another request. */
+	assert_int_equal(read_wait(fx, f, &fx->w[1], first * FRAME, FLIGHT_DEMAND_BYTES), 0);
+	engine_stop(fx->engine);
+	assert_int_equal(srv_requests(&fx->srv, req), 1);
+	assert_int_equal(req[0].start, stored_off(fx, first));
+	assert_int_equal(req[0].end, stored_off(fx, last));
+	assert_int_equal(atomic_load(&engine_stats(fx->engine)->bytes),
+	                 stored_off(fx, last) - stored_off(fx, first));
+	assert_int_equal(flight_written(f), FLIGHT_DEMAND_BYTES);
+	read_log(fx);
+	flight_unref(f);
+}
+
+/* ---- chunk hashes: each frame is a chunk, checked after decompression ------------------ */
+
+static void test_chunked_read(void **state)
+{
+	struct fixture *fx = *state;
+
+	make_store(fx, 2 * MIB + 5, UINT64_MAX, BAD_NONE);
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	read_log(fx);
+	flight_unref(f);
+}
+
+/* A frame that declares no size (a streaming compressor's) is read to its end, not taken
+ * for a bomb when it fills its share. */
+static void test_frame_without_declared_size(void **state)
+{
+	struct fixture *fx = *state;
+
+	make_store(fx, 1 * MIB, 3, GOOD_UNDECLARED);
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	check_spool(fx, f, 0, fx->size);
+	read_log(fx);
+	flight_unref(f);
+}
+
+/* ---- bad frames: EIO and a log line, never wrong bytes ------------------------------- */
+
+/* Without chunk hashes the download fails; nothing of the bad frame is served. */
+static void bad_frame_fails_flight(void **state, enum bad_kind kind, const char *why)
+{
+	struct fixture *fx = *state;
+	const uint64_t bad = 3;
+
+	make_store(fx, 1 * MIB, bad, kind);
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], bad * FRAME, 4 * KIB), -EIO);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_int_equal(flight_ready(f, bad * FRAME, 1), -EIO);
+	const char *log = read_log(fx);
+	assert_non_null(strstr(log, "frame 3 (bytes 196608-262144"));
+	assert_non_null(strstr(log, why));
+	assert_non_null(strstr(log, "/object.zst"));
+	flight_unref(f);
+}
+
+static void test_frame_short(void **state)
+{
+	bad_frame_fails_flight(state, BAD_SHORT, "declares 65535 bytes, not its 65536");
+}
+
+static void test_frame_long(void **state)
+{
+	bad_frame_fails_flight(state, BAD_LONG, "declares 65537 bytes, not its 65536");
+}
+
+static void test_frame_garbage(void **state)
+{
+	bad_frame_fails_flight(state, BAD_GARBAGE, "is not one zstd frame");
+}
+
+static void test_frame_truncated(void **state)
+{
+	bad_frame_fails_flight(state, BAD_TRUNCATED, "is not one zstd frame");
+}
+
+/* A bomb is never decompressed past its share: the process's peak memory stays small. */
+static void test_frame_bomb(void **state)
+{
+	struct rusage before, after;
+
+	getrusage(RUSAGE_SELF, &before);
+	bad_frame_fails_flight(state, BAD_BOMB, "decompresses past its 65536 bytes");
+	getrusage(RUSAGE_SELF, &after);
+	assert_true(after.ru_maxrss - before.ru_maxrss < 64 * 1024); /* KiB: under 64 MiB */
+}
+
+/* With chunk hashes a bad frame is fetched once more, then fails only its own reads. */
+static void test_chunked_bad_frame_fails_its_reads_only(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+	const uint64_t bad = 5;
+
+	make_store(fx, 1 * MIB, bad, BAD_GARBAGE);
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], bad * FRAME + 10, 100), -EIO);
+	assert_int_equal(read_wait(fx, f, &fx->w[1], 0, bad * FRAME), 0);
+	assert_int_equal(
+	    read_wait(fx, f, &fx->w[2], (bad + 1) * FRAME, fx->size - (bad + 1) * FRAME), 0);
+	engine_stop(fx->engine);
+	check_spool(fx, f, 0, bad * FRAME);
+	check_spool(fx, f, (bad + 1) * FRAME, fx->size - (bad + 1) * FRAME);
+	assert_int_equal(flight_ready(f, bad * FRAME, 1), -EIO);
+	/* The whole object, then the bad frame onwards once more (from its frame boundary). */
+	unsigned n = srv_requests(&fx->srv, req);
+	assert_true(n >= 2);
+	assert_int_equal(req[1].start, stored_off(fx, bad));
+	const char *log = read_log(fx);
+	assert_non_null(strstr(log, "frame 5 (bytes 327680-393216"));
+	assert_non_null(strstr(log, "fetching it again"));
+	assert_non_null(strstr(log, "reads of it get EIO"));
+	flight_unref(f);
+}
+
+/* ---- a server that answers a Range with 200: the stored bytes before the frame skipped -- */
+
+static void test_server_ignores_range(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+	const uint64_t off = 12 * MIB + 5;
+
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE);
+	fx->srv.ignore_range = true; /* no request yet: no lock needed */
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], off, 8 * KIB), 0);
+	check_spool(fx, f, off, 8 * KIB);
+	/* It sends the rest of the object anyway: kept, to the end. */
+	assert_int_equal(read_wait(fx, f, &fx->w[1], 15 * MIB, 1 * MIB), 0);
+	check_spool(fx, f, 15 * MIB, 1 * MIB);
+	engine_stop(fx->engine);
+	assert_int_equal(srv_requests(&fx->srv, req), 1);
+	assert_int_equal(req[0].status, 200);
+	read_log(fx);
+	flight_unref(f);
+}
+
+/* ---- a connection cut inside a frame resumes at that frame's start --------------------- */
+
+static void test_cut_mid_frame_resumes_at_frame(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
+	fx->srv.cut_at = stored_off(fx, 5) + 100; /* no request yet: no lock needed */
+	start_engine(fx);
+	struct flight *f = join(fx, true);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	assert_int_equal(srv_requests(&fx->srv, req), 2);
+	assert_int_equal(req[1].start, stored_off(fx, 5));
+	assert_int_equal(req[1].end, fx->stored_size);
+	/* On the wire: the first answer up to the cut, then the rest from frame 5. */
+	assert_int_equal(atomic_load(&f->wire_bytes),
+	                 stored_off(fx, 5) + 100 + fx->stored_size - stored_off(fx, 5));
+	assert_int_equal(atomic_load(&engine_stats(fx->engine)->delivered_bytes), fx->size);
+	read_log(fx);
+	flight_unref(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_short, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_long, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_garbage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_truncated, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frame_bomb, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chunked_bad_frame_fails_its_reads_only, setup,
+	                                    teardown),
+	    cmocka_unit_test_setup_teardown(test_server_ignores_range, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cut_mid_frame_resumes_at_frame, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
