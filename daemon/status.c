@@ -6,6 +6,7 @@
  */
 #include <stddef.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/overlay.h"
 #include "daemon/status.h"
 
 struct row {
@@ -264,7 +266,7 @@ static double previous_local(const struct snapshot *prev, size_t i, const char *
  */
 static size_t utf8_sequence(const unsigned char *p, size_t len)
 {
-	size_t n = p[0] >= 0xC2 && p[0] <= 0xDF ? 2
+	size_t n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
 	           : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
 	           : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
 	                                          : 0;
@@ -399,6 +401,7 @@ int daemon_status_main(int argc, char **argv)
 {
 	struct snapshot prev = {0}, now = {0};
 	const char *mountpoint = NULL;
+	char lower[PATH_MAX], *canonical;
 	double interval = 1.0;
 	bool watch = false;
 	sqlite3 *db = NULL;
@@ -425,6 +428,11 @@ int daemon_status_main(int argc, char **argv)
 		fprintf(stderr, "usage: spoolfs status MOUNTPOINT [--watch] [--interval SEC]\n");
 		return 2;
 	}
+	/* A --writable mount's overlay: its files are read from the spoolfs mount beneath. */
+	canonical = realpath(mountpoint, NULL);
+	if (canonical && daemon_overlay_beneath(canonical, lower, sizeof(lower)) == 0)
+		mountpoint = lower;
+	free(canonical);
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
 		goto out;
 	signal(SIGINT, on_signal);
