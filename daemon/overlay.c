@@ -151,20 +151,33 @@ static bool unusable_in_options(const char *path)
 	return strpbrk(path, ",:\\\n") != NULL;
 }
 
-/* DIR/name, made when missing: a directory of the euid's, or refused (said). */
-static int make_subdir(const struct daemon_overlay *o, int dir_fd, const char *name, mode_t mode)
+/*
+ * DIR/name, made when missing: a directory of the euid's, or refused (said). owner >= 0:
+ * root mounting with --uid makes it that user's (the overlay's root directory is the
+ * upper's: without, the user the files show as could create nothing at the top).
+ */
+static int make_subdir(const struct daemon_overlay *o, int dir_fd, const char *name, mode_t mode,
+                       long long owner, long long group)
 {
 	struct stat st;
+	bool made = mkdirat(dir_fd, name, mode) == 0;
 
-	if (mkdirat(dir_fd, name, mode) != 0 && errno != EEXIST) {
+	if (!made && errno != EEXIST) {
 		fprintf(stderr, "spoolfs: --writable %s: cannot make %s: %s\n", o->dir, name,
 		        strerror(errno));
 		return -errno;
 	}
+	if (made && owner >= 0 &&
+	    fchownat(dir_fd, name, (uid_t)owner, group >= 0 ? (gid_t)group : (gid_t)-1,
+	             AT_SYMLINK_NOFOLLOW) != 0) {
+		fprintf(stderr, "spoolfs: --writable %s: cannot give %s to uid %lld: %s\n", o->dir,
+		        name, owner, strerror(errno));
+		return -errno;
+	}
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-	    st.st_uid != geteuid()) {
+	    (st.st_uid != geteuid() && (owner < 0 || st.st_uid != (uid_t)owner))) {
 		fprintf(stderr, "spoolfs: --writable %s: %s/%s is not a directory of uid %u\n",
-		        o->dir, o->dir, name, (unsigned)geteuid());
+		        o->dir, o->dir, name, (unsigned)(owner >= 0 ? owner : geteuid()));
 		return -EINVAL;
 	}
 	return 0;
@@ -212,9 +225,9 @@ static int prepare_first(struct fs_session *s, struct daemon_overlay *o)
 		        o->dir, unusable_in_options(o->dir) ? o->dir : o->lower);
 		goto out;
 	}
-	rc = make_subdir(o, dir_fd, "upper", 0755);
+	rc = make_subdir(o, dir_fd, "upper", 0755, geteuid() == 0 ? s->opts.uid : -1, s->opts.gid);
 	if (rc == 0)
-		rc = make_subdir(o, dir_fd, "work", 0700);
+		rc = make_subdir(o, dir_fd, "work", 0700, -1, -1);
 	if (rc == 0 && mkdirat(s->daemon.run_dir_fd, "lower", 0700) != 0) {
 		rc = -errno;
 		fprintf(stderr, "spoolfs: cannot make %s: %s\n", o->lower, strerror(errno));
@@ -303,6 +316,8 @@ static int mount_overlay(struct fs_session *s)
 		snprintf(kernel_why, sizeof(kernel_why), "overlayfs: %s (see the kernel's log); ",
 		         strerror(errno));
 	}
+	if (kernel_why[0])
+		fprintf(stderr, "spoolfs: --writable: %strying fuse-overlayfs\n", kernel_why);
 	rc = run(argv);
 	if (rc != 0) {
 		fprintf(stderr, "spoolfs: --writable %s: cannot mount the overlay on %s: %s%s\n",

@@ -71,16 +71,22 @@ class Writable:
         self.env = daemon_env()
         self.env.update(TMPDIR=self.tmp, HOME=self.base)
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
-        self.run(["mkdir", self.mnt, self.rw, self.tmp])
-        self.rw = rw or self.rw
+        self.proc = None
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            as_user(user, [SPOOLFS, "-f", url, self.mnt, "--writable", self.rw] +
-                    [a.format(base=self.base) for a in args]),
-            env=self.env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(lambda: is_mounted(self.mnt) or self.proc.poll() is not None,
-                   lambda: "the overlay:\n" + self.stderr(), timeout=30 * SLOW)
-        assert self.proc.poll() is None, self.stderr()
+        try:
+            self.run(["mkdir", self.mnt, self.rw, self.tmp])
+            self.rw = rw or self.rw
+            self.proc = subprocess.Popen(
+                as_user(user, [SPOOLFS, "-f", url, self.mnt, "--writable", self.rw] +
+                        [a.format(base=self.base) for a in args]),
+                env=self.env, stdin=subprocess.DEVNULL, stdout=self.log,
+                stderr=subprocess.STDOUT)
+            wait_until(lambda: is_mounted(self.mnt) or self.proc.poll() is not None,
+                       lambda: "the overlay:\n" + self.stderr(), timeout=30 * SLOW)
+            assert self.proc.poll() is None, self.stderr()
+        except BaseException:
+            self.stop()
+            raise
 
     def run(self, cmd, cwd=None, check=True, timeout=120):
         if cwd:  # changed into by the user: root may not enter a user's FUSE mount
@@ -88,7 +94,8 @@ class Writable:
         r = subprocess.run(as_user(self.user, cmd), env=self.env, capture_output=True,
                            timeout=timeout * SLOW)
         if check:
-            assert r.returncode == 0, (cmd, r.stdout, r.stderr, self.stderr())
+            assert r.returncode == 0, (cmd, r.stdout, r.stderr,
+                                       self.stderr() if self.proc else "")
         return r
 
     def lower(self):
@@ -119,7 +126,7 @@ class Writable:
         for lower in lower_mounts(self.tmp):
             subprocess.run(["umount", "-l", lower], capture_output=True)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self.proc.poll() is not None:
+            if self.proc is None or self.proc.poll() is not None:
                 break
             self.proc.send_signal(sig)
             try:
