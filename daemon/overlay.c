@@ -56,8 +56,8 @@ struct daemon_overlay {
 	int stop[2]; /* the watcher's wake-up: a byte on stop[1] ends it */
 };
 
-/* The recorded overlay's mount ID (> 0), and its path when path is not NULL (malloc'd).
- * -ENOENT before the overlay is up; -errno. */
+/* The recorded overlay's mount ID (> 0; 0 while it is being mounted), and its path when
+ * path is not NULL (malloc'd). -ENOENT before the mount began; -errno. */
 static long record_read(int dir_fd, char **path)
 {
 	char text[PATH_MAX + 32], *nl;
@@ -73,7 +73,7 @@ static long record_read(int dir_fd, char **path)
 		return -EIO;
 	text[n] = '\0';
 	id = strtol(text, &nl, 10);
-	if (id <= 0 || *nl != '\n')
+	if (id < 0 || *nl != '\n')
 		return -EIO;
 	if (path) {
 		char *end = strchr(nl + 1, '\n');
@@ -143,6 +143,12 @@ static int unmount_lazily(const char *path)
 	if (geteuid() == 0)
 		return umount2(path, MNT_DETACH) == 0 ? 0 : -errno;
 	return run(argv) == 0 ? 0 : -EIO;
+}
+
+/* The mount types of the overlays this file mounts. */
+static bool is_overlay_type(const char *fstype)
+{
+	return strcmp(fstype, "overlay") == 0 || strcmp(fstype, "fuse.fuse-overlayfs") == 0;
 }
 
 /* A name overlayfs' options cannot carry (a comma or colon splits them). */
@@ -297,9 +303,9 @@ static int mount_overlay(struct fs_session *s)
 	struct daemon_overlay *o = s->daemon.overlay;
 	char opts[3 * PATH_MAX + 64], kernel_why[128] = "";
 	const char *argv[] = {"fuse-overlayfs", "-o", opts, o->path, NULL};
+	struct daemon_mount_top top;
 	struct statfs st;
-	long id;
-	int fd, rc;
+	int rc;
 
 	/* Answered once a serving process runs (statfs is always a request). */
 	if (statfs(o->lower, &st) != 0) {
@@ -309,6 +315,14 @@ static int mount_overlay(struct fs_session *s)
 	}
 	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", o->lower,
 	         o->dir, o->dir);
+	/* Its path before the overlay shows: status and reload given the path find it as soon
+	 * as anyone can see the overlay (its ID follows the mount). */
+	rc = record_write(s->daemon.run_dir_fd, 0, o->path);
+	if (rc) {
+		fprintf(stderr, "spoolfs: --writable: cannot record the overlay on %s: %s\n",
+		        o->path, strerror(-rc));
+		goto failed;
+	}
 	if (geteuid() == 0) {
 		if (mount("spoolfs", o->path, "overlay", MS_NOSUID | MS_NODEV, opts) == 0)
 			goto mounted;
@@ -327,11 +341,17 @@ static int mount_overlay(struct fs_session *s)
 		goto failed;
 	}
 mounted:
-	fd = open(o->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	id = fd >= 0 ? daemon_fd_mount_id(fd) : -errno;
-	if (fd >= 0)
-		close(fd);
-	rc = id > 0 ? record_write(s->daemon.run_dir_fd, id, o->path) : (int)id;
+	/* From the table, not through the path: an overlay unmounted already (with -f, at
+	 * once) must not leave the ID of the filesystem beneath it recorded. */
+	rc = daemon_mount_top_info(o->path, &top);
+	if (rc == -ENOENT || (rc == 0 && !is_overlay_type(top.fstype))) {
+		/* As the watcher says it, which this unmount stands in for. */
+		util_log(UTIL_LOG_INFO, "the overlay on %s was unmounted: unmounting %s", o->path,
+		         o->lower);
+		goto failed;
+	}
+	if (rc == 0)
+		rc = record_write(s->daemon.run_dir_fd, (long)top.id, o->path);
 	if (rc == 0)
 		return 0;
 	fprintf(stderr, "spoolfs: --writable: cannot record the overlay on %s: %s\n", o->path,
@@ -471,18 +491,22 @@ void daemon_overlay_unmount(struct fs_session *s)
 
 struct beneath {
 	unsigned long overlay_id;
+	const char *canonical;
 	char *lower;
 	size_t len;
 };
 
-/* A spoolfs mount at some RUN_DIR/lower whose RUN_DIR records the overlay. */
+/* A spoolfs mount at some RUN_DIR/lower whose RUN_DIR records the overlay: by its ID, or
+ * by its path while the ID is not recorded yet. */
 static int records_overlay(const struct daemon_mount_line *m, void *ctx)
 {
 	struct beneath *b = ctx;
 	size_t n = strlen(m->where);
 	char run_dir[PATH_MAX];
 	int dir_fd;
+	char *path = NULL;
 	long id;
+	bool ours;
 
 	if (strcmp(m->fstype, "fuse.spoolfs") != 0 || n < 7 || n >= sizeof(run_dir) ||
 	    strcmp(m->where + n - 6, "/lower") != 0)
@@ -492,9 +516,12 @@ static int records_overlay(const struct daemon_mount_line *m, void *ctx)
 	dir_fd = open(run_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dir_fd < 0)
 		return 0; /* another user's */
-	id = record_read(dir_fd, NULL);
+	id = record_read(dir_fd, &path);
 	close(dir_fd);
-	if (id <= 0 || (unsigned long)id != b->overlay_id)
+	ours = id > 0 ? (unsigned long)id == b->overlay_id
+	              : id == 0 && path && strcmp(path, b->canonical) == 0;
+	free(path);
+	if (!ours)
 		return 0;
 	snprintf(b->lower, b->len, "%s", m->where);
 	return 1;
@@ -503,12 +530,12 @@ static int records_overlay(const struct daemon_mount_line *m, void *ctx)
 int daemon_overlay_beneath(const char *canonical, char *lower, size_t len)
 {
 	struct daemon_mount_top top;
-	struct beneath b = {0, lower, len};
+	struct beneath b = {0, canonical, lower, len};
 	int rc = daemon_mount_top_info(canonical, &top);
 
 	if (rc)
 		return rc;
-	if (strcmp(top.fstype, "overlay") != 0 && strcmp(top.fstype, "fuse.fuse-overlayfs") != 0)
+	if (!is_overlay_type(top.fstype))
 		return -ENOENT;
 	b.overlay_id = top.id;
 	rc = daemon_mount_each(records_overlay, &b);
