@@ -470,23 +470,27 @@ void daemon_overlay_watch_stop(struct fs_session *s)
 	o->stop[0] = o->stop[1] = -1;
 }
 
-void daemon_overlay_unmount(struct fs_session *s)
+void daemon_overlay_unmount_recorded(int run_dir_fd)
 {
-	struct daemon_overlay *o = s->daemon.overlay;
-	long id;
+	char *path = NULL;
+	long id = run_dir_fd >= 0 ? record_read(run_dir_fd, &path) : -EBADF;
 	int rc;
 
-	if (!o || s->daemon.run_dir_fd < 0)
-		return;
-	id = record_read(s->daemon.run_dir_fd, o->path ? NULL : &o->path);
-	if (id <= 0 || !o->path || id_listed(id) != 1)
-		return;
-	rc = unmount_lazily(o->path);
-	if (rc)
-		util_log(UTIL_LOG_WARN, "cannot unmount the overlay on %s: %s", o->path,
-		         strerror(-rc));
-	else
-		util_log(UTIL_LOG_INFO, "unmounted the overlay on %s", o->path);
+	if (id > 0 && id_listed(id) == 1) {
+		rc = unmount_lazily(path);
+		if (rc)
+			util_log(UTIL_LOG_WARN, "cannot unmount the overlay on %s: %s", path,
+			         strerror(-rc));
+		else
+			util_log(UTIL_LOG_INFO, "unmounted the overlay on %s", path);
+	}
+	free(path);
+}
+
+void daemon_overlay_unmount(struct fs_session *s)
+{
+	if (s->daemon.overlay)
+		daemon_overlay_unmount_recorded(s->daemon.run_dir_fd);
 }
 
 struct beneath {

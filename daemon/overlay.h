@@ -36,6 +36,9 @@ void daemon_overlay_watch_stop(struct fs_session *s);
 /* At stop, before the spoolfs mount goes: the overlay goes first (a lazy unmount), when
  * it is still there (a stop by a signal, not by the overlay's unmount). */
 void daemon_overlay_unmount(struct fs_session *s);
+/* The same from the run directory alone (the supervisor, when it ends the mount itself);
+ * a no-op without a recorded overlay that is still mounted. */
+void daemon_overlay_unmount_recorded(int run_dir_fd);
 
 /*
  * `spoolfs status` and `reload` given the overlay's path: when the topmost mount at

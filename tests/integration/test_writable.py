@@ -61,7 +61,7 @@ class Writable:
     under /tmp (pytest's is root's, 0700): mnt, rw (DIR), tmp (TMPDIR: the run
     directory), the log. stop() takes both mounts down whatever happened."""
 
-    def __init__(self, user, url, *args, rw=None):
+    def __init__(self, user, url, *args, rw=None, env=None):
         self.user, self.url = user, url
         self.base = tempfile.mkdtemp(prefix="spoolfs-writable-", dir="/tmp")
         pw = pwd.getpwnam(user)
@@ -69,7 +69,7 @@ class Writable:
         self.mnt, self.rw, self.tmp = (os.path.join(self.base, n) for n in ("mnt", "rw", "tmp"))
         self.log_path = os.path.join(self.base, "spoolfs.log")
         self.env = daemon_env()
-        self.env.update(TMPDIR=self.tmp, HOME=self.base)
+        self.env.update(TMPDIR=self.tmp, HOME=self.base, **(env or {}))
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.proc = None
         self.log = open(self.log_path, "wb")
@@ -164,8 +164,8 @@ def writable(request, tree, fuse_device_for_users):
     """writable(*args) -> Writable, as root and as nobody; stopped at teardown."""
     made = []
 
-    def make(*args):
-        w = Writable(request.param, tree, *args)
+    def make(*args, env=None):
+        w = Writable(request.param, tree, *args, env=env)
         made.append(w)
         return w
 
@@ -271,6 +271,22 @@ def test_status_and_reload_by_the_overlays_path_and_a_kill_keeps_it_working(writ
                "the restart counted")
     w.unmount_overlay()
     w.check_clean_exit()
+
+
+def test_a_crash_loop_that_ends_the_mount_takes_the_overlay_down_too(writable):
+    """The supervisor ends the mount itself (every serving process after the first dies at
+    start: doc/survive.md's crash loop): no overlay is left over a dead mount."""
+    w = writable(env={"SPOOLFS_TEST_SERVE_EXIT": "1"})
+    assert w.run(["cat", os.path.join(w.mnt, "hello.c")]).stdout.decode() == SOURCES["hello.c"]
+    record = os.path.join(os.path.dirname(w.lower()), "overlay")
+    wait_until(lambda: os.path.exists(record) and not open(record).read().startswith("0\n"),
+               "the overlay's mount ID recorded")
+    serving = [int(c) for c in open("/proc/%d/task/%d/children" % (w.proc.pid, w.proc.pid))
+               .read().split()]
+    os.kill(serving[0], signal.SIGKILL)
+    assert w.proc.wait(60 * SLOW) == 1, w.stderr()
+    assert "unmounted the overlay on %s" % w.mnt in w.stderr()
+    assert not is_mounted(w.mnt) and lower_mounts(w.tmp) == [], w.stderr()
 
 
 def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, tmp_path):
