@@ -283,6 +283,11 @@ out:
 	return rc;
 }
 
+const char *daemon_overlay_path(const struct fs_session *s)
+{
+	return s->daemon.overlay ? s->daemon.overlay->path : NULL;
+}
+
 void daemon_overlay_free(struct fs_session *s)
 {
 	struct daemon_overlay *o = s->daemon.overlay;

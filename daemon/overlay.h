@@ -18,6 +18,10 @@ struct fs_session;
 int daemon_overlay_prepare(struct fs_session *s);
 void daemon_overlay_free(struct fs_session *s);
 
+/* The overlay's path (the mountpoint the user named); NULL without --writable, or in a
+ * later serving process when the overlay never came up. */
+const char *daemon_overlay_path(const struct fs_session *s);
+
 /*
  * The first process, once mounted and before it serves: a process of its own that waits
  * until the mount answers, mounts the overlay (overlayfs as root, fuse-overlayfs else) and

@@ -237,13 +237,15 @@ def test_a_file_modified_is_copied_up_whole_and_one_deleted_stays_beneath(writab
 
 
 def test_the_overlays_unmount_takes_both_down_and_writes_the_record(writable):
-    w = writable("--record-reads", "{base}/reads.txt")
+    w = writable("--record-reads", "{base}/reads.txt", "--metrics-file", "{base}/m.prom")
     w.run(["cat", os.path.join(w.mnt, "hello.c")])
     w.run(["cat", os.path.join(w.mnt, "pkg", "mod.py")])
     assert lower_mounts(w.tmp)
     w.unmount_overlay()
     w.check_clean_exit()
     assert "the overlay on %s was unmounted" % w.mnt in w.stderr()
+    with open(os.path.join(w.base, "m.prom")) as f:  # the path users know, not the lower
+        assert 'mount="%s"' % w.mnt in f.read()
     with open(os.path.join(w.base, "reads.txt")) as f:
         record = f.read().split()
     if w.user == "root":
