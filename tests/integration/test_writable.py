@@ -275,6 +275,27 @@ def test_status_and_reload_by_the_overlays_path_and_a_kill_keeps_it_working(writ
     w.check_clean_exit()
 
 
+def test_root_with_uid_mounts_an_overlay_that_user_writes_into(tree, fuse_device_for_users):
+    """The action's sudo route: root mounts with --uid USER and allow_other, DIR is
+    root's; DIR/upper is made USER's, so that USER can create files at the top."""
+    user = pwd.getpwnam("nobody")
+    w = Writable("root", tree, "--uid", "nobody", "--gid", str(user.pw_gid), "-o", "allow_other")
+    try:
+        os.chmod(w.base, 0o755)  # for nobody to reach the mountpoint
+        w.user = "nobody"  # what follows runs as the user the files show as
+        w.run(["sh", "-c", 'echo built >"$1/top.o" && mkdir "$1/build" && echo x >>"$1/hello.c"',
+               "sh", w.mnt])
+        st = os.stat(os.path.join(w.rw, "upper"))
+        assert (st.st_uid, st.st_gid) == (user.pw_uid, user.pw_gid)
+        assert os.stat(os.path.join(w.rw, "upper", "top.o")).st_uid == user.pw_uid
+        assert os.stat(w.rw).st_uid == 0 and os.stat(os.path.join(w.rw, "work")).st_uid == 0
+        w.user = "root"
+        w.unmount_overlay()
+        w.check_clean_exit()
+    finally:
+        w.stop()
+
+
 def test_a_crash_loop_that_ends_the_mount_takes_the_overlay_down_too(writable):
     """The supervisor ends the mount itself (every serving process after the first dies at
     start: doc/survive.md's crash loop): no overlay is left over a dead mount."""
