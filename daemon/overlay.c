@@ -312,6 +312,12 @@ static int mount_overlay(struct fs_session *s)
 	struct statfs st;
 	int rc;
 
+	/* This process holds nothing of the mount's: with its copy of the device open, a mount
+	 * that ends before it serves would leave the statfs below waiting on a connection that
+	 * never closes; with the lock's, the run directory would look alive. */
+	close(fuse_session_fd(s->se));
+	if (s->daemon.run_lock_fd >= 0)
+		close(s->daemon.run_lock_fd);
 	/* Answered once a serving process runs (statfs is always a request). */
 	if (statfs(o->lower, &st) != 0) {
 		fprintf(stderr, "spoolfs: --writable: the spoolfs mount did not come up: %s\n",
