@@ -312,6 +312,29 @@ def test_a_crash_loop_that_ends_the_mount_takes_the_overlay_down_too(writable):
     assert not is_mounted(w.mnt) and lower_mounts(w.tmp) == [], w.stderr()
 
 
+def test_the_fstab_form_o_writable(tree, tmp_path):
+    """mount(8) and fstab pass options as -o name=value (mount.spoolfs)."""
+    mnt, rw = tmp_path / "mnt", tmp_path / "rw"
+    mnt.mkdir()
+    rw.mkdir()
+    with open(tmp_path / "log", "wb") as log:
+        proc = subprocess.Popen([SPOOLFS, "-f", tree, str(mnt), "-o", "ro,writable=%s" % rw],
+                                stdout=log, stderr=subprocess.STDOUT, env=daemon_env())
+    try:
+        wait_until(lambda: is_mounted(str(mnt)) or proc.poll() is not None, "the overlay")
+        assert mount_type(str(mnt)) == "overlay", (tmp_path / "log").read_text()
+        (mnt / "new.txt").write_text("new\n")
+        assert (rw / "upper" / "new.txt").read_text() == "new\n"
+        subprocess.run(["umount", str(mnt)], check=True)
+        assert proc.wait(30 * SLOW) == 0, (tmp_path / "log").read_text()
+    finally:
+        while is_mounted(str(mnt)):
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10 * SLOW)
+
+
 def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, tmp_path):
     """Bad input: refused before anything is mounted, with the reason."""
     mnt, bad = tmp_path / "mnt", tmp_path / "shared"
