@@ -386,11 +386,14 @@ int daemon_overlay_start_mounter(struct fs_session *s)
 		return -errno;
 	if (s->opts.log.foreground) {
 		/* This process serves; a grandchild mounts (init reaps it). */
-		if (pid == 0)
-			_exit(fork() == 0 ? mount_overlay(s) : 0);
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-		return 0;
+		if (pid == 0) {
+			pid = fork();
+			_exit(pid == 0 ? mount_overlay(s) : pid > 0 ? 0 : 1);
+		}
+		while (waitpid(pid, &status, 0) < 0)
+			if (errno != EINTR)
+				return -errno;
+		return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EAGAIN;
 	}
 	if (pid == 0)
 		return 0; /* the child daemonises and serves */
