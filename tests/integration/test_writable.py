@@ -335,6 +335,39 @@ def test_the_fstab_form_o_writable(tree, tmp_path):
             proc.wait(10 * SLOW)
 
 
+def test_an_overlay_that_cannot_be_mounted_fails_the_command_and_leaves_nothing(tree, tmp_path):
+    """DIR on an overlayfs (a container's /tmp): the kernel refuses it as an upper, and with
+    no fuse-overlayfs on PATH either, spoolfs (daemonised, as mount(8) runs it) exits 1
+    with both reasons, and neither mount stays."""
+    layers = tmp_path / "layers"
+    for d in ("l", "u", "w", "m"):
+        (layers / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s,workdir=%s"
+                    % (layers / "l", layers / "u", layers / "w"), str(layers / "m")], check=True)
+    mnt, run = tmp_path / "mnt", tmp_path / "run"
+    mnt.mkdir()
+    run.mkdir()
+    try:
+        rw = layers / "m" / "rw"
+        rw.mkdir()
+        env = dict(daemon_env(), PATH="/nonexistent", TMPDIR=str(run))
+        r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)], env=env,
+                           capture_output=True, timeout=60 * SLOW)
+        err = r.stderr.decode()
+        assert r.returncode == 1, err
+        assert "overlayfs: Invalid argument (see the kernel's log); trying fuse-overlayfs" in err
+        assert "cannot mount the overlay on %s" % mnt in err, err
+        assert "fuse-overlayfs is not installed" in err, err
+        assert not is_mounted(str(mnt))
+        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+    finally:
+        while is_mounted(str(mnt)):
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        for lower in lower_mounts(str(run)):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
+        subprocess.run(["umount", "-l", str(layers / "m")], capture_output=True)
+
+
 def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, tmp_path):
     """Bad input: refused before anything is mounted, with the reason."""
     mnt, bad = tmp_path / "mnt", tmp_path / "shared"
