@@ -40,6 +40,10 @@ if mountpoint -q "$mnt"; then
 		pid=$(sample "spoolfs_${p}_pid" "$mnt/.spoolfs/stats")
 		[ -z "$pid" ] || [ "$pid" = 0 ] || pids+=("${pid%.*}")
 	done
+	# A writable mount through fuse-overlayfs shows no /.spoolfs: status found the mount
+	# beneath and names its processes.
+	[ ${#pids[@]} -gt 0 ] || read -r -a pids < <(sed -n \
+		's/^processes: serving PID \([0-9]*\), supervisor PID \([0-9]*\);.*/\1 \2/p' <<<"$status")
 	if ! "${sudo[@]}" fusermount3 -u "$mnt"; then
 		echo "::warning title=spoolfs::$mnt is busy (a process still has a file open there); detaching it lazily"
 		"${sudo[@]}" fusermount3 -u -z "$mnt" || true

@@ -57,16 +57,21 @@ fi
 [ -z "${INPUT_ROLE_ARN:-}" ] || args+=(--role-arn "$INPUT_ROLE_ARN")
 [ -z "${INPUT_REGION:-}" ] || args+=(--region "$INPUT_REGION")
 
-# writable: an overlay on the mount (spoolfs --writable DIR). Until the daemon has the
-# option the input fails here; once it does, this block passes it on unchanged.
+# writable: an overlay on the mount (spoolfs --writable DIR, doc/writable.md). true: a
+# directory of the job's, or of root's in root's state directory when root mounts (root
+# writes only where no one else can change what the path leads to; DIR/upper is made the
+# runner user's, who writes into the tree).
 case "${INPUT_WRITABLE:-}" in
 "" | false) ;;
 *)
 	upper=$INPUT_WRITABLE
-	[ "$upper" != true ] || upper=$RUNNER_TEMP/spoolfs-writable
+	if [ "$upper" = true ]; then
+		upper=$RUNNER_TEMP/spoolfs-writable
+		[ "$daemon_state" = "$state" ] || upper=$daemon_state/writable
+	fi
 	"$SPOOLFS" --help 2>&1 | grep -q -- '--writable' ||
-		die "writable: this spoolfs ($("$SPOOLFS" --version 2>&1 | head -n1)) has no --writable (an overlay on the mount) yet; leave the input empty for a read-only mount"
-	mkdir -p "$upper"
+		die "writable: this spoolfs ($("$SPOOLFS" --version 2>&1 | head -n1)) has no --writable (an overlay on the mount); leave the input empty for a read-only mount"
+	"${run[@]}" mkdir -p "$upper"
 	args+=(--writable "$upper")
 	;;
 esac

@@ -36,6 +36,7 @@
 #include "daemon/abort.h"
 #include "daemon/mountinfo.h"
 #include "daemon/options.h"
+#include "daemon/overlay.h"
 #include "util/output.h"
 #include "daemon/run_dir.h"
 #include "daemon/shared_counters.h"
@@ -741,6 +742,13 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		if (rc)
 			goto out_unmount;
 	} else {
+		/* Before the daemon splits off: the command returns once the overlay is up. */
+		rc = daemon_overlay_start_mounter(s);
+		if (rc) {
+			util_log(UTIL_LOG_ERROR, "cannot start the overlay's mount: %s",
+			         strerror(-rc));
+			goto out_unmount;
+		}
 		if (fuse_daemonize(s->opts.log.foreground) != 0)
 			goto out_unmount;
 		if (s->mount_path && s->daemon.run_dir && !getenv("SPOOLFS_NO_SUPERVISOR")) {
@@ -783,6 +791,11 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 		util_log(UTIL_LOG_ERROR, "cannot start the metrics writer: %s", strerror(-rc));
 		goto out_engine;
 	}
+	rc = daemon_overlay_watch_start(s);
+	if (rc) {
+		util_log(UTIL_LOG_ERROR, "cannot watch the overlay: %s", strerror(-rc));
+		goto out_engine;
+	}
 	if (s->generation)
 		util_log(UTIL_LOG_INFO, "serving %s (generation %llu)", s->opts.mountpoint,
 		         (unsigned long long)s->generation);
@@ -802,6 +815,9 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	rc = fuse_session_loop_mt(s->se, loop);
 	atomic_store(&s->loop_ended, true);
 	fs_notify_stopping();
+	/* The overlay over this mount goes first (when a signal, not its unmount, stopped us). */
+	daemon_overlay_watch_stop(s);
+	daemon_overlay_unmount(s);
 	/* Before anything below waits on a kernel invalidation (see daemon/abort.c). */
 	abort_rc = daemon_abort_connection(s);
 	if (abort_rc)
@@ -814,6 +830,7 @@ static int run_session(struct fs_session *s, struct fuse_args *args, char **argv
 	rc = rc == 0 ? 0 : -EIO;
 	fuse_loop_cfg_destroy(loop);
 out_engine:
+	daemon_overlay_watch_stop(s); /* a no-op after the loop's stop */
 	/* Before the engine: its thread starts flights. Writes the records of what was read. */
 	fs_prefetch_stop(s);
 	fs_list_ahead_stop(s); /* after the walks that may queue it; before the index closes */
@@ -1004,6 +1021,12 @@ static void stop_run_dir(struct fs_session *s)
 	daemon_run_dir_close(s);
 }
 
+/* --writable: the spoolfs mount moves to the run directory; the mountpoint is an overlay. */
+static int start_overlay(struct fs_session *s, struct fuse_args *args)
+{
+	return daemon_overlay_prepare(s);
+}
+
 /* Shared with the serving processes to come: which inodes the kernel holds open
  * passthrough, with which backing id. */
 static int start_ledger(struct fs_session *s, struct fuse_args *args)
@@ -1152,6 +1175,7 @@ static int start_mount_options(struct fs_session *s, struct fuse_args *args)
 static const struct step steps[] = {
     {"mountpoint", start_mountpoint, NULL, 1},
     {"run directory", start_run_dir, stop_run_dir, 1},
+    {"overlay", start_overlay, daemon_overlay_free, 2},
     {"passthrough ledger", start_ledger, stop_ledger, 1},
     {"counters", start_counters, stop_counters, 1},
     {"process", start_process, stop_process, 1},

@@ -6,6 +6,7 @@
  * it, or is the writer's own (the thread's, then, once it is joined, daemon_metrics_stop's).
  */
 #include "daemon/metrics.h"
+#include "daemon/overlay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -419,7 +420,10 @@ int daemon_metrics_start(struct fs_session *s)
 		return -ENOMEM;
 	m->path = s->opts.log.metrics_file;
 	m->interval_s = s->opts.log.metrics_interval_s;
-	m->labels = label("mount", s->mount_path ? s->mount_path : s->opts.mountpoint);
+	/* The path users know: --writable's overlay, not the run directory's mount beneath. */
+	m->labels = label("mount", daemon_overlay_path(s) ? daemon_overlay_path(s)
+	                           : s->mount_path        ? s->mount_path
+	                                                  : s->opts.mountpoint);
 	if (!m->labels)
 		goto fail;
 	pthread_mutex_init(&m->lock, NULL);

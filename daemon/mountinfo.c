@@ -80,6 +80,46 @@ static int add_entry(struct mount_entry **at, size_t *n, const struct mount_entr
 	return 0;
 }
 
+/* One line of the table into *e and its mountpoint, unescaped, into where (4096 bytes).
+ * 0, or -EINVAL for a line not in mountinfo's format. */
+static int parse_line(const char *line, struct mount_entry *e, char *where)
+{
+	const char *sep;
+	char super[1024] = "";
+
+	if (sscanf(line, "%lu %lu %31s %*s %4095s", &e->id, &e->parent, e->devno, where) != 4)
+		return -EINVAL;
+	/* The optional fields end at " - "; a space in a path is escaped, so the first one is
+	 * the separator. */
+	sep = strstr(line, " - ");
+	if (!sep || sscanf(sep + 3, "%63s %*s %1023s", e->fstype, super) < 1)
+		e->fstype[0] = '\0';
+	e->user_id = super_user_id(super);
+	unescape(where);
+	return 0;
+}
+
+int daemon_mount_each(int (*fn)(const struct daemon_mount_line *m, void *ctx), void *ctx)
+{
+	FILE *table = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL, where[4096];
+	struct mount_entry e;
+	size_t cap = 0;
+	int rc = 0;
+
+	if (!table)
+		return -errno;
+	errno = 0;
+	while (rc == 0 && getline(&line, &cap, table) > 0)
+		if (parse_line(line, &e, where) == 0)
+			rc = fn(&(struct daemon_mount_line){e.id, e.fstype, where}, ctx);
+	if (rc == 0 && (ferror(table) || errno == ENOMEM))
+		rc = -(errno ? errno : EIO);
+	free(line);
+	fclose(table);
+	return rc;
+}
+
 int daemon_mount_top_in(FILE *table, const char *mountpoint, char *dev, size_t len, char *fstype,
                         size_t fstype_len)
 {
@@ -102,20 +142,9 @@ int daemon_mount_top_info_in(FILE *table, const char *mountpoint, struct daemon_
 	int rc = 0;
 
 	errno = 0;
-	while (rc == 0 && getline(&line, &cap, table) > 0) {
-		if (sscanf(line, "%lu %lu %31s %*s %4095s", &e.id, &e.parent, e.devno, where) != 4)
-			continue;
-		/* The optional fields end at " - "; a space in a path is escaped, so the first
-		 * one is the separator. */
-		const char *sep = strstr(line, " - ");
-		char super[1024] = "";
-		if (!sep || sscanf(sep + 3, "%63s %*s %1023s", e.fstype, super) < 1)
-			e.fstype[0] = '\0';
-		e.user_id = super_user_id(super);
-		unescape(where);
-		if (strcmp(where, mountpoint) == 0)
+	while (rc == 0 && getline(&line, &cap, table) > 0)
+		if (parse_line(line, &e, where) == 0 && strcmp(where, mountpoint) == 0)
 			rc = add_entry(&at, &n, &e);
-	}
 	/* A short read (ENOMEM) must not pass for the end of the table. */
 	if (rc == 0 && (ferror(table) || errno == ENOMEM))
 		rc = -(errno ? errno : EIO);

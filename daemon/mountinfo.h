@@ -37,6 +37,17 @@ int daemon_mount_top_info_in(FILE *table, const char *mountpoint, struct daemon_
 /* daemon_mount_top_info_in on this process's table (/proc/self/mountinfo). */
 int daemon_mount_top_info(const char *mountpoint, struct daemon_mount_top *top);
 
+/* One line of the mount table, as daemon_mount_each gives it (valid during the call). */
+struct daemon_mount_line {
+	unsigned long id;   /* the mount ID */
+	const char *fstype; /* "fuse.spoolfs", "overlay" */
+	const char *where;  /* the mountpoint, unescaped */
+};
+
+/* Calls fn on each mount of this process's table (/proc/self/mountinfo) until it returns
+ * non-zero: that value; 0 at the table's end; -errno when the table cannot be read. */
+int daemon_mount_each(int (*fn)(const struct daemon_mount_line *m, void *ctx), void *ctx);
+
 /* The mount ID of the mount fd is on (/proc/self/fdinfo's mnt_id:, kernel 3.15), or -errno. */
 long daemon_fd_mount_id(int fd);
 

@@ -112,6 +112,8 @@ static const struct fuse_opt option_spec[] = {
     OPT("prefetch_list=%s", prefetch_list),
     OPT("--record-reads %s", record_reads),
     OPT("record_reads=%s", record_reads),
+    OPT("--writable %s", writable),
+    OPT("writable=%s", writable),
     OPT("--read-order-name %s", read_order_name),
     OPT("read_order_name=%s", read_order_name),
     OPT_FLAG("--no-read-order", no_read_order),
@@ -209,6 +211,8 @@ void daemon_options_usage(const char *prog)
 	    "                         order first opened (a --prefetch-list for the next run);\n"
 	    "                         with --keep-cache the record is also kept in the cache\n"
 	    "                         directory, and the next mount of the same source uses it\n"
+	    "  --writable DIR         the mountpoint is an overlay whose writes go to DIR\n"
+	    "                         (DIR/upper, DIR/work): builds may write into the tree\n"
 	    "  --max-manifest-size SIZE  refuse a manifest larger than this (K, M, G\n"
 	    "                         suffixes; default 256M, about 4 million entries)\n"
 	    "  --mirror URL           another base for the manifest's relative object URLs,\n"
@@ -662,7 +666,7 @@ int daemon_options_resolve(struct daemon_options *opts, const char *cwd)
 {
 	char **paths[] = {&opts->cache_dir,    &opts->net.ca_file,      &opts->net.netrc_file,
 	                  &opts->log.log_file, &opts->log.metrics_file, &opts->prefetch_list,
-	                  &opts->record_reads};
+	                  &opts->record_reads, &opts->writable};
 
 	if (!cwd || cwd[0] != '/')
 		return 0; /* unknown: they stay as given */
@@ -799,6 +803,7 @@ void daemon_options_free(struct daemon_options *opts)
 	free(opts->prefetch_budget);
 	free(opts->prefetch_list);
 	free(opts->record_reads);
+	free(opts->writable);
 	free(opts->read_order_name);
 	free(opts->log.metrics_file);
 	for (unsigned i = 0; i < opts->net.n_mirrors; i++)

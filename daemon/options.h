@@ -71,6 +71,7 @@ struct daemon_options {
 	char *prefetch_budget;      /* "2G": parsed by main */
 	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
 	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
+	char *writable;             /* --writable DIR: an overlay's upper (daemon/overlay.c) */
 	char *read_order_name;      /* --read-order-name NAME; NULL: "default", if any */
 	int no_read_order;          /* --no-read-order */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */

@@ -6,7 +6,8 @@
  * writes: a directory a user made, or another user's FUSE mount, could name any process
  * (root's reload would then signal root's process, whose default action for SIGUSR2 is to
  * end). So before any signal:
- *  - MOUNTPOINT must be the top mount at that path in the mount table and a spoolfs one
+ *  - MOUNTPOINT (or, for a --writable mount's overlay, the spoolfs mount its run directory
+ *    records beneath it) must be the top mount at that path in the mount table and a spoolfs one
  *    (fuse.spoolfs), and the stats are read through a descriptor of that mount's root;
  *  - the caller must be root or the mount's user (the FUSE mount's user_id=);
  *  - the PID must run as the mount's user (real and effective uid), hold /dev/fuse open,
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "daemon/mountinfo.h"
+#include "daemon/overlay.h"
 #include "daemon/supervisor.h"
 #include "util/pid_signal.h"
 
@@ -114,9 +116,20 @@ static int open_mount(const char *dir, struct daemon_mount_top *top)
 	struct stat st;
 	int fd = -1;
 
+	char lower[PATH_MAX];
+
 	if (!canonical) {
 		fprintf(stderr, "spoolfs reload: %s: %s\n", dir, strerror(errno));
 		return -1;
+	}
+	/* A --writable mount's overlay: the spoolfs mount beneath it is the one checked. */
+	if (daemon_overlay_beneath(canonical, lower, sizeof(lower)) == 0) {
+		free(canonical);
+		canonical = strdup(lower);
+		if (!canonical) {
+			fprintf(stderr, "spoolfs reload: out of memory\n");
+			return -1;
+		}
 	}
 	if (daemon_mount_top_info(canonical, top) != 0) {
 		fprintf(stderr, "spoolfs reload: %s: not a mount point\n", dir);

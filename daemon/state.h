@@ -16,6 +16,7 @@
 #include "fs/counters.h"
 
 struct daemon_metrics;
+struct daemon_overlay;
 
 struct daemon_state {
 	bool was_mounted;         /* main thread only: the mount came up (cleanup may run) */
@@ -47,6 +48,8 @@ struct daemon_state {
 	/* Where --metrics-file is written: its directory, resolved and held at start
 	 * (util_output_open), written only through it. */
 	struct util_output metrics_out;
+	/* --writable's overlay (overlay.c); NULL without. */
+	struct daemon_overlay *overlay;
 };
 
 #endif

@@ -5,6 +5,7 @@
  * are parsed with sqlite's JSON functions.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -17,6 +18,7 @@
 
 #include <sqlite3.h>
 
+#include "daemon/overlay.h"
 #include "daemon/status.h"
 
 struct row {
@@ -428,6 +430,7 @@ int daemon_status_main(int argc, char **argv)
 {
 	struct snapshot prev = {0}, now = {0};
 	const char *mountpoint = NULL;
+	char lower[PATH_MAX], *canonical;
 	double interval = 1.0;
 	bool watch = false;
 	sqlite3 *db = NULL;
@@ -454,6 +457,11 @@ int daemon_status_main(int argc, char **argv)
 		fprintf(stderr, "usage: spoolfs status MOUNTPOINT [--watch] [--interval SEC]\n");
 		return 2;
 	}
+	/* A --writable mount's overlay: its files are read from the spoolfs mount beneath. */
+	canonical = realpath(mountpoint, NULL);
+	if (canonical && daemon_overlay_beneath(canonical, lower, sizeof(lower)) == 0)
+		mountpoint = lower;
+	free(canonical);
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
 		goto out;
 	signal(SIGINT, on_signal);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "daemon/mountinfo.h"
+#include "daemon/overlay.h"
 #include "daemon/options.h"
 #include "fs/session.h"
 #include "daemon/supervisor.h"
@@ -171,11 +172,20 @@ static bool connection_gone(const struct supervisor *sv)
 	return poll(&device, 1, 0) == 1 && (device.revents & POLLERR);
 }
 
-/* The end: the mount goes (if it is still there and ours), then the device. */
+/* The end: --writable's overlay goes, then the mount (if it is still there and ours), then
+ * the device. */
 static void unmount(struct supervisor *sv)
 {
 	const char *path = sv->strings[DAEMON_RUN_MOUNT_PATH];
 	char dev[32];
+	int run_dir_fd =
+	    open(sv->strings[DAEMON_RUN_DIR], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	/* A serving process that stopped the mount took it down already: this is for a
+	 * supervisor that ends the mount itself (a crash loop, a bound). */
+	daemon_overlay_unmount_recorded(run_dir_fd);
+	if (run_dir_fd >= 0)
+		close(run_dir_fd);
 
 	if (!connection_gone(sv) && daemon_mount_device(path, dev, sizeof(dev)) == 0 &&
 	    strcmp(dev, sv->strings[DAEMON_RUN_MOUNT_DEV]) == 0) {

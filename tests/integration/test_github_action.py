@@ -576,15 +576,63 @@ def test_ubuntu_22_04_is_refused_with_the_reason(store, runner, tmp_path):
             " libfuse is older. Ubuntu 22.04 ships 3.10: use runs-on: ubuntu-24.04.") in str(e.value)
 
 
-def test_writable_fails_clearly_until_the_daemon_has_it(store, runner):
+def writable_job(job, url, spoolfs, as_user=lambda cmd: cmd):
+    """A job with writable: true that writes into the tree, reads a file, and finishes:
+    the path written to goes to the overlay's DIR, and the finish step takes both mounts
+    down, waits for the daemon and saves the record."""
+    out = job.run_action(MAIN, {"source": url, "spoolfs": spoolfs, "writable": "true"})
+    mnt = out["path"]
+    got = subprocess.run(as_user(["sh", "-c", 'cat "$1/a.bin" && echo built >"$1/out.o" && '
+                                  'cat "$1/out.o"', "sh", mnt]),
+                         capture_output=True, timeout=60 * SLOW)
+    assert got.returncode == 0, (got.stderr, job.log)
+    assert got.stdout.endswith(b"built\n")
+    with open(os.path.join(job.temp, "spoolfs-writable", "upper", "out.o")) as f:
+        assert f.read() == "built\n"
+    status = subprocess.run(as_user([spoolfs, "status", mnt]), capture_output=True).stdout
+    pids = [int(p) for p in re.findall(rb"(?:serving|supervisor) PID (\d+)", status)]
+    assert len(pids) == 2, status
+    job.run_action(FINISH, {})
+    assert not is_mounted(mnt), job.log
+    # The finish step returned after the daemon exited: its record was written by then.
+    for pid in pids:
+        assert not os.path.exists("/proc/%d" % pid), "spoolfs %d still running" % pid
+    with open("/proc/self/mountinfo") as f:
+        assert "fuse.spoolfs" not in "".join(line for line in f if job.temp in line)
+    assert summary_rows(job.summary_text())["objects"] == "1", job.summary_text()
+    return got.stdout[:-len(b"built\n")]
+
+
+def test_writable_puts_an_overlay_on_the_mount(store, runner):
+    store.add("a.bin", 5000)
     url = store.write()
     job = runner(4)
-    with pytest.raises(StepFailed) as e:
-        job.run_action(MAIN, {"source": url, "spoolfs": SPOOLFS, "writable": "true"})
-    assert "step mount failed" in str(e.value)
-    assert "writable: this spoolfs" in str(e.value)
-    assert "has no --writable (an overlay on the mount) yet" in str(e.value)
-    assert not is_mounted(os.path.join(job.temp, "spoolfs"))
+    assert writable_job(job, url, SPOOLFS) == expected(store, "a.bin")
+    assert len(runner.cache.order) == 1  # the record, written as the daemon exited
+    with open(os.path.join(runner.cache.root, runner.cache.order[0], "reads")) as f:
+        assert f.read().split() == ["a.bin"]
+
+
+def test_writable_as_an_ordinary_user_through_fuse_overlayfs(store, runner):
+    """fuse-overlayfs shows no /.spoolfs: the finish step finds the daemon through status."""
+    store.add("a.bin", 5000)
+    url = store.write()
+    mode = os.stat("/dev/fuse").st_mode & 0o777
+    os.chmod("/dev/fuse", 0o666)
+    try:
+        user = pwd.getpwnam(USER)
+        job = runner(8, user=user)
+        bin_dir = os.path.join(job.tmp, "bin")
+        os.makedirs(bin_dir)
+        shutil.copy(SPOOLFS, bin_dir)
+        os.chmod(bin_dir, 0o755)
+        as_user = (lambda cmd: ["setpriv", "--reuid=%d" % user.pw_uid,
+                                "--regid=%d" % user.pw_gid, "--clear-groups"] + cmd)
+        assert writable_job(job, url, os.path.join(bin_dir, "spoolfs"), as_user) == \
+            expected(store, "a.bin")
+        assert len(runner.cache.order) == 1
+    finally:
+        os.chmod("/dev/fuse", mode)
 
 
 def test_a_bad_source_fails_the_mount_step_and_finish_still_runs(upstream, runner):

@@ -160,6 +160,47 @@ static void test_an_fds_mount_id_is_the_tables(void **state)
 	close(fd);
 }
 
+struct seen {
+	unsigned long proc_id;
+	int calls;
+};
+
+static int find_proc(const struct daemon_mount_line *m, void *ctx)
+{
+	struct seen *seen = ctx;
+
+	seen->calls++;
+	if (strcmp(m->where, "/proc") == 0 && strcmp(m->fstype, "proc") == 0) {
+		seen->proc_id = m->id;
+		return 7; /* stops the walk, and is what daemon_mount_each returns */
+	}
+	return 0;
+}
+
+static int count(const struct daemon_mount_line *m, void *ctx)
+{
+	(void)m;
+	++*(int *)ctx;
+	return 0;
+}
+
+/* daemon_mount_each gives every line (the table's ID, type and unescaped path: how
+ * --writable's watcher and `spoolfs status` find an overlay's mount beneath) and stops at
+ * the first non-zero return. */
+static void test_each_mount_is_given_until_one_stops_the_walk(void **state)
+{
+	struct seen seen = {0, 0};
+	int all = 0, fd = open("/proc", O_PATH | O_CLOEXEC);
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(daemon_mount_each(find_proc, &seen), 7);
+	assert_int_equal((long)seen.proc_id, daemon_fd_mount_id(fd));
+	assert_int_equal(daemon_mount_each(count, &all), 0);
+	assert_true(all >= seen.calls && seen.calls >= 1);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -172,6 +213,7 @@ int main(void)
 	    cmocka_unit_test(test_the_topmost_type_is_given),
 	    cmocka_unit_test(test_the_topmost_id_and_user_id_are_given),
 	    cmocka_unit_test(test_an_fds_mount_id_is_the_tables),
+	    cmocka_unit_test(test_each_mount_is_given_until_one_stops_the_walk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
