@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from conftest import SPOOLFS, daemon_env, is_mounted, read_file
+from helpers import errno_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream"))
 import compressed  # noqa: E402
@@ -33,14 +34,6 @@ def raw_bytes(size, seed=1):
         out.append(b"line %d of file %d: the quick brown fox\n" % (i, seed))
         i += 1
     return b"".join(out)[:size]
-
-
-def errno_of(fn):
-    try:
-        fn()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def refused(tmp_path, manifest):
