@@ -115,13 +115,12 @@ static void test_file_pack_and_chunked(void **state)
 	uint64_t files, dirs, bytes;
 
 	assert_int_equal(
-	    load(f,
-	         V3P(PACK("," GOOD_STORED),
-	             FILE10K(GOOD_STORED) "," MEMBER ","
-	                                  "{\"path\":\"raw\",\"size\":5},"
-	                                  "{\"path\":\"c\",\"size\":10000,\"sha256\":\"" SHA_C
-	                                  "\"," CHUNKS
-	                                  "," STORED("\"size\":5000,\"frame\":4096") "}")),
+	    load(f, V3P(PACK("," GOOD_STORED),
+	                FILE10K(GOOD_STORED) "," MEMBER ","
+	                                     "{\"path\":\"raw\",\"size\":5},"
+	                                     "{\"path\":\"c\",\"size\":10000,\"sha256\":\"" SHA_C
+	                                     "\"," CHUNKS
+	                                     "," STORED("\"size\":5000,\"frame\":4096") "}")),
 	    0);
 	/* ls -l shows the files' own sizes, never the stored ones. */
 	assert_int_equal(index_totals(f->idx, &files, &dirs, &bytes), 0);
@@ -298,7 +297,14 @@ static void test_refusals(void **state)
 	     "entries[0] \"c\": stored.frame 8192 is not chunks.size 4096"},
 	    {V3("{\"path\":\"c\",\"size\":10000," CHUNKS "," GOOD_STORED "}"),
 	     "stored.frames is not allowed with chunks"},
+	    {V3(FILE10K(STORED("\"size\":600,\"frame\":4096,\"frames\":[100,[200],300]"))),
+	     "stored.frames[1] is not a length"},
+	    {V3(FILE10K(STORED("\"size\":600,\"frame\":4096,\"frames\":[100,{\"a\":[1,2]},300]"))),
+	     "stored.frames[1] is not a length"},
+	    {V3(FILE10K(STORED("\"size\":600,\"frame\":4096,\"frames\":[100,200,4294967596]"))),
+	     "stored.frames[2] is not a length"},
 	    /* A pack's, named as a pack. */
+	    {V3P(PACK(",\"stored\":7"), MEMBER), "packs[0]: stored is not an object"},
 	    {V3P(PACK("," STORED("\"size\":601,\"frame\":4096,\"frames\":[100,200,300]")), MEMBER),
 	     "packs[0]: stored.frames add up to 600, not stored.size 601"},
 	    {V3P(PACK("," STORED("\"size\":600,\"frame\":4096")), MEMBER),
