@@ -547,6 +547,37 @@ static void test_spec_frame_table_chunked(void **state)
 	fetch_hash_list_clear(&hl);
 }
 
+/* Prefetch's open of a compressed chunked file: its hash list first (pending while it
+ * downloads), then the object with the table from it; one that does not add up, -EIO. */
+static void test_open_ahead_takes_the_table(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj, list;
+
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[0], &obj),
+	                 FETCH_OBJECT_PENDING);
+	assert_int_equal(flight_size(obj.flight), 4 * Z_RECORD); /* the hash list's flight */
+	flight_unref(obj.flight);
+	list = open_zbig_list(fx, 0); /* joins it and delivers the list */
+	joined.seen = false;
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[0], &obj), 0);
+	assert_z_table();
+	assert_true(joined.spec.speculative);
+	flight_unref(obj.flight);
+	flight_unref(list.flight);
+	fetch_object_clear(&list);
+
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[1], &obj),
+	                 FETCH_OBJECT_PENDING);
+	flight_unref(obj.flight);
+	list = open_zbig_list(fx, 1);
+	joined.seen = false;
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[1], &obj), -EIO);
+	assert_false(joined.seen);
+	flight_unref(list.flight);
+	fetch_object_clear(&list);
+}
+
 /* Lengths that do not add up to stored.size, or one out of range: the open fails with EIO
  * and nothing of the object is joined. */
 static void test_hash_list_lengths_wrong(void **state)
@@ -652,6 +683,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_spec_frame_table_file_and_member, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_spec_frame_table_chunked, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_hash_list_lengths_wrong, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_open_ahead_takes_the_table, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_verified_once_per_flight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_match_is_its_own, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_mismatch_refetches, setup_corrupt,
