@@ -73,37 +73,40 @@ static bool join_again(struct pending_open *po, int rc)
 static void finish(struct pending_open *po)
 {
 	struct fs_session *s = po->s;
-	unsigned char *digests = NULL;
+	struct fetch_hash_list hl = {0};
 	struct flight *f = NULL;
 	bool created = false;
 	char shown[512];
 	int rc = po->err;
 
 	if (rc == 0)
-		rc = fetch_hash_list_read(po->list, &digests);
+		rc = fetch_hash_list_take(s->resolver, po->ino, po->list, po->list_url, &hl);
 	if (rc && join_again(po, rc))
 		return;
 	if (rc) {
-		util_log(UTIL_LOG_ERROR,
-		         "%s: its hash list from %s could not be fetched or does not match its "
-		         "sha256 (%s): the open fails with EIO",
-		         flight_name(po->list), util_redact_url(po->list_url, shown, sizeof(shown)),
-		         strerror(-rc));
+		/* fetch_hash_list_take logged its own failures, but for a spool that is gone. */
+		if (po->err || rc == -ENOENT || rc == -ESTALE)
+			util_log(UTIL_LOG_ERROR,
+			         "%s: its hash list from %s could not be fetched or does not match "
+			         "its sha256 (%s): the open fails with EIO",
+			         flight_name(po->list),
+			         util_redact_url(po->list_url, shown, sizeof(shown)),
+			         strerror(-rc));
 		fuse_reply_err(po->req, EIO);
 		pending_free(po);
 		return;
 	}
-	rc = fs_open_object(s, po->ino, digests, po->h, &f, &created);
+	rc = fs_open_object(s, po->ino, &hl, po->h, &f, &created);
 	if (rc == FETCH_OBJECT_HASH_LIST)
-		rc = -EIO; /* not reached: with digests it joins or creates */
+		rc = -EIO; /* not reached: with its hash list it joins or creates */
 	if (rc) {
 		fuse_reply_err(po->req, -rc);
 	} else {
-		fs_open_finish(po->req, s, po->ino, &po->fi, po->h, f, created, digests,
+		fs_open_finish(po->req, s, po->ino, &po->fi, po->h, f, created, &hl,
 		               po->adopting ? &po->read : NULL);
 		po->h = NULL; /* fs_open_finish's now */
 	}
-	free(digests);
+	fetch_hash_list_clear(&hl);
 	pending_free(po);
 }
 

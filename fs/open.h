@@ -28,7 +28,7 @@ void fs_reply_spool(fuse_req_t req, struct flight *f, uint64_t off, uint64_t len
  * read of an earlier serving process's fh (fi->fh; doc/survive.md) instead: linked under that fh,
  * and the read is answered, not an open.
  */
-int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *digests,
+int fs_open_object(struct fs_session *s, fuse_ino_t ino, const struct fetch_hash_list *list,
                    struct fs_handle *h, struct flight **f, bool *created);
 struct fs_adopting_read {
 	off_t off;
@@ -36,14 +36,14 @@ struct fs_adopting_read {
 };
 void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
                     struct fs_handle *h, struct flight *f, bool created,
-                    const unsigned char *digests, const struct fs_adopting_read *read);
+                    const struct fetch_hash_list *list, const struct fs_adopting_read *read);
 /*
  * hash_list.c: the first open of an object with chunk hashes fetches its hash list (a flight
  * of its own, keyed by its sha256 and verified whole, which every opener joins), then joins
- * the object's flight with its digests and replies; a hash list that cannot be fetched or
- * does not match fails the open with EIO. Replies always, maybe later, from the opener
- * thread. Takes h. With read (copied), the read of an earlier process's fh that rebuilds h
- * is answered instead (fs_open_finish).
+ * the object's flight with it (fetch_hash_list_take) and replies; a hash list that cannot be
+ * fetched, does not match or does not describe the stored object fails the open with EIO. Replies
+ * always, maybe later, from the opener thread. Takes h. With read (copied), the read of an earlier
+ * process's fh that rebuilds h is answered instead (fs_open_finish).
  */
 void fs_open_after_hash_list(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
                              const struct fuse_file_info *fi, struct fs_handle *h,

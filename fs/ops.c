@@ -390,14 +390,14 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 /*
  * Joins file ino's object for handle h (fetch_object_open), which notes what it is: a pack
  * member's view and the file's directory. *f gets the reference. 0, FETCH_OBJECT_HASH_LIST
- * (no digests yet for a new flight of a chunked object), or -errno.
+ * (no hash list yet for a new flight of a chunked object), or -errno.
  */
-int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *digests,
+int fs_open_object(struct fs_session *s, fuse_ino_t ino, const struct fetch_hash_list *list,
                    struct fs_handle *h, struct flight **f, bool *created)
 {
 	struct fetch_object obj;
-	int rc = fetch_object_open(
-	    s->resolver, &(struct fetch_object_req){.ino = ino, .digests = digests}, &obj);
+	int rc = fetch_object_open(s->resolver,
+	                           &(struct fetch_object_req){.ino = ino, .list = list}, &obj);
 
 	*f = obj.flight;
 	*created = obj.created;
@@ -415,10 +415,11 @@ int fs_open_object(struct fs_session *s, fuse_ino_t ino, const unsigned char *di
  * fetches it again. It may also have failed just after the join: the same. Other errors
  * (out of fds) fail this open only, and leave the object cached. On failure *f is
  * unreferenced and NULL; returns 0, -errno, or FETCH_OBJECT_HASH_LIST when a new flight of a
- * chunked object needs its digests (digests NULL): its hash list comes first.
+ * chunked object needs its hash list (list NULL): it comes first.
  */
 static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h,
-                                    struct flight **f, bool *created, const unsigned char *digests)
+                                    struct flight **f, bool *created,
+                                    const struct fetch_hash_list *list)
 {
 	int rc = *created ? flight_hold_spool_created(*f) : flight_hold_spool(*f);
 
@@ -427,7 +428,7 @@ static int hold_spool_or_start_over(struct fs_session *s, fuse_ino_t ino, struct
 		 * (which is no reason to fetch it again, nor to delete that file). */
 		flight_unref(*f);
 		*f = NULL;
-		rc = fs_open_object(s, ino, digests, h, f, created);
+		rc = fs_open_object(s, ino, list, h, f, created);
 		if (rc == FETCH_OBJECT_HASH_LIST)
 			return rc; /* its hash list first, as at a first open */
 		if (rc == 0)
@@ -538,11 +539,11 @@ static void open_object(fuse_req_t req, struct fs_session *s, fuse_ino_t ino,
  * unreferenced.
  */
 static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h, struct flight *f,
-                       bool *created, const unsigned char *digests)
+                       bool *created, const struct fetch_hash_list *list)
 {
 	int rc;
 
-	rc = hold_spool_or_start_over(s, ino, h, &f, created, digests);
+	rc = hold_spool_or_start_over(s, ino, h, &f, created, list);
 	if (rc)
 		return rc;
 	fs_prefetch_note_open(s, ino, h->parent);
@@ -558,12 +559,12 @@ static int take_flight(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h
 
 void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct fuse_file_info *fi,
                     struct fs_handle *h, struct flight *f, bool created,
-                    const unsigned char *digests, const struct fs_adopting_read *read)
+                    const struct fetch_hash_list *list, const struct fs_adopting_read *read)
 {
 	enum flight_state state;
 	int backing_id, rc;
 
-	rc = take_flight(s, ino, h, f, &created, digests);
+	rc = take_flight(s, ino, h, f, &created, list);
 	if (rc == FETCH_OBJECT_HASH_LIST) {
 		fs_open_after_hash_list(req, s, ino, fi, h, read); /* replies, now or later */
 		return;

@@ -50,13 +50,17 @@ enum ins_param {
 	P_NESTED_SIZE,
 	P_NESTED_URL,
 	P_LISTED,
+	P_STORED_SIZE,
+	P_STORED_FRAME,
+	P_STORED_FRAMES,
 	P_COUNT
 };
 static const char *const ins_params[P_COUNT] = {
-    ":parent",      ":name",       ":is_dir",     ":kind",         ":mode",      ":size",
-    ":mtime",       ":executable", ":sha256",     ":url",          ":etag",      ":target",
-    ":pack",        ":offset",     ":chunk_size", ":chunk_sha256", ":chunk_url", ":nested_sha256",
-    ":nested_size", ":nested_url", ":listed"};
+    ":parent",       ":name",        ":is_dir",        ":kind",         ":mode",
+    ":size",         ":mtime",       ":executable",    ":sha256",       ":url",
+    ":etag",         ":target",      ":pack",          ":offset",       ":chunk_size",
+    ":chunk_sha256", ":chunk_url",   ":nested_sha256", ":nested_size",  ":nested_url",
+    ":listed",       ":stored_size", ":stored_frame",  ":stored_frames"};
 
 struct index_builder {
 	struct index *idx;
@@ -80,10 +84,11 @@ struct index_builder {
 static const char ins_sql[] =
     "INSERT INTO node(parent, name, is_dir, kind, mode, size, mtime, executable, sha256, url,"
     " etag, target, pack, pack_offset, chunk_size, chunk_sha256, chunk_url, nested_sha256,"
-    " nested_size, nested_url, listed)"
+    " nested_size, nested_url, listed, stored_size, stored_frame, stored_frames)"
     " VALUES(:parent, :name, :is_dir, :kind, :mode, :size, :mtime, :executable, :sha256,"
     " :url, :etag, :target, :pack, :offset, :chunk_size, :chunk_sha256, :chunk_url,"
-    " :nested_sha256, :nested_size, :nested_url, :listed)";
+    " :nested_sha256, :nested_size, :nested_url, :listed, :stored_size, :stored_frame,"
+    " :stored_frames)";
 
 /* A directory's final mtime and mode, written once every entry is in. */
 static const char dir_sql[] =
@@ -91,7 +96,8 @@ static const char dir_sql[] =
 
 static const char pack_find_sql[] = "SELECT id, size FROM pack WHERE sha256 = :sha256";
 static const char pack_ins_sql[] =
-    "INSERT INTO pack(sha256, size, url) VALUES(:sha256, :size, :url)";
+    "INSERT INTO pack(sha256, size, url, stored_size, stored_frame, stored_frames)"
+    " VALUES(:sha256, :size, :url, :stored_size, :stored_frame, :stored_frames)";
 
 __attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_len, const char *fmt,
                                                         ...)
@@ -161,6 +167,8 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	bool is_file = a->kind == INDEX_KIND_FILE, is_link = a->kind == INDEX_KIND_SYMLINK;
 	bool chunked = is_file && a->chunk_size;
 	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
+	/* A member's bytes are its pack's, stored as the pack is. */
+	bool stored = is_file && a->stored_frame && pack_id < 0;
 	int rc = bind_i64(b, P_PARENT, parent);
 
 	if (rc == 0)
@@ -210,6 +218,18 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	/* Its entries come with its own manifest, at its first lookup. */
 	if (rc == 0)
 		rc = bind_i64(b, P_LISTED, !nested);
+	if (rc == 0)
+		rc = stored ? bind_i64(b, P_STORED_SIZE, (int64_t)a->stored_size)
+		            : bind_null(b, P_STORED_SIZE);
+	if (rc == 0)
+		rc = stored ? bind_i64(b, P_STORED_FRAME, (int64_t)a->stored_frame)
+		            : bind_null(b, P_STORED_FRAME);
+	if (rc == 0)
+		rc = stored && a->stored_frames
+		         ? index_db_errno(sqlite3_bind_blob(
+		               b->st_ins, b->ins_at[P_STORED_FRAMES], a->stored_frames,
+		               (int)a->stored_frames_len, SQLITE_STATIC))
+		         : bind_null(b, P_STORED_FRAMES);
 	if (rc == 0)
 		rc = index_db_exec(b->st_ins);
 	if (rc < 0)
@@ -454,6 +474,14 @@ int index_build_add(struct index_builder *b, const struct index_build_entry *e, 
 int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
                          const char *url, char *why, size_t why_len)
 {
+	return index_build_add_pack_stored(b, sha256, size, url, 0, 0, NULL, 0, why, why_len);
+}
+
+int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uint64_t size,
+                                const char *url, uint64_t stored_size, uint64_t frame,
+                                const unsigned char *frames, size_t frames_len, char *why,
+                                size_t why_len)
+{
 	sqlite3_stmt *find = b->st_pack_find, *ins = b->st_pack_ins;
 	int rc;
 
@@ -479,6 +507,17 @@ int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t s
 		rc = index_db_bind_int64(ins, ":size", (int64_t)size);
 	if (rc == 0)
 		rc = index_db_bind_text(ins, ":url", url, -1);
+	if (rc == 0)
+		rc = frame ? index_db_bind_int64(ins, ":stored_size", (int64_t)stored_size)
+		           : index_db_bind_null(ins, ":stored_size");
+	if (rc == 0)
+		rc = frame ? index_db_bind_int64(ins, ":stored_frame", (int64_t)frame)
+		           : index_db_bind_null(ins, ":stored_frame");
+	if (rc == 0)
+		rc = frame && frames ? index_db_errno(sqlite3_bind_blob(
+		                           ins, sqlite3_bind_parameter_index(ins, ":stored_frames"),
+		                           frames, (int)frames_len, SQLITE_STATIC))
+		                     : index_db_bind_null(ins, ":stored_frames");
 	if (rc == 0)
 		rc = index_db_exec(ins);
 out:

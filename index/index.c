@@ -14,16 +14,19 @@
  * the snapshot the kernel knows (doc/survive.md):
  *   node(ino INTEGER PRIMARY KEY, parent, name, is_dir, kind, mode, size, mtime, executable,
  *        sha256, url, etag, listed, target, pack, pack_offset, chunk_size, chunk_sha256,
- *        chunk_url, nested_sha256, nested_size, nested_url)
+ *        chunk_url, nested_sha256, nested_size, nested_url, stored_size, stored_frame,
+ *        stored_frames)
  *     Built at every open: a session is a snapshot. mode NULL: the kind's default. Its indexes are
  * made when a build begins (index_namespace_indexes) and kept up per insert, on a large load's
  * builder thread, which has time to spare while the reader parses: UNIQUE node_name(parent, name)
  * serves lookup, node_parent(parent), which carries the rowid, serves readdir in inode order,
  * node_nested(parent, ino), of directories with a manifest of their own only, finds a nested
  * directory's next such sibling (index_next_nested_sibling) without a scan of the others.
- * pack(id INTEGER PRIMARY KEY, sha256 UNIQUE, size, url) The packs whose byte ranges are files
- * (node.pack, node.pack_offset). The spool records of the cache directory are another database:
- * spool_records.c.
+ * pack(id INTEGER PRIMARY KEY, sha256 UNIQUE, size, url, stored_size, stored_frame,
+ * stored_frames) The packs whose byte ranges are files (node.pack, node.pack_offset).
+ * stored_*: how an object is stored (index_stored); stored_frame NULL: as it is; stored_frames
+ * a BLOB of little-endian u32s, NULL when a chunked file's hash list holds them. The spool records
+ * of the cache directory are another database: spool_records.c.
  */
 #include "index/index_i.h"
 
@@ -58,12 +61,18 @@ static const char namespace_schema_sql[] =
     " chunk_url TEXT,"
     " nested_sha256 TEXT,"
     " nested_size INTEGER,"
-    " nested_url TEXT);"
+    " nested_url TEXT,"
+    " stored_size INTEGER,"
+    " stored_frame INTEGER,"
+    " stored_frames BLOB);"
     "CREATE TABLE pack("
     " id INTEGER PRIMARY KEY,"
     " sha256 TEXT NOT NULL UNIQUE,"
     " size INTEGER NOT NULL,"
-    " url TEXT NOT NULL);"
+    " url TEXT NOT NULL,"
+    " stored_size INTEGER,"
+    " stored_frame INTEGER,"
+    " stored_frames BLOB);"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
 
@@ -196,7 +205,8 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	    {&idx->st_get_object,
 	     "SELECT n.ino, n.parent, n.name, n.is_dir, n.size, n.mtime, n.executable, n.sha256,"
 	     " n.kind, n.mode, n.url, n.etag, p.sha256, p.size, n.pack_offset, p.url,"
-	     " n.chunk_sha256, n.chunk_size, n.chunk_url FROM node AS n"
+	     " n.chunk_sha256, n.chunk_size, n.chunk_url, n.stored_size, n.stored_frame,"
+	     " n.stored_frames, p.stored_size, p.stored_frame, p.stored_frames FROM node AS n"
 	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
@@ -266,6 +276,26 @@ static int load_default_mtime(struct index *idx)
 	return rc == -ENOENT ? 0 : rc;
 }
 
+/*
+ * A namespace file an earlier build made (a serving process replaced by an upgrade, which
+ * reopens it) has no stored_* columns: they are added, empty (that build loaded no version
+ * 3 manifest). A column that is there already makes its ALTER fail, which is the point.
+ */
+static void add_stored_columns(sqlite3 *db)
+{
+	static const char *const alter[] = {
+	    "ALTER TABLE node ADD COLUMN stored_size INTEGER",
+	    "ALTER TABLE node ADD COLUMN stored_frame INTEGER",
+	    "ALTER TABLE node ADD COLUMN stored_frames BLOB",
+	    "ALTER TABLE pack ADD COLUMN stored_size INTEGER",
+	    "ALTER TABLE pack ADD COLUMN stored_frame INTEGER",
+	    "ALTER TABLE pack ADD COLUMN stored_frames BLOB",
+	};
+
+	for (size_t k = 0; k < sizeof(alter) / sizeof(alter[0]); k++)
+		(void)sqlite3_exec(db, alter[k], NULL, NULL, NULL);
+}
+
 static int open_at(const char *path, bool fresh, struct index **out)
 {
 	struct index *idx = calloc(1, sizeof(*idx));
@@ -298,6 +328,8 @@ static int open_at(const char *path, bool fresh, struct index **out)
 		                      sizeof(namespace_pragmas) / sizeof(namespace_pragmas[0]));
 	if (rc == 0 && fresh)
 		rc = index_db_exec_sql(idx->db, namespace_schema_sql);
+	else if (rc == 0)
+		add_stored_columns(idx->db);
 	if (rc == 0)
 		rc = index_db_prepare_all(idx->db, defs, NAMESPACE_STMTS);
 	if (rc < 0)
@@ -684,7 +716,40 @@ enum {
 	OBJECT_CHUNK_SHA256,
 	OBJECT_CHUNK_SIZE,
 	OBJECT_CHUNK_URL,
+	OBJECT_STORED, /* size, frame, frames: the file's own object's */
+	OBJECT_PACK_STORED = OBJECT_STORED + 3,
 };
+
+/*
+ * How an object of `size` bytes is stored, from the row's three columns from col on (size,
+ * frame, frames) into out. 0, -ENOMEM, or -EIO for a table the builder would not have let
+ * in (another length than the object's frame count).
+ */
+static int row_to_stored(sqlite3_stmt *st, int col, uint64_t size, struct index_stored *out)
+{
+	if (sqlite3_column_type(st, col + 1) == SQLITE_NULL)
+		return 0;
+	out->size = (uint64_t)sqlite3_column_int64(st, col);
+	out->frame = (uint64_t)sqlite3_column_int64(st, col + 1);
+	if (out->frame == 0)
+		return -EIO;
+	out->n_frames = size / out->frame + (size % out->frame != 0);
+	if (sqlite3_column_type(st, col + 2) == SQLITE_NULL)
+		return 0;
+	const unsigned char *blob = sqlite3_column_blob(st, col + 2);
+	size_t len = (size_t)sqlite3_column_bytes(st, col + 2);
+	if (!blob || len != out->n_frames * 4)
+		return -EIO;
+	out->frames = malloc(len);
+	if (!out->frames)
+		return -ENOMEM;
+	for (uint64_t k = 0; k < out->n_frames; k++) {
+		const unsigned char *b = blob + k * 4;
+		out->frames[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+		                 (uint32_t)b[3] << 24;
+	}
+	return 0;
+}
 
 /* A file's part of st_get_object's row into out. 0 or -errno. */
 static int row_to_object(sqlite3_stmt *st, struct index_object_ref *out)
@@ -697,12 +762,16 @@ static int row_to_object(sqlite3_stmt *st, struct index_object_ref *out)
 	             out->pack.pack_sha256, &out->pack.pack_size, &out->pack.url);
 	if (rc == 0)
 		out->pack.offset = (uint64_t)sqlite3_column_int64(st, OBJECT_PACK_OFFSET);
+	if (rc == 0)
+		rc = row_to_stored(st, OBJECT_PACK_STORED, out->pack.pack_size, &out->pack.stored);
 	if (rc == -ENODATA) { /* not packed: the file is an object of its own */
 		const unsigned char *u = sqlite3_column_text(st, OBJECT_URL);
 		if (!u)
 			return -ENOENT; /* as index_get_url says of a file without one */
 		out->url = strdup((const char *)u);
 		rc = out->url ? 0 : -ENOMEM;
+		if (rc == 0)
+			rc = row_to_stored(st, OBJECT_STORED, out->node.size, &out->stored);
 	}
 	if (rc)
 		return rc;
@@ -735,5 +804,8 @@ void index_object_ref_free(struct index_object_ref *ref)
 	free(ref->url);
 	free(ref->pack.url);
 	free(ref->chunks.url);
+	free(ref->stored.frames);
+	free(ref->pack.stored.frames);
 	ref->url = ref->pack.url = ref->chunks.url = NULL;
+	ref->stored.frames = ref->pack.stored.frames = NULL;
 }

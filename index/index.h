@@ -118,6 +118,13 @@ struct index_build_entry {
 	uint64_t chunk_size;
 	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
 	const char *chunk_url;    /* where the hash list is */
+	/* Files: stored compressed (index_stored); stored_frame 0: stored as it is. */
+	uint64_t stored_size;
+	uint64_t stored_frame;
+	/* Each frame's stored length, little-endian u32s (stored_frames_len bytes); NULL with
+	 * chunk hashes, whose hash list holds them. */
+	const unsigned char *stored_frames;
+	size_t stored_frames_len;
 };
 
 /* Starts building the empty namespace idx. 0, -EBUSY when it holds entries already, or
@@ -148,6 +155,16 @@ int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *o
  */
 int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
                          const char *url, char *why, size_t why_len);
+/*
+ * index_build_add_pack for a pack stored compressed: stored_size bytes at url, one frame
+ * per `frame` bytes of the pack, frames (n_frames_len bytes of little-endian u32s) their
+ * stored lengths. The loader checked the table. A pack declared again keeps its first form
+ * (both name the same uncompressed bytes).
+ */
+int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uint64_t size,
+                                const char *url, uint64_t stored_size, uint64_t frame,
+                                const unsigned char *frames, size_t frames_len, char *why,
+                                size_t why_len);
 
 /*
  * Adds one entry. 0, -errno, or -EINVAL with a reason in why (`path has a ".." segment`,
@@ -184,11 +201,26 @@ int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len);
  * sha256, fetched whole by one flight) and the member's offset in it. The member's own
  * size and sha256 are the node's.
  */
+/*
+ * How an object is stored (doc/manifest.md, version 3): independent zstd frames, one per
+ * `frame` bytes of the object (the last holds the rest), `size` bytes in all at its URL.
+ * frame 0: stored as it is (size 0, frames NULL). frames: each frame's stored length, in
+ * order (n_frames of them, ceil(object size / frame), malloc'd); NULL when they are in
+ * the object's hash list (a chunked object) instead.
+ */
+struct index_stored {
+	uint64_t size;
+	uint64_t frame;
+	uint32_t *frames;
+	uint64_t n_frames;
+};
+
 struct index_pack_ref {
 	char pack_sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex */
 	uint64_t pack_size;
-	uint64_t offset; /* offset + node size <= pack_size, checked at load */
-	char *url;       /* the pack's URL, resolved like any object URL; malloc'd */
+	uint64_t offset;            /* offset + node size <= pack_size, checked at load */
+	char *url;                  /* the pack's URL, resolved like any object URL; malloc'd */
+	struct index_stored stored; /* how the pack is stored */
 };
 
 /*
@@ -214,6 +246,7 @@ struct index_object_ref {
 	char etag[256];                 /* the version to pin, "" when none (as index_get_etag) */
 	struct index_pack_ref pack;     /* pack.url NULL: not packed */
 	struct index_chunks_ref chunks; /* chunks.chunk_size 0: none */
+	struct index_stored stored;     /* the file's own object's (not a member's) */
 };
 /* 0 and *out filled, or -ENOENT, -ENOMEM, -EIO with nothing in *out to free. */
 int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *out);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight_key.h"
@@ -173,8 +174,20 @@ struct target {
 	const char *sha256;
 	uint64_t size;
 	uint64_t chunk_size; /* the object's own chunk hashes; 0: none */
-	const char *suffix;  /* after the path in its flight's name */
+	/* How it is stored (flight_spec's): frame_size 0, stored as it is. A chunked object's
+	 * frame_stored is NULL here: its hash list has the lengths (req->list). */
+	uint64_t frame_size;
+	const uint32_t *frame_stored;
+	uint64_t stored_size;
+	const char *suffix; /* after the path in its flight's name */
 };
+
+/* The bytes per chunk in a hash list: a digest, and for an object stored compressed its
+ * chunk's frame's stored length too (doc/manifest.md, version 3). */
+static uint64_t hash_list_record(const struct index_object_ref *ref)
+{
+	return FLIGHT_DIGEST_BYTES + (ref->stored.frame ? sizeof(uint32_t) : 0);
+}
 
 static void target_of(const struct index_object_ref *ref, const struct fetch_object_req *req,
                       struct target *t)
@@ -183,20 +196,23 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 
 	if (req->hash_list) {
 		/* Its length is what the object's size and chunk size make it: no other is
-		 * taken. */
+		 * taken. It is stored as it is. */
 		*t = (struct target){.url = ref->chunks.url,
 		                     .etag = "",
 		                     .sha256 = ref->chunks.sha256,
 		                     .size = flight_chunk_count(n->size, ref->chunks.chunk_size) *
-		                             FLIGHT_DIGEST_BYTES,
+		                             hash_list_record(ref),
 		                     .suffix = " (hash list)"};
 	} else if (ref->pack.url) {
 		/* A member's flight is its pack's: one download for all its members, keyed by
-		 * the pack's sha256 like any object. */
+		 * the pack's sha256 like any object, and stored as the pack is. */
 		*t = (struct target){.url = ref->pack.url,
 		                     .etag = "",
 		                     .sha256 = ref->pack.pack_sha256,
 		                     .size = ref->pack.pack_size,
+		                     .frame_size = ref->pack.stored.frame,
+		                     .frame_stored = ref->pack.stored.frames,
+		                     .stored_size = ref->pack.stored.size,
 		                     .suffix = ""};
 	} else {
 		*t = (struct target){.url = ref->url,
@@ -204,7 +220,12 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 		                     .sha256 = n->sha256,
 		                     .size = n->size,
 		                     .chunk_size = ref->chunks.chunk_size,
+		                     .frame_size = ref->stored.frame,
+		                     .frame_stored = ref->stored.frames,
+		                     .stored_size = ref->stored.size,
 		                     .suffix = ""};
+		if (ref->chunks.chunk_size && req->list)
+			t->frame_stored = req->list->frame_stored;
 	}
 }
 
@@ -254,9 +275,14 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 			engine_kick(c->engine, out->flight);
 		goto joined;
 	}
-	/* Nothing to join, and no digests: its hash list comes first. */
-	if (t.chunk_size && !req->digests) {
+	/* Nothing to join, and no hash list: it comes first. */
+	if (t.chunk_size && !req->list) {
 		rc = FETCH_OBJECT_HASH_LIST;
+		goto out;
+	}
+	/* A frame table the engine would read past (a caller's hash list of the wrong form). */
+	if (t.frame_size && !t.frame_stored) {
+		rc = -EIO;
 		goto out;
 	}
 	/* A new flight (most likely): its name is the file's path, for its log lines. The path
@@ -274,7 +300,10 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 	                            .ino = req->ino,
 	                            .readers_verify = out->is_member,
 	                            .chunk_size = t.chunk_size,
-	                            .chunk_digests = req->digests,
+	                            .chunk_digests = req->list ? req->list->digests : NULL,
+	                            .frame_size = t.frame_size,
+	                            .frame_stored = t.frame_stored,
+	                            .stored_size = t.stored_size,
 	                            .speculative = req->speculative};
 	rc = join_new(o, &spec, &out->flight, &out->created);
 	if (rc)
@@ -399,8 +428,8 @@ bool fetch_object_spool_gone(struct flight *f, int rc)
 int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_object *out)
 {
 	struct fetch_object_req req = {.ino = ino, .speculative = true};
+	struct fetch_hash_list hl = {0};
 	struct fetch_object list;
-	unsigned char *digests = NULL;
 	enum flight_state state;
 	int rc = fetch_object_open(o, &req, out);
 
@@ -414,18 +443,118 @@ int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_
 	}
 	if (rc)
 		return rc;
-	fetch_object_clear(&list);
 	flight_progress(list.flight, NULL, NULL, &state);
 	if (state == FLIGHT_ACTIVE) {
+		fetch_object_clear(&list);
 		out->flight = list.flight;
 		return FETCH_OBJECT_PENDING;
 	}
-	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_read(list.flight, &digests) : -EIO;
+	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_take(o, ino, list.flight, list.url, &hl)
+	                              : -EIO;
+	fetch_object_clear(&list);
 	flight_unref(list.flight);
 	if (rc)
 		return rc;
-	req = (struct fetch_object_req){.ino = ino, .speculative = true, .digests = digests};
+	req = (struct fetch_object_req){.ino = ino, .speculative = true, .list = &hl};
 	rc = fetch_object_open(o, &req, out);
-	free(digests);
+	fetch_hash_list_clear(&hl);
+	return rc;
+}
+
+void fetch_hash_list_clear(struct fetch_hash_list *hl)
+{
+	free(hl->digests);
+	free(hl->frame_stored);
+	hl->digests = NULL;
+	hl->frame_stored = NULL;
+}
+
+/* Why frame lengths len[0..n) cannot be object ref's frames (its chunks' share of its
+ * size), into why; NULL when they can. */
+static const char *frames_wrong(const struct index_object_ref *ref, const uint32_t *len, uint64_t n,
+                                char *why, size_t why_len)
+{
+	uint64_t size = ref->node.size, frame = ref->stored.frame, sum = 0;
+
+	for (uint64_t k = 0; k < n; k++) {
+		uint64_t share = size - k * frame < frame ? size - k * frame : frame;
+		uint64_t bound = ZSTD_compressBound((size_t)share);
+		if (len[k] == 0 || len[k] > bound) {
+			snprintf(
+			    why, why_len,
+			    "chunk %llu's frame length %u is not from 1 to %llu (zstd's bound for "
+			    "its %llu bytes)",
+			    (unsigned long long)k, (unsigned)len[k], (unsigned long long)bound,
+			    (unsigned long long)share);
+			return why;
+		}
+		sum += len[k];
+	}
+	if (sum != ref->stored.size) {
+		snprintf(why, why_len, "its frame lengths add up to %llu, not stored.size %llu",
+		         (unsigned long long)sum, (unsigned long long)ref->stored.size);
+		return why;
+	}
+	return NULL;
+}
+
+/* Splits the hash list's bytes (n records of hash_list_record(ref)) into out. */
+static int split_hash_list(const struct index_object_ref *ref, unsigned char *bytes, uint64_t n,
+                           struct fetch_hash_list *out, char *why, size_t why_len)
+{
+	if (!ref->stored.frame) { /* as it is: the digests are the whole list */
+		out->digests = bytes;
+		return 0;
+	}
+	out->digests = malloc(n ? n * FLIGHT_DIGEST_BYTES : 1);
+	out->frame_stored = malloc(n ? n * sizeof(uint32_t) : 1);
+	if (!out->digests || !out->frame_stored) {
+		free(bytes);
+		return -ENOMEM;
+	}
+	for (uint64_t k = 0; k < n; k++) {
+		const unsigned char *r = bytes + k * (FLIGHT_DIGEST_BYTES + 4);
+		const unsigned char *b = r + FLIGHT_DIGEST_BYTES;
+		memcpy(out->digests + k * FLIGHT_DIGEST_BYTES, r, FLIGHT_DIGEST_BYTES);
+		out->frame_stored[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+		                       (uint32_t)b[3] << 24;
+	}
+	free(bytes);
+	return frames_wrong(ref, out->frame_stored, n, why, why_len) ? -EIO : 0;
+}
+
+int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
+                         const char *url, struct fetch_hash_list *out)
+{
+	struct index_object_ref ref;
+	unsigned char *bytes = NULL;
+	char why[256] = "", name[1024], shown[512];
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = index_get_object(o->cfg.idx, ino, &ref);
+	if (rc)
+		return rc;
+	uint64_t n = flight_chunk_count(ref.node.size, ref.chunks.chunk_size);
+	rc = ref.chunks.chunk_size ? 0 : -EIO; /* the namespace does not change */
+	if (rc == 0 && flight_size(list) != n * hash_list_record(&ref))
+		rc = -EIO; /* not reached: the flight's size is what target_of made it */
+	if (rc == 0)
+		rc = fetch_hash_list_read(list, &bytes);
+	if (rc == 0)
+		rc = split_hash_list(&ref, bytes, n, out, why, sizeof(why));
+	/* A spool that is gone is the caller's to retry (fetch_object_spool_gone). */
+	if (rc && rc != -ENOENT && rc != -ESTALE) {
+		index_node_path(o->cfg.idx, &ref.node, name, sizeof(name));
+		if (!why[0])
+			snprintf(why, sizeof(why), "it cannot be read: %s", strerror(-rc));
+		util_log(UTIL_LOG_ERROR,
+		         "%s: its hash list from %s does not describe its stored object (%s): the "
+		         "open fails with EIO",
+		         name, util_redact_url(url ? url : "?", shown, sizeof(shown)), why);
+	}
+	if (rc)
+		fetch_hash_list_clear(out);
+	index_object_ref_free(&ref);
 	return rc;
 }

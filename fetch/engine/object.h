@@ -58,6 +58,17 @@ struct fetch_member {
 	char sha256[INDEX_SHA256_HEX + 1];
 };
 
+/*
+ * A chunked object's hash list, read and checked (fetch_hash_list_take): its chunks'
+ * digests (flight_spec.chunk_digests) and, for an object stored compressed, its frames'
+ * stored lengths (flight_spec.frame_stored; NULL when it is stored as it is).
+ */
+struct fetch_hash_list {
+	unsigned char *digests;
+	uint32_t *frame_stored;
+};
+void fetch_hash_list_clear(struct fetch_hash_list *hl);
+
 /* What to open. */
 struct fetch_object_req {
 	uint64_t ino;
@@ -67,8 +78,8 @@ struct fetch_object_req {
 	/* Started by prefetch: -EEXIST when the cache directory holds the object complete
 	 * already (nothing to fetch), and the flight waits for a speculative slot. */
 	bool speculative;
-	/* The hash list's digests (flight_spec.chunk_digests) once read; NULL before. */
-	const unsigned char *digests;
+	/* The hash list once read (fetch_hash_list_take); NULL before. */
+	const struct fetch_hash_list *list;
 };
 
 /* What was opened. */
@@ -81,14 +92,15 @@ struct fetch_object {
 	char *url;       /* with req.hash_list: the hash list's URL, malloc'd; else NULL */
 };
 
-/* fetch_object_open's answer for a chunked object with no flight yet and no digests. */
+/* fetch_object_open's answer for a chunked object with no flight yet and no hash list. */
 #define FETCH_OBJECT_HASH_LIST 1
 
 /*
- * Joins (or starts) the flight of file req->ino's object into *out. A running flight whose
- * chunks failed for good gets one more try (flight_retry_bad_chunks). 0;
- * FETCH_OBJECT_HASH_LIST when the object has chunk hashes, no flight of it runs and
- * req->digests is NULL (open its hash list, then call again with its digests); -EEXIST
+ * Joins (or starts) the flight of file req->ino's object into *out: a new flight's spec
+ * says how the object is stored (its frame table, from the index or from req->list). A
+ * running flight whose chunks failed for good gets one more try (flight_retry_bad_chunks).
+ * 0; FETCH_OBJECT_HASH_LIST when the object has chunk hashes, no flight of it runs and
+ * req->list is NULL (open its hash list, then call again with it); -EEXIST
  * (speculative only); -EISDIR, -ELOOP (not a file), -ENOENT, -ENOMEM, -EIO. On anything but
  * 0, *out holds nothing (out->url freed). fetch_object_clear frees out->url.
  */
@@ -119,11 +131,23 @@ bool fetch_object_spool_gone(struct flight *f, int rc);
 int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_object *out);
 
 /*
- * The digests in a hash list's flight (fetch_object_req.hash_list) once it is complete and
+ * The bytes of a hash list's flight (fetch_object_req.hash_list) once it is complete and
  * verified: flight_size(list) bytes, malloc'd into *out (the caller frees them). 0 or
  * -errno (the spool cannot be held or read).
  */
 int fetch_hash_list_read(struct flight *list, unsigned char **out);
+
+/*
+ * File ino's hash list from its complete, verified flight list (fetch_hash_list_read), split
+ * into *out: 32 bytes of digest per chunk, or for an object stored compressed 36, the digest
+ * then the chunk's frame's stored length (u32, little-endian). 0 (fetch_hash_list_clear);
+ * -EIO, logged with the file and url (the hash list's, as fetch_object_open gave it), for
+ * frame lengths that are 0, over zstd's bound for their chunk, or do not add up to the
+ * object's stored size: nothing of the object may be fetched by such a table; the spool's
+ * -errno (fetch_object_spool_gone may tell to join it afresh), not logged; -ENOMEM.
+ */
+int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
+                         const char *url, struct fetch_hash_list *out);
 
 /*
  * What the extended attributes show of node ino: the node; for a file, url, its object's

@@ -10,7 +10,7 @@
  *
  * Depth: 1 is inside the top object, 2 inside the array (each value there is an entry), 3
  * inside an entry object (each value there is a field); deeper values are skipped, but an
- * object field (chunks, manifest) is kept whole as its text.
+ * object field (chunks, manifest, stored) is kept whole as its text.
  */
 #include "fetch/source/manifest_entries.h"
 
@@ -21,8 +21,8 @@
 #include <yajl/yajl_parse.h>
 
 const char *const manifest_field_names[F_COUNT] = {
-    "path", "size", "sha256", "url",  "mtime",  "executable", "etag",
-    "type", "mode", "target", "pack", "offset", "chunks",     "manifest"};
+    "path", "size",   "sha256", "url",    "mtime",  "executable", "etag",  "type",
+    "mode", "target", "pack",   "offset", "chunks", "manifest",   "stored"};
 
 /* Longest number text that can be an int64_t ("-9223372036854775808" and a NUL). */
 #define INT64_TEXT_MAX 21
@@ -61,7 +61,7 @@ static int field_of(const unsigned char *key, size_t n)
 		k = n > 2 && key[2] == 't' ? F_PATH : F_PACK;
 		break;
 	case 's':
-		k = n > 1 && key[1] == 'i' ? F_SIZE : F_SHA256;
+		k = n > 1 && key[1] == 'i' ? F_SIZE : n > 1 && key[1] == 't' ? F_STORED : F_SHA256;
 		break;
 	case 'u':
 		k = F_URL;

@@ -29,6 +29,7 @@ enum field_id {
 	F_OFFSET,
 	F_CHUNKS,
 	F_MANIFEST,
+	F_STORED, /* version 3; read in any version, to refuse it in the others */
 	F_COUNT
 };
 

@@ -1,6 +1,6 @@
 /*
  * manifest_load.c reads a JSON manifest (manifest_load.h) into an empty namespace: it owns
- * the manifest's syntax, versions 1 and 2, and the message a bad one gets, naming the entry.
+ * the manifest's syntax, versions 1 to 3, and the message a bad one gets, naming the entry.
  *
  * The outer shape (an object, its version, the entries and packs arrays) and the packs are
  * read with sqlite's JSON functions on a private in-memory connection, whose messages
@@ -13,6 +13,7 @@
 #include "fetch/source/manifest_load.h"
 #include "fetch/source/load_pipe.h"
 #include "fetch/source/manifest_entries.h"
+#include "fetch/source/manifest_stored.h"
 #include "fetch/source/manifest_url.h"
 #include "fetch/source/read_orders.h"
 #include "fetch/source/symlink_judge.h"
@@ -25,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MANIFEST_VERSION_MAX 2
+#define MANIFEST_VERSION_MAX 3
 /* Longest path shown in an error message before it is cut with "...". */
 #define ERR_PATH_MAX 160
 /* Chunk sizes a manifest may name: a power of two in this range (doc/manifest.md). */
@@ -47,7 +48,7 @@ struct load {
 	const char *json; /* the manifest, NUL-terminated: the caller's or json_copy */
 	char *json_copy;  /* owned; NULL when the caller's text was terminated already */
 	int version;
-	const char *array;                  /* "files" (version 1) or "entries" (version 2) */
+	const char *array; /* "files" (version 1) or "entries" (versions 2 and 3) */
 	struct manifest_load_options *opts; /* never NULL here */
 	bool at_root; /* the paths start at the mount's root, not in a nested directory */
 	/* The builder thread, for a large manifest; NULL: entries are added here. It reads b
@@ -87,7 +88,7 @@ static const char packs_sql[] =
     " json_type(" PACK_OBJECT ", '$.sha256'), json_extract(" PACK_OBJECT ", '$.sha256'),"
     " json_type(" PACK_OBJECT ", '$.size'), json_extract(" PACK_OBJECT ", '$.size'),"
     " json_type(" PACK_OBJECT ", '$.url'), json_extract(" PACK_OBJECT ", '$.url'),"
-    " " PACK_OBJECT " -> '$.url'"
+    " " PACK_OBJECT " -> '$.url', " PACK_OBJECT " -> '$.stored'"
     " FROM json_each(coalesce(:packs, :json), CASE WHEN :packs IS NULL THEN '$.packs'"
     " ELSE '$' END) AS p";
 
@@ -319,6 +320,37 @@ static int read_chunks(struct load *ld, const struct manifest_entry *e, const ch
 	return 0;
 }
 
+/* How a file's own object is stored (version 3): checked whole here, against its size and
+ * chunks, so that every frame table in the index adds up. */
+static int read_stored(struct load *ld, const struct manifest_entry *e, const char *path,
+                       size_t len, struct index_build_entry *be, struct manifest_stored *st)
+{
+	const struct manifest_field *f = &e->f[F_STORED];
+	char why[256];
+	int rc;
+
+	if (ld->version < 3)
+		return entry_error(ld, e->i, path, len,
+		                   "stored needs manifest version 3 (this one is version %d)",
+		                   ld->version);
+	if (be->pack_sha256)
+		return entry_error(ld, e->i, path, len,
+		                   "stored is not allowed for a pack member (its pack's says how "
+		                   "its bytes are stored)");
+	if (!is_type(f, J_OBJECT))
+		return entry_error(ld, e->i, path, len, "stored is not an object");
+	rc = manifest_stored_read(f->text, be->size, be->chunk_size, st, why, sizeof(why));
+	if (rc == -EINVAL)
+		return entry_error(ld, e->i, path, len, "%s", why);
+	if (rc)
+		return rc;
+	be->stored_size = st->size;
+	be->stored_frame = st->frame;
+	be->stored_frames = st->frames;
+	be->stored_frames_len = st->frames_len;
+	return 0;
+}
+
 /* A directory whose entries are in a manifest of its own, loaded at its first lookup. */
 static int read_nested(struct load *ld, const struct manifest_entry *e, const char *path,
                        size_t len, struct index_build_entry *be, char sha256[65], char **url)
@@ -350,8 +382,8 @@ static int parse_mode(const char *s, size_t len)
 }
 
 /* The fields of a file that an entry of another type must not have. */
-static const enum field_id file_only[] = {F_SIZE, F_SHA256, F_URL,    F_ETAG,
-                                          F_PACK, F_OFFSET, F_CHUNKS, F_EXECUTABLE};
+static const enum field_id file_only[] = {F_SIZE,   F_SHA256, F_URL,        F_ETAG,  F_PACK,
+                                          F_OFFSET, F_CHUNKS, F_EXECUTABLE, F_STORED};
 
 /* Checks what the entry's type allows; fills be's type, mode and mtime. */
 static int read_kind(struct load *ld, const struct manifest_entry *e, const char *path, size_t len,
@@ -504,6 +536,7 @@ static int load_entry(void *ctx, const struct manifest_entry *e)
 	char sha256[65], pack[65], chunk_sha256[65], why[320];
 	char *url = NULL, *chunk_url = NULL;
 	struct index_build_entry be = {0};
+	struct manifest_stored stored = {0};
 	int rc;
 
 	if (!e->is_object)
@@ -525,6 +558,8 @@ static int load_entry(void *ctx, const struct manifest_entry *e)
 		rc = read_file(ld, e, path, len, &be, sha256, pack, &url);
 	if (rc == 0 && ld->version >= 2 && e->f[F_CHUNKS].seen)
 		rc = read_chunks(ld, e, path, len, &be, chunk_sha256, &chunk_url);
+	if (rc == 0 && be.kind == INDEX_KIND_FILE && e->f[F_STORED].seen)
+		rc = read_stored(ld, e, path, len, &be, &stored);
 	if (rc == 0 && ld->version >= 2 && e->f[F_MANIFEST].seen) {
 		if (be.kind != INDEX_KIND_DIR)
 			rc = entry_error(ld, e->i, path, len, "manifest is only for a directory");
@@ -546,10 +581,25 @@ static int load_entry(void *ctx, const struct manifest_entry *e)
 out:
 	free(url);
 	free(chunk_url);
+	manifest_stored_free(&stored);
 	return rc;
 }
 
-/* Declares each pack of a version 2 manifest, before the entries that name them. */
+/* A pack's "stored" (its JSON text, NULL: none) into st; -EINVAL with why. */
+static int read_pack_stored(struct load *ld, const char *text, uint64_t size,
+                            struct manifest_stored *st, char *why, size_t why_len)
+{
+	if (!text)
+		return 0;
+	if (ld->version < 3) {
+		snprintf(why, why_len, "stored needs manifest version 3 (this one is version %d)",
+		         ld->version);
+		return -EINVAL;
+	}
+	return manifest_stored_read(text, size, 0, st, why, why_len);
+}
+
+/* Declares each pack of a version 2 or 3 manifest, before the entries that name them. */
 static int load_packs(struct load *ld)
 {
 	sqlite3_stmt *st = ld->st_packs;
@@ -564,6 +614,7 @@ static int load_packs(struct load *ld)
 		const char *url_type = (const char *)sqlite3_column_text(st, 6);
 		const char *rel = (const char *)sqlite3_column_text(st, 7);
 		int64_t size = sqlite3_column_int64(st, 5);
+		struct manifest_stored stored = {0};
 		char *url = NULL;
 
 		if (!type || strcmp(type, "object") != 0)
@@ -586,11 +637,16 @@ static int load_packs(struct load *ld)
 			rc = -EINVAL;
 		}
 		if (rc == 0)
-			rc = index_build_add_pack(ld->b, sha256, (uint64_t)size, url, why,
-			                          sizeof(why));
+			rc = read_pack_stored(ld, (const char *)sqlite3_column_text(st, 9),
+			                      (uint64_t)size, &stored, why, sizeof(why));
+		if (rc == 0)
+			rc = index_build_add_pack_stored(ld->b, sha256, (uint64_t)size, url,
+			                                 stored.size, stored.frame, stored.frames,
+			                                 stored.frames_len, why, sizeof(why));
 		if (rc == -EINVAL && !(ld->err && ld->err[0]))
 			rc = load_error(ld, "packs[%" PRId64 "]: %s", i, why);
 		free(url);
+		manifest_stored_free(&stored);
 	}
 	if (rc == 0 && step != SQLITE_DONE)
 		rc = step_errno(step);
@@ -702,7 +758,7 @@ static int check_top(struct load *ld)
 		rc = load_error(ld, "unsupported manifest version (\"version\" is missing)");
 	} else if (strcmp(vtype, "integer") != 0 || sqlite3_column_type(st, 3) != SQLITE_INTEGER ||
 	           version < 1 || version > MANIFEST_VERSION_MAX) {
-		rc = load_error(ld, "unsupported manifest version %.40s (expected 1 or 2)",
+		rc = load_error(ld, "unsupported manifest version %.40s (expected 1, 2 or 3)",
 		                vraw ? vraw : "?");
 	} else {
 		ld->version = (int)version;

@@ -198,3 +198,12 @@ def publish_tree(src, out, *args, check=True, timeout=300):
     if check:
         assert proc.returncode == 0, err
     return proc.returncode, proc.stdout.decode(), err
+
+
+def errno_of(fn):
+    """The errno of the OSError fn() raises, or None when it raises none."""
+    try:
+        fn()
+    except OSError as e:
+        return e.errno
+    return None

@@ -23,7 +23,7 @@ def entry(**kw):
 # (id, manifest text, what stderr must contain)
 CASES = [
     ("malformed-json", '{"version": 1, "files": [', "manifest is not valid JSON"),
-    ("unknown-version", json.dumps({"version": 3, "files": []}), "unsupported manifest version"),
+    ("unknown-version", json.dumps({"version": 4, "files": []}), "unsupported manifest version"),
     ("missing-version", json.dumps({"files": []}), "unsupported manifest version"),
     ("files-not-array", json.dumps({"version": 1, "files": {}}), '"files" is not an array'),
     ("missing-size", json.dumps({"version": 1, "files": [GOOD, entry(path="a/b")]}),

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from conftest import SLOW, read_file
-from helpers import (expected, flight_records, mount_with_tmpdir, read_until_error,
+from helpers import (errno_of, expected, flight_records, mount_with_tmpdir, read_until_error,
                      readlink_or_empty, wait_durable, wait_until)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "upstream"))
@@ -42,14 +42,6 @@ def pread(path, off, n):
         return os.pread(fd, n, off)
     finally:
         os.close(fd)
-
-
-def errno_of(fn):
-    try:
-        fn()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def test_a_corrupt_chunk_fails_only_the_reads_that_touch_it(store, mount):

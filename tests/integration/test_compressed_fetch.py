@@ -24,9 +24,6 @@ KiB = 1 << 10
 MiB = 1 << 20
 FRAME = 256 * KiB
 
-pytestmark = pytest.mark.skip(reason="needs branch zsrc (the version 3 loader)")
-
-
 def text(size, seed=37):
     """Compressible bytes: slices of a pool of text-like lines."""
     rng = random.Random(seed)

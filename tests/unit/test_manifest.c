@@ -664,8 +664,8 @@ static void test_refuse_missing_version(void **state)
 
 static void test_refuse_unknown_version(void **state)
 {
-	expect_refusal(*state, "{\"version\":3,\"files\":[" OK_ENTRY "]}",
-	               "unsupported manifest version 3 (expected 1 or 2)");
+	expect_refusal(*state, "{\"version\":4,\"files\":[" OK_ENTRY "]}",
+	               "unsupported manifest version 4 (expected 1, 2 or 3)");
 }
 
 static void test_refuse_version_not_integer(void **state)

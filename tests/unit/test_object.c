@@ -7,6 +7,10 @@
  * What they guard: a pack is one flight whatever members open it (also at once, from many
  * threads); a member's bytes are checked against its own sha256 once per pack flight, and a
  * mismatch fails the pack so that the next open starts a new flight that is checked again.
+ * An object stored compressed (doc/manifest.md, version 3) gets its frame table in its
+ * flight's spec: a file's and a pack's from the index, a chunked file's from its hash list
+ * of 36-byte records, whose lengths must add up or the open fails. The specs are seen by
+ * wrapping flight_table_join (-Wl,--wrap, tests/CMakeLists.txt).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +36,54 @@
 #define MEMBERS 8
 #define MEMBER_SIZE 1000u
 #define BAD_MEMBER 5 /* in the "corrupt" namespace, this member's sha256 names other bytes */
+/* Compressed objects: 3 frames of 4096 bytes and one of 1, these stored lengths. */
+#define Z_SIZE (3 * 4096 + 1)
+#define Z_FRAME 4096u
+static const uint32_t z_frames[4] = {100, 2000, 300, 9};
+#define Z_STORED (100 + 2000 + 300 + 9)
+#define ZPACK_URL "http://store.example/objects/zpack"
+#define ZBIG_LIST_URL "http://store.example/objects/zbig.list"
+#define Z_RECORD (FLIGHT_DIGEST_BYTES + 4)
+/* The lengths of zbig<i>'s hash list: z_frames for zbig0, then lengths that do not add up
+ * to Z_STORED, or one out of range. */
+static const uint32_t zbig_lengths[][4] = {
+    {100, 2000, 300, 9},    /* right */
+    {100, 2000, 300, 10},   /* one byte too many */
+    {100, 2000, 300, 8},    /* one too few */
+    {0, 2100, 300, 9},      /* an empty frame */
+    {2400, 0, 0, 9},        /* two, adding up all the same */
+    {100, 1000, 1209, 100}, /* adds up; the last frame's 1 byte cannot take 100 */
+    {4200, 4200, 4200, 9}}; /* beyond the bound of 4096 bytes (and the sum) */
+#define ZBIGS (sizeof(zbig_lengths) / sizeof(zbig_lengths[0]))
+
+/* The last spec object.c handed to flight_table_join, copied (its frame table too). */
+static struct {
+	bool seen;
+	struct flight_spec spec;
+	uint32_t frames[8];
+	char url[128];
+} joined;
+
+int __real_flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                             struct flight **out, bool *created);
+int __wrap_flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                             struct flight **out, bool *created);
+int __wrap_flight_table_join(struct flight_table *table, const struct flight_spec *spec,
+                             struct flight **out, bool *created)
+{
+	uint64_t n = spec->frame_size ? flight_chunk_count(spec->size, spec->frame_size) : 0;
+
+	joined.seen = true;
+	joined.spec = *spec;
+	memset(joined.frames, 0, sizeof(joined.frames));
+	if (spec->frame_stored && n <= 8)
+		memcpy(joined.frames, spec->frame_stored, n * sizeof(uint32_t));
+	joined.spec.frame_stored = spec->frame_stored ? joined.frames : NULL;
+	snprintf(joined.url, sizeof(joined.url), "%s", spec->url);
+	joined.spec.url = joined.url;
+	joined.spec.chunk_digests = NULL; /* the caller's, gone after the call */
+	return __real_flight_table_join(table, spec, out, created);
+}
 
 struct fixture {
 	char dir[64];
@@ -43,6 +95,7 @@ struct fixture {
 	char pack_sha256[UTIL_SHA256_HEX_LEN];
 	uint64_t member_ino[MEMBERS];
 	uint64_t plain_ino, chunked_ino, dir_ino;
+	uint64_t z_ino, zmember_ino, zbig_ino[ZBIGS];
 };
 
 static uint64_t ino_of(struct index *idx, const char *path)
@@ -74,6 +127,78 @@ static void add(struct index_builder *b, const struct index_build_entry *e)
 	if (rc)
 		fprintf(stderr, "%.*s: %s\n", (int)e->path_len, e->path, why);
 	assert_int_equal(rc, 0);
+}
+
+/* zbig's hash list: 36-byte records, the digest then the frame's length (lengths). */
+static void zbig_list(unsigned char list[4 * Z_RECORD], const uint32_t lengths[4])
+{
+	for (unsigned k = 0; k < 4; k++) {
+		memset(list + k * Z_RECORD, (int)(k + 1), FLIGHT_DIGEST_BYTES);
+		for (unsigned b = 0; b < 4; b++)
+			list[k * Z_RECORD + FLIGHT_DIGEST_BYTES + b] =
+			    (unsigned char)(lengths[k] >> (8 * b));
+	}
+}
+
+/* z_frames as the index takes them: little-endian u32s. */
+static void frames_le(unsigned char out[16])
+{
+	for (unsigned k = 0; k < 4; k++)
+		for (unsigned b = 0; b < 4; b++)
+			out[k * 4 + b] = (unsigned char)(z_frames[k] >> (8 * b));
+}
+
+/* The compressed objects: a file, a pack's member and a chunked file. */
+static void build_compressed(struct fixture *fx, struct index_builder *b)
+{
+	char why[256] = "", z_sha[UTIL_SHA256_HEX_LEN], zp_sha[UTIL_SHA256_HEX_LEN],
+	     zm_sha[UTIL_SHA256_HEX_LEN];
+	unsigned char le[16];
+
+	(void)fx;
+	frames_le(le);
+	assert_int_equal(util_sha256_hex("z", 1, z_sha), 0);
+	assert_int_equal(util_sha256_hex("zpack", 5, zp_sha), 0);
+	assert_int_equal(util_sha256_hex("zmember", 7, zm_sha), 0);
+	assert_int_equal(index_build_add_pack_stored(b, zp_sha, Z_SIZE, ZPACK_URL, Z_STORED,
+	                                             Z_FRAME, le, sizeof(le), why, sizeof(why)),
+	                 0);
+	add(b, &(struct index_build_entry){.path = "z",
+	                                   .path_len = 1,
+	                                   .kind = INDEX_KIND_FILE,
+	                                   .size = Z_SIZE,
+	                                   .sha256 = z_sha,
+	                                   .url = "http://store.example/objects/z",
+	                                   .stored_size = Z_STORED,
+	                                   .stored_frame = Z_FRAME,
+	                                   .stored_frames = le,
+	                                   .stored_frames_len = sizeof(le)});
+	add(b, &(struct index_build_entry){.path = "zd/m",
+	                                   .path_len = 4,
+	                                   .kind = INDEX_KIND_FILE,
+	                                   .size = 10,
+	                                   .sha256 = zm_sha,
+	                                   .pack_sha256 = zp_sha,
+	                                   .offset = 4096});
+	for (unsigned i = 0; i < ZBIGS; i++) {
+		unsigned char list[4 * Z_RECORD];
+		char path[16], sha[UTIL_SHA256_HEX_LEN], own[UTIL_SHA256_HEX_LEN];
+		snprintf(path, sizeof(path), "zbig%u", i);
+		zbig_list(list, zbig_lengths[i]);
+		assert_int_equal(util_sha256_hex(list, sizeof(list), sha), 0);
+		assert_int_equal(util_sha256_hex(path, strlen(path), own), 0);
+		add(b, &(struct index_build_entry){.path = path,
+		                                   .path_len = strlen(path),
+		                                   .kind = INDEX_KIND_FILE,
+		                                   .size = Z_SIZE,
+		                                   .sha256 = own, /* never checked here */
+		                                   .url = "http://store.example/objects/zbig",
+		                                   .chunk_size = Z_FRAME,
+		                                   .chunk_sha256 = sha,
+		                                   .chunk_url = ZBIG_LIST_URL,
+		                                   .stored_size = Z_STORED,
+		                                   .stored_frame = Z_FRAME});
+	}
 }
 
 /* The namespace; with corrupt, member BAD_MEMBER's sha256 is of other bytes. */
@@ -130,8 +255,15 @@ static int build(struct fixture *fx, bool corrupt)
 	                                   .chunk_size = 4096,
 	                                   .chunk_sha256 = list_sha,
 	                                   .chunk_url = "http://store.example/objects/big.list"});
+	build_compressed(fx, b);
 	if (index_build_commit(b) != 0)
 		return -1;
+	fx->z_ino = ino_of(fx->idx, "z");
+	fx->zmember_ino = ino_of(fx->idx, "zd/m");
+	for (unsigned i = 0; i < ZBIGS; i++) {
+		snprintf(path, sizeof(path), "zbig%u", i);
+		fx->zbig_ino[i] = ino_of(fx->idx, path);
+	}
 	for (unsigned i = 0; i < MEMBERS; i++) {
 		snprintf(path, sizeof(path), "d/m%u", i);
 		fx->member_ino[i] = ino_of(fx->idx, path);
@@ -301,17 +433,170 @@ static void test_plain_dir_and_chunked(void **state)
 	assert_int_equal(fetch_hash_list_read(obj.flight, &got), 0);
 	assert_memory_equal(got, digests, sizeof(digests));
 	free(got);
+	struct fetch_hash_list hl;
+	assert_int_equal(
+	    fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, obj.url, &hl), 0);
+	assert_memory_equal(hl.digests, digests, sizeof(digests));
+	assert_null(hl.frame_stored); /* stored as it is */
 	flight_unref(obj.flight);
 	fetch_object_clear(&obj);
 	/* With its digests, the object's own flight. */
-	assert_int_equal(fetch_object_open(
-	                     fx->objects,
-	                     &(struct fetch_object_req){.ino = fx->chunked_ino, .digests = digests},
-	                     &obj),
-	                 0);
+	assert_int_equal(
+	    fetch_object_open(
+	        fx->objects, &(struct fetch_object_req){.ino = fx->chunked_ino, .list = &hl}, &obj),
+	    0);
 	assert_true(obj.created);
 	assert_true(flight_has_chunks(obj.flight));
+	assert_int_equal(joined.spec.frame_size, 0);
+	assert_null(joined.spec.frame_stored);
 	flight_unref(obj.flight);
+	fetch_hash_list_clear(&hl);
+}
+
+/* ---- stored compressed ------------------------------------------------------------ */
+
+static void assert_z_table(void)
+{
+	assert_true(joined.seen);
+	assert_int_equal(joined.spec.frame_size, Z_FRAME);
+	assert_int_equal(joined.spec.stored_size, Z_STORED);
+	assert_non_null(joined.spec.frame_stored);
+	assert_memory_equal(joined.spec.frame_stored, z_frames, sizeof(z_frames));
+}
+
+static void test_spec_frame_table_file_and_member(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj;
+
+	joined.seen = false;
+	obj = open_ok(fx, fx->plain_ino); /* stored as it is */
+	assert_true(joined.seen);
+	assert_int_equal(joined.spec.frame_size, 0);
+	assert_null(joined.spec.frame_stored);
+	assert_int_equal(joined.spec.stored_size, 0);
+	flight_unref(obj.flight);
+
+	joined.seen = false;
+	obj = open_ok(fx, fx->z_ino);
+	assert_z_table();
+	assert_int_equal(joined.spec.size, Z_SIZE); /* what the spool holds: decompressed */
+	flight_unref(obj.flight);
+
+	/* A member's flight is its pack's, stored as the pack is. */
+	joined.seen = false;
+	obj = open_ok(fx, fx->zmember_ino);
+	assert_true(obj.is_member);
+	assert_z_table();
+	assert_string_equal(joined.spec.url, ZPACK_URL);
+	assert_int_equal(joined.spec.size, Z_SIZE);
+	flight_unref(obj.flight);
+}
+
+/* Opens zbig<i>'s hash list's flight and delivers its list into it. */
+static struct fetch_object open_zbig_list(struct fixture *fx, unsigned i)
+{
+	unsigned char list[4 * Z_RECORD];
+	struct fetch_object obj;
+
+	zbig_list(list, zbig_lengths[i]);
+	assert_int_equal(
+	    fetch_object_open(fx->objects,
+	                      &(struct fetch_object_req){.ino = fx->zbig_ino[i], .hash_list = true},
+	                      &obj),
+	    0);
+	/* 36 bytes a chunk: what the hash list's flight expects. */
+	assert_int_equal(flight_size(obj.flight), 4 * Z_RECORD);
+	assert_string_equal(obj.url, ZBIG_LIST_URL);
+	assert_int_equal(joined.spec.frame_size, 0); /* the hash list is stored as it is */
+	assert_int_equal(flight_open_spool(obj.flight), 0);
+	assert_int_equal(flight_deliver(obj.flight, 0, list, sizeof(list)), 0);
+	assert_int_equal(flight_ready(obj.flight, 0, sizeof(list)), 1); /* verified */
+	return obj;
+}
+
+static void test_spec_frame_table_chunked(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char list[4 * Z_RECORD];
+	struct fetch_hash_list hl;
+	struct fetch_object obj;
+
+	assert_int_equal(fetch_object_open(
+	                     fx->objects, &(struct fetch_object_req){.ino = fx->zbig_ino[0]}, &obj),
+	                 FETCH_OBJECT_HASH_LIST);
+	zbig_list(list, z_frames);
+	obj = open_zbig_list(fx, 0);
+	assert_int_equal(
+	    fetch_hash_list_take(fx->objects, fx->zbig_ino[0], obj.flight, obj.url, &hl), 0);
+	for (unsigned k = 0; k < 4; k++)
+		assert_memory_equal(hl.digests + k * FLIGHT_DIGEST_BYTES, list + k * Z_RECORD,
+		                    FLIGHT_DIGEST_BYTES);
+	assert_memory_equal(hl.frame_stored, z_frames, sizeof(z_frames));
+	flight_unref(obj.flight);
+	fetch_object_clear(&obj);
+
+	joined.seen = false;
+	assert_int_equal(
+	    fetch_object_open(
+	        fx->objects, &(struct fetch_object_req){.ino = fx->zbig_ino[0], .list = &hl}, &obj),
+	    0);
+	assert_z_table();
+	assert_int_equal(joined.spec.chunk_size, Z_FRAME);
+	flight_unref(obj.flight);
+	fetch_hash_list_clear(&hl);
+}
+
+/* Prefetch's open of a compressed chunked file: its hash list first (pending while it
+ * downloads), then the object with the table from it; one that does not add up, -EIO. */
+static void test_open_ahead_takes_the_table(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_object obj, list;
+
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[0], &obj),
+	                 FETCH_OBJECT_PENDING);
+	assert_int_equal(flight_size(obj.flight), 4 * Z_RECORD); /* the hash list's flight */
+	flight_unref(obj.flight);
+	list = open_zbig_list(fx, 0); /* joins it and delivers the list */
+	joined.seen = false;
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[0], &obj), 0);
+	assert_z_table();
+	assert_true(joined.spec.speculative);
+	flight_unref(obj.flight);
+	flight_unref(list.flight);
+	fetch_object_clear(&list);
+
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[1], &obj),
+	                 FETCH_OBJECT_PENDING);
+	flight_unref(obj.flight);
+	list = open_zbig_list(fx, 1);
+	joined.seen = false;
+	assert_int_equal(fetch_object_open_ahead(fx->objects, fx->zbig_ino[1], &obj), -EIO);
+	assert_false(joined.seen);
+	flight_unref(list.flight);
+	fetch_object_clear(&list);
+}
+
+/* Lengths that do not add up to stored.size, or one out of range: the open fails with EIO
+ * and nothing of the object is joined. */
+static void test_hash_list_lengths_wrong(void **state)
+{
+	struct fixture *fx = *state;
+
+	for (unsigned i = 1; i < ZBIGS; i++) {
+		struct fetch_hash_list hl = {0};
+		struct fetch_object obj = open_zbig_list(fx, i);
+		joined.seen = false;
+		assert_int_equal(
+		    fetch_hash_list_take(fx->objects, fx->zbig_ino[i], obj.flight, obj.url, &hl),
+		    -EIO);
+		assert_null(hl.digests);
+		assert_null(hl.frame_stored);
+		assert_false(joined.seen); /* nothing of the object was joined */
+		flight_unref(obj.flight);
+		fetch_object_clear(&obj);
+	}
 }
 
 /* ---- members verified ------------------------------------------------------------- */
@@ -395,6 +680,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_members_share_their_pack_flight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pack_single_flight_concurrent, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_plain_dir_and_chunked, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_spec_frame_table_file_and_member, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_spec_frame_table_chunked, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_hash_list_lengths_wrong, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_open_ahead_takes_the_table, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_verified_once_per_flight, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_match_is_its_own, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_mismatch_refetches, setup_corrupt,
