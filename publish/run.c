@@ -68,11 +68,17 @@ static int fill(struct run *r, struct job *j, struct pub_object *obj)
  * object is missing: an unchanged file is read once and nothing is written. Into an empty
  * store, it is copied while it is hashed, in one pass.
  */
+/*
+ * Compressed (a level, and bytes to compress), a job is written in frames: a file's of its
+ * chunk size, so that any byte range is whole frames (doc/manifest.md); a pack's of
+ * PUB_PACK_FRAME, since a pack is fetched whole. An object that did not shrink enough is
+ * copied again, as it is: its bytes are read twice, but only incompressible ones are.
+ */
 static int run_job(void *ctx, size_t i)
 {
 	struct run *r = ctx;
 	struct job *j = &r->jobs[i];
-	bool stored = false;
+	bool stored = false, compress = r->store.level > 0 && j->planned > 0;
 	int rc = 0;
 
 	if (r->o->interrupted && *r->o->interrupted)
@@ -81,13 +87,22 @@ static int run_job(void *ctx, size_t i)
 		struct pub_object *obj = NULL;
 		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;
 		uint64_t *size = j->file ? &j->file->size : &j->pack->size;
+		struct pub_stored *zs = j->file ? &j->file->stored : &j->pack->stored;
 		rc = pub_object_begin(&r->store, probe, &obj);
 		if (rc == 0 && j->file && r->o->chunk_over && j->planned > r->o->chunk_over)
 			rc = pub_object_chunks(obj, &j->file->chunks, r->o->chunk_size, j->planned);
+		if (rc == 0 && compress)
+			rc = pub_object_compress(obj, j->file ? r->o->chunk_size : PUB_PACK_FRAME,
+			                         j->planned);
 		if (rc == 0)
 			rc = fill(r, j, obj);
+		if (rc == 0 && compress && !pub_object_shrunk(obj, &rc)) {
+			pub_object_abort(obj);
+			compress = false; /* stored as it is: the loop copies it again */
+			continue;
+		}
 		if (rc == 0)
-			rc = pub_object_commit(obj, sha256, size, &stored);
+			rc = pub_object_commit(obj, sha256, size, &stored, zs);
 		else
 			pub_object_abort(obj);
 	}
@@ -206,7 +221,7 @@ out:
 static void summary(const struct run *r, const struct pub_tree *t, const char *out)
 {
 	size_t files = 0, dirs = 0, links = 0;
-	char bytes[32];
+	char bytes[32], raw[32], stored[32];
 
 	for (size_t i = 0; i < t->n_entries; i++) {
 		enum pub_kind k = t->entries[i]->kind;
@@ -215,10 +230,12 @@ static void summary(const struct run *r, const struct pub_tree *t, const char *o
 		links += k == PUB_SYMLINK;
 	}
 	printf("spoolfs publish: %zu files, %zu directories, %zu symlinks, %zu packs;"
-	       " %llu new objects (%s), %llu already there; wrote %s/%s\n",
+	       " %llu new objects (%s), %llu already there; %s raw, %s stored; wrote %s/%s\n",
 	       files, dirs, links, t->n_packs, (unsigned long long)r->store.written,
 	       pub_human(r->store.written_bytes, bytes, sizeof(bytes)),
-	       (unsigned long long)r->store.existing, out, r->o->manifest);
+	       (unsigned long long)r->store.existing,
+	       pub_human(r->store.total_raw, raw, sizeof(raw)),
+	       pub_human(r->store.total_stored, stored, sizeof(stored)), out, r->o->manifest);
 }
 
 /*
@@ -285,10 +302,17 @@ int publish_run(const struct publish_options *o)
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
 	r.store.verify_existing = o->verify_existing;
+	r.store.level = o->compress_level;
+	r.store.min_saving = o->compress_min_saving;
+	tree.version = o->compress_level > 0 ? 3 : 2;
 	r.store.known = o->known;
 	r.store.known_ctx = o->known_ctx;
 	/* Hashed first, copied only when the destination lacks it: mostly, it has it. */
 	r.store.probe_first |= o->known != NULL;
+	/* Compressed, an object's name is known only once it is compressed: a probe would
+	 * compress it twice, so each is written while it is compressed, and a temporary file
+	 * whose name exists goes unsynced. */
+	r.store.probe_first &= o->compress_level == 0;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	if (rc == 0)
@@ -305,6 +329,10 @@ int publish_run(const struct publish_options *o)
 		summary(&r, &tree, out);
 	if (rc == 0 && o->existing_out)
 		*o->existing_out = r.store.existing;
+	if (rc == 0 && o->raw_out)
+		*o->raw_out = r.store.total_raw;
+	if (rc == 0 && o->stored_out)
+		*o->stored_out = r.store.total_stored;
 out:
 	if (rc == -ENOMEM)
 		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));
