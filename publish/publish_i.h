@@ -250,6 +250,11 @@ int pub_object_chunks(struct pub_object *obj, struct pub_chunker *c, uint64_t ch
 int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
                     unsigned char sha256[PUB_SHA256_LEN]);
 
+/* A probe's content digest, once its bytes are copied; frees obj. 0 or -EIO. */
+int pub_object_digest(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN]);
+/* Counts an object another job of this publish made (twins.c). */
+void pub_store_count_twin(struct pub_store *st, uint64_t raw, uint64_t stored);
+
 /* Removes the temporary file and frees obj. NULL is fine. */
 void pub_object_abort(struct pub_object *obj);
 
@@ -311,6 +316,34 @@ int pub_compressor_end(struct pub_compressor *z,
 bool pub_compressor_worth(const struct pub_compressor *z, uint64_t size, unsigned min_saving);
 void pub_compressor_free(struct pub_compressor *z);
 void pub_stored_free(struct pub_stored *s);
+/* Objects of the same content (twins.c): one makes it, the others take its stored form. */
+struct pub_twin {
+	bool used;
+	int state; /* 0: being made; 1: made; -1: its maker failed */
+	unsigned char sha256[PUB_SHA256_LEN];
+	uint64_t size, frame;
+	struct pub_stored stored; /* once made; on false: stored as it is */
+};
+struct pub_twins {
+	pthread_mutex_t lock;
+	pthread_cond_t done; /* a slot's state left 0 */
+	struct pub_twin *v;  /* cap slots; guarded by lock */
+	size_t cap;
+};
+/* A table for n contents at most. 0 or -ENOMEM. */
+int pub_twins_init(struct pub_twins *t, size_t n);
+void pub_twins_free(struct pub_twins *t);
+/*
+ * Claims a content (its sha256, size and frame): 1 when the caller is to make its object and
+ * then call pub_twins_done; 0 when another made it, *zs then a copy of its stored form
+ * (waits while another makes it); -ECANCELED when that one failed, or -ENOMEM.
+ */
+int pub_twins_claim(struct pub_twins *t, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size,
+                    uint64_t frame, struct pub_stored *zs);
+/* The claimed content's object is made (rc 0, zs its stored form) or failed (rc < 0). */
+void pub_twins_done(struct pub_twins *t, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size,
+                    uint64_t frame, const struct pub_stored *zs, int rc);
+
 /* Packs are fetched whole: their frame is larger than a file's chunk (doc/benchmarks.md). */
 #define PUB_PACK_FRAME (1u << 20)
 

@@ -454,6 +454,19 @@ static void count(struct pub_store *st, const unsigned char *sha256, bool made_d
 	pthread_mutex_unlock(&st->lock);
 }
 
+int pub_object_digest(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN])
+{
+	int rc = EVP_DigestFinal_ex(obj->md, sha256, NULL) == 1 ? 0 : -EIO;
+
+	pub_object_abort(obj);
+	return rc;
+}
+
+void pub_store_count_twin(struct pub_store *st, uint64_t raw, uint64_t stored)
+{
+	count(st, NULL, false, false, raw, stored);
+}
+
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
                       bool *stored, struct pub_stored *zs)
 {
