@@ -22,7 +22,7 @@
 #define DEFAULT_CHUNK_SIZE (256u << 10)
 #define DEFAULT_CHUNK_OVER (1u << 20)
 /* Chosen by measurement on dist-packages (doc/benchmarks.md, "Publish: compression"). */
-#define DEFAULT_COMPRESS_LEVEL 3
+#define DEFAULT_COMPRESS_LEVEL 6
 #define MAX_COMPRESS_LEVEL 19
 #define DEFAULT_MIN_SAVING 10
 
@@ -60,7 +60,7 @@ static void usage(FILE *f)
 	        "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
 	        "                      (without: it is kept when its size is right); a wrong\n"
 	        "                      one is replaced\n"
-	        "  --compress-level N  zstd level of the objects, 1 to 19 (default 3)\n"
+	        "  --compress-level N  zstd level of the objects, 1 to 19 (default 6)\n"
 	        "  --compress-min-saving PERCENT  an object that does not shrink by PERCENT\n"
 	        "                      (0 to 99, default 10) is stored as it is\n"
 	        "  --no-compress       store every object as it is (manifest version 2)\n"
