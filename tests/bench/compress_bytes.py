@@ -12,10 +12,10 @@ sizes in KiB to weigh for packs, default 256,1024,4096), MOUNT (1: also read the
 through a mount, default 1), JOBS (publish -j, default: the CPUs), SPOOLFS_BIN.
 
 Printed:
-- per level: publish wall and CPU seconds (user + system) and the store's bytes against the raw publish's
-  (target: store bytes / raw bytes <= 0.3 at the default level);
-- for packs: the bytes their frames would take at 256 KiB, 1 MiB and 4 MiB frames (the raw
-  packs of the --no-compress publish, compressed here with python's zstandard at the
+- per level: publish wall and CPU seconds (user + system) and the store's bytes against
+  the raw publish's (target: store bytes / raw bytes <= 0.3 at the default level);
+- for packs: the bytes their frames would take at 256 KiB, 1 MiB and 4 MiB frames (the
+  raw packs of the --no-compress publish, compressed here with python's zstandard at the
   default level), and the members' mean wait: the stored bytes of the frames before a
   member's last byte, which a reader of that member waits for;
 - `tar -C TREE -cf - . | zstd -3 | wc -c`;

@@ -231,8 +231,8 @@ def s3_two_releases(s3_server, tmp_path, prefix="p"):
     src, o = trees(tmp_path)
     dest = "s3://%s/%s" % (BUCKET, prefix)
     for tree, name in (("a", "r1.json"), ("b", "r2.json")):
-        run("publish", "--no-compress", src[tree], dest, "--endpoint", s3.endpoint, "--manifest", name,
-            check=0)
+        run("publish", "--no-compress", src[tree], dest, "--endpoint", s3.endpoint,
+            "--manifest", name, check=0)
     s3.age(BUCKET, prefix + "/", 2 * DAY)
     s3.age(BUCKET, prefix + "/r1.json", DAY)
     return s3, src, o, dest

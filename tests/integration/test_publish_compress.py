@@ -15,7 +15,6 @@ import re
 import pytest
 import zstandard
 
-from conftest import ROOT  # noqa: F401
 from helpers import publish_tree
 from test_gc import DAY, age, keys, run
 from test_publish_s3 import BUCKET, compare, publish as publish_s3, verify
