@@ -15,7 +15,8 @@
 
 #include "publish/publish_i.h"
 
-int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, uint64_t size)
+int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, uint64_t size,
+                         unsigned min_saving)
 {
 	size_t n = (size_t)((size + frame - 1) / frame);
 
@@ -29,6 +30,7 @@ int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, ui
 	 * and fails its commit (ESTALE), so the table never needs to grow. */
 	z->lens = calloc(n ? n : 1, sizeof(*z->lens));
 	z->cap = n;
+	z->judge_saving = min_saving / 5;
 	if (!z->cctx || !z->in || !z->out || !z->lens) {
 		pub_compressor_free(z);
 		return -ENOMEM;
@@ -73,6 +75,14 @@ int pub_compressor_feed(struct pub_compressor *z, const unsigned char *p, size_t
 		n -= take;
 		if (z->fill == z->frame && (rc = close_frame(z, emit, ctx)))
 			return rc;
+		/* Compressing a large incompressible object (media, archives, weights) costs
+		 * several times its copy, and then it is copied anyway: its prefix decides. */
+		if (!z->judged && z->n * z->frame >= PUB_JUDGE_BYTES) {
+			uint64_t in = z->n * z->frame;
+			z->judged = true;
+			if (z->stored * 100 > in * (100 - z->judge_saving))
+				return -EDOM;
+		}
 	}
 	return 0;
 }

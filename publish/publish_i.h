@@ -56,6 +56,10 @@ struct pub_compressor {
 	uint32_t *lens; /* cap frames' stored lengths (fixed by the size); n made */
 	size_t n, cap;
 	uint64_t stored; /* the lengths added up */
+	/* The judgement on the first PUB_JUDGE_BYTES (pub_compressor_feed): the saving a
+	 * prefix must show, in percent (min_saving / 5), and whether it was made. */
+	unsigned judge_saving;
+	bool judged;
 };
 
 /* A file's chunk hash list as it is copied (chunks.c). */
@@ -306,8 +310,12 @@ int pub_pool_run(size_t n, unsigned threads, int (*run)(void *ctx, size_t i), vo
 
 /* The compressor (compress.c): started for an object of size bytes in frames of frame
  * bytes, fed its bytes in order (emit gets each compressed frame), ended at its end
- * (-ESTALE when they were not size bytes). 0 or -errno. */
-int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, uint64_t size);
+ * (-ESTALE when they were not size bytes). 0 or -errno; the feed's -EDOM (unsaid): the
+ * object's first PUB_JUDGE_BYTES shrank by less than a fifth of the saving asked for (and
+ * never grew with 0 asked), so it is taken for incompressible and the rest is not tried. */
+#define PUB_JUDGE_BYTES (8u << 20)
+int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, uint64_t size,
+                         unsigned min_saving);
 int pub_compressor_feed(struct pub_compressor *z, const unsigned char *p, size_t n,
                         int (*emit)(void *ctx, const unsigned char *p, size_t n), void *ctx);
 int pub_compressor_end(struct pub_compressor *z,

@@ -38,11 +38,15 @@ static int copy_file(struct run *r, struct pub_object *obj, struct pub_entry *e,
                      unsigned char *file_sha256)
 {
 	int fd = pub_open_seen(r->src_fd, r->src, e), rc;
+	uint64_t copied;
 
 	if (fd < 0)
 		return fd;
-	/* e->size is the walk's until the copy sets it: the same bytes, or a failure. */
-	rc = pub_object_copy(obj, fd, r->src, e->path, e->size, file_sha256, &e->size);
+	/* e->size is the walk's until the copy sets it: the same bytes, or a failure (a copy
+	 * cut short, -EDOM of the compressor among them, leaves it for the next attempt). */
+	rc = pub_object_copy(obj, fd, r->src, e->path, e->size, file_sha256, &copied);
+	if (rc == 0)
+		e->size = copied;
 	close(fd);
 	return rc;
 }
@@ -150,9 +154,10 @@ static int run_job(void *ctx, size_t i)
 			rc = pub_object_compress(obj, frame, j->planned);
 		if (rc == 0)
 			rc = fill(r, j, obj);
-		if (rc == 0 && compress && !pub_object_shrunk(obj, &rc)) {
+		if ((rc == 0 && compress && !pub_object_shrunk(obj, &rc)) || rc == -EDOM) {
 			pub_object_abort(obj);
 			compress = false; /* stored as it is: the loop copies it again */
+			rc = rc == -EDOM ? 0 : rc;
 			continue;
 		}
 		if (rc == 0)

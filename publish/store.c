@@ -229,7 +229,7 @@ int pub_object_compress(struct pub_object *obj, uint64_t frame, uint64_t size)
 		return -ENOMEM;
 	if (EVP_DigestInit_ex(obj->stored, EVP_sha256(), NULL) != 1)
 		return -EIO;
-	return pub_compressor_start(&obj->z, obj->st->level, frame, size);
+	return pub_compressor_start(&obj->z, obj->st->level, frame, size, obj->st->min_saving);
 }
 
 bool pub_object_shrunk(struct pub_object *obj, int *rc)

@@ -30,10 +30,11 @@ def sha(data):
 
 def text(n, seed=0):
     """n bytes of text that compress well, but not to nothing (a tree's sources)."""
-    out, i = [], seed
-    while sum(map(len, out)) < n:
+    out, i, have = [], seed, 0
+    while have < n:
         out.append(b"def function_%d(x):\n    return x * %d + %d  # line %d\n" %
                    (i % 977, i % 31, i % 7, i))
+        have += len(out[-1])
         i += 1
     return b"".join(out)[:n]
 
@@ -204,6 +205,23 @@ def test_level_and_min_saving(tmp_path):
         status, _, err = publish_tree(src, out, *args, check=False, compress=True)
         assert status == 2 and why in err, (args, err)
         assert not out.exists()
+
+
+def test_a_large_incompressible_file_is_judged_by_its_prefix(tmp_path):
+    """Over 8 MiB, a file whose prefix does not shrink is copied as it is without the rest
+    being tried (doc/publish.md); a compressible one of that size is compressed whole."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    files = {"weights.bin": os.urandom(9 * MIB + 5),
+             "log.txt": text(9 * MIB + 5),
+             "mixed.bin": text(8 * MIB) + os.urandom(MIB)}
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
+    publish_tree(src, out, compress=True)
+    man = check_tree(out, files)
+    assert "stored" not in entry(man, "weights.bin")
+    assert "stored" in entry(man, "log.txt") and "stored" in entry(man, "mixed.bin")
+    assert entry(man, "weights.bin")["size"] == 9 * MIB + 5
 
 
 def test_existing_objects_are_checked_by_stored_size_and_bytes(tmp_path):

@@ -54,7 +54,7 @@ static void frames_are_independent_and_exact(void **state)
 	g.p = malloc(g.cap);
 	assert_non_null(out);
 	assert_non_null(g.p);
-	assert_int_equal(pub_compressor_start(&z, 6, frame, size), 0);
+	assert_int_equal(pub_compressor_start(&z, 6, frame, size, 10), 0);
 	/* Fed in odd pieces: frames are cut by the content's offsets, not by the reads. */
 	for (size_t step = 1; at < size; step = step * 3 + 7) {
 		size_t n = step < size - at ? step : size - at;
@@ -89,7 +89,7 @@ static void a_short_object_and_a_poor_saving(void **state)
 	g.p = malloc(g.cap);
 	assert_non_null(g.p);
 	/* Fewer bytes than the size the walk saw: the frame table would not match it. */
-	assert_int_equal(pub_compressor_start(&z, 3, 4096, 20000), 0);
+	assert_int_equal(pub_compressor_start(&z, 3, 4096, 20000, 10), 0);
 	assert_int_equal(pub_compressor_feed(&z, src, 10000, keep, &g), 0);
 	assert_int_equal(pub_compressor_end(&z, keep, &g), -ESTALE);
 	/* The saving asked for is a bound: bytes half of which are noise shrink by less than
@@ -98,12 +98,54 @@ static void a_short_object_and_a_poor_saving(void **state)
 		x = x * 1103515245u + 12345u;
 		src[i] = i % 2 ? 0 : (unsigned char)(x >> 24);
 	}
-	assert_int_equal(pub_compressor_start(&z, 3, 4096, 10000), 0);
+	assert_int_equal(pub_compressor_start(&z, 3, 4096, 10000, 10), 0);
 	g.n = 0;
 	assert_int_equal(pub_compressor_feed(&z, src, 10000, keep, &g), 0);
 	assert_int_equal(pub_compressor_end(&z, keep, &g), 0);
 	assert_true(pub_compressor_worth(&z, 10000, 10));
 	assert_false(pub_compressor_worth(&z, 10000, 60));
+	pub_compressor_free(&z);
+	free(src);
+	free(g.p);
+}
+
+/* Noise: what zstd cannot shrink. */
+static void noise(unsigned char *v, size_t n)
+{
+	for (uint32_t i = 0, x = 7; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		v[i] = (unsigned char)(x >> 23);
+	}
+}
+
+static void an_incompressible_prefix_stops_the_attempt(void **state)
+{
+	const size_t frame = 256 << 10, size = PUB_JUDGE_BYTES + 4 * frame;
+	unsigned char *src = malloc(size);
+	struct pub_compressor z = {0};
+	struct got g = {.cap = 2 * size};
+	int rc = 0;
+
+	(void)state;
+	g.p = malloc(g.cap);
+	assert_non_null(src);
+	assert_non_null(g.p);
+	noise(src, size);
+	/* Judged once PUB_JUDGE_BYTES are compressed, not before, and the rest not tried. */
+	assert_int_equal(pub_compressor_start(&z, 3, frame, size, 10), 0);
+	for (size_t at = 0; at < size && rc == 0; at += frame) {
+		rc = pub_compressor_feed(&z, src + at, frame, keep, &g);
+		assert_true(rc == 0 || at + frame == PUB_JUDGE_BYTES);
+	}
+	assert_int_equal(rc, -EDOM);
+	assert_int_equal(z.n * frame, PUB_JUDGE_BYTES);
+	/* Half noise shrinks by more than the 2 % that a saving of 10 % asks of the prefix. */
+	for (size_t i = 1; i < size; i += 2)
+		src[i] = 0;
+	g.n = 0;
+	assert_int_equal(pub_compressor_start(&z, 3, frame, size, 10), 0);
+	assert_int_equal(pub_compressor_feed(&z, src, size, keep, &g), 0);
+	assert_int_equal(pub_compressor_end(&z, keep, &g), 0);
 	pub_compressor_free(&z);
 	free(src);
 	free(g.p);
@@ -163,6 +205,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(frames_are_independent_and_exact),
 	    cmocka_unit_test(a_short_object_and_a_poor_saving),
+	    cmocka_unit_test(an_incompressible_prefix_stops_the_attempt),
 	    cmocka_unit_test(twins_wait_for_their_maker),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
