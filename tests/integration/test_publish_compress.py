@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 import pytest
 import zstandard
@@ -222,6 +223,28 @@ def test_a_large_incompressible_file_is_judged_by_its_prefix(tmp_path):
     assert "stored" not in entry(man, "weights.bin")
     assert "stored" in entry(man, "log.txt") and "stored" in entry(man, "mixed.bin")
     assert entry(man, "weights.bin")["size"] == 9 * MIB + 5
+
+
+@pytest.mark.skipif(not shutil.which("strace"), reason="needs strace")
+def test_the_same_content_is_compressed_once(tmp_path):
+    """Six copies of a file (no hash list: under --chunk-over) make one object, written to
+    one temporary file: the others waited for its stored form instead of compressing their
+    own (strace counts the temporary files the publish created)."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    data = text(900 * KIB, seed=3)
+    files = {"c%d.py" % i: data for i in range(6)}
+    files["other.py"] = text(900 * KIB, seed=4)  # the same size, another content
+    for rel, d in files.items():
+        (src / rel).write_bytes(d)
+    trace = tmp_path / "trace"
+    publish_tree(src, out, compress=True, wrap=["strace", "-f", "-qq", "-e", "trace=openat",
+                                                "-o", str(trace)])
+    made = [line for line in trace.read_text().splitlines()
+            if "objects/tmp." in line and "O_CREAT" in line]
+    assert len(made) == 2, made  # one per content
+    man = check_tree(out, files)
+    assert len({entry(man, rel)["url"] for rel in files}) == 2
 
 
 def test_existing_objects_are_checked_by_stored_size_and_bytes(tmp_path):
