@@ -77,16 +77,49 @@ void pub_chunker_free(struct pub_chunker *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/*
+ * A compressed file's hash list: 36 bytes per chunk, its sha256 then its frame's stored
+ * length (little-endian), so that a mount learns the frame table with the digests, in one
+ * fetch (doc/manifest.md, version 3). NULL on -ENOMEM; *len its bytes.
+ */
+static unsigned char *records(const struct pub_entry *e, size_t *len)
+{
+	unsigned char *v = malloc(e->chunks.n * PUB_RECORD_LEN + 1), *p = v;
+
+	for (size_t k = 0; v && k < e->chunks.n; k++, p += PUB_RECORD_LEN) {
+		uint32_t n = e->stored.frames[k];
+		memcpy(p, e->chunks.list + k * PUB_SHA256_LEN, PUB_SHA256_LEN);
+		p[32] = (unsigned char)n;
+		p[33] = (unsigned char)(n >> 8);
+		p[34] = (unsigned char)(n >> 16);
+		p[35] = (unsigned char)(n >> 24);
+	}
+	*len = e->chunks.n * PUB_RECORD_LEN;
+	return v;
+}
+
 int pub_chunks_store(struct pub_tree *tree, struct pub_store *st)
 {
 	int rc = 0;
 
 	for (size_t i = 0; i < tree->n_entries && rc == 0; i++) {
 		struct pub_entry *e = tree->entries[i];
+		unsigned char *v;
+		size_t len;
 		if (!e->chunks.list)
 			continue;
-		rc = pub_store_bytes(st, e->chunks.list, e->chunks.n * PUB_SHA256_LEN,
-		                     e->chunk_list_sha256);
+		if (!e->stored.on) {
+			rc = pub_store_bytes(st, e->chunks.list, e->chunks.n * PUB_SHA256_LEN,
+			                     e->chunk_list_sha256);
+			continue;
+		}
+		/* One frame per chunk: the same cut of the same size (run.c). */
+		if (e->stored.n != e->chunks.n || e->stored.frame != e->chunks.chunk_size)
+			return -EIO;
+		if (!(v = records(e, &len)))
+			return -ENOMEM;
+		rc = pub_store_bytes(st, v, len, e->chunk_list_sha256);
+		free(v);
 	}
 	return rc;
 }

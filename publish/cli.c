@@ -21,50 +21,61 @@
  * of a few chunks gain little: their whole hash is checked as fast. */
 #define DEFAULT_CHUNK_SIZE (256u << 10)
 #define DEFAULT_CHUNK_OVER (1u << 20)
+/* Chosen by measurement on dist-packages (doc/benchmarks.md, "Publish: compression"). */
+#define DEFAULT_COMPRESS_LEVEL 6
+#define MAX_COMPRESS_LEVEL 19
+#define DEFAULT_MIN_SAVING 10
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
-	        "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
-	        "                       [--chunk-size SIZE] [--verify-existing] [-j N]\n"
-	        "                       [--read-order [NAME=]FILE]... [--tag NAME]...\n"
-	        "\n"
-	        "Writes OUT_DIR/manifest.json (version 2) and every object it names,\n"
-	        "content-addressed under OUT_DIR/objects, so that serving OUT_DIR over HTTP (or\n"
-	        "syncing it to a bucket) and mounting its manifest shows SRC_DIR. Objects already\n"
-	        "in OUT_DIR are not written again; the manifest is written last. Upload it last.\n"
-	        "\n"
-	        "options:\n"
-	        "  --manifest NAME     the manifest's file name in OUT_DIR (default\n"
-	        "                      manifest.json); releases may share one OUT_DIR\n"
-	        "  --pack-under SIZE   pack files smaller than SIZE (default 64K; 0: no packs)\n"
-	        "  --pack-max SIZE     the most bytes in one pack (default 4M)\n"
-	        "  --nest-over N       a directory with more than N entries below it gets a\n"
-	        "                      manifest of its own, loaded at its first lookup\n"
-	        "                      (default 50000; 0: one manifest)\n"
-	        "  --chunk-over SIZE   a file over SIZE gets a chunk hash list, so a mount\n"
-	        "                      verifies each chunk before serving it (default 1M; 0:\n"
-	        "                      none)\n"
-	        "  --chunk-size SIZE   the chunks' size (default 256K; a power of two)\n"
-	        "  --read-order [NAME=]FILE  a --record-reads file of a job's run: its paths,\n"
-	        "                      in first-read order, go into the manifest as the read\n"
-	        "                      order NAME (default: default) that mounts fetch ahead;\n"
-	        "                      repeatable, files of one name are merged by rank\n"
-	        "  --tag NAME          after the manifest, write a pointer NAME beside it naming\n"
-	        "                      the manifest by sha256 (mount .../NAME for that release);\n"
-	        "                      moved by the next publish with the same --tag\n"
-	        "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
-	        "                      (without: it is kept when its size is right); a wrong\n"
-	        "                      one is replaced\n"
-	        "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
-	        "  -h, --help          print this and exit\n"
-	        "\n"
-	        "OUT_DIR may be s3://BUCKET[/PREFIX]: objects the store lacks are uploaded,\n"
-	        "then the manifest (doc/publish.md). With it: --endpoint URL, --region R,\n"
-	        "--profile NAME, --role-arn ARN, --path-style (as for a mount), --if-absent\n"
-	        "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8),\n"
-	        "--part-size SIZE (larger objects go up in parts of SIZE, 8M)\n");
+	fprintf(
+	    f, "usage: spoolfs publish SRC_DIR OUT_DIR [--manifest NAME] [--pack-under SIZE]\n"
+	       "                       [--pack-max SIZE] [--nest-over N] [--chunk-over SIZE]\n"
+	       "                       [--chunk-size SIZE] [--verify-existing] [-j N]\n"
+	       "                       [--read-order [NAME=]FILE]... [--tag NAME]...\n"
+	       "                       [--compress-level N] [--compress-min-saving PERCENT]\n"
+	       "                       [--no-compress]\n"
+	       "\n"
+	       "Writes OUT_DIR/manifest.json (version 3; 2 with --no-compress) and every object\n"
+	       "it names, content-addressed under OUT_DIR/objects, so that serving OUT_DIR over\n"
+	       "HTTP (or syncing it to a bucket) and mounting its manifest shows SRC_DIR. Objects\n"
+	       "already in OUT_DIR are not written again; the manifest is written last. Upload it\n"
+	       "last.\n"
+	       "\n"
+	       "options:\n"
+	       "  --manifest NAME     the manifest's file name in OUT_DIR (default\n"
+	       "                      manifest.json); releases may share one OUT_DIR\n"
+	       "  --pack-under SIZE   pack files smaller than SIZE (default 64K; 0: no packs)\n"
+	       "  --pack-max SIZE     the most bytes in one pack (default 4M)\n"
+	       "  --nest-over N       a directory with more than N entries below it gets a\n"
+	       "                      manifest of its own, loaded at its first lookup\n"
+	       "                      (default 50000; 0: one manifest)\n"
+	       "  --chunk-over SIZE   a file over SIZE gets a chunk hash list, so a mount\n"
+	       "                      verifies each chunk before serving it (default 1M; 0:\n"
+	       "                      none)\n"
+	       "  --chunk-size SIZE   the chunks' size (default 256K; a power of two)\n"
+	       "  --read-order [NAME=]FILE  a --record-reads file of a job's run: its paths,\n"
+	       "                      in first-read order, go into the manifest as the read\n"
+	       "                      order NAME (default: default) that mounts fetch ahead;\n"
+	       "                      repeatable, files of one name are merged by rank\n"
+	       "  --tag NAME          after the manifest, write a pointer NAME beside it naming\n"
+	       "                      the manifest by sha256 (mount .../NAME for that release);\n"
+	       "                      moved by the next publish with the same --tag\n"
+	       "  --verify-existing   re-hash each object already in OUT_DIR before keeping it\n"
+	       "                      (without: it is kept when its size is right); a wrong\n"
+	       "                      one is replaced\n"
+	       "  --compress-level N  zstd level of the objects, 1 to 19 (default 6)\n"
+	       "  --compress-min-saving PERCENT  an object that does not shrink by PERCENT\n"
+	       "                      (0 to 99, default 10) is stored as it is\n"
+	       "  --no-compress       store every object as it is (manifest version 2)\n"
+	       "  -j, --jobs N        hash and copy N files at once (default: the CPUs)\n"
+	       "  -h, --help          print this and exit\n"
+	       "\n"
+	       "OUT_DIR may be s3://BUCKET[/PREFIX]: objects the store lacks are uploaded,\n"
+	       "then the manifest (doc/publish.md). With it: --endpoint URL, --region R,\n"
+	       "--profile NAME, --role-arn ARN, --path-style (as for a mount), --if-absent\n"
+	       "(never overwrite the manifest), --dry-run, --uploads N (PUTs at once, 8),\n"
+	       "--part-size SIZE (larger objects go up in parts of SIZE, 8M)\n");
 }
 
 static unsigned cpus(void)
@@ -136,6 +147,9 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	    {"verify-existing", no_argument, NULL, 'V'},
 	    {"read-order", required_argument, NULL, 'O'},
 	    {"tag", required_argument, NULL, 'T'},
+	    {"compress-level", required_argument, NULL, 'L'},
+	    {"compress-min-saving", required_argument, NULL, 'M'},
+	    {"no-compress", no_argument, NULL, 'N'},
 	    {"help", no_argument, NULL, 'h'},
 	    /* OUT_DIR s3://BUCKET[/PREFIX] (publish/s3.c); the mount's store options follow. */
 	    {"if-absent", no_argument, NULL, 'I'},
@@ -150,8 +164,11 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	                            .jobs = cpus(),
 	                            .nest_over = DEFAULT_NEST_OVER,
 	                            .chunk_over = DEFAULT_CHUNK_OVER,
-	                            .chunk_size = DEFAULT_CHUNK_SIZE};
-	unsigned long jobs;
+	                            .chunk_size = DEFAULT_CHUNK_SIZE,
+	                            .compress_level = DEFAULT_COMPRESS_LEVEL,
+	                            .compress_min_saving = DEFAULT_MIN_SAVING};
+	bool level_given = false, no_compress = false;
+	unsigned long jobs, n;
 	char *end;
 	int c, rc;
 
@@ -207,6 +224,29 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		case 'V':
 			o.verify_existing = true;
 			break;
+		case 'L':
+		case 'M':
+			n = strtoul(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' || *end ||
+			    (c == 'L' ? n < 1 || n > MAX_COMPRESS_LEVEL : n > 99)) {
+				fprintf(stderr,
+				        c == 'L'
+				            ? "spoolfs publish: --compress-level takes 1 to %d\n"
+				            : "spoolfs publish: --compress-min-saving takes a"
+				              " percent, 0 to 99\n",
+				        MAX_COMPRESS_LEVEL);
+				return 2;
+			}
+			if (c == 'L') {
+				o.compress_level = (int)n;
+				level_given = true;
+			} else {
+				o.compress_min_saving = (unsigned)n;
+			}
+			break;
+		case 'N':
+			no_compress = true;
+			break;
 		case 'O':
 			rc = add_read_order(&o, orders, optarg);
 			if (rc)
@@ -247,6 +287,12 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		                " 64M\n");
 		return 2;
 	}
+	if (no_compress && level_given) {
+		fprintf(stderr, "spoolfs publish: --no-compress and --compress-level: give one\n");
+		return 2;
+	}
+	if (no_compress)
+		o.compress_level = 0;
 	if (pub_tag_check_manifest(&o) != 0)
 		return 2;
 	if (o.pack_under > o.pack_max) {

@@ -34,15 +34,20 @@
 #define MANIFEST_MAX (512u << 20)
 #define DAY (24 * 3600)
 
-/* The fields of manifest version 2 (doc/manifest.md). A manifest with any other field is
- * refused: a field this binary does not know might name objects it would not keep. */
+/* The fields of manifest versions 2 and 3 (doc/manifest.md; 3 adds "stored" on files and
+ * packs). A manifest with any other field is refused: a field this binary does not know
+ * might name objects it would not keep. */
+/* Entries and packs, each with its name for a message (w) and its JSON (v). */
+#define STORED_OWNERS                                                                              \
+	"(SELECT 'entries[' || e.key || ']' AS w, e.value AS v FROM json_each(?1, '$.entries') e"  \
+	" UNION ALL SELECT 'packs[' || p.key || ']', p.value FROM json_each(?1, '$.packs') p) s"
 static const char vet_sql[] =
     "SELECT CASE"
     " WHEN json_type(?1) IS NOT 'object' THEN 'not a JSON object'"
     " WHEN json_type(?1, '$.version') IS NOT 'integer'"
     "  OR json_type(?1, '$.entries') IS NOT 'array'"
     "  THEN 'not a manifest (no integer \"version\" and \"entries\" list)'"
-    " WHEN json_extract(?1, '$.version') != 2"
+    " WHEN json_extract(?1, '$.version') NOT IN (2, 3)"
     "  THEN 'manifest version ' || json_extract(?1, '$.version') || ', which gc does not know'"
     " WHEN coalesce(json_type(?1, '$.packs'), 'array') != 'array'"
     "  THEN '\"packs\" is not a list'"
@@ -56,10 +61,21 @@ static const char vet_sql[] =
     "  (SELECT 'entries[' || e.key || '] has a field it does not know: \"' || f.key || '\"'"
     "   FROM json_each(?1, '$.entries') e, json_each(e.value) f"
     "   WHERE f.key NOT IN ('path', 'type', 'size', 'sha256', 'url', 'pack', 'offset',"
-    "    'mode', 'mtime', 'target', 'chunks', 'manifest', 'executable', 'etag') LIMIT 1),"
+    "    'mode', 'mtime', 'target', 'chunks', 'manifest', 'executable', 'etag', 'stored')"
+    "   LIMIT 1),"
     "  (SELECT 'packs[' || p.key || '] has a field it does not know: \"' || f.key || '\"'"
     "   FROM json_each(?1, '$.packs') p, json_each(p.value) f"
-    "   WHERE f.key NOT IN ('sha256', 'size', 'url') LIMIT 1),"
+    "   WHERE f.key NOT IN ('sha256', 'size', 'url', 'stored') LIMIT 1),"
+    /* "stored": version 3 only, an object of its five fields. */
+    "  (SELECT s.w || '.stored in a version 2 manifest' FROM " STORED_OWNERS
+    "   WHERE json_type(s.v, '$.stored') IS NOT NULL"
+    "    AND json_extract(?1, '$.version') = 2 LIMIT 1),"
+    "  (SELECT s.w || '.stored is not an object' FROM " STORED_OWNERS
+    "   WHERE coalesce(json_type(s.v, '$.stored'), 'object') != 'object' LIMIT 1),"
+    "  (SELECT s.w || '.stored has a field it does not know: \"' || f.key || '\"' "
+    "FROM " STORED_OWNERS
+    ", json_each(s.v, '$.stored') f WHERE json_type(s.v, '$.stored') = 'object'"
+    "    AND f.key NOT IN ('encoding', 'size', 'sha256', 'frame', 'frames') LIMIT 1),"
     "  (SELECT 'entries[' || e.key || '].' || s.k || ' has a field it does not know: \"'"
     "   || f.key || '\"' FROM json_each(?1, '$.entries') e,"
     "   (SELECT 'chunks' AS k UNION ALL SELECT 'manifest') s,"

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,19 @@
 #include "util/hex.h"
 #include "publish/publish_i.h"
 
-enum { Q_DIR, Q_NESTED, Q_SYMLINK, Q_FILE, Q_CHUNKED, Q_MEMBER, Q_PACK, Q_STRING, Q_COUNT };
+enum {
+	Q_DIR,
+	Q_NESTED,
+	Q_SYMLINK,
+	Q_FILE,
+	Q_CHUNKED,
+	Q_MEMBER,
+	Q_PACK,
+	Q_STRING,
+	Q_STORED,
+	Q_STORED_CHUNKED,
+	Q_COUNT
+};
 
 static const char *const queries[Q_COUNT] = {
     [Q_DIR] = "SELECT json_object('path', :path, 'type', 'directory', 'mode', :mode,"
@@ -39,6 +52,12 @@ static const char *const queries[Q_COUNT] = {
                  " 'pack', :pack, 'offset', :offset, 'mode', :mode, 'mtime', :mtime)",
     [Q_PACK] = "SELECT json_object('sha256', :sha256, 'size', :size, 'url', :url)",
     [Q_STRING] = "SELECT json_quote(:s)",
+    /* A compressed object's line: the line made above, with "stored" last. Its frame
+     * table is inline, or (chunks) in the hash list's records. */
+    [Q_STORED] = "SELECT json_insert(:line, '$.stored', json_object('encoding', 'zstd',"
+                 " 'size', :size, 'sha256', :sha256, 'frame', :frame, 'frames', json(:frames)))",
+    [Q_STORED_CHUNKED] = "SELECT json_insert(:line, '$.stored', json_object('encoding', 'zstd',"
+                         " 'size', :size, 'sha256', :sha256, 'frame', :frame))",
 };
 
 struct writer {
@@ -63,16 +82,69 @@ static void bind_int(sqlite3_stmt *st, const char *name, int64_t value)
 		sqlite3_bind_int64(st, i, value);
 }
 
-/* Steps st (bound by the caller) and writes its one JSON text, then sep. 0 or -EIO. */
-static int emit(struct writer *w, sqlite3_stmt *st, const char *sep)
+/* "[80211,79430,42092]": a frame table as JSON. NULL on -ENOMEM. */
+static char *frames_json(const struct pub_stored *zs)
 {
+	char *v = malloc(zs->n * 11 + 3);
+	size_t at = 0;
+
+	if (!v)
+		return NULL;
+	v[at++] = '[';
+	for (size_t k = 0; k < zs->n; k++)
+		at += (size_t)sprintf(v + at, k ? ",%" PRIu32 : "%" PRIu32, zs->frames[k]);
+	v[at++] = ']';
+	v[at] = '\0';
+	return v;
+}
+
+/*
+ * Steps st (bound by the caller) and writes its one JSON text, then sep; with zs (an object
+ * stored compressed), the text gets its "stored" first (chunked: the frame table is in the
+ * hash list). 0 or -EIO.
+ */
+static int emit_stored(struct writer *w, sqlite3_stmt *st, const struct pub_stored *zs,
+                       bool chunked, const char *sep)
+{
+	sqlite3_stmt *z = zs && zs->on ? w->q[chunked ? Q_STORED_CHUNKED : Q_STORED] : NULL;
+	char hex[2 * PUB_SHA256_LEN + 1], *frames = NULL;
 	int rc = sqlite3_step(st) == SQLITE_ROW ? 0 : -EIO;
 
-	if (rc == 0 && fprintf(w->f, "%s%s", (const char *)sqlite3_column_text(st, 0), sep) < 0)
+	if (rc == 0 && z) {
+		util_hex_encode(zs->sha256, PUB_SHA256_LEN, hex);
+		bind_text(z, ":line", (const char *)sqlite3_column_text(st, 0));
+		bind_int(z, ":size", (int64_t)zs->size);
+		bind_text(z, ":sha256", hex);
+		bind_int(z, ":frame", (int64_t)zs->frame);
+		if (!chunked && !(frames = frames_json(zs)))
+			rc = -ENOMEM;
+		bind_text(z, ":frames", frames);
+		if (rc == 0 && sqlite3_step(z) != SQLITE_ROW)
+			rc = -EIO;
+	}
+	if (rc == 0 &&
+	    fprintf(w->f, "%s%s", (const char *)sqlite3_column_text(z ? z : st, 0), sep) < 0)
 		rc = -EIO;
+	free(frames);
+	if (z) {
+		sqlite3_reset(z);
+		sqlite3_clear_bindings(z);
+	}
 	sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
 	return rc;
+}
+
+static int emit(struct writer *w, sqlite3_stmt *st, const char *sep)
+{
+	return emit_stored(w, st, NULL, false, sep);
+}
+
+/* The URL of an object: named by its stored bytes when it is compressed. */
+static void object_url(const unsigned char sha256[PUB_SHA256_LEN], const struct pub_stored *zs,
+                       char *url)
+{
+	pub_object_url(zs->on ? zs->sha256 : sha256, url);
 }
 
 static int emit_pack(struct writer *w, const struct pub_pack *p, const char *sep)
@@ -81,11 +153,11 @@ static int emit_pack(struct writer *w, const struct pub_pack *p, const char *sep
 	sqlite3_stmt *st = w->q[Q_PACK];
 
 	util_hex_encode(p->sha256, PUB_SHA256_LEN, hex);
-	pub_object_url(p->sha256, url);
+	object_url(p->sha256, &p->stored, url);
 	bind_text(st, ":sha256", hex);
 	bind_int(st, ":size", (int64_t)p->size);
 	bind_text(st, ":url", url);
-	return emit(w, st, sep);
+	return emit_stored(w, st, &p->stored, false, sep);
 }
 
 /* Writes entry e, its path made relative to the manifest's directory (skip bytes cut). */
@@ -120,7 +192,7 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 			bind_text(st, ":pack", pack);
 			bind_int(st, ":offset", (int64_t)e->offset);
 		} else {
-			pub_object_url(e->sha256, url);
+			object_url(e->sha256, &e->stored, url);
 			bind_text(st, ":url", url);
 		}
 		if (e->chunks.list) {
@@ -131,7 +203,8 @@ static int emit_entry(struct writer *w, const struct pub_entry *e, size_t skip, 
 			bind_int(st, ":chunk_size", (int64_t)e->chunks.chunk_size);
 		}
 	}
-	return emit(w, st, sep);
+	return emit_stored(w, st, e->kind == PUB_FILE ? &e->stored : NULL, e->chunks.list != NULL,
+	                   sep);
 }
 
 /* "read_orders": {"NAME": ["path", ...], ...}, one order a line. */
@@ -164,7 +237,7 @@ static int write_json(struct writer *w, const struct pub_tree *t, const struct p
 	const char *sep = "";
 	int rc = 0;
 
-	if (fputs("{\"version\":2,\n\"packs\":[", w->f) < 0)
+	if (fprintf(w->f, "{\"version\":%d,\n\"packs\":[", t->version) < 0)
 		return -EIO;
 	for (size_t i = 0; i < t->n_packs && rc == 0; i++) {
 		if (t->packs[i]->members[0]->owner != owner)
@@ -315,7 +388,8 @@ int pub_manifest_write_nested(const struct pub_tree *tree, struct pub_entry *own
 		rc = pub_object_copy(obj, fd, dir, strrchr(tmp, '/') + 1, (uint64_t)sb.st_size,
 		                     NULL, &owner->nested_size);
 	if (rc == 0) {
-		rc = pub_object_commit(obj, owner->nested_sha256, &owner->nested_size, &stored);
+		rc = pub_object_commit(obj, owner->nested_sha256, &owner->nested_size, &stored,
+		                       NULL);
 		obj = NULL;
 	}
 out:

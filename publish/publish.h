@@ -47,6 +47,10 @@ struct publish_options {
 	 * (a power of two, 4 KiB to 64 MiB); chunk_over 0: none do. */
 	uint64_t chunk_over;
 	uint64_t chunk_size;
+	/* zstd level of the objects (1 to 19; 0: stored as they are, manifest version 2),
+	 * and the percent by which one must shrink to be stored compressed (0 to 99). */
+	int compress_level;
+	unsigned compress_min_saving;
 	/* An object already in OUT_DIR is re-hashed (not only sized) before it is kept. */
 	bool verify_existing;
 	/* Read orders written into the top manifest (several files may share a name). */
@@ -65,6 +69,8 @@ struct publish_options {
 	bool (*known)(void *ctx, const unsigned char sha256[32], uint64_t size);
 	void *known_ctx;
 	uint64_t *existing_out;
+	/* When not NULL: the content and stored bytes of the tree's objects, added up. */
+	uint64_t *raw_out, *stored_out;
 	/* Set (by a signal handler) when the publish is to stop: no further file is begun,
 	 * and publish_run fails with -EINTR. NULL: never. */
 	const volatile sig_atomic_t *interrupted;

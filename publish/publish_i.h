@@ -24,12 +24,43 @@
 #include "publish/publish.h"
 
 #define PUB_SHA256_LEN 32
+/* A compressed file's hash list record: a chunk's sha256, then its frame's stored length. */
+#define PUB_RECORD_LEN (PUB_SHA256_LEN + 4)
 /* The longest symlink target a manifest may hold (and Linux stores). */
 #define PUB_TARGET_MAX 4095
 
 enum pub_kind { PUB_DIR, PUB_FILE, PUB_SYMLINK };
 
 struct pub_pack;
+
+/*
+ * How an object is stored when it is compressed (doc/manifest.md, version 3): independent
+ * zstd frames of `frame` bytes of its content each. on false: stored as it is.
+ */
+struct pub_stored {
+	bool on;
+	unsigned char sha256[PUB_SHA256_LEN]; /* of the stored bytes: the object's name */
+	uint64_t size;                        /* the stored bytes */
+	uint64_t frame;
+	uint32_t *frames; /* n stored lengths, in order; owned */
+	size_t n;
+};
+
+/* One object's compression as it is written (compress.c). */
+struct pub_compressor {
+	struct ZSTD_CCtx_s *cctx;
+	uint64_t frame;
+	unsigned char *in;  /* frame bytes: the frame being gathered, fill of them so far */
+	unsigned char *out; /* out_cap bytes: one compressed frame */
+	size_t fill, out_cap;
+	uint32_t *lens; /* cap frames' stored lengths (fixed by the size); n made */
+	size_t n, cap;
+	uint64_t stored; /* the lengths added up */
+	/* The judgement on the first PUB_JUDGE_BYTES (pub_compressor_feed): the saving a
+	 * prefix must show, in percent (min_saving / 5), and whether it was made. */
+	unsigned judge_saving;
+	bool judged;
+};
 
 /* A file's chunk hash list as it is copied (chunks.c). */
 struct pub_chunker {
@@ -61,6 +92,7 @@ struct pub_entry {
 	/* PUB_FILE over --chunk-over: its chunk hash list, and that list's object's digest. */
 	struct pub_chunker chunks;
 	unsigned char chunk_list_sha256[PUB_SHA256_LEN];
+	struct pub_stored stored; /* its own object compressed (not a pack member) */
 	bool nested;
 	unsigned char nested_sha256[PUB_SHA256_LEN];
 	uint64_t nested_size;
@@ -74,6 +106,7 @@ struct pub_pack {
 	uint64_t planned; /* the members' lstat sizes added up: what closes the pack */
 	uint64_t size;    /* bytes written, once its job ran */
 	unsigned char sha256[PUB_SHA256_LEN];
+	struct pub_stored stored;
 };
 
 /* A read order for the top manifest (read_order.c): files of the tree, in order. */
@@ -90,6 +123,7 @@ struct pub_tree {
 	size_t n_packs, cap_packs;
 	struct pub_order *orders; /* --read-order's, by name in the order first given */
 	size_t n_orders;
+	int version; /* of the manifests written: 3 when objects are compressed, else 2 */
 };
 
 /*
@@ -150,6 +184,9 @@ struct pub_store {
 	atomic_bool stop;     /* a job failed: the others stop at their next read */
 	bool probe_first;     /* objects/ held objects already: hash before copying */
 	bool verify_existing; /* --verify-existing: an object there is re-hashed, not sized */
+	/* Compression (publish_options'): level 0 stores every object as it is. */
+	int level;
+	unsigned min_saving;
 	/* publish_options.known: set before the workers start, only read after. */
 	bool (*known)(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size);
 	void *known_ctx;
@@ -158,6 +195,8 @@ struct pub_store {
 	bool dirty[256]; /* objects/XX got a new name: fsync'd before the manifest */
 	bool dirty_top;  /* objects/ got a new subdirectory */
 	uint64_t written, written_bytes, existing;
+	/* Every object of the tree, new or there already: content and stored bytes. */
+	uint64_t total_raw, total_stored;
 };
 
 int pub_store_open(struct pub_store *st, const char *out_real);
@@ -193,7 +232,18 @@ int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char 
  * not exist (or holds wrong bytes): its bytes must be copied then. 0 or -errno, said.
  */
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
-                      bool *stored);
+                      bool *stored, struct pub_stored *zs);
+/*
+ * Compresses the object as it is copied, in frames of `frame` content bytes (its content
+ * is size bytes, as the walk saw them), with st->level. Call after pub_object_begin. The
+ * object is then named by its stored bytes' digest, and pub_object_commit fills zs (its
+ * sha256 and size stay the content's). 0 or -errno.
+ */
+int pub_object_compress(struct pub_object *obj, uint64_t frame, uint64_t size);
+/* Once the bytes are copied: whether the compressed object shrank by st->min_saving percent
+ * (its last frame is made here). false: the caller stores it as it is instead, aborting obj.
+ * 0 or -errno in *rc. */
+bool pub_object_shrunk(struct pub_object *obj, int *rc);
 /* Hashes the object's bytes into c too, chunk by chunk (a file over --chunk-over). Call
  * after pub_object_begin; c is reset for the file's size. 0 or -errno. */
 int pub_object_chunks(struct pub_object *obj, struct pub_chunker *c, uint64_t chunk_size,
@@ -203,6 +253,11 @@ int pub_object_chunks(struct pub_object *obj, struct pub_chunker *c, uint64_t ch
  * 0 or -errno, said. */
 int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
                     unsigned char sha256[PUB_SHA256_LEN]);
+
+/* A probe's content digest, once its bytes are copied; frees obj. 0 or -EIO. */
+int pub_object_digest(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN]);
+/* Counts an object another job of this publish made (twins.c). */
+void pub_store_count_twin(struct pub_store *st, uint64_t raw, uint64_t stored);
 
 /* Removes the temporary file and frees obj. NULL is fine. */
 void pub_object_abort(struct pub_object *obj);
@@ -252,6 +307,53 @@ void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf);
  */
 int pub_pool_run(size_t n, unsigned threads, int (*run)(void *ctx, size_t i), void *ctx,
                  atomic_bool *stop);
+
+/* The compressor (compress.c): started for an object of size bytes in frames of frame
+ * bytes, fed its bytes in order (emit gets each compressed frame), ended at its end
+ * (-ESTALE when they were not size bytes). 0 or -errno; the feed's -EDOM (unsaid): the
+ * object's first PUB_JUDGE_BYTES shrank by less than a fifth of the saving asked for (and
+ * never grew with 0 asked), so it is taken for incompressible and the rest is not tried. */
+#define PUB_JUDGE_BYTES (8u << 20)
+int pub_compressor_start(struct pub_compressor *z, int level, uint64_t frame, uint64_t size,
+                         unsigned min_saving);
+int pub_compressor_feed(struct pub_compressor *z, const unsigned char *p, size_t n,
+                        int (*emit)(void *ctx, const unsigned char *p, size_t n), void *ctx);
+int pub_compressor_end(struct pub_compressor *z,
+                       int (*emit)(void *ctx, const unsigned char *p, size_t n), void *ctx);
+/* Whether the stored bytes are at most (100 - min_saving) percent of size. */
+bool pub_compressor_worth(const struct pub_compressor *z, uint64_t size, unsigned min_saving);
+void pub_compressor_free(struct pub_compressor *z);
+void pub_stored_free(struct pub_stored *s);
+/* Objects of the same content (twins.c): one makes it, the others take its stored form. */
+struct pub_twin {
+	bool used;
+	int state; /* 0: being made; 1: made; -1: its maker failed */
+	unsigned char sha256[PUB_SHA256_LEN];
+	uint64_t size, frame;
+	struct pub_stored stored; /* once made; on false: stored as it is */
+};
+struct pub_twins {
+	pthread_mutex_t lock;
+	pthread_cond_t done; /* a slot's state left 0 */
+	struct pub_twin *v;  /* cap slots; guarded by lock */
+	size_t cap;
+};
+/* A table for n contents at most. 0 or -ENOMEM. */
+int pub_twins_init(struct pub_twins *t, size_t n);
+void pub_twins_free(struct pub_twins *t);
+/*
+ * Claims a content (its sha256, size and frame): 1 when the caller is to make its object and
+ * then call pub_twins_done; 0 when another made it, *zs then a copy of its stored form
+ * (waits while another makes it); -ECANCELED when that one failed, or -ENOMEM.
+ */
+int pub_twins_claim(struct pub_twins *t, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size,
+                    uint64_t frame, struct pub_stored *zs);
+/* The claimed content's object is made (rc 0, zs its stored form) or failed (rc < 0). */
+void pub_twins_done(struct pub_twins *t, const unsigned char sha256[PUB_SHA256_LEN], uint64_t size,
+                    uint64_t frame, const struct pub_stored *zs, int rc);
+
+/* Packs are fetched whole: their frame is larger than a file's chunk (doc/benchmarks.md). */
+#define PUB_PACK_FRAME (1u << 20)
 
 /* The chunker (chunks.c): reset for a file of file_size, fed its bytes in order, done at
  * its end (-EIO when they were not file_size bytes). 0 or -errno. */
@@ -319,11 +421,12 @@ struct pub_s3 {
 	uint64_t multipart_over; /* objects over this go up in parts of part_size */
 	uint64_t part_size;
 	bool if_absent, dry_run;
-	bool tty;                /* stderr is a terminal: progress is shown */
-	bool curl;               /* curl_global_init was called: pub_s3_close undoes it */
-	struct pub_s3_list have; /* what the store held before the stage was written */
-	uint64_t existing;       /* objects of the tree the store (or the stage) held */
-	struct up_item *items;   /* the staged objects; owned */
+	bool tty;                         /* stderr is a terminal: progress is shown */
+	bool curl;                        /* curl_global_init was called: pub_s3_close undoes it */
+	struct pub_s3_list have;          /* what the store held before the stage was written */
+	uint64_t existing;                /* objects of the tree the store (or the stage) held */
+	uint64_t raw_bytes, stored_bytes; /* the tree's objects: content, and as stored */
+	struct up_item *items;            /* the staged objects; owned */
 	size_t n_items;
 	size_t to_upload, uploaded, skipped;
 	uint64_t upload_bytes, sent_bytes;

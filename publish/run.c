@@ -20,6 +20,7 @@ struct job {
 	struct pub_entry *file;
 	struct pub_pack *pack;
 	uint64_t planned;
+	bool twin; /* another job has its size: the same content maybe (twins.c) */
 };
 
 struct run {
@@ -28,6 +29,7 @@ struct run {
 	const char *src; /* its real path, for messages */
 	struct pub_store store;
 	struct job *jobs;
+	struct pub_twins twins; /* compressed: the contents of the twin jobs */
 };
 
 /* Copies file e into obj, if it is still the file the walk saw (file_sha256: see
@@ -36,11 +38,15 @@ static int copy_file(struct run *r, struct pub_object *obj, struct pub_entry *e,
                      unsigned char *file_sha256)
 {
 	int fd = pub_open_seen(r->src_fd, r->src, e), rc;
+	uint64_t copied;
 
 	if (fd < 0)
 		return fd;
-	/* e->size is the walk's until the copy sets it: the same bytes, or a failure. */
-	rc = pub_object_copy(obj, fd, r->src, e->path, e->size, file_sha256, &e->size);
+	/* e->size is the walk's until the copy sets it: the same bytes, or a failure (a copy
+	 * cut short, -EDOM of the compressor among them, leaves it for the next attempt). */
+	rc = pub_object_copy(obj, fd, r->src, e->path, e->size, file_sha256, &copied);
+	if (rc == 0)
+		e->size = copied;
 	close(fd);
 	return rc;
 }
@@ -68,29 +74,105 @@ static int fill(struct run *r, struct job *j, struct pub_object *obj)
  * object is missing: an unchanged file is read once and nothing is written. Into an empty
  * store, it is copied while it is hashed, in one pass.
  */
+/*
+ * Compressed (a level, and bytes to compress), a job is written in frames: a file's of its
+ * chunk size, so that any byte range is whole frames (doc/manifest.md); a pack's of
+ * PUB_PACK_FRAME, since a pack is fetched whole. An object that did not shrink enough is
+ * copied again, as it is: its bytes are read twice, but only incompressible ones are.
+ */
+/* Begins job j's object (a probe only hashes), its chunk hash list with it. */
+static int begin(struct run *r, struct job *j, bool probe, struct pub_object **obj)
+{
+	int rc = pub_object_begin(&r->store, probe, obj);
+
+	if (rc == 0 && j->file && r->o->chunk_over && j->planned > r->o->chunk_over)
+		rc = pub_object_chunks(*obj, &j->file->chunks, r->o->chunk_size, j->planned);
+	return rc;
+}
+
+/*
+ * A twin job (its size is another's) when compressing: hashed first, then either claimed,
+ * to be made by this job (1, key its content digest), or made by another (0: this job's
+ * fields are set, its stored form copied). The hash also sets the chunk hash list and a
+ * pack's members. -errno on failure.
+ */
+static int take_twin(struct run *r, struct job *j, uint64_t frame, unsigned char *key)
+{
+	struct pub_object *obj = NULL;
+	int rc = begin(r, j, true, &obj);
+
+	if (rc == 0)
+		rc = fill(r, j, obj);
+	if (rc) {
+		pub_object_abort(obj);
+		return rc;
+	}
+	if ((rc = pub_object_digest(obj, key)))
+		return rc;
+	rc = pub_twins_claim(&r->twins, key, j->planned, frame,
+	                     j->file ? &j->file->stored : &j->pack->stored);
+	if (rc == 0) {
+		const struct pub_stored *zs = j->file ? &j->file->stored : &j->pack->stored;
+		memcpy(j->file ? j->file->sha256 : j->pack->sha256, key, PUB_SHA256_LEN);
+		if (j->pack)
+			j->pack->size = j->planned;
+		pub_store_count_twin(&r->store, j->planned, zs->on ? zs->size : j->planned);
+	}
+	return rc;
+}
+
+/*
+ * Compressed (a level, and bytes to compress), a job is written in frames: a file's of its
+ * chunk size, so that any byte range is whole frames (doc/manifest.md); a pack's of
+ * PUB_PACK_FRAME, since a pack is fetched whole. An object that did not shrink enough is
+ * copied again, as it is: its bytes are read twice, but only incompressible ones are.
+ */
 static int run_job(void *ctx, size_t i)
 {
 	struct run *r = ctx;
 	struct job *j = &r->jobs[i];
-	bool stored = false;
+	bool stored = false, compress = r->store.level > 0 && j->planned > 0, claimed = false;
+	uint64_t frame = j->file ? r->o->chunk_size : PUB_PACK_FRAME;
+	unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256, key[PUB_SHA256_LEN];
+	uint64_t *size = j->file ? &j->file->size : &j->pack->size;
+	struct pub_stored *zs = j->file ? &j->file->stored : &j->pack->stored;
 	int rc = 0;
 
 	if (r->o->interrupted && *r->o->interrupted)
 		return -EINTR; /* the pool stops the others before their next file */
+	if (compress && j->twin) {
+		rc = take_twin(r, j, frame, key);
+		if (rc <= 0)
+			return rc;
+		claimed = true;
+		rc = 0;
+	}
 	for (bool probe = r->store.probe_first; !stored && rc == 0; probe = false) {
 		struct pub_object *obj = NULL;
-		unsigned char *sha256 = j->file ? j->file->sha256 : j->pack->sha256;
-		uint64_t *size = j->file ? &j->file->size : &j->pack->size;
-		rc = pub_object_begin(&r->store, probe, &obj);
-		if (rc == 0 && j->file && r->o->chunk_over && j->planned > r->o->chunk_over)
-			rc = pub_object_chunks(obj, &j->file->chunks, r->o->chunk_size, j->planned);
+		rc = begin(r, j, probe, &obj);
+		if (rc == 0 && compress)
+			rc = pub_object_compress(obj, frame, j->planned);
 		if (rc == 0)
 			rc = fill(r, j, obj);
+		if ((rc == 0 && compress && !pub_object_shrunk(obj, &rc)) || rc == -EDOM) {
+			pub_object_abort(obj);
+			compress = false; /* stored as it is: the loop copies it again */
+			rc = rc == -EDOM ? 0 : rc;
+			continue;
+		}
 		if (rc == 0)
-			rc = pub_object_commit(obj, sha256, size, &stored);
+			rc = pub_object_commit(obj, sha256, size, &stored, zs);
 		else
 			pub_object_abort(obj);
 	}
+	/* Its twins take what was hashed first: the same bytes, or it changed meanwhile. */
+	if (claimed && rc == 0 && memcmp(sha256, key, PUB_SHA256_LEN) != 0) {
+		pub_say("", r->src, j->file ? j->file->path : j->pack->members[0]->path,
+		        "changed while it was published", false);
+		rc = -ESTALE;
+	}
+	if (claimed)
+		pub_twins_done(&r->twins, key, j->planned, frame, zs, rc);
 	return rc;
 }
 
@@ -117,6 +199,10 @@ static int plan_jobs(const struct pub_tree *t, struct job **out, size_t *n)
 	for (size_t i = 0; i < t->n_packs; i++)
 		jobs[k++] = (struct job){.pack = t->packs[i], .planned = t->packs[i]->planned};
 	qsort(jobs, k, sizeof(*jobs), cmp_jobs);
+	/* Sorted by size: the jobs that may share a content are neighbours. */
+	for (size_t i = 1; i < k; i++)
+		if (jobs[i].planned == jobs[i - 1].planned && jobs[i].planned > 0)
+			jobs[i].twin = jobs[i - 1].twin = true;
 	*out = jobs;
 	*n = k;
 	return 0;
@@ -206,7 +292,7 @@ out:
 static void summary(const struct run *r, const struct pub_tree *t, const char *out)
 {
 	size_t files = 0, dirs = 0, links = 0;
-	char bytes[32];
+	char bytes[32], raw[32], stored[32];
 
 	for (size_t i = 0; i < t->n_entries; i++) {
 		enum pub_kind k = t->entries[i]->kind;
@@ -215,10 +301,12 @@ static void summary(const struct run *r, const struct pub_tree *t, const char *o
 		links += k == PUB_SYMLINK;
 	}
 	printf("spoolfs publish: %zu files, %zu directories, %zu symlinks, %zu packs;"
-	       " %llu new objects (%s), %llu already there; wrote %s/%s\n",
+	       " %llu new objects (%s), %llu already there; %s raw, %s stored; wrote %s/%s\n",
 	       files, dirs, links, t->n_packs, (unsigned long long)r->store.written,
 	       pub_human(r->store.written_bytes, bytes, sizeof(bytes)),
-	       (unsigned long long)r->store.existing, out, r->o->manifest);
+	       (unsigned long long)r->store.existing,
+	       pub_human(r->store.total_raw, raw, sizeof(raw)),
+	       pub_human(r->store.total_stored, stored, sizeof(stored)), out, r->o->manifest);
 }
 
 /*
@@ -249,7 +337,7 @@ int publish_run(const struct publish_options *o)
 	struct run r = {.o = o, .src_fd = -1};
 	struct pub_tree tree = {0};
 	char *src = NULL, *out = NULL;
-	size_t n_jobs = 0;
+	size_t n_jobs = 0, n_twins = 0;
 	bool store_open = false;
 	int rc = 0;
 
@@ -285,12 +373,24 @@ int publish_run(const struct publish_options *o)
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
 	r.store.verify_existing = o->verify_existing;
+	r.store.level = o->compress_level;
+	r.store.min_saving = o->compress_min_saving;
+	tree.version = o->compress_level > 0 ? 3 : 2;
 	r.store.known = o->known;
 	r.store.known_ctx = o->known_ctx;
 	/* Hashed first, copied only when the destination lacks it: mostly, it has it. */
 	r.store.probe_first |= o->known != NULL;
+	/* Compressed, an object's name is known only once it is compressed: a probe would
+	 * compress it twice, so each is written while it is compressed, and a temporary file
+	 * whose name exists goes unsynced. */
+	r.store.probe_first &= o->compress_level == 0;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
+	for (size_t i = 0; i < n_jobs; i++)
+		n_twins += r.jobs[i].twin;
+	/* Sized for the twins only: a tree of a million files has few. */
+	if (rc == 0 && o->compress_level > 0)
+		rc = pub_twins_init(&r.twins, n_twins);
 	if (rc == 0)
 		rc = pub_pool_run(n_jobs, o->jobs, run_job, &r, &r.store.stop);
 	if (rc == 0)
@@ -307,12 +407,17 @@ int publish_run(const struct publish_options *o)
 		summary(&r, &tree, out);
 	if (rc == 0 && o->existing_out)
 		*o->existing_out = r.store.existing;
+	if (rc == 0 && o->raw_out)
+		*o->raw_out = r.store.total_raw;
+	if (rc == 0 && o->stored_out)
+		*o->stored_out = r.store.total_stored;
 out:
 	if (rc == -ENOMEM)
 		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));
 	if (store_open)
 		pub_store_close(&r.store);
 	free(r.jobs);
+	pub_twins_free(&r.twins);
 	pub_tree_free(&tree);
 	free(out);
 	free(src);

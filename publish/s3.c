@@ -276,6 +276,8 @@ int pub_s3_publish(const struct publish_options *o)
 	 * never copied into the stage. */
 	staged.known_ctx = &s;
 	staged.existing_out = &s.existing;
+	staged.raw_out = &s.raw_bytes;
+	staged.stored_out = &s.stored_bytes;
 	rc = pub_s3_begin(&s);
 	/* Into an empty store every file is copied while it is hashed, in one pass. */
 	staged.known = s.have.n ? pub_s3_known : NULL;

@@ -37,6 +37,10 @@ struct pub_object {
 	size_t fill;          /* bytes in buf not written yet */
 	uint64_t size;
 	struct pub_chunker *chunks; /* NULL: no chunk hash list */
+	/* Compressed (pub_object_compress): its frames go to the sink, hashed into stored. */
+	bool compress, ended;
+	struct pub_compressor z;
+	EVP_MD_CTX *stored; /* the stored bytes */
 };
 
 void pub_object_url(const unsigned char sha256[PUB_SHA256_LEN], char *buf)
@@ -184,6 +188,8 @@ void pub_object_abort(struct pub_object *obj)
 	}
 	EVP_MD_CTX_free(obj->md);
 	EVP_MD_CTX_free(obj->file);
+	EVP_MD_CTX_free(obj->stored);
+	pub_compressor_free(&obj->z);
 	free(obj->buf);
 	free(obj->tmp);
 	free(obj);
@@ -202,6 +208,41 @@ static int flush(struct pub_object *obj)
 	return rc;
 }
 
+/* The compressor's emit: one compressed frame, hashed as the object's bytes and written
+ * (a probe only hashes). 0 or -errno, said. */
+static int emit_frame(void *ctx, const unsigned char *p, size_t n)
+{
+	struct pub_object *obj = ctx;
+	int rc = 0;
+
+	if (EVP_DigestUpdate(obj->stored, p, n) != 1)
+		return -EIO;
+	if (obj->sink.fd >= 0 && (rc = pub_sink_write(&obj->sink, p, n)))
+		pub_say("", obj->tmp, "", strerror(-rc), false);
+	return rc;
+}
+
+int pub_object_compress(struct pub_object *obj, uint64_t frame, uint64_t size)
+{
+	obj->compress = true;
+	if (!obj->stored && !(obj->stored = EVP_MD_CTX_new()))
+		return -ENOMEM;
+	if (EVP_DigestInit_ex(obj->stored, EVP_sha256(), NULL) != 1)
+		return -EIO;
+	return pub_compressor_start(&obj->z, obj->st->level, frame, size, obj->st->min_saving);
+}
+
+bool pub_object_shrunk(struct pub_object *obj, int *rc)
+{
+	*rc = 0;
+	if (!obj->compress)
+		return true;
+	if (!obj->ended)
+		*rc = pub_compressor_end(&obj->z, emit_frame, obj);
+	obj->ended = true;
+	return *rc == 0 && pub_compressor_worth(&obj->z, obj->size, obj->st->min_saving);
+}
+
 int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char *rel, uint64_t size,
                     unsigned char file_sha256[PUB_SHA256_LEN], uint64_t *copied)
 {
@@ -215,7 +256,8 @@ int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char 
 	/* The size the walk saw, and no more: a small file saves the read that would say end
 	 * of file, and one that grows since is published as it was when it was opened. */
 	while (*copied < size) {
-		/* Inline, the buffer gathers small files (a pack's members) into one write. */
+		/* Inline, the buffer gathers small files (a pack's members) into one write;
+		 * compressed, it holds one read, and the compressor gathers a frame. */
 		unsigned char *buf = obj->w ? pub_writer_buffer(obj->w, &rc) : obj->buf + obj->fill;
 		size_t room = obj->w ? PUB_COPY_BUF : PUB_COPY_BUF - obj->fill;
 		if (room > size - *copied)
@@ -250,6 +292,11 @@ int pub_object_copy(struct pub_object *obj, int fd, const char *dir, const char 
 			goto out;
 		*copied += (uint64_t)n;
 		obj->size += (uint64_t)n;
+		if (obj->compress) {
+			if ((rc = pub_compressor_feed(&obj->z, buf, (size_t)n, emit_frame, obj)))
+				goto out;
+			continue; /* no writer: the frames are what is written */
+		}
 		if (!obj->w)
 			obj->fill += (size_t)n;
 		if (!obj->w && obj->fill == PUB_COPY_BUF && (rc = flush(obj)))
@@ -305,7 +352,7 @@ int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
 		pub_object_abort(obj);
 		return -EIO;
 	}
-	return pub_object_commit(obj, sha256, &size, &stored);
+	return pub_object_commit(obj, sha256, &size, &stored, NULL);
 }
 
 /*
@@ -317,7 +364,8 @@ int pub_store_bytes(struct pub_store *st, const void *data, size_t len,
  * is right; 1: wrong, why says how; -errno when it could not be read (said).
  */
 static int check_existing(struct pub_object *obj, const char *final, const struct stat *sb,
-                          const unsigned char sha256[PUB_SHA256_LEN], char *why, size_t why_len)
+                          const unsigned char sha256[PUB_SHA256_LEN], uint64_t size, char *why,
+                          size_t why_len)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	uint64_t got = 0;
@@ -327,9 +375,9 @@ static int check_existing(struct pub_object *obj, const char *final, const struc
 		snprintf(why, why_len, "it was not a regular file");
 		return 1;
 	}
-	if ((uint64_t)sb->st_size != obj->size) {
+	if ((uint64_t)sb->st_size != size) {
 		snprintf(why, why_len, "it held %llu bytes, not %llu",
-		         (unsigned long long)sb->st_size, (unsigned long long)obj->size);
+		         (unsigned long long)sb->st_size, (unsigned long long)size);
 		return 1;
 	}
 	if (!obj->st->verify_existing)
@@ -360,7 +408,7 @@ static int check_existing(struct pub_object *obj, const char *final, const struc
 		rc = -EIO;
 		goto out;
 	}
-	if (got != obj->size || memcmp(md, sha256, PUB_SHA256_LEN) != 0) {
+	if (got != size || memcmp(md, sha256, PUB_SHA256_LEN) != 0) {
 		snprintf(why, why_len, "its bytes did not hash to its name");
 		rc = 1;
 	}
@@ -390,9 +438,11 @@ static int refresh(const char *final, const struct stat *sb)
 
 /* Counts an object: new (written) or there already. */
 static void count(struct pub_store *st, const unsigned char *sha256, bool made_dir, bool wrote,
-                  uint64_t size)
+                  uint64_t raw, uint64_t size)
 {
 	pthread_mutex_lock(&st->lock);
+	st->total_raw += raw;
+	st->total_stored += size;
 	if (wrote) {
 		st->written++;
 		st->written_bytes += size;
@@ -404,17 +454,38 @@ static void count(struct pub_store *st, const unsigned char *sha256, bool made_d
 	pthread_mutex_unlock(&st->lock);
 }
 
+int pub_object_digest(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN])
+{
+	int rc = EVP_DigestFinal_ex(obj->md, sha256, NULL) == 1 ? 0 : -EIO;
+
+	pub_object_abort(obj);
+	return rc;
+}
+
+void pub_store_count_twin(struct pub_store *st, uint64_t raw, uint64_t stored)
+{
+	count(st, NULL, false, false, raw, stored);
+}
+
 int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LEN], uint64_t *size,
-                      bool *stored)
+                      bool *stored, struct pub_stored *zs)
 {
 	char url[PUB_URL_LEN + 1], *final = NULL, *dir = NULL, why[96];
 	bool made_dir = false, wrote = false, replace = false;
+	/* Its name and length: the stored bytes' (compressed), else the content's. */
+	unsigned char name[PUB_SHA256_LEN] = {0};
+	uint64_t length = obj->size;
 	struct stat sb;
 	int rc = 0;
 
 	*size = obj->size;
 	*stored = true;
-	rc = flush(obj);
+	if (obj->compress) {
+		pub_object_shrunk(obj, &rc);
+		length = obj->z.stored;
+	}
+	if (rc == 0)
+		rc = flush(obj);
 	if (rc)
 		goto out;
 	rc = pub_writer_stop(obj->w);
@@ -423,11 +494,14 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		pub_say("", obj->tmp, "", strerror(-rc), false);
 		goto out;
 	}
-	if (EVP_DigestFinal_ex(obj->md, sha256, NULL) != 1) {
+	if (EVP_DigestFinal_ex(obj->md, sha256, NULL) != 1 ||
+	    (obj->compress && EVP_DigestFinal_ex(obj->stored, name, NULL) != 1)) {
 		rc = -EIO;
 		goto out;
 	}
-	pub_object_url(sha256, url);
+	if (!obj->compress)
+		memcpy(name, sha256, PUB_SHA256_LEN);
+	pub_object_url(name, url);
 	if (asprintf(&final, "%s/%s", obj->st->out, url) < 0) {
 		final = NULL;
 		rc = -ENOMEM;
@@ -439,12 +513,12 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 		goto out;
 	}
 	/* Held where the publish goes (an S3 store): nothing to keep here. */
-	if (obj->st->known && obj->st->known(obj->st->known_ctx, sha256, obj->size))
+	if (obj->st->known && obj->st->known(obj->st->known_ctx, name, length))
 		goto out;
 	/* Content-addressed: a name that exists holds these bytes already, once it is seen to
 	 * be of their size (or hashed, with --verify-existing). */
 	if (fstatat(AT_FDCWD, final, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
-		rc = check_existing(obj, final, &sb, sha256, why, sizeof(why));
+		rc = check_existing(obj, final, &sb, name, length, why, sizeof(why));
 		if (rc == 0)
 			rc = refresh(final, &sb);
 		if (rc <= 0)
@@ -489,7 +563,17 @@ int pub_object_commit(struct pub_object *obj, unsigned char sha256[PUB_SHA256_LE
 	}
 out:
 	if (rc == 0 && *stored)
-		count(obj->st, sha256, made_dir, wrote, obj->size);
+		count(obj->st, name, made_dir, wrote, obj->size, length);
+	if (rc == 0 && *stored && obj->compress && zs) {
+		pub_stored_free(zs);
+		*zs = (struct pub_stored){.on = true,
+		                          .size = length,
+		                          .frame = obj->z.frame,
+		                          .frames = obj->z.lens,
+		                          .n = obj->z.n};
+		memcpy(zs->sha256, name, PUB_SHA256_LEN);
+		obj->z.lens = NULL; /* zs's now */
+	}
 	if (wrote) {
 		close(obj->sink.fd);
 		obj->sink.fd = -1;

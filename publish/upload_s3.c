@@ -284,7 +284,7 @@ bool pub_s3_known(void *ctx, const unsigned char sha256[PUB_SHA256_LEN], uint64_
 int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 {
 	bool *go = NULL;
-	char *body = NULL, why[700] = "", a[32], b[32];
+	char *body = NULL, why[700] = "", a[32], b[32], raw[32], stored[32];
 	size_t len = 0;
 	long code;
 	int rc = stage_items(s, &s->items, &s->n_items);
@@ -330,10 +330,14 @@ int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 	}
 out:
 	if (rc == 0)
-		printf("spoolfs publish: %s%zu objects (%s)%s, %zu already there; %s %s/%s\n",
-		       s->dry_run ? "would upload " : "", s->to_upload,
-		       pub_human(s->upload_bytes, b, sizeof(b)), s->dry_run ? "" : " uploaded",
-		       s->skipped, s->dry_run ? "would write" : "wrote", s->display, manifest);
+		printf(
+		    "spoolfs publish: %s%zu objects (%s)%s, %zu already there; the tree's objects"
+		    " %s raw, %s stored; %s %s/%s\n",
+		    s->dry_run ? "would upload " : "", s->to_upload,
+		    pub_human(s->upload_bytes, b, sizeof(b)), s->dry_run ? "" : " uploaded",
+		    s->skipped, pub_human(s->raw_bytes, raw, sizeof(raw)),
+		    pub_human(s->stored_bytes, stored, sizeof(stored)),
+		    s->dry_run ? "would write" : "wrote", s->display, manifest);
 	free(body);
 	free(go);
 	return rc;

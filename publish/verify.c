@@ -31,25 +31,32 @@
 
 /*
  * Every object a manifest names: files with a url (or, in version 1, at their path), chunk
- * hash lists (their size: 32 bytes per chunk of the file), nested manifests and packs.
+ * hash lists (their size: 32 bytes per chunk of the file, 36 when the file is compressed),
+ * nested manifests and packs. A compressed object (version 3's "stored") is checked as it
+ * is stored: its stored size and the sha256 of its stored bytes, which names it; nothing is
+ * decompressed.
  */
 static const char collect_sql[] =
     "INSERT OR IGNORE INTO obj(url, size, sha256, nested)"
     " SELECT coalesce(json_extract(e.value, '$.url'), json_extract(e.value, '$.path')),"
-    "  json_extract(e.value, '$.size'), json_extract(e.value, '$.sha256'), 0"
-    "  FROM json_each(?1, '$.entries') e"
+    "  coalesce(json_extract(e.value, '$.stored.size'), json_extract(e.value, '$.size')),"
+    "  coalesce(json_extract(e.value, '$.stored.sha256'), json_extract(e.value, '$.sha256')),"
+    "  0 FROM json_each(?1, '$.entries') e"
     "  WHERE coalesce(json_extract(e.value, '$.type'), 'file') = 'file'"
     "   AND json_type(e.value, '$.pack') IS NULL"
     " UNION ALL SELECT json_extract(e.value, '$.chunks.url'),"
     "  (json_extract(e.value, '$.size') + json_extract(e.value, '$.chunks.size') - 1)"
-    "   / json_extract(e.value, '$.chunks.size') * 32,"
+    "   / json_extract(e.value, '$.chunks.size')"
+    "   * (CASE WHEN json_type(e.value, '$.stored') = 'object' THEN 36 ELSE 32 END),"
     "  json_extract(e.value, '$.chunks.sha256'), 0"
     "  FROM json_each(?1, '$.entries') e WHERE json_type(e.value, '$.chunks.url') = 'text'"
     " UNION ALL SELECT json_extract(e.value, '$.manifest.url'),"
     "  json_extract(e.value, '$.manifest.size'), json_extract(e.value, '$.manifest.sha256'), 1"
     "  FROM json_each(?1, '$.entries') e WHERE json_type(e.value, '$.manifest.url') = 'text'"
-    " UNION ALL SELECT json_extract(p.value, '$.url'), json_extract(p.value, '$.size'),"
-    "  json_extract(p.value, '$.sha256'), 0 FROM json_each(?1, '$.packs') p";
+    " UNION ALL SELECT json_extract(p.value, '$.url'),"
+    "  coalesce(json_extract(p.value, '$.stored.size'), json_extract(p.value, '$.size')),"
+    "  coalesce(json_extract(p.value, '$.stored.sha256'), json_extract(p.value, '$.sha256')),"
+    "  0 FROM json_each(?1, '$.packs') p";
 
 struct vfy {
 	bool deep;

@@ -352,10 +352,12 @@ void pub_tree_free(struct pub_tree *tree)
 		free(tree->entries[i]->path);
 		free(tree->entries[i]->target);
 		pub_chunker_free(&tree->entries[i]->chunks);
+		pub_stored_free(&tree->entries[i]->stored);
 		free(tree->entries[i]);
 	}
 	for (size_t i = 0; i < tree->n_packs; i++) {
 		free(tree->packs[i]->members);
+		pub_stored_free(&tree->packs[i]->stored);
 		free(tree->packs[i]);
 	}
 	free(tree->entries);

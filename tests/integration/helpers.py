@@ -187,11 +187,19 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def publish_tree(src, out, *args, check=True, timeout=300):
+def publish_tree(src, out, *args, check=True, timeout=300, compress=False, wrap=()):
     """Runs `spoolfs publish src out args...`: (exit status, stdout, stderr). A sanitizer's
-    report fails the test either way; with check, so does a failed publish."""
-    proc = subprocess.run([SPOOLFS, "publish", str(src), str(out)] + [str(a) for a in args],
-                          capture_output=True, timeout=timeout * SLOW, env=daemon_env())
+    report fails the test either way; with check, so does a failed publish. Without compress,
+    --no-compress: manifest version 2, which the tests written for it check and mount
+    (test_publish_compress.py: version 3). wrap: a command to run it under (strace: then
+    without LeakSanitizer, which cannot run under ptrace)."""
+    args = list(args) + ([] if compress else ["--no-compress"])
+    env = daemon_env()
+    if wrap:
+        env["ASAN_OPTIONS"] += ":detect_leaks=0"  # the last one given counts
+    proc = subprocess.run(list(wrap) + [SPOOLFS, "publish", str(src), str(out)] +
+                          [str(a) for a in args],
+                          capture_output=True, timeout=timeout * SLOW, env=env)
     err = proc.stderr.decode("utf-8", "replace")
     for mark in ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer", "runtime error:"):
         assert mark not in err, err

@@ -76,8 +76,8 @@ def keys(out):
 def two_releases(tmp_path):
     src, o = trees(tmp_path)
     out = tmp_path / "out"
-    run("publish", src["a"], out, "--manifest", "r1.json", check=0)
-    run("publish", src["b"], out, "--manifest", "r2.json", check=0)
+    run("publish", "--no-compress", src["a"], out, "--manifest", "r1.json", check=0)
+    run("publish", "--no-compress", src["b"], out, "--manifest", "r2.json", check=0)
     age(out, 2 * DAY)
     age(out / "r1.json", 3 * DAY)  # the older release
     return src, o, out
@@ -123,7 +123,7 @@ def test_local_dry_run_deletes_nothing_and_counts_bytes(tmp_path):
 
 def test_local_a_manifest_gc_cannot_read_wholly_stops_it(tmp_path):
     src, o, out = two_releases(tmp_path)
-    run("publish", src["c"], out, "--manifest", "r0.json", check=0)
+    run("publish", "--no-compress", src["c"], out, "--manifest", "r0.json", check=0)
     os.unlink(out / "r0.json")
     age(out, 2 * DAY)
     before = keys(out)
@@ -134,7 +134,7 @@ def test_local_a_manifest_gc_cannot_read_wholly_stops_it(tmp_path):
              'has a field it does not know: "frame_table"'),
             (good.replace('"entries":[', '"frames":["%s"],"entries":[' % o["orphan"], 1),
              'a field it does not know: "frames"'),
-            (good.replace('"version":2', '"version":3', 1), "manifest version 3"),
+            (good.replace('"version":2', '"version":4', 1), "manifest version 4"),
             ('{"tag": "r2.json"}', "not a manifest"),
             (good.replace('"url":"objects/', '"url":"./objects/', 1), "not a plain key"),
             (good.replace('"url":"objects/', '"url":"https://cdn.example/p/objects/', 1),
@@ -179,14 +179,14 @@ def test_local_a_manifest_written_while_gc_runs_keeps_its_objects(tmp_path):
     """The orphan is younger than half the grace (publish does not refresh it): only gc's
     second look at the manifests keeps it."""
     src, o, out = two_releases(tmp_path)
-    run("publish", src["c"], out, "--manifest", "r0.json", check=0)
+    run("publish", "--no-compress", src["c"], out, "--manifest", "r0.json", check=0)
     os.unlink(out / "r0.json")
     age(out / o["orphan"], 2 * 3600)
     fifo, env = gate_env(tmp_path)
     # Opening the FIFO for writing waits until gc opens it: gc has marked by then.
     t, res = gated_gc(("gc", out, "--grace", "1h"), env)
     with open(fifo, "w"):
-        run("publish", src["c"], out, "--manifest", "r3.json", check=0)
+        run("publish", "--no-compress", src["c"], out, "--manifest", "r3.json", check=0)
     t.join(120 * SLOW)
     assert res["r"][0] == 0, res
     assert o["orphan"] in keys(out), res
@@ -195,15 +195,15 @@ def test_local_a_manifest_written_while_gc_runs_keeps_its_objects(tmp_path):
 
 def test_local_publish_refreshes_an_old_object_it_names_again(tmp_path):
     src, o, out = two_releases(tmp_path)
-    run("publish", src["c"], out, "--manifest", "r0.json", check=0)
+    run("publish", "--no-compress", src["c"], out, "--manifest", "r0.json", check=0)
     os.unlink(out / "r0.json")
     age(out, 2 * DAY)
-    run("publish", src["c"], out, "--manifest", "r3.json", check=0)
+    run("publish", "--no-compress", src["c"], out, "--manifest", "r3.json", check=0)
     assert os.stat(out / o["orphan"]).st_mtime > time.time() - 3600
     # Younger than half the grace: left as it is (no write per object every publish).
     young = time.time() - 3600
     os.utime(out / o["orphan"], (young, young))
-    run("publish", src["c"], out, "--manifest", "r3.json", check=0)
+    run("publish", "--no-compress", src["c"], out, "--manifest", "r3.json", check=0)
     assert abs(os.stat(out / o["orphan"]).st_mtime - young) < 1
     _, text, _ = run("gc", out, "--keep-last", "1", check=0)
     assert o["orphan"] in keys(out) and o["shared"] not in keys(out), text
@@ -231,8 +231,8 @@ def s3_two_releases(s3_server, tmp_path, prefix="p"):
     src, o = trees(tmp_path)
     dest = "s3://%s/%s" % (BUCKET, prefix)
     for tree, name in (("a", "r1.json"), ("b", "r2.json")):
-        run("publish", src[tree], dest, "--endpoint", s3.endpoint, "--manifest", name,
-            check=0)
+        run("publish", "--no-compress", src[tree], dest, "--endpoint", s3.endpoint,
+            "--manifest", name, check=0)
     s3.age(BUCKET, prefix + "/", 2 * DAY)
     s3.age(BUCKET, prefix + "/r1.json", DAY)
     return s3, src, o, dest
@@ -276,14 +276,14 @@ def test_s3_an_old_object_a_publish_names_again_is_not_deleted(s3_server, tmp_pa
     refreshed it (a copy onto itself), so gc's listing shows it young."""
     s3, src, o, dest = s3_two_releases(s3_server, tmp_path)
     ep = ("--endpoint", s3.endpoint)
-    run("publish", src["c"], dest, "--manifest", "r0.json", *ep, check=0)
+    run("publish", "--no-compress", src["c"], dest, "--manifest", "r0.json", *ep, check=0)
     s3.delete(BUCKET, "p/r0.json")
     s3.age(BUCKET, "p/", 2 * DAY)
     held = BUCKET + "/p/r3.json"
     s3.fault(held, gate=True)
     res = {}
     t = threading.Thread(target=lambda: res.update(
-        r=run("publish", src["c"], dest, "--manifest", "r3.json", *ep)))
+        r=run("publish", "--no-compress", src["c"], dest, "--manifest", "r3.json", *ep)))
     t.start()
     try:
         s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=held)
@@ -301,13 +301,13 @@ def test_s3_an_old_object_a_publish_names_again_is_not_deleted(s3_server, tmp_pa
 def test_s3_a_manifest_written_while_gc_runs_keeps_its_objects(s3_server, tmp_path):
     s3, src, o, dest = s3_two_releases(s3_server, tmp_path)
     ep = ("--endpoint", s3.endpoint)
-    run("publish", src["c"], dest, "--manifest", "r0.json", *ep, check=0)
+    run("publish", "--no-compress", src["c"], dest, "--manifest", "r0.json", *ep, check=0)
     s3.delete(BUCKET, "p/r0.json")
     s3.age(BUCKET, "p/" + o["orphan"], 2 * 3600)  # not refreshed: younger than 12 h
     fifo, env = gate_env(tmp_path)
     t, res = gated_gc(("gc", dest, "--grace", "1h") + ep, env)
     with open(fifo, "w"):
-        run("publish", src["c"], dest, "--manifest", "r3.json", *ep, check=0)
+        run("publish", "--no-compress", src["c"], dest, "--manifest", "r3.json", *ep, check=0)
     t.join(120 * SLOW)
     assert res["r"][0] == 0, res
     assert o["orphan"] in s3_keys(s3), res
@@ -349,7 +349,7 @@ def test_s3_deletes_go_1000_keys_a_request(s3_server, tmp_path):
         (src / ("f%04d" % i)).write_bytes(b"%d" % i)
     dest = "s3://%s/m" % BUCKET
     ep = ("--endpoint", s3.endpoint)
-    run("publish", src, dest, "--pack-under", "0", *ep, check=0)
+    run("publish", "--no-compress", src, dest, "--pack-under", "0", *ep, check=0)
     s3.delete(BUCKET, "m/manifest.json")
     s3.age(BUCKET, "m/", 2 * DAY)
     assert len(s3_keys(s3, "m")) == 1001  # one object a file

@@ -346,7 +346,7 @@ def without_dac(cmd):
 
 
 def publish_without_dac(src, out):
-    proc = subprocess.run(without_dac([SPOOLFS, "publish", str(src), str(out)]),
+    proc = subprocess.run(without_dac([SPOOLFS, "publish", "--no-compress", str(src), str(out)]),
                           capture_output=True, timeout=120, env=daemon_env())
     return proc.returncode, proc.stderr.decode("utf-8", "replace")
 

@@ -87,7 +87,7 @@ def publish_with_gate(tmp_path, src, out, at_gate):
     os.mkfifo(fifo)
     env = daemon_env()
     env["SPOOLFS_TEST_PUBLISH_GATE"] = str(fifo)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), str(out), "-j", "2"],
+    proc = subprocess.Popen([SPOOLFS, "publish", "--no-compress", str(src), str(out), "-j", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         # The publish opens the FIFO for reading at the gate: until then, opening it for

@@ -63,9 +63,15 @@ def start(s3_server, tmp_path, big=3 << 20):
     return s3, src
 
 
-def publish(s3, src, dest, *args, check=True, env=None):
+# Version 2, as these tests check and mount (test_publish_compress.py: version 3).
+PUBLISH = [SPOOLFS, "publish", "--no-compress"]
+
+
+def publish(s3, src, dest, *args, check=True, env=None, compress=False):
     """Runs `spoolfs publish src dest --endpoint ...`: (status, stdout, stderr). Its own
-    blocks written to disk go to LAST["blocks"] (wait4: no other child's are counted)."""
+    blocks written to disk go to LAST["blocks"] (wait4: no other child's are counted).
+    Without compress, --no-compress (version 2, as these tests check and mount)."""
+    args = list(args) + ([] if compress else ["--no-compress"])
     with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
         proc = subprocess.Popen([SPOOLFS, "publish", str(src), dest, "--endpoint",
                                  s3.endpoint] + [str(a) for a in args], stdout=o, stderr=e,
@@ -185,7 +191,7 @@ def test_a_killed_publish_resumes(s3_server, mount, tmp_path):
     big = BUCKET + "/r/objects/%s" % (lambda h: h[:2] + "/" + h)(
         hashlib.sha256((src / "big.bin").read_bytes()).hexdigest())
     s3.fault(big, gate=True)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/r" % BUCKET, "--endpoint",
+    proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/r" % BUCKET, "--endpoint",
                              s3.endpoint, "--uploads", "1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=daemon_env())
     try:
@@ -220,7 +226,7 @@ def test_an_object_removed_while_publishing_keeps_the_manifest_back(s3_server, t
     (src / "big.bin").write_bytes(os.urandom(1 << 20))
     big = BUCKET + "/" + big_key(src, "g")
     s3.fault(big, gate=True)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/g" % BUCKET, "--endpoint",
+    proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/g" % BUCKET, "--endpoint",
                              s3.endpoint, "--uploads", "1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=daemon_env())
     try:
@@ -248,7 +254,7 @@ def at_the_gate(s3, src, dest, *args, preexec_fn=None):
     os.mkfifo(fifo)
     env = daemon_env()
     env["SPOOLFS_TEST_PUBLISH_GATE"] = fifo
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), dest, "--endpoint", s3.endpoint]
+    proc = subprocess.Popen(PUBLISH + [str(src), dest, "--endpoint", s3.endpoint]
                             + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, preexec_fn=preexec_fn)
     gate = []
@@ -376,7 +382,7 @@ def test_a_signal_cuts_a_held_manifest_put(s3_server, tmp_path):
     s3, src = start(s3_server, tmp_path, big=1 << 20)
     manifest = BUCKET + "/h/manifest.json"
     s3.fault(manifest, gate=True)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/h" % BUCKET, "--endpoint",
+    proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/h" % BUCKET, "--endpoint",
                              s3.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=daemon_env())
     try:
@@ -446,7 +452,7 @@ def anon_rss_while_parts_are_held(s3, src, prefix, part_size, uploads):
     ready to go), in bytes; then it is stopped (SIGTERM: the upload is aborted)."""
     big = BUCKET + "/" + big_key(src, prefix)
     s3.fault(big, gate=True)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/%s" % (BUCKET, prefix),
+    proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/%s" % (BUCKET, prefix),
                              "--endpoint", s3.endpoint, "--part-size", part_size, "--uploads",
                              str(uploads)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=daemon_env())
@@ -478,7 +484,7 @@ def test_an_interrupted_multipart_upload_is_aborted(s3_server, mount, tmp_path):
     s3, src = start(s3_server, tmp_path, big=12 << 20)
     big = BUCKET + "/" + big_key(src, "k")
     s3.fault(big, gate=True, gate_skip=1)
-    proc = subprocess.Popen([SPOOLFS, "publish", str(src), "s3://%s/k" % BUCKET, "--endpoint",
+    proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/k" % BUCKET, "--endpoint",
                              s3.endpoint, "--part-size", "5M", "--uploads", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=daemon_env())
     try:
@@ -523,7 +529,7 @@ def test_progress_on_a_terminal_only(s3_server, tmp_path):
     s3, src = start(s3_server, tmp_path, big=1 << 20)
     master, slave = pty.openpty()
     try:
-        proc = subprocess.run([SPOOLFS, "publish", str(src), "s3://%s/p" % BUCKET,
+        proc = subprocess.run(PUBLISH + [str(src), "s3://%s/p" % BUCKET,
                                "--endpoint", s3.endpoint], stdout=subprocess.PIPE,
                               stderr=slave, timeout=120 * SLOW, env=daemon_env())
         os.close(slave)
