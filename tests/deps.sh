@@ -25,7 +25,7 @@ packages=(
 # proxies and HTTP caches of its own on 127.0.0.1, package checks, the metrics file's parser.
 if [ "${1:-all}" = all ]; then
 	packages+=(clang clang-format python3-pytest python3-yaml openssl tinyproxy lintian
-		python3-prometheus-client nginx squid python3-zstandard fuse-overlayfs)
+		python3-prometheus-client nginx squid python3-zstandard fuse-overlayfs strace)
 fi
 
 # A CI machine just after boot often has another apt (unattended-upgrades) holding the

@@ -354,7 +354,6 @@ def test_gc_refuses_a_version_3_manifest_with_a_field_it_does_not_know(tmp_path)
     assert len(keys(out)) == len(before) - 1  # the orphan went, nothing else
 
 
-@pytest.mark.skip(reason="needs branches zsrc and zeng (the mount reads version 3)")
 def test_a_mount_of_a_compressed_tree_reads_every_file(tmp_path, mount):
     src, out = tmp_path / "src", tmp_path / "out"
     make_tree(src)

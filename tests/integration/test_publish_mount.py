@@ -78,7 +78,7 @@ def published(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     make_tree(src)
-    publish_tree(src, out)
+    publish_tree(src, out, compress=True)  # as a user publishes: compressed, version 3
     up = Upstream(out)
     yield src, out, up
     up.stop()
@@ -95,11 +95,13 @@ def test_the_mount_shows_exactly_the_published_tree(published, mount):
     assert not missing and not extra, (missing[:5], extra[:5])
     assert not differ, [(p, want[p], got[p]) for p in differ[:5]]
     assert len(want) > 2000
-    # The large file carries a chunk hash list: every chunk was verified before it was read.
+    # The large file is stored compressed and carries a chunk hash list (a sha256 and a
+    # frame's stored length per chunk): every chunk was verified after decompression.
     with open(out / "manifest.json") as f:
         big = next(e for e in json.load(f)["entries"] if e["path"] == "big.bin")
-    assert big["chunks"]["size"] == 256 << 10
-    assert os.path.getsize(out / big["chunks"]["url"]) == 32 * (BIG // (256 << 10))
+    assert big["chunks"]["size"] == 256 << 10 and big["stored"]["frame"] == 256 << 10
+    assert big["stored"]["size"] < BIG // 4
+    assert os.path.getsize(out / big["chunks"]["url"]) == 36 * (BIG // (256 << 10))
     r = subprocess.run([m.p("bin/tool"), "x"], capture_output=True, timeout=30)
     assert r.stdout == b"published-tool x\n"
 
@@ -224,7 +226,7 @@ def test_a_published_bare_git_repository_clones(tmp_path, mount):
     # A bare repository's empty refs/tags (and refs/heads after packing) must exist.
     git("pack-refs", "--all", cwd=src)
     assert (src / "refs/tags").is_dir() and not os.listdir(src / "refs/tags")
-    publish_tree(src, out)
+    publish_tree(src, out, compress=True)
     up = Upstream(out)
     try:
         m = mount(up.url("manifest.json"))
