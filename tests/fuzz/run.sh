@@ -11,6 +11,9 @@
 # inputs go to build-fuzz/corpus/<target>/ (the seeds stay untouched); a crash leaves its
 # reproducer in build-fuzz/artifacts/ and makes this script exit non-zero.
 #
+# Targets run side by side, one per core (FUZZ_PARALLEL, default nproc / FUZZ_JOBS): each
+# still gets FUZZ_SECONDS of a core of its own, the run takes fewer wall seconds.
+#
 #   bash tests/fuzz/run.sh                         # the short CI run: 30 s per target
 #   FUZZ_SECONDS=3600 FUZZ_JOBS=2 bash tests/fuzz/run.sh    # the longer run: 1 h per target
 #   bash tests/fuzz/run.sh fuzz_segment            # one target
@@ -32,24 +35,42 @@ CC=${CC:-clang} cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPOOL
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# With -jobs (even -jobs=1), libFuzzer fuzzes in child processes that write fuzz-N.log in
+# the working directory: two targets at once would share those files. Hence one job runs in
+# process (no -jobs), and targets run side by side only then.
+parallel=${FUZZ_PARALLEL:-$(($(nproc) / jobs))}
+((jobs == 1 && parallel > 1)) || parallel=1
+job_args=()
+((jobs == 1)) || job_args=(-jobs="$jobs" -workers="$jobs")
 mkdir -p "$build/artifacts"
 failed=()
-for t in "${targets[@]}"; do
-	corpus="$build/corpus/$t"
+start() { # target: starts its run in the background; its pid in pids[target]
+	local t=$1 corpus="$build/corpus/$1"
 	mkdir -p "$corpus"
 	echo "=== $t: ${seconds}s"
-	log="$build/$t.log"
-	if "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-		-jobs="$jobs" -workers="$jobs" -print_final_stats=1 \
-		-artifact_prefix="$build/artifacts/$t-" "$corpus" "tests/fuzz/corpus/$t" >"$log" 2>&1; then
-		grep -E '^(Done|stat::number_of_executed_units)' "$log" | tail -2
+	"$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+		"${job_args[@]}" -print_final_stats=1 \
+		-artifact_prefix="$build/artifacts/$t-" "$corpus" "tests/fuzz/corpus/$t" \
+		>"$build/$t.log" 2>&1 &
+	pids[$t]=$!
+}
+finish() { # target: waits for its run and reports it
+	local t=$1 log="$build/$1.log"
+	if wait "${pids[$t]}"; then
+		echo "=== $t:" "$(grep -E '^(Done|stat::number_of_executed_units)' "$log" | tail -2 | tr '\n' ' ')"
 	else
 		failed+=("$t")
 		tail -40 "$log"
 		echo "fuzz: $t FAILED; reproducer(s):" "$build/artifacts/$t-"* >&2
 	fi
 	# with -jobs, libFuzzer writes fuzz-N.log per job in the working directory
-	rm -f fuzz-[0-9]*.log
+	((jobs == 1)) || rm -f fuzz-[0-9]*.log
+}
+declare -A pids
+for ((i = 0; i < ${#targets[@]}; i += parallel)); do
+	batch=("${targets[@]:i:parallel}")
+	for t in "${batch[@]}"; do start "$t"; done
+	for t in "${batch[@]}"; do finish "$t"; done
 done
 if ((${#failed[@]})); then
 	echo "fuzz: failed: ${failed[*]}" >&2

@@ -144,6 +144,7 @@ def test_missing_manifest_file_is_refused(tmp_path):
     assert proc.returncode != 0 and b"cannot read manifest" in proc.stderr
 
 
+@pytest.mark.nosan
 def test_usage_errors(tmp_path):
     proc = subprocess.run([SPOOLFS], capture_output=True, timeout=30)
     assert proc.returncode == 2 and b"need SOURCE and MOUNTPOINT" in proc.stderr
@@ -153,6 +154,7 @@ def test_usage_errors(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith(b"spoolfs ")
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("args,message", [
     (["--retries", "-1"], "--retries must be a whole number from 1 to 1000, not '-1'"),
     (["--retries", "4294967297"], "--retries must be a whole number from 1 to 1000"),

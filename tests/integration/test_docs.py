@@ -4,7 +4,11 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import ROOT, SPOOLFS
+
+pytestmark = pytest.mark.nosan  # text against text: nothing for a sanitizer to see
 
 
 def help_text():

@@ -28,6 +28,10 @@ import pytest
 from conftest import ROOT, SLOW, Mount, daemon_env, teardown_mounts
 from test_proxy import PROXY_VARS, free_port
 
+# nosan: what these check is the shipped configs of nginx and squid (each byte sent once);
+# the daemon's part, whole and ranged reads, through --proxy too, runs under the sanitizers
+# in test_core.py, test_chunks.py and test_proxy.py.
+
 MiB = 1 << 20
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SQUID = shutil.which("squid") or "/usr/sbin/squid"
@@ -182,6 +186,7 @@ def fill(store):
     return store.write()
 
 
+@pytest.mark.nosan
 @pytest.mark.skipif(not os.access(NGINX, os.X_OK), reason="nginx is not installed (tests/deps.sh)")
 def test_nginx_slices_send_each_byte_once_for_four_runners(store, tmp_path, state_dir):
     source = fill(store)
@@ -195,6 +200,7 @@ def test_nginx_slices_send_each_byte_once_for_four_runners(store, tmp_path, stat
         nginx.stop()
 
 
+@pytest.mark.nosan
 @pytest.mark.skipif(not os.access(SQUID, os.X_OK), reason="squid is not installed (tests/deps.sh)")
 def test_squid_as_proxy_sends_each_byte_once_for_four_runners(store, tmp_path, state_dir):
     source = fill(store)

@@ -24,6 +24,10 @@ from helpers import expected, wait_until
 MAIN = os.path.join(ROOT, "action.yml")
 FINISH = os.path.join(ROOT, "action", "finish", "action.yml")
 USER = "nobody"
+# What these run is the action's YAML and shell; the daemon under them mounts, reads,
+# records and prefetches as test_core.py, test_prefetch.py and test_read_order.py make it
+# do under the sanitizers too.
+pytestmark = pytest.mark.nosan
 
 
 class StepFailed(AssertionError):

@@ -177,6 +177,7 @@ def namespaces():
             ns.stop()
 
 
+@pytest.mark.nosan
 def test_entrypoint_mounts_serves_and_unmounts_on_sigterm(store, pods, tmp_path):
     store.add("tools/cc.tar", 3 << 20)
     store.add("data.bin", 70000)
@@ -198,6 +199,7 @@ def test_entrypoint_mounts_serves_and_unmounts_on_sigterm(store, pods, tmp_path)
     assert "unmounting" in pod.output()
 
 
+@pytest.mark.nosan
 def test_prestop_unmounts_and_the_container_ends_with_the_daemon(store, pods, tmp_path):
     store.add("a.bin", 1 << 20)
     url = store.write()
@@ -213,6 +215,7 @@ def test_prestop_unmounts_and_the_container_ends_with_the_daemon(store, pods, tm
     pod.check_clean_exit(pod.wait())  # the main process ends with it, status 0
 
 
+@pytest.mark.nosan
 def test_stop_detaches_a_busy_mount_and_waits_for_the_last_file(store, pods, tmp_path):
     store.add("held.bin", 2 << 20)
     url = store.write()
@@ -238,6 +241,7 @@ def test_stop_detaches_a_busy_mount_and_waits_for_the_last_file(store, pods, tmp
     pod.check_clean_exit(pod.wait())
 
 
+@pytest.mark.nosan
 def test_sigterm_stops_a_daemon_kept_by_an_open_file_after_the_timeout(store, pods, tmp_path):
     """A job that never closes its file cannot hold the pod past SPOOLFS_STOP_TIMEOUT: the
     daemon is stopped then."""
@@ -265,6 +269,7 @@ def make_node(namespaces, tmp_path):
     return namespaces('mount --bind "$1" "$1" && mount --make-rshared "$1"', srv), mnt
 
 
+@pytest.mark.nosan
 def test_daemonset_propagation_reaches_node_and_jobs(store, pods, namespaces, tmp_path):
     """Bidirectional in the spoolfs pod, HostToContainer in a job, played by namespaces:
     the mount reaches the node and a job that started before it, and its unmount reaches
@@ -284,6 +289,7 @@ def test_daemonset_propagation_reaches_node_and_jobs(store, pods, namespaces, tm
         assert os.listdir(job.root(mnt)) == []
 
 
+@pytest.mark.nosan
 def test_a_dead_mount_left_by_a_killed_pod_is_cleared(store, pods, namespaces, tmp_path):
     store.add("a.bin", 1 << 20)
     url = store.write()
@@ -304,6 +310,7 @@ def test_a_dead_mount_left_by_a_killed_pod_is_cleared(store, pods, namespaces, t
     assert mnt not in mounts_of(node.pid)
 
 
+@pytest.mark.nosan
 def test_a_live_mount_is_not_stacked_on(store, pods, mount, tmp_path):
     store.add("a.bin", 4096)
     url = store.write()
@@ -316,6 +323,7 @@ def test_a_live_mount_is_not_stacked_on(store, pods, mount, tmp_path):
     assert read_file(m.p("a.bin")) == expected(store, "a.bin")
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("env,message", [
     ({}, "SPOOLFS_SOURCE is not set"),
     ({"SPOOLFS_MOUNTPOINT": "srv/store"}, "SPOOLFS_MOUNTPOINT must be an absolute path"),
@@ -327,6 +335,7 @@ def test_bad_settings_are_named(pods, tmp_path, env, message):
     assert message in pod.output()
 
 
+@pytest.mark.nosan
 def test_a_bad_source_fails_with_spoolfs_message(upstream, pods, tmp_path):
     pod = pods(upstream.url("missing.json"), tmp_path / "srv" / "store")
     rc = pod.wait()
@@ -368,6 +377,7 @@ def check_containers(spec):
             assert vm["name"] in names and vm["mountPath"].startswith("/")
 
 
+@pytest.mark.nosan
 def test_manifests_have_what_kubernetes_requires_and_agree():
     docs = load_docs()
     config = docs[("ConfigMap", "spoolfs-config")]["data"]
@@ -413,6 +423,7 @@ def test_manifests_have_what_kubernetes_requires_and_agree():
             assert doc["metadata"]["namespace"] == "spoolfs", doc["metadata"]
 
 
+@pytest.mark.nosan
 def test_fleet_cache_serves_the_nginx_conf_on_its_port():
     docs = load_docs()
     with open(NGINX_CONF) as f:
@@ -446,6 +457,7 @@ def test_fleet_cache_serves_the_nginx_conf_on_its_port():
         svc["metadata"]["name"], svc["metadata"]["namespace"], port["port"]))
 
 
+@pytest.mark.nosan
 @pytest.mark.skipif(not shutil.which("kubectl"), reason="kubectl is not installed")
 def test_kubectl_reads_the_manifests():
     """kubectl decodes every object (offline: --local asks no API server; no schema check)."""
@@ -485,6 +497,7 @@ def apt_packages(instructions):
     return pkgs
 
 
+@pytest.mark.nosan
 def test_dockerfile_uses_debian_12_packages_only():
     stages = dockerfile_stages()
     assert [s[0].split()[0] for s in stages] == ["debian:12", "debian:12"]
@@ -534,6 +547,7 @@ def in_base_image(pkg):
     return pkg in base
 
 
+@pytest.mark.nosan
 def test_runtime_stage_has_every_library_spoolfs_links_and_the_entrypoint_tools():
     runtime = set(apt_packages(dockerfile_stages()[1][1]))
     needed = subprocess.run(["readelf", "-d", SPOOLFS], capture_output=True, text=True,

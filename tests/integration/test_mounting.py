@@ -226,6 +226,7 @@ def test_mount_t_fuse_spoolfs_failure_leaves_nothing(upstream, mnt, on_std_path)
     assert not spoolfs_pids(mnt)
 
 
+@pytest.mark.nosan
 def test_mount_t_fuse_spoolfs_bad_option_value_fails(store, mnt, on_std_path):
     store.add("a.bin", 100)
     r = run_mount(["mount", "-t", "fuse.spoolfs", store.write(), str(mnt),
@@ -237,6 +238,7 @@ def test_mount_t_fuse_spoolfs_bad_option_value_fails(store, mnt, on_std_path):
 
 # ------------------------------------------------------------------ an fstab line
 
+@pytest.mark.nosan
 def test_fstab_line(store, mnt, tmp_path, on_std_path):
     store.add("data/x.bin", 2 * MiB)
     url = store.write()
@@ -283,6 +285,7 @@ def test_mount_t_spoolfs_helper_next_to_binary(store, mnt, tmp_path, helper_dir)
     assert_unmounts_cleanly(mnt, ["umount"])
 
 
+@pytest.mark.nosan
 def test_mount_t_spoolfs_helper_with_spoolfs_bin(store, mnt, tmp_path):
     store.add("a.bin", MiB)
     d = tmp_path / "alone"
@@ -296,6 +299,7 @@ def test_mount_t_spoolfs_helper_with_spoolfs_bin(store, mnt, tmp_path):
     assert_unmounts_cleanly(mnt, ["fusermount3", "-u"])
 
 
+@pytest.mark.nosan
 def test_mount_t_spoolfs_helper_fake_mounts_nothing(store, mnt, helper_dir):
     store.add("a.bin", 100)
     r = run_mount([str(helper_dir / "mount.spoolfs"), store.write(), str(mnt), "-fv",
@@ -306,6 +310,7 @@ def test_mount_t_spoolfs_helper_fake_mounts_nothing(store, mnt, helper_dir):
     assert store.up.stats()["total_gets"] == 0
 
 
+@pytest.mark.nosan
 def test_mount_t_spoolfs_helper_verbose_hides_passwords_with_commas(mnt, helper_dir):
     """A ',' is legal in a password: -v output (CI logs) must not stop masking at it."""
     r = run_mount([str(helper_dir / "mount.spoolfs"), "http://alice:pa,SECRET1@127.0.0.1:1/m",
@@ -316,6 +321,7 @@ def test_mount_t_spoolfs_helper_verbose_hides_passwords_with_commas(mnt, helper_
     assert "://***@127.0.0.1:1/m" in r.stderr and "allow_other" in r.stderr, r.stderr
 
 
+@pytest.mark.nosan
 def test_mount_t_spoolfs_helper_reports_failure(upstream, mnt, helper_dir):
     r = run_mount([str(helper_dir / "mount.spoolfs"), upstream.url("nope.json"), str(mnt),
                    "-o", "rw"], env=mount_env())
@@ -347,6 +353,7 @@ def test_o_cache_dir(store, mount, tmp_path):
     assert os.listdir(cache / "spool"), "no spool file in the -o cache_dir"
 
 
+@pytest.mark.nosan
 def test_o_cache_dir_twice_last_wins(store, mount, tmp_path):
     store.add("a.bin", 100)
     first, second = tmp_path / "first", tmp_path / "second"
@@ -355,6 +362,7 @@ def test_o_cache_dir_twice_last_wins(store, mount, tmp_path):
     assert (second / "index.db").exists() and not first.exists()
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("level,info_shown", [("info", True), ("warn", False),
                                               ("error", False), ("debug", True)])
 def test_o_log_level(store, mount, level, info_shown):
@@ -426,6 +434,7 @@ def test_o_max_transfers(store, mount):
     assert all(results.get(p) is True for p in paths), results
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("opt", [
     "ca_file=/etc/ssl/certs/ca-certificates.crt",
     "proxy=",
@@ -447,6 +456,7 @@ def test_o_other_long_options_are_accepted(store, mount, opt):
     assert read_file(m.p("a.bin")) == store.content("a.bin")
 
 
+@pytest.mark.nosan
 def test_o_unknown_option_fails_the_mount(store, tmp_path):
     store.add("a.bin", 100)
     with pytest.raises(RuntimeError, match="unknown option"):
@@ -454,6 +464,7 @@ def test_o_unknown_option_fails_the_mount(store, tmp_path):
     assert not is_mounted(tmp_path / "m")
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("before, says", [
     (["--cache-dirr", "/x"], "spoolfs: unknown option '--cache-dirr' (did you mean --cache-dir?)"),
     (["--retry=3"], "spoolfs: unknown option '--retry' (did you mean --retries?)"),
@@ -475,6 +486,7 @@ def test_an_unknown_long_option_is_named_with_the_closest_known(store, tmp_path,
     assert store.up.stats()["total_gets"] == 0  # refused before anything was fetched
 
 
+@pytest.mark.nosan
 def test_long_options_take_their_value_after_an_equals_sign(store, mount, tmp_path):
     """`--opt=value` must mean what `--opt value` means. fuse_opt also matched the
     separate-argument template against it, so every such option got "=value": --retries=3
@@ -497,6 +509,7 @@ def test_long_options_take_their_value_after_an_equals_sign(store, mount, tmp_pa
     assert proc.returncode == 2 and "not '0'" in err, err
 
 
+@pytest.mark.nosan
 @pytest.mark.parametrize("args, says", [
     # A fresh session directory is kept where no later mount would look: refused, not
     # quietly dropped.
@@ -509,6 +522,7 @@ def test_options_that_cannot_mean_what_they_say_are_refused(store, tmp_path, arg
     assert says in err, err
 
 
+@pytest.mark.nosan
 def test_a_missing_ca_file_is_refused_before_any_download(store, tmp_path):
     """A --ca-file that is not there failed only https downloads, once they started."""
     store.add("a.bin", 100)
@@ -516,6 +530,7 @@ def test_a_missing_ca_file_is_refused_before_any_download(store, tmp_path):
     assert "--ca-file /nonexistent/ca.pem: No such file or directory" in err, err
 
 
+@pytest.mark.nosan
 def test_options_for_the_other_kind_of_source_are_named(store, mount):
     store.add("a.bin", 100)
     m = mount(store.write(), "--endpoint", "http://127.0.0.1:9", "--region", "eu-west-1")

@@ -140,12 +140,12 @@ def test_a_listing_page_that_trickles_fails_the_mount_in_bounded_time(aws_env, s
     hook = trickle(100000, listing_xml("", [("k", 1, '"e"')])[:40])
     s3 = servers(S3Mock, {}, list_hook=lambda ex, prefix, token: hook(ex))
     out, seconds = run_refused("s3://" + BUCKET, tmp_path / "mnt", "--endpoint", s3.endpoint,
-                               "--no-sign", "--stall-timeout", "2", "--retries", "2",
+                               "--no-sign", "--stall-timeout", "1", "--retries", "2",
                                within=40)
     assert "too slow" in out.lower(), out
     assert "cannot reach S3 endpoint" in out, out
     assert len(s3.lists()) == 2, out
-    # two tries of 2 s of stall each, a backoff, and some slack
+    # two tries of 1 s of stall each, a backoff, and slack (the default floor takes 30 s)
     assert seconds < 15 * SLOW, seconds
 
 
@@ -164,7 +164,7 @@ def test_a_directory_whose_listing_trickles_gets_eio_in_bounded_time(aws_env, se
     hook = trickle(100000, listing_xml("d/", [("d/f", 1, '"e"')])[:40])
     s3 = servers(S3Mock, {"d/f": b"x"},
                  list_hook=lambda ex, prefix, token: hook(ex) if prefix == "d/" else None)
-    m = mount("s3://" + BUCKET, "--endpoint", s3.endpoint, "--no-sign", "--stall-timeout", "2",
+    m = mount("s3://" + BUCKET, "--endpoint", s3.endpoint, "--no-sign", "--stall-timeout", "1",
               "--retries", "2")
     t0 = time.monotonic()
     child = subprocess.Popen([sys.executable, "-c", LIST_CHILD, m.p("d")],
@@ -188,7 +188,7 @@ def test_a_manifest_that_trickles_fails_the_mount_in_bounded_time(raw, tmp_path)
     """The same for the manifest."""
     srv = raw({"/manifest.json": trickle(100000, b'{"version": 1, "files": [')})
     out, seconds = run_refused(srv.url("manifest.json"), tmp_path / "mnt",
-                               "--stall-timeout", "2", "--retries", "2", within=40)
+                               "--stall-timeout", "1", "--retries", "2", within=40)
     assert "cannot fetch manifest %s" % srv.url("manifest.json") in out, out
     assert "too slow" in out.lower(), out
     assert len(srv.requests("/manifest.json")) == 2, out

@@ -247,7 +247,16 @@ def test_an_object_removed_while_publishing_keeps_the_manifest_back(s3_server, t
     assert s3.get(BUCKET, "g/manifest.json")[2] != old_manifest
 
 
-def at_the_gate(s3, src, dest, *args, preexec_fn=None):
+def default_signals():
+    """preexec_fn: SIGINT and SIGTERM at their defaults in the publish. A signal ignored here
+    stays ignored across exec, and the publish keeps an inherited SIG_IGN (publish/s3.c):
+    with pytest started as a background job of a script (SIGINT ignored), every SIGINT the
+    tests send went unseen and each such test waited out its timeout (30-120 s) to fail."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def at_the_gate(s3, src, dest, *args, preexec_fn=default_signals):
     """A publish (its Popen, and the gate's write end) held at SPOOLFS_TEST_PUBLISH_GATE
     (publish/run.c), after its stage was made and before any file is staged."""
     fifo = os.path.join(os.environ["TMPDIR"], "..", "gate")
@@ -384,7 +393,7 @@ def test_a_signal_cuts_a_held_manifest_put(s3_server, tmp_path):
     s3.fault(manifest, gate=True)
     proc = subprocess.Popen(PUBLISH + [str(src), "s3://%s/h" % BUCKET, "--endpoint",
                              s3.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=daemon_env())
+                            env=daemon_env(), preexec_fn=default_signals)
     try:
         s3.wait_for(lambda st: st["gated"] == 1, timeout=60 * SLOW, path=manifest)
         proc.send_signal(signal.SIGINT)
