@@ -12,7 +12,7 @@ apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Time
 # What building needs; installing the -dev packages also brings the runtime libraries,
 # whose names change between releases (Ubuntu 24.04's libcurl4t64).
 build_packages=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl-dev
-	libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev libsystemd-dev libcmocka-dev)
+	libssl-dev libsqlite3-dev libexpat1-dev libyajl-dev libzstd-dev libsystemd-dev libcmocka-dev)
 
 # Asks apt only for what is not installed already (a runner image has most of it).
 apt_install() {
