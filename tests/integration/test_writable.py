@@ -382,3 +382,77 @@ def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, 
                            capture_output=True, env=daemon_env(), timeout=30 * SLOW)
         assert r.returncode == 2 and says in r.stderr.decode(), r.stderr
         assert not is_mounted(str(mnt))
+
+
+def test_a_mountpoint_swapped_for_a_symlink_during_start_up_gets_no_overlay(
+        upstream, tree, fuse_device_for_users):
+    """Review 3 #2: root mounts for nobody (--uid), whose directory holds the mountpoint.
+    While the manifest loads (held at the upstream's gate), nobody swaps the mountpoint for
+    a symlink to a directory of root's: the overlay lands neither there nor anywhere else,
+    and the start fails saying why."""
+    user = pwd.getpwnam("nobody")
+    base = tempfile.mkdtemp(prefix="spoolfs-writable-", dir="/tmp")
+    home, rw, run = (os.path.join(base, n) for n in ("home", "rw", "run"))
+    mnt = os.path.join(home, "mnt")
+    target = tempfile.mkdtemp(prefix="spoolfs-victim-", dir="/tmp")  # root's: /etc/cron.d
+    for d in (home, mnt, rw, run):
+        os.mkdir(d)
+    for d in (home, mnt):  # nobody's home, and the mountpoint in it
+        os.chown(d, user.pw_uid, user.pw_gid)
+    log_path = os.path.join(base, "log")
+    upstream.fault("manifest.json", gate=True)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([SPOOLFS, "-f", tree, mnt, "--writable", rw, "--uid", "nobody"],
+                            env=dict(daemon_env(), TMPDIR=run), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+    def text():
+        with open(log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    try:
+        wait_until(lambda: upstream.stats("manifest.json")["gated"] == 1 or
+                   proc.poll() is not None, text, timeout=30 * SLOW)
+        os.rename(mnt, mnt + ".was")
+        os.symlink(target, mnt)
+        upstream.release("manifest.json")
+        wait_until(lambda: "was replaced during start-up" in text() or is_mounted(target),
+                   text, timeout=30 * SLOW)
+        assert not is_mounted(target) and not is_mounted(mnt + ".was"), text()
+        assert "the mountpoint %s was replaced during start-up" % mnt in text(), text()
+        proc.wait(30 * SLOW)
+        assert not is_mounted(target) and lower_mounts(run) == [], text()
+    finally:
+        for path in (target, mnt + ".was"):
+            while is_mounted(path):
+                subprocess.run(["umount", "-l", path], capture_output=True)
+        for lower in lower_mounts(run):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def test_a_second_mount_with_the_same_dir_is_refused(writable):
+    """Review 3 #5: two overlays on one upper corrupt it; the kernel refuses the second
+    (EBUSY), fuse-overlayfs would not: DIR/.spoolfs.lock, held for the mount's life by the
+    supervisor, refuses it first, as root and as a user."""
+    w = writable()
+    # After a serving process's restart too: the supervisor holds the lock, not the first.
+    serving = [int(c) for c in open("/proc/%d/task/%d/children" % (w.proc.pid, w.proc.pid))
+               .read().split()]
+    os.kill(serving[0], signal.SIGKILL)
+    wait_until(lambda: b"1 restarts" in w.run([SPOOLFS, "status", w.mnt]).stdout,
+               "the restart counted")
+    other = os.path.join(w.base, "mnt2")
+    w.run(["mkdir", other])
+    r = w.run([SPOOLFS, w.url, other, "--writable", w.rw], check=False, timeout=60)
+    assert r.returncode != 0, r.stderr
+    assert b"--writable %s: DIR is in use by another mount" % w.rw.encode() in r.stderr, r.stderr
+    assert not is_mounted(other)
+    assert w.run(["cat", os.path.join(w.mnt, "hello.c")]).stdout.decode() == SOURCES["hello.c"]
+    w.unmount_overlay()
+    w.check_clean_exit()
