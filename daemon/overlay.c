@@ -16,7 +16,9 @@
  *    SIGTERM does, so the record of --record-reads is written and the supervisor exits;
  *    the supervisor holds the FUSE device, so a serving process's death or a reload never
  *    touches the overlay, and a process started after the overlay went finds it gone;
- *  - a stop by a signal takes the overlay down first (lazily), then the spoolfs mount.
+ *  - a stop by a signal takes the overlay down first (lazily), then the spoolfs mount;
+ *  - a SIGKILL of every process of the mount leaves the overlay over a dead lower: the next
+ *    start's sweep of run directories (run_dir.c) takes both down (daemon_overlay_unmount_dead).
  * `spoolfs status` and `reload` given the overlay's path find the spoolfs mount beneath
  * through the record (daemon_overlay_beneath).
  *
@@ -703,6 +705,25 @@ void daemon_overlay_unmount_recorded(int run_dir_fd)
 			util_log(UTIL_LOG_INFO, "unmounted the overlay on %s", path);
 	}
 	free(path);
+}
+
+void daemon_overlay_unmount_dead(int run_dir_fd, const char *run_dir)
+{
+	struct daemon_mount_top top;
+	char lower[PATH_MAX];
+	int rc;
+
+	daemon_overlay_unmount_recorded(run_dir_fd);
+	/* In a run directory of this user's, 0700: no one else can have put a mount there. */
+	snprintf(lower, sizeof(lower), "%s/lower", run_dir);
+	if (daemon_mount_top_info(lower, &top) != 0 || strcmp(top.fstype, "fuse.spoolfs") != 0)
+		return;
+	rc = unmount_lazily(lower);
+	if (rc)
+		util_log(UTIL_LOG_WARN, "cannot unmount %s, a dead mount's: %s", lower,
+		         strerror(-rc));
+	else
+		util_log(UTIL_LOG_INFO, "unmounted %s, a dead mount's", lower);
 }
 
 void daemon_overlay_unmount(struct fs_session *s)

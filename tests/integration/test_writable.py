@@ -69,7 +69,8 @@ class Writable:
         self.mnt, self.rw, self.tmp = (os.path.join(self.base, n) for n in ("mnt", "rw", "tmp"))
         self.log_path = os.path.join(self.base, "spoolfs.log")
         self.env = daemon_env()
-        self.env.update(TMPDIR=self.tmp, HOME=self.base, **(env or {}))
+        self.env.update(TMPDIR=self.tmp, HOME=self.base)
+        self.env.update(env or {})
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.proc = None
         self.log = open(self.log_path, "wb")
@@ -449,10 +450,45 @@ def test_a_second_mount_with_the_same_dir_is_refused(writable):
                "the restart counted")
     other = os.path.join(w.base, "mnt2")
     w.run(["mkdir", other])
-    r = w.run([SPOOLFS, w.url, other, "--writable", w.rw], check=False, timeout=60)
-    assert r.returncode != 0, r.stderr
-    assert b"--writable %s: DIR is in use by another mount" % w.rw.encode() in r.stderr, r.stderr
-    assert not is_mounted(other)
+    try:
+        r = w.run([SPOOLFS, w.url, other, "--writable", w.rw], check=False, timeout=60)
+        assert r.returncode != 0, r.stderr
+        assert b"--writable %s: DIR is in use by another mount" % w.rw.encode() in r.stderr, \
+            r.stderr
+        assert not is_mounted(other)
+    finally:  # without the lock, a second overlay (and its spoolfs mount) came up
+        while is_mounted(other):
+            subprocess.run(["umount", "-l", other], capture_output=True)
     assert w.run(["cat", os.path.join(w.mnt, "hello.c")]).stdout.decode() == SOURCES["hello.c"]
     w.unmount_overlay()
     w.check_clean_exit()
+
+
+def test_a_sigkilled_supervisors_overlay_is_cleared_by_the_next_start(writable):
+    """Review 3 #6: a SIGKILL of the supervisor and its serving process at once (the OOM
+    killer or a runner's cleanup killing the job's cgroup) ends the FUSE connection and
+    leaves the overlay over a dead lower (doc/writable.md). The next mount with the same
+    TMPDIR finds the run directory no process holds, unmounts its overlay then its lower
+    and removes it; that mount may use the same DIR."""
+    w = writable()
+    lower = w.lower()
+    serving = [int(c) for c in open("/proc/%d/task/%d/children" % (w.proc.pid, w.proc.pid))
+               .read().split()]
+    w.proc.kill()
+    for pid in serving:
+        os.kill(pid, signal.SIGKILL)
+    w.proc.wait(30 * SLOW)
+    wait_until(lambda: w.run(["ls", w.mnt], check=False).returncode != 0, "the dead overlay")
+    assert is_mounted(w.mnt) and lower_mounts(w.tmp) == [lower]
+    w2 = Writable(w.user, w.url, rw=w.rw, env={"TMPDIR": w.tmp})
+    try:
+        assert not is_mounted(w.mnt), w2.stderr()
+        assert lower not in lower_mounts(w.tmp) and not os.path.exists(os.path.dirname(lower))
+        assert "unmounted the overlay on %s" % w.mnt in w2.stderr()
+        assert "unmounted %s, a dead mount's" % lower in w2.stderr()
+        assert w2.run(["cat", os.path.join(w2.mnt, "hello.c")]).stdout.decode() == \
+            SOURCES["hello.c"]
+        w2.unmount_overlay()
+        w2.check_clean_exit()
+    finally:
+        w2.stop()
