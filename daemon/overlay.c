@@ -406,6 +406,10 @@ int daemon_overlay_prepare(struct fs_session *s)
 	}
 	if (rc)
 		goto out;
+	/* Without the owner's write bit on what spoolfs shows, the overlay would let a user's
+	 * build write nothing into the tree (root's could): a file copied up gets that mode
+	 * (a published 0444 file becomes 0644 in DIR/upper, doc/writable.md). */
+	s->opts.owner_writable = true;
 	free(s->opts.mountpoint);
 	s->opts.mountpoint = strdup(lower);
 	rc = s->opts.mountpoint ? 0 : -ENOMEM;

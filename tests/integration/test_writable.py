@@ -213,6 +213,9 @@ def test_a_file_modified_is_copied_up_whole_and_one_deleted_stays_beneath(writab
     assert w.run(["cat", data]).stdout.decode() == whole
     with open(os.path.join(w.rw, "upper", "data.txt")) as f:
         assert f.read() == whole  # copied up whole, then appended to
+    # With the mode spoolfs shows under --writable: the owner's write bit added (0644).
+    assert os.stat(os.path.join(w.rw, "upper", "data.txt")).st_mode & 0o7777 == 0o644
+    assert w.run(["stat", "-c", "%a", os.path.join(w.lower(), "hello.c")]).stdout == b"644\n"
     assert w.run(["ls", w.mnt]).stdout.split() == [b"CMakeLists.txt", b"data.txt", b"hello.c",
                                                    b"pkg"]
     assert w.run(["test", "-e", gone], check=False).returncode == 1
