@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -621,11 +622,27 @@ static void drain(int fd)
 			;
 }
 
+/* Events on the run directory: a record renamed into place (record_write). -1 when
+ * inotify cannot be had: the record is then looked at only as the mount table changes. */
+static int watch_records(const struct fs_session *s)
+{
+	int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+
+	if (fd < 0 || inotify_add_watch(fd, s->daemon.run_dir, IN_MOVED_TO | IN_ONLYDIR) < 0) {
+		util_log(UTIL_LOG_WARN, "cannot watch %s for the overlay's record: %s",
+		         s->daemon.run_dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void *watch(void *arg)
 {
 	struct fs_session *s = arg;
 	struct daemon_overlay *o = s->daemon.overlay;
-	int table = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	int table = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC), records;
 
 	if (table < 0) {
 		util_log(UTIL_LOG_WARN,
@@ -634,12 +651,20 @@ static void *watch(void *arg)
 		         strerror(errno), o->path ? o->path : "the overlay", o->lower);
 		return NULL;
 	}
+	records = watch_records(s);
 	for (;;) {
-		struct pollfd p[2] = {{.fd = table, .events = POLLPRI},
-		                      {.fd = o->stop[0], .events = POLLIN}};
-		long id = record_read(s->daemon.run_dir_fd, NULL);
+		/* The mount's change and the record's rename (its mounter writes the ID just
+		 * after the mount) each wake this; whichever comes first, the look is redone. */
+		struct pollfd p[3] = {{.fd = table, .events = POLLPRI},
+		                      {.fd = o->stop[0], .events = POLLIN},
+		                      {.fd = records, .events = POLLIN}};
+		long id;
 
 		drain(table); /* before the look: a change after it wakes the poll */
+		if (records >= 0)
+			while (read(records, (char[4096]){0}, 4096) > 0)
+				;
+		id = record_read(s->daemon.run_dir_fd, NULL);
 		if (id > 0 && id_listed(id) == 0) {
 			util_log(UTIL_LOG_INFO, "the overlay on %s was unmounted: unmounting %s",
 			         o->path ? o->path : "?", o->lower);
@@ -647,13 +672,13 @@ static void *watch(void *arg)
 			kill(getpid(), SIGTERM);
 			break;
 		}
-		/* Until the overlay is recorded (its mounter writes the record just after the
-		 * mount's change), the record is looked at again every 100 ms. */
-		if (poll(p, 2, id > 0 ? -1 : 100) < 0 && errno != EINTR)
+		if (poll(p, 3, -1) < 0 && errno != EINTR)
 			break;
 		if (p[1].revents)
 			break;
 	}
+	if (records >= 0)
+		close(records);
 	close(table);
 	return NULL;
 }
