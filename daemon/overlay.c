@@ -496,7 +496,7 @@ static int mount_on_held(const struct daemon_overlay *o, const char *opts, char 
 		 * directory, entered before the mount), and no root acts for them here. */
 		argv[3] = o->path;
 	}
-	rc = run(argv, o->mnt_fd, &status);
+	rc = run(argv, argv[3] == held ? o->mnt_fd : -1, &status);
 	if (rc == 0 && status == 0)
 		return 0;
 	fprintf(stderr, "spoolfs: --writable %s: cannot mount the overlay on %s: %s%s%s\n", o->dir,

@@ -495,3 +495,34 @@ def test_a_sigkilled_supervisors_overlay_is_cleared_by_the_next_start(writable):
         w2.check_clean_exit()
     finally:
         w2.stop()
+
+
+def test_root_falls_back_to_fuse_overlayfs_on_the_held_mountpoint(tree, tmp_path):
+    """DIR on an overlayfs: the kernel refuses it (EINVAL), and root's fuse-overlayfs mounts
+    on the mountpoint held since start-up (/proc/self/fd/N, kept open across its exec)."""
+    layers = tmp_path / "layers"
+    for d in ("l", "u", "w", "m"):
+        (layers / d).mkdir(parents=True)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s,workdir=%s"
+                    % (layers / "l", layers / "u", layers / "w"), str(layers / "m")], check=True)
+    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", layers / "m" / "rw"
+    for d in (mnt, run, rw):
+        d.mkdir()
+    try:
+        r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
+                           env=dict(daemon_env(), TMPDIR=str(run)), capture_output=True,
+                           timeout=60 * SLOW)
+        assert r.returncode == 0, r.stderr
+        assert "trying fuse-overlayfs" in r.stderr.decode(), r.stderr
+        assert mount_type(str(mnt)) == "fuse.fuse-overlayfs"
+        assert (mnt / "hello.c").read_text() == SOURCES["hello.c"]
+        (mnt / "new.txt").write_text("new\n")
+        assert (rw / "upper" / "new.txt").read_text() == "new\n"
+        subprocess.run(["umount", str(mnt)], check=True)
+        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+    finally:
+        while is_mounted(str(mnt)):
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        for lower in lower_mounts(str(run)):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
+        subprocess.run(["umount", "-l", str(layers / "m")], capture_output=True)
