@@ -339,37 +339,44 @@ def test_the_fstab_form_o_writable(tree, tmp_path):
             proc.wait(10 * SLOW)
 
 
-def test_an_overlay_that_cannot_be_mounted_fails_the_command_and_leaves_nothing(tree, tmp_path):
-    """DIR on an overlayfs (a container's /tmp): the kernel refuses it as an upper, and with
-    no fuse-overlayfs on PATH either, spoolfs (daemonised, as mount(8) runs it) exits 1
-    with both reasons, and neither mount stays."""
+@pytest.fixture
+def refused_upper(tmp_path):
+    """DIR (tmp_path/layers/m/rw) on an overlayfs, which the kernel refuses as an upper
+    (a container's /tmp); tmp_path/mnt and tmp_path/run made. Whatever is mounted on
+    mnt or under run is taken down at teardown, then the overlay."""
     layers = tmp_path / "layers"
     for d in ("l", "u", "w", "m"):
         (layers / d).mkdir(parents=True)
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s,workdir=%s"
                     % (layers / "l", layers / "u", layers / "w"), str(layers / "m")], check=True)
     mnt, run = tmp_path / "mnt", tmp_path / "run"
-    mnt.mkdir()
-    run.mkdir()
     try:
-        rw = layers / "m" / "rw"
-        rw.mkdir()
-        env = dict(daemon_env(), PATH="/nonexistent", TMPDIR=str(run))
-        r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)], env=env,
-                           capture_output=True, timeout=60 * SLOW)
-        err = r.stderr.decode()
-        assert r.returncode == 1, err
-        assert "overlayfs: Invalid argument (see the kernel's log); trying fuse-overlayfs" in err
-        assert "cannot mount the overlay on %s" % mnt in err, err
-        assert "fuse-overlayfs is not installed" in err, err
-        assert not is_mounted(str(mnt))
-        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+        for d in (mnt, run, layers / "m" / "rw"):
+            d.mkdir()
+        yield layers / "m" / "rw"
     finally:
         while is_mounted(str(mnt)):
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
         for lower in lower_mounts(str(run)):
             subprocess.run(["umount", "-l", lower], capture_output=True)
         subprocess.run(["umount", "-l", str(layers / "m")], capture_output=True)
+
+
+def test_an_overlay_that_cannot_be_mounted_fails_the_command_and_leaves_nothing(tree, tmp_path, refused_upper):
+    """DIR on an overlayfs (a container's /tmp): the kernel refuses it as an upper, and with
+    no fuse-overlayfs on PATH either, spoolfs (daemonised, as mount(8) runs it) exits 1
+    with both reasons, and neither mount stays."""
+    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", refused_upper
+    env = dict(daemon_env(), PATH="/nonexistent", TMPDIR=str(run))
+    r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)], env=env,
+                       capture_output=True, timeout=60 * SLOW)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "overlayfs: Invalid argument (see the kernel's log); trying fuse-overlayfs" in err
+    assert "cannot mount the overlay on %s" % mnt in err, err
+    assert "fuse-overlayfs is not installed" in err, err
+    assert not is_mounted(str(mnt))
+    wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
 
 
 def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, tmp_path):
@@ -497,32 +504,18 @@ def test_a_sigkilled_supervisors_overlay_is_cleared_by_the_next_start(writable):
         w2.stop()
 
 
-def test_root_falls_back_to_fuse_overlayfs_on_the_held_mountpoint(tree, tmp_path):
+def test_root_falls_back_to_fuse_overlayfs_on_the_held_mountpoint(tree, tmp_path, refused_upper):
     """DIR on an overlayfs: the kernel refuses it (EINVAL), and root's fuse-overlayfs mounts
     on the mountpoint held since start-up (/proc/self/fd/N, kept open across its exec)."""
-    layers = tmp_path / "layers"
-    for d in ("l", "u", "w", "m"):
-        (layers / d).mkdir(parents=True)
-    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s,workdir=%s"
-                    % (layers / "l", layers / "u", layers / "w"), str(layers / "m")], check=True)
-    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", layers / "m" / "rw"
-    for d in (mnt, run, rw):
-        d.mkdir()
-    try:
-        r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
-                           env=dict(daemon_env(), TMPDIR=str(run)), capture_output=True,
-                           timeout=60 * SLOW)
-        assert r.returncode == 0, r.stderr
-        assert "trying fuse-overlayfs" in r.stderr.decode(), r.stderr
-        assert mount_type(str(mnt)) == "fuse.fuse-overlayfs"
-        assert (mnt / "hello.c").read_text() == SOURCES["hello.c"]
-        (mnt / "new.txt").write_text("new\n")
-        assert (rw / "upper" / "new.txt").read_text() == "new\n"
-        subprocess.run(["umount", str(mnt)], check=True)
-        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
-    finally:
-        while is_mounted(str(mnt)):
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-        for lower in lower_mounts(str(run)):
-            subprocess.run(["umount", "-l", lower], capture_output=True)
-        subprocess.run(["umount", "-l", str(layers / "m")], capture_output=True)
+    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", refused_upper
+    r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
+                       env=dict(daemon_env(), TMPDIR=str(run)), capture_output=True,
+                       timeout=60 * SLOW)
+    assert r.returncode == 0, r.stderr
+    assert "trying fuse-overlayfs" in r.stderr.decode(), r.stderr
+    assert mount_type(str(mnt)) == "fuse.fuse-overlayfs"
+    assert (mnt / "hello.c").read_text() == SOURCES["hello.c"]
+    (mnt / "new.txt").write_text("new\n")
+    assert (rw / "upper" / "new.txt").read_text() == "new\n"
+    subprocess.run(["umount", str(mnt)], check=True)
+    wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
