@@ -519,3 +519,38 @@ def test_root_falls_back_to_fuse_overlayfs_on_the_held_mountpoint(tree, tmp_path
     assert (rw / "upper" / "new.txt").read_text() == "new\n"
     subprocess.run(["umount", str(mnt)], check=True)
     wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+
+
+def test_a_mountpoint_of_another_user_or_in_a_directory_others_may_change_is_refused(
+        tree, tmp_path):
+    """Bad input (review 3 #2): root mounts the overlay on a user's behalf only on a
+    directory of its own (or --uid's), whose directory no one else can change."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    theirs, shared, rw = tmp_path / "theirs", tmp_path / "shared", tmp_path / "rw"
+    for d in (theirs, shared, shared / "mnt", rw):
+        d.mkdir()
+    os.chown(theirs, nobody, -1)
+    shared.chmod(0o777)
+    run = tmp_path / "run"
+    run.mkdir()
+    env = dict(daemon_env(), TMPDIR=str(run))
+    try:
+        for mnt, says in ((theirs, "the mountpoint %s is uid %d's" % (theirs, nobody)),
+                          (shared / "mnt", "the mountpoint's directory %s can be changed by"
+                           " another user" % shared)):
+            r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
+                               capture_output=True, env=env, timeout=30 * SLOW)
+            assert r.returncode != 0 and says in r.stderr.decode(), r.stderr
+            assert not is_mounted(str(mnt))
+        # The same directory of nobody's is the mountpoint when root mounts for nobody.
+        r = subprocess.run([SPOOLFS, tree, str(theirs), "--writable", str(rw), "--uid",
+                            "nobody"], capture_output=True, env=env, timeout=30 * SLOW)
+        assert r.returncode == 0 and is_mounted(str(theirs)), r.stderr
+        subprocess.run(["umount", str(theirs)], check=True)
+        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+    finally:
+        for mnt in (theirs, shared / "mnt"):
+            while is_mounted(str(mnt)):
+                subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        for lower in lower_mounts(str(run)):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
