@@ -63,15 +63,19 @@ struct daemon_log_options {
 struct daemon_options {
 	char *source;
 	char *mountpoint;
-	char *cache_dir;            /* NULL: a fresh directory per mount, removed at unmount */
-	char *cache_max_size;       /* "10G": parsed by daemon_options_check */
-	char *max_manifest_size;    /* "1G": parsed by daemon_options_check */
-	char *manifest;             /* --manifest KEY: a manifest in the s3:// source's bucket */
-	char *prefetch_window;      /* "32M": parsed by main */
-	char *prefetch_budget;      /* "2G": parsed by main */
-	char *prefetch_list;        /* --prefetch-list FILE: paths to fetch from mount time */
-	char *record_reads;         /* --record-reads FILE: absolute once main checked it */
-	char *writable;             /* --writable DIR: an overlay's upper (daemon/overlay.c) */
+	char *cache_dir;         /* NULL: a fresh directory per mount, removed at unmount */
+	char *cache_max_size;    /* "10G": parsed by daemon_options_check */
+	char *max_manifest_size; /* "1G": parsed by daemon_options_check */
+	char *manifest;          /* --manifest KEY: a manifest in the s3:// source's bucket */
+	char *prefetch_window;   /* "32M": parsed by main */
+	char *prefetch_budget;   /* "2G": parsed by main */
+	char *prefetch_list;     /* --prefetch-list FILE: paths to fetch from mount time */
+	char *record_reads;      /* --record-reads FILE: absolute once main checked it */
+	char *writable;          /* --writable DIR: an overlay's upper (daemon/overlay.c) */
+	/* Set by the daemon, not a flag: every file and directory shows its owner's write bit
+	 * (the mount stays read-only). --writable's overlay sets it (overlay.c): an overlay
+	 * copies a file up with the mode the lower one shows and checks a write against it. */
+	bool owner_writable;
 	char *read_order_name;      /* --read-order-name NAME; NULL: "default", if any */
 	int no_read_order;          /* --no-read-order */
 	unsigned prefetch_requests; /* speculative requests at once; 0: no walk prefetch */

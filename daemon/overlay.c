@@ -16,7 +16,9 @@
  *    SIGTERM does, so the record of --record-reads is written and the supervisor exits;
  *    the supervisor holds the FUSE device, so a serving process's death or a reload never
  *    touches the overlay, and a process started after the overlay went finds it gone;
- *  - a stop by a signal takes the overlay down first (lazily), then the spoolfs mount.
+ *  - a stop by a signal takes the overlay down first (lazily), then the spoolfs mount;
+ *  - a SIGKILL of every process of the mount leaves the overlay over a dead lower: the next
+ *    start's sweep of run directories (run_dir.c) takes both down (daemon_overlay_unmount_dead).
  * `spoolfs status` and `reload` given the overlay's path find the spoolfs mount beneath
  * through the record (daemon_overlay_beneath).
  *
@@ -32,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -40,6 +44,7 @@
 
 #include "daemon/mountinfo.h"
 #include "daemon/overlay.h"
+#include "daemon/supervisor.h"
 #include "fs/session.h"
 #include "util/log.h"
 #include "util/thread.h"
@@ -51,6 +56,12 @@ struct daemon_overlay {
 	char *path;  /* the user's mountpoint, canonical: the overlay's; NULL when unknown */
 	char *dir;   /* DIR, canonical (the first process only) */
 	char *lower; /* the spoolfs mount, RUN_DIR/lower */
+	/* The first process: the mountpoint's directory, held from start-up so that the overlay
+	 * is mounted on it (/proc/self/fd/N) and on nothing a path swapped in later names; and
+	 * DIR/.spoolfs.lock, flocked for the mount's life (two overlays on one upper corrupt
+	 * it). -1 when not held. */
+	int mnt_fd;
+	int lock_fd;
 	pthread_t watcher;
 	bool watching;
 	int stop[2]; /* the watcher's wake-up: a byte on stop[1] ends it */
@@ -114,35 +125,70 @@ static int id_listed(long id)
 	return daemon_mount_each(has_id, &want);
 }
 
-/* Runs argv (a program from PATH) with no descriptor of ours but stdio: a daemon it
- * leaves behind (fuse-overlayfs) must not hold the FUSE device or the run directory's
- * lock. Its exit status; 127 when it cannot run; -errno when it cannot start. */
-static int run(const char *const argv[])
+/* Runs argv (a program from PATH) with no descriptor of ours but stdio and keep_fd (>= 3,
+ * or -1): a daemon it leaves behind (fuse-overlayfs) must not hold the FUSE device or the
+ * run directory's lock. 0 with its exit status in *status (128 + a signal's number), or
+ * -errno: -ENOENT when it is not installed. */
+static int run(const char *const argv[], int keep_fd, int *status)
 {
-	int status;
-	pid_t pid = fork();
+	int err[2], exec_errno = 0, wstatus;
+	pid_t pid;
 
-	if (pid < 0)
+	if (pipe2(err, O_CLOEXEC) != 0)
 		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(err[0]);
+		close(err[1]);
+		return -errno;
+	}
 	if (pid == 0) {
-		close_range(3, ~0U, 0);
+		int keep[2] = {keep_fd < err[1] ? keep_fd : err[1],
+		               keep_fd < err[1] ? err[1] : keep_fd};
+		unsigned from = 3;
+		int e;
+
+		/* Everything from 3 up but keep_fd and err[1] (closed at the exec). */
+		for (int i = 0; i < 2; i++) {
+			if (keep[i] < 3)
+				continue;
+			if ((unsigned)keep[i] > from)
+				close_range(from, (unsigned)keep[i] - 1, 0);
+			from = (unsigned)keep[i] + 1;
+		}
+		close_range(from, ~0U, 0);
+		if (keep_fd >= 0)
+			(void)fcntl(keep_fd, F_SETFD, 0);
 		execvp(argv[0], (char *const *)argv);
+		e = errno;
+		(void)!write(err[1], &e, sizeof(e));
 		_exit(127);
 	}
-	while (waitpid(pid, &status, 0) < 0)
+	close(err[1]);
+	while (read(err[0], &exec_errno, sizeof(exec_errno)) < 0 && errno == EINTR)
+		;
+	close(err[0]);
+	while (waitpid(pid, &wstatus, 0) < 0)
 		if (errno != EINTR)
 			return -errno;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	if (exec_errno)
+		return -exec_errno;
+	*status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+	return 0;
 }
 
-/* A lazy unmount: a file still open on it keeps it until its close. */
+/* A lazy unmount: a file still open on it keeps it until its close. As root, never
+ * through a symbolic link put there since; as a user, fusermount3 unmounts only the
+ * user's own mounts. */
 static int unmount_lazily(const char *path)
 {
 	const char *argv[] = {"fusermount3", "-u", "-q", "-z", path, NULL};
+	int rc, status;
 
 	if (geteuid() == 0)
-		return umount2(path, MNT_DETACH) == 0 ? 0 : -errno;
-	return run(argv) == 0 ? 0 : -EIO;
+		return umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) == 0 ? 0 : -errno;
+	rc = run(argv, -1, &status);
+	return rc ? rc : status == 0 ? 0 : -EIO;
 }
 
 /* The mount types of the overlays this file mounts. */
@@ -198,6 +244,86 @@ static bool nested(const char *a, const char *b)
 	       (b[n] == '/' || b[n] == '\0');
 }
 
+/* Whether uid may hold the mountpoint (or its parent): root, the euid, or --uid's user when
+ * root mounts for them. */
+static bool mountpoint_owner(const struct fs_session *s, uid_t uid)
+{
+	return uid == 0 || uid == geteuid() ||
+	       (geteuid() == 0 && s->opts.uid >= 0 && uid == (uid_t)s->opts.uid);
+}
+
+/*
+ * The mountpoint held (o->mnt_fd) and checked: a directory of the mounting user's (or
+ * --uid's), in a directory only they or root can change (or a sticky one). The overlay is
+ * mounted seconds later, as root on the user's behalf: what it lands on must be this very
+ * directory, never what a symlink put in its place names (/etc/cron.d). 0 or -EINVAL, said.
+ */
+static int hold_mountpoint(const struct fs_session *s, struct daemon_overlay *o)
+{
+	char parent[PATH_MAX];
+	struct stat st, up;
+	int parent_fd;
+	char *slash;
+
+	o->mnt_fd = open(o->path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (o->mnt_fd < 0 || fstat(o->mnt_fd, &st) != 0) {
+		fprintf(stderr, "spoolfs: --writable: mountpoint %s: %s\n", o->path,
+		        strerror(errno));
+		return -EINVAL;
+	}
+	snprintf(parent, sizeof(parent), "%s", o->path);
+	slash = strrchr(parent, '/');
+	if (slash)
+		slash[slash == parent] = '\0';
+	parent_fd = open(parent, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (parent_fd < 0 || fstat(parent_fd, &up) != 0) {
+		fprintf(stderr, "spoolfs: --writable: mountpoint %s: %s\n", parent,
+		        strerror(errno));
+		if (parent_fd >= 0)
+			close(parent_fd);
+		return -EINVAL;
+	}
+	close(parent_fd);
+	if (!mountpoint_owner(s, st.st_uid)) {
+		fprintf(stderr,
+		        "spoolfs: --writable: refused: the mountpoint %s is uid %u's, not the"
+		        " mounting user's\n",
+		        o->path, (unsigned)st.st_uid);
+		return -EINVAL;
+	}
+	if (!mountpoint_owner(s, up.st_uid) ||
+	    ((up.st_mode & (S_IWGRP | S_IWOTH)) && !(up.st_mode & S_ISVTX))) {
+		fprintf(stderr,
+		        "spoolfs: --writable: refused: the mountpoint's directory %s can be changed"
+		        " by another user\n",
+		        parent);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* DIR/.spoolfs.lock flocked (o->lock_fd) for the mount's life: the kernel refuses a second
+ * overlay on one upper, fuse-overlayfs does not. 0, -EBUSY or -errno, said. */
+static int lock_dir(struct daemon_overlay *o, int dir_fd)
+{
+	o->lock_fd =
+	    openat(dir_fd, ".spoolfs.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (o->lock_fd < 0) {
+		fprintf(stderr, "spoolfs: --writable %s: cannot make %s/.spoolfs.lock: %s\n",
+		        o->dir, o->dir, strerror(errno));
+		return -errno;
+	}
+	if (flock(o->lock_fd, LOCK_EX | LOCK_NB) == 0)
+		return 0;
+	if (errno == EWOULDBLOCK) {
+		fprintf(stderr, "spoolfs: --writable %s: DIR is in use by another mount\n", o->dir);
+		return -EBUSY;
+	}
+	fprintf(stderr, "spoolfs: --writable %s: cannot lock %s/.spoolfs.lock: %s\n", o->dir,
+	        o->dir, strerror(errno));
+	return -errno;
+}
+
 /* The first process: DIR checked and its directories made, the lower mountpoint made. */
 static int prepare_first(struct fs_session *s, struct daemon_overlay *o)
 {
@@ -210,6 +336,9 @@ static int prepare_first(struct fs_session *s, struct daemon_overlay *o)
 		        strerror(errno));
 		return -EINVAL;
 	}
+	rc = hold_mountpoint(s, o);
+	if (rc)
+		return rc;
 	/* The daemon often runs as root: what it writes through must be no one else's. */
 	dir_fd = util_trusted_dir(s->opts.writable, &o->dir, why, sizeof(why));
 	if (dir_fd < 0) {
@@ -231,7 +360,10 @@ static int prepare_first(struct fs_session *s, struct daemon_overlay *o)
 		        o->dir, unusable_in_options(o->dir) ? o->dir : o->lower);
 		goto out;
 	}
-	rc = make_subdir(o, dir_fd, "upper", 0755, geteuid() == 0 ? s->opts.uid : -1, s->opts.gid);
+	rc = lock_dir(o, dir_fd);
+	if (rc == 0)
+		rc = make_subdir(o, dir_fd, "upper", 0755, geteuid() == 0 ? s->opts.uid : -1,
+		                 s->opts.gid);
 	if (rc == 0)
 		rc = make_subdir(o, dir_fd, "work", 0700, -1, -1);
 	if (rc == 0 && mkdirat(s->daemon.run_dir_fd, "lower", 0700) != 0) {
@@ -259,6 +391,7 @@ int daemon_overlay_prepare(struct fs_session *s)
 	if (!o)
 		goto out;
 	o->stop[0] = o->stop[1] = -1;
+	o->mnt_fd = o->lock_fd = -1;
 	s->daemon.overlay = o;
 	snprintf(lower, sizeof(lower), "%s/lower", s->daemon.run_dir);
 	o->lower = strdup(lower);
@@ -274,6 +407,10 @@ int daemon_overlay_prepare(struct fs_session *s)
 	}
 	if (rc)
 		goto out;
+	/* Without the owner's write bit on what spoolfs shows, the overlay would let a user's
+	 * build write nothing into the tree (root's could): a file copied up gets that mode
+	 * (a published 0444 file becomes 0644 in DIR/upper, doc/writable.md). */
+	s->opts.owner_writable = true;
 	free(s->opts.mountpoint);
 	s->opts.mountpoint = strdup(lower);
 	rc = s->opts.mountpoint ? 0 : -ENOMEM;
@@ -294,11 +431,81 @@ void daemon_overlay_free(struct fs_session *s)
 
 	if (!o)
 		return;
+	if (o->mnt_fd >= 0)
+		close(o->mnt_fd);
+	if (o->lock_fd >= 0)
+		close(o->lock_fd);
 	free(o->path);
 	free(o->dir);
 	free(o->lower);
 	free(o);
 	s->daemon.overlay = NULL;
+}
+
+/* Whether the mountpoint's path still names the directory held since start-up (a path
+ * swapped for a symlink or another directory meanwhile does not). 0 or -errno, said. */
+static int mountpoint_unchanged(const struct daemon_overlay *o)
+{
+	struct stat held, now;
+
+	if (fstat(o->mnt_fd, &held) != 0)
+		return -errno;
+	if (fstatat(AT_FDCWD, o->path, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    held.st_dev == now.st_dev && held.st_ino == now.st_ino)
+		return 0;
+	fprintf(stderr,
+	        "spoolfs: --writable: the mountpoint %s was replaced during start-up (it is not"
+	        " the directory it was): the overlay is not mounted\n",
+	        o->path);
+	return -ESTALE;
+}
+
+/* The overlay on the held directory: the kernel's as root (0; -errno with kernel_why
+ * said), else or where the kernel cannot (not where it refuses this upper as in use),
+ * fuse-overlayfs. */
+static int mount_on_held(const struct daemon_overlay *o, const char *opts, char *kernel_why,
+                         size_t why_len)
+{
+	char held[64];
+	const char *argv[] = {"fuse-overlayfs", "-o", opts, held, NULL};
+	int rc, status;
+
+	snprintf(held, sizeof(held), "/proc/self/fd/%d", o->mnt_fd);
+	if (geteuid() == 0) {
+		/* mount(2) resolves the magic link to the held directory itself. */
+		if (mount("spoolfs", held, "overlay", MS_NOSUID | MS_NODEV, opts) == 0)
+			return 0;
+		snprintf(kernel_why, why_len, "overlayfs: %s (see the kernel's log); ",
+		         strerror(errno));
+		/* Only where the kernel cannot: an upper in use (EBUSY) is refused, never shared
+		 * through fuse-overlayfs, which does not check. */
+		if (errno == EBUSY) {
+			fprintf(stderr, "spoolfs: --writable %s: DIR is in use by another mount\n",
+			        o->dir);
+			return -EBUSY;
+		}
+		if (errno != EPERM && errno != ENODEV && errno != EINVAL) {
+			fprintf(stderr,
+			        "spoolfs: --writable %s: cannot mount the overlay on %s: %s\n",
+			        o->dir, o->path, kernel_why);
+			return -EIO;
+		}
+		fprintf(stderr, "spoolfs: --writable: %strying fuse-overlayfs\n", kernel_why);
+	} else {
+		/* fusermount3 takes no magic link: it checks the path as the user (their own
+		 * directory, entered before the mount), and no root acts for them here. */
+		argv[3] = o->path;
+	}
+	rc = run(argv, argv[3] == held ? o->mnt_fd : -1, &status);
+	if (rc == 0 && status == 0)
+		return 0;
+	fprintf(stderr, "spoolfs: --writable %s: cannot mount the overlay on %s: %s%s%s\n", o->dir,
+	        o->path, kernel_why,
+	        rc == -ENOENT ? "fuse-overlayfs is not installed (Debian: fuse-overlayfs)"
+	        : rc          ? "cannot run fuse-overlayfs: "
+	                      : "fuse-overlayfs failed (see above)",
+	        rc && rc != -ENOENT ? strerror(-rc) : "");
+	return -EIO;
 }
 
 /* Mounts the overlay once the spoolfs mount answers, and records it; on failure, takes
@@ -307,7 +514,6 @@ static int mount_overlay(struct fs_session *s)
 {
 	struct daemon_overlay *o = s->daemon.overlay;
 	char opts[3 * PATH_MAX + 64], kernel_why[128] = "";
-	const char *argv[] = {"fuse-overlayfs", "-o", opts, o->path, NULL};
 	struct daemon_mount_top top;
 	struct statfs st;
 	int rc;
@@ -334,24 +540,9 @@ static int mount_overlay(struct fs_session *s)
 		        o->path, strerror(-rc));
 		goto failed;
 	}
-	if (geteuid() == 0) {
-		if (mount("spoolfs", o->path, "overlay", MS_NOSUID | MS_NODEV, opts) == 0)
-			goto mounted;
-		/* In a container, or over an upper the kernel refuses (its log says which). */
-		snprintf(kernel_why, sizeof(kernel_why), "overlayfs: %s (see the kernel's log); ",
-		         strerror(errno));
-	}
-	if (kernel_why[0])
-		fprintf(stderr, "spoolfs: --writable: %strying fuse-overlayfs\n", kernel_why);
-	rc = run(argv);
-	if (rc != 0) {
-		fprintf(stderr, "spoolfs: --writable %s: cannot mount the overlay on %s: %s%s\n",
-		        o->dir, o->path, kernel_why,
-		        rc == 127 ? "fuse-overlayfs is not installed (Debian: fuse-overlayfs)"
-		                  : "fuse-overlayfs failed (see above)");
+	if (mountpoint_unchanged(o) != 0 ||
+	    mount_on_held(o, opts, kernel_why, sizeof(kernel_why)) != 0)
 		goto failed;
-	}
-mounted:
 	/* From the table, not through the path: an overlay unmounted already (with -f, at
 	 * once) must not leave the ID of the filesystem beneath it recorded. */
 	rc = daemon_mount_top_info(o->path, &top);
@@ -374,6 +565,20 @@ failed:
 	return 1;
 }
 
+/* The serving process holds neither the mountpoint (the mounter's) nor, past the first
+ * generation, DIR's lock: a copy of the lock above the supervisor's descriptors
+ * (supervisor.h) goes with this process's exec of the supervisor, which holds it for the
+ * mount's life (a lock, like the device, outlives any serving process). */
+static void keep_lock_across_exec(struct daemon_overlay *o)
+{
+	if (o->mnt_fd >= 0)
+		close(o->mnt_fd);
+	o->mnt_fd = -1;
+	if (o->lock_fd >= 0 && fcntl(o->lock_fd, F_DUPFD, DAEMON_OVERLAY_LOCK_FD_MIN) < 0)
+		util_log(UTIL_LOG_WARN, "--writable %s: the lock on DIR goes with this process: %s",
+		         o->dir, strerror(errno));
+}
+
 int daemon_overlay_start_mounter(struct fs_session *s)
 {
 	int status;
@@ -393,10 +598,13 @@ int daemon_overlay_start_mounter(struct fs_session *s)
 		while (waitpid(pid, &status, 0) < 0)
 			if (errno != EINTR)
 				return -errno;
+		keep_lock_across_exec(s->daemon.overlay);
 		return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EAGAIN;
 	}
-	if (pid == 0)
+	if (pid == 0) {
+		keep_lock_across_exec(s->daemon.overlay);
 		return 0; /* the child daemonises and serves */
+	}
 	/* The command the user ran: its child's fuse_daemonize says when the daemon is on its
 	 * own; the command returns once the overlay is up, or failed. */
 	while (waitpid(pid, &status, 0) < 0)
@@ -414,11 +622,27 @@ static void drain(int fd)
 			;
 }
 
+/* Events on the run directory: a record renamed into place (record_write). -1 when
+ * inotify cannot be had: the record is then looked at only as the mount table changes. */
+static int watch_records(const struct fs_session *s)
+{
+	int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+
+	if (fd < 0 || inotify_add_watch(fd, s->daemon.run_dir, IN_MOVED_TO | IN_ONLYDIR) < 0) {
+		util_log(UTIL_LOG_WARN, "cannot watch %s for the overlay's record: %s",
+		         s->daemon.run_dir, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void *watch(void *arg)
 {
 	struct fs_session *s = arg;
 	struct daemon_overlay *o = s->daemon.overlay;
-	int table = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	int table = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC), records;
 
 	if (table < 0) {
 		util_log(UTIL_LOG_WARN,
@@ -427,12 +651,20 @@ static void *watch(void *arg)
 		         strerror(errno), o->path ? o->path : "the overlay", o->lower);
 		return NULL;
 	}
+	records = watch_records(s);
 	for (;;) {
-		struct pollfd p[2] = {{.fd = table, .events = POLLPRI},
-		                      {.fd = o->stop[0], .events = POLLIN}};
-		long id = record_read(s->daemon.run_dir_fd, NULL);
+		/* The mount's change and the record's rename (its mounter writes the ID just
+		 * after the mount) each wake this; whichever comes first, the look is redone. */
+		struct pollfd p[3] = {{.fd = table, .events = POLLPRI},
+		                      {.fd = o->stop[0], .events = POLLIN},
+		                      {.fd = records, .events = POLLIN}};
+		long id;
 
 		drain(table); /* before the look: a change after it wakes the poll */
+		if (records >= 0)
+			while (read(records, (char[4096]){0}, 4096) > 0)
+				;
+		id = record_read(s->daemon.run_dir_fd, NULL);
 		if (id > 0 && id_listed(id) == 0) {
 			util_log(UTIL_LOG_INFO, "the overlay on %s was unmounted: unmounting %s",
 			         o->path ? o->path : "?", o->lower);
@@ -440,13 +672,13 @@ static void *watch(void *arg)
 			kill(getpid(), SIGTERM);
 			break;
 		}
-		/* Until the overlay is recorded (its mounter writes the record just after the
-		 * mount's change), the record is looked at again every 100 ms. */
-		if (poll(p, 2, id > 0 ? -1 : 100) < 0 && errno != EINTR)
+		if (poll(p, 3, -1) < 0 && errno != EINTR)
 			break;
 		if (p[1].revents)
 			break;
 	}
+	if (records >= 0)
+		close(records);
 	close(table);
 	return NULL;
 }
@@ -488,9 +720,12 @@ void daemon_overlay_unmount_recorded(int run_dir_fd)
 {
 	char *path = NULL;
 	long id = run_dir_fd >= 0 ? record_read(run_dir_fd, &path) : -EBADF;
+	struct daemon_mount_top top;
 	int rc;
 
-	if (id > 0 && id_listed(id) == 1) {
+	/* Only the recorded mount, on top at its path: whatever was mounted over it since, or
+	 * in its place, is not this mount's to take down. */
+	if (id > 0 && daemon_mount_top_info(path, &top) == 0 && top.id == (unsigned long)id) {
 		rc = unmount_lazily(path);
 		if (rc)
 			util_log(UTIL_LOG_WARN, "cannot unmount the overlay on %s: %s", path,
@@ -499,6 +734,25 @@ void daemon_overlay_unmount_recorded(int run_dir_fd)
 			util_log(UTIL_LOG_INFO, "unmounted the overlay on %s", path);
 	}
 	free(path);
+}
+
+void daemon_overlay_unmount_dead(int run_dir_fd, const char *run_dir)
+{
+	struct daemon_mount_top top;
+	char lower[PATH_MAX];
+	int rc;
+
+	daemon_overlay_unmount_recorded(run_dir_fd);
+	/* In a run directory of this user's, 0700: no one else can have put a mount there. */
+	snprintf(lower, sizeof(lower), "%s/lower", run_dir);
+	if (daemon_mount_top_info(lower, &top) != 0 || strcmp(top.fstype, "fuse.spoolfs") != 0)
+		return;
+	rc = unmount_lazily(lower);
+	if (rc)
+		util_log(UTIL_LOG_WARN, "cannot unmount %s, a dead mount's: %s", lower,
+		         strerror(-rc));
+	else
+		util_log(UTIL_LOG_INFO, "unmounted %s, a dead mount's", lower);
 }
 
 void daemon_overlay_unmount(struct fs_session *s)

@@ -43,6 +43,11 @@ void daemon_overlay_unmount(struct fs_session *s);
 /* The same from the run directory alone (the supervisor, when it ends the mount itself);
  * a no-op without a recorded overlay that is still mounted. */
 void daemon_overlay_unmount_recorded(int run_dir_fd);
+/* For a run directory whose every process is gone (run_dir.c's sweep holds its lock): a
+ * SIGKILLed supervisor leaves its overlay over a lower that answers ENOTCONN. The recorded
+ * overlay (only while it is the top mount at its path), then run_dir/lower, lazily
+ * unmounted, each said in the log. run_dir is canonical. */
+void daemon_overlay_unmount_dead(int run_dir_fd, const char *run_dir);
 
 /*
  * `spoolfs status` and `reload` given the overlay's path: when the topmost mount at

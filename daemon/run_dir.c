@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/overlay.h"
 #include "daemon/run_dir.h"
 #include "util/log.h"
 #include "util/supervise.h"
@@ -79,6 +80,17 @@ static void sweep_stale(const char *tmp)
 		int lock_fd = take_stale_lock(dirfd(d), e->d_name);
 		if (lock_fd < 0)
 			continue;
+		/* Its mounts first (--writable's, when its supervisor was SIGKILLed): the tree
+		 * cannot go with a dead mount in it. */
+		int run_fd =
+		    openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (run_fd >= 0) {
+			char run_dir[PATH_MAX];
+			snprintf(run_dir, sizeof(run_dir), "%s/%s", strcmp(tmp, "/") ? tmp : "",
+			         e->d_name);
+			daemon_overlay_unmount_dead(run_fd, run_dir);
+			close(run_fd);
+		}
 		/* Held while it goes: another mount's sweep skips it meanwhile. */
 		int rc = util_remove_tree(dirfd(d), e->d_name);
 		close(lock_fd);

@@ -26,6 +26,10 @@ enum daemon_run_string {
 #define DAEMON_RUN_FD_LOCK 8     /* the run directory's lock, held while any process lives */
 #define DAEMON_RUN_FD_COUNTERS 9 /* the mount's counters (struct daemon_shared_counters) */
 #define DAEMON_RUN_FD_COUNT (DAEMON_RUN_FD_COUNTERS - DAEMON_RUN_FD_DEV + 1)
+/* --writable: DIR's lock (daemon/overlay.c), a descriptor at or above this one that the
+ * first process passes through its exec of the supervisor; nobody reads it, the supervisor
+ * holds it (and the lock) until the mount ends. */
+#define DAEMON_OVERLAY_LOCK_FD_MIN 64
 
 /* What the supervisor says of itself (its file "supervisor" in the run directory). */
 struct fs_session;

@@ -73,10 +73,8 @@ static void node_to_stat(const struct fs_session *s, const struct index_node *n,
 		st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
 		break;
 	}
-	/* Under --writable's overlay, which copies a file up with its mode and checks a
-	 * write against the mode it shows: without the owner's write bit, a user's build
-	 * could write nothing into the tree (root's could). This mount stays read-only. */
-	if (s->opts.writable && n->kind != INDEX_KIND_SYMLINK)
+	/* The daemon's choice (options.h): shown, never granted (writes get EROFS). */
+	if (s->opts.owner_writable && n->kind != INDEX_KIND_SYMLINK)
 		st->st_mode |= S_IWUSR;
 }
 

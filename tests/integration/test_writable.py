@@ -69,7 +69,8 @@ class Writable:
         self.mnt, self.rw, self.tmp = (os.path.join(self.base, n) for n in ("mnt", "rw", "tmp"))
         self.log_path = os.path.join(self.base, "spoolfs.log")
         self.env = daemon_env()
-        self.env.update(TMPDIR=self.tmp, HOME=self.base, **(env or {}))
+        self.env.update(TMPDIR=self.tmp, HOME=self.base)
+        self.env.update(env or {})
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.proc = None
         self.log = open(self.log_path, "wb")
@@ -212,6 +213,9 @@ def test_a_file_modified_is_copied_up_whole_and_one_deleted_stays_beneath(writab
     assert w.run(["cat", data]).stdout.decode() == whole
     with open(os.path.join(w.rw, "upper", "data.txt")) as f:
         assert f.read() == whole  # copied up whole, then appended to
+    # With the mode spoolfs shows under --writable: the owner's write bit added (0644).
+    assert os.stat(os.path.join(w.rw, "upper", "data.txt")).st_mode & 0o7777 == 0o644
+    assert w.run(["stat", "-c", "%a", os.path.join(w.lower(), "hello.c")]).stdout == b"644\n"
     assert w.run(["ls", w.mnt]).stdout.split() == [b"CMakeLists.txt", b"data.txt", b"hello.c",
                                                    b"pkg"]
     assert w.run(["test", "-e", gone], check=False).returncode == 1
@@ -335,37 +339,44 @@ def test_the_fstab_form_o_writable(tree, tmp_path):
             proc.wait(10 * SLOW)
 
 
-def test_an_overlay_that_cannot_be_mounted_fails_the_command_and_leaves_nothing(tree, tmp_path):
-    """DIR on an overlayfs (a container's /tmp): the kernel refuses it as an upper, and with
-    no fuse-overlayfs on PATH either, spoolfs (daemonised, as mount(8) runs it) exits 1
-    with both reasons, and neither mount stays."""
+@pytest.fixture
+def refused_upper(tmp_path):
+    """DIR (tmp_path/layers/m/rw) on an overlayfs, which the kernel refuses as an upper
+    (a container's /tmp); tmp_path/mnt and tmp_path/run made. Whatever is mounted on
+    mnt or under run is taken down at teardown, then the overlay."""
     layers = tmp_path / "layers"
     for d in ("l", "u", "w", "m"):
         (layers / d).mkdir(parents=True)
     subprocess.run(["mount", "-t", "overlay", "overlay", "-o", "lowerdir=%s,upperdir=%s,workdir=%s"
                     % (layers / "l", layers / "u", layers / "w"), str(layers / "m")], check=True)
     mnt, run = tmp_path / "mnt", tmp_path / "run"
-    mnt.mkdir()
-    run.mkdir()
     try:
-        rw = layers / "m" / "rw"
-        rw.mkdir()
-        env = dict(daemon_env(), PATH="/nonexistent", TMPDIR=str(run))
-        r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)], env=env,
-                           capture_output=True, timeout=60 * SLOW)
-        err = r.stderr.decode()
-        assert r.returncode == 1, err
-        assert "overlayfs: Invalid argument (see the kernel's log); trying fuse-overlayfs" in err
-        assert "cannot mount the overlay on %s" % mnt in err, err
-        assert "fuse-overlayfs is not installed" in err, err
-        assert not is_mounted(str(mnt))
-        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+        for d in (mnt, run, layers / "m" / "rw"):
+            d.mkdir()
+        yield layers / "m" / "rw"
     finally:
         while is_mounted(str(mnt)):
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
         for lower in lower_mounts(str(run)):
             subprocess.run(["umount", "-l", lower], capture_output=True)
         subprocess.run(["umount", "-l", str(layers / "m")], capture_output=True)
+
+
+def test_an_overlay_that_cannot_be_mounted_fails_the_command_and_leaves_nothing(tree, tmp_path, refused_upper):
+    """DIR on an overlayfs (a container's /tmp): the kernel refuses it as an upper, and with
+    no fuse-overlayfs on PATH either, spoolfs (daemonised, as mount(8) runs it) exits 1
+    with both reasons, and neither mount stays."""
+    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", refused_upper
+    env = dict(daemon_env(), PATH="/nonexistent", TMPDIR=str(run))
+    r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)], env=env,
+                       capture_output=True, timeout=60 * SLOW)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "overlayfs: Invalid argument (see the kernel's log); trying fuse-overlayfs" in err
+    assert "cannot mount the overlay on %s" % mnt in err, err
+    assert "fuse-overlayfs is not installed" in err, err
+    assert not is_mounted(str(mnt))
+    wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
 
 
 def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, tmp_path):
@@ -382,3 +393,164 @@ def test_a_directory_others_may_write_or_inside_the_mountpoint_is_refused(tree, 
                            capture_output=True, env=daemon_env(), timeout=30 * SLOW)
         assert r.returncode == 2 and says in r.stderr.decode(), r.stderr
         assert not is_mounted(str(mnt))
+
+
+def test_a_mountpoint_swapped_for_a_symlink_during_start_up_gets_no_overlay(
+        upstream, tree, fuse_device_for_users):
+    """Review 3 #2: root mounts for nobody (--uid), whose directory holds the mountpoint.
+    While the manifest loads (held at the upstream's gate), nobody swaps the mountpoint for
+    a symlink to a directory of root's: the overlay lands neither there nor anywhere else,
+    and the start fails saying why."""
+    user = pwd.getpwnam("nobody")
+    base = tempfile.mkdtemp(prefix="spoolfs-writable-", dir="/tmp")
+    home, rw, run = (os.path.join(base, n) for n in ("home", "rw", "run"))
+    mnt = os.path.join(home, "mnt")
+    target = tempfile.mkdtemp(prefix="spoolfs-victim-", dir="/tmp")  # root's: /etc/cron.d
+    for d in (home, mnt, rw, run):
+        os.mkdir(d)
+    for d in (home, mnt):  # nobody's home, and the mountpoint in it
+        os.chown(d, user.pw_uid, user.pw_gid)
+    log_path = os.path.join(base, "log")
+    upstream.fault("manifest.json", gate=True)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([SPOOLFS, "-f", tree, mnt, "--writable", rw, "--uid", "nobody"],
+                            env=dict(daemon_env(), TMPDIR=run), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+    def text():
+        with open(log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    try:
+        wait_until(lambda: upstream.stats("manifest.json")["gated"] == 1 or
+                   proc.poll() is not None, text, timeout=30 * SLOW)
+        os.rename(mnt, mnt + ".was")
+        os.symlink(target, mnt)
+        upstream.release("manifest.json")
+        wait_until(lambda: "was replaced during start-up" in text() or is_mounted(target),
+                   text, timeout=30 * SLOW)
+        assert not is_mounted(target) and not is_mounted(mnt + ".was"), text()
+        assert "the mountpoint %s was replaced during start-up" % mnt in text(), text()
+        proc.wait(30 * SLOW)
+        assert not is_mounted(target) and lower_mounts(run) == [], text()
+    finally:
+        for path in (target, mnt + ".was"):
+            while is_mounted(path):
+                subprocess.run(["umount", "-l", path], capture_output=True)
+        for lower in lower_mounts(run):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def test_a_second_mount_with_the_same_dir_is_refused(writable):
+    """Review 3 #5: two overlays on one upper corrupt it; the kernel refuses the second
+    (EBUSY), fuse-overlayfs would not: DIR/.spoolfs.lock, held for the mount's life by the
+    supervisor, refuses it first, as root and as a user."""
+    w = writable()
+    # After a serving process's restart too: the supervisor holds the lock, not the first.
+    serving = [int(c) for c in open("/proc/%d/task/%d/children" % (w.proc.pid, w.proc.pid))
+               .read().split()]
+    os.kill(serving[0], signal.SIGKILL)
+    wait_until(lambda: b"1 restarts" in w.run([SPOOLFS, "status", w.mnt]).stdout,
+               "the restart counted")
+    other = os.path.join(w.base, "mnt2")
+    w.run(["mkdir", other])
+    try:
+        r = w.run([SPOOLFS, w.url, other, "--writable", w.rw], check=False, timeout=60)
+        assert r.returncode != 0, r.stderr
+        assert b"--writable %s: DIR is in use by another mount" % w.rw.encode() in r.stderr, \
+            r.stderr
+        assert not is_mounted(other)
+    finally:  # without the lock, a second overlay (and its spoolfs mount) came up
+        while is_mounted(other):
+            subprocess.run(["umount", "-l", other], capture_output=True)
+    assert w.run(["cat", os.path.join(w.mnt, "hello.c")]).stdout.decode() == SOURCES["hello.c"]
+    w.unmount_overlay()
+    w.check_clean_exit()
+
+
+def test_a_sigkilled_supervisors_overlay_is_cleared_by_the_next_start(writable):
+    """Review 3 #6: a SIGKILL of the supervisor and its serving process at once (the OOM
+    killer or a runner's cleanup killing the job's cgroup) ends the FUSE connection and
+    leaves the overlay over a dead lower (doc/writable.md). The next mount with the same
+    TMPDIR finds the run directory no process holds, unmounts its overlay then its lower
+    and removes it; that mount may use the same DIR."""
+    w = writable()
+    lower = w.lower()
+    serving = [int(c) for c in open("/proc/%d/task/%d/children" % (w.proc.pid, w.proc.pid))
+               .read().split()]
+    w.proc.kill()
+    for pid in serving:
+        os.kill(pid, signal.SIGKILL)
+    w.proc.wait(30 * SLOW)
+    wait_until(lambda: w.run(["ls", w.mnt], check=False).returncode != 0, "the dead overlay")
+    assert is_mounted(w.mnt) and lower_mounts(w.tmp) == [lower]
+    w2 = Writable(w.user, w.url, rw=w.rw, env={"TMPDIR": w.tmp})
+    try:
+        assert not is_mounted(w.mnt), w2.stderr()
+        assert lower not in lower_mounts(w.tmp) and not os.path.exists(os.path.dirname(lower))
+        assert "unmounted the overlay on %s" % w.mnt in w2.stderr()
+        assert "unmounted %s, a dead mount's" % lower in w2.stderr()
+        assert w2.run(["cat", os.path.join(w2.mnt, "hello.c")]).stdout.decode() == \
+            SOURCES["hello.c"]
+        w2.unmount_overlay()
+        w2.check_clean_exit()
+    finally:
+        w2.stop()
+
+
+def test_root_falls_back_to_fuse_overlayfs_on_the_held_mountpoint(tree, tmp_path, refused_upper):
+    """DIR on an overlayfs: the kernel refuses it (EINVAL), and root's fuse-overlayfs mounts
+    on the mountpoint held since start-up (/proc/self/fd/N, kept open across its exec)."""
+    mnt, run, rw = tmp_path / "mnt", tmp_path / "run", refused_upper
+    r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
+                       env=dict(daemon_env(), TMPDIR=str(run)), capture_output=True,
+                       timeout=60 * SLOW)
+    assert r.returncode == 0, r.stderr
+    assert "trying fuse-overlayfs" in r.stderr.decode(), r.stderr
+    assert mount_type(str(mnt)) == "fuse.fuse-overlayfs"
+    assert (mnt / "hello.c").read_text() == SOURCES["hello.c"]
+    (mnt / "new.txt").write_text("new\n")
+    assert (rw / "upper" / "new.txt").read_text() == "new\n"
+    subprocess.run(["umount", str(mnt)], check=True)
+    wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+
+
+def test_a_mountpoint_of_another_user_or_in_a_directory_others_may_change_is_refused(
+        tree, tmp_path):
+    """Bad input (review 3 #2): root mounts the overlay on a user's behalf only on a
+    directory of its own (or --uid's), whose directory no one else can change."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    theirs, shared, rw = tmp_path / "theirs", tmp_path / "shared", tmp_path / "rw"
+    for d in (theirs, shared, shared / "mnt", rw):
+        d.mkdir()
+    os.chown(theirs, nobody, -1)
+    shared.chmod(0o777)
+    run = tmp_path / "run"
+    run.mkdir()
+    env = dict(daemon_env(), TMPDIR=str(run))
+    try:
+        for mnt, says in ((theirs, "the mountpoint %s is uid %d's" % (theirs, nobody)),
+                          (shared / "mnt", "the mountpoint's directory %s can be changed by"
+                           " another user" % shared)):
+            r = subprocess.run([SPOOLFS, tree, str(mnt), "--writable", str(rw)],
+                               capture_output=True, env=env, timeout=30 * SLOW)
+            assert r.returncode != 0 and says in r.stderr.decode(), r.stderr
+            assert not is_mounted(str(mnt))
+        # The same directory of nobody's is the mountpoint when root mounts for nobody.
+        r = subprocess.run([SPOOLFS, tree, str(theirs), "--writable", str(rw), "--uid",
+                            "nobody"], capture_output=True, env=env, timeout=30 * SLOW)
+        assert r.returncode == 0 and is_mounted(str(theirs)), r.stderr
+        subprocess.run(["umount", str(theirs)], check=True)
+        wait_until(lambda: lower_mounts(str(run)) == [], "the spoolfs mount taken down")
+    finally:
+        for mnt in (theirs, shared / "mnt"):
+            while is_mounted(str(mnt)):
+                subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        for lower in lower_mounts(str(run)):
+            subprocess.run(["umount", "-l", lower], capture_output=True)
