@@ -80,24 +80,38 @@ static unsigned background_streams(const struct flight *f)
 	return n;
 }
 
+/* Where a piece of a whole download that starts the gap [gap_start, gap_end) ends: one
+ * piece (PIECE_BYTES, or one frame when frames are larger: a stream asks for whole frames)
+ * unless what would be left is a small tail. */
+static uint64_t piece_end(const struct flight *f, uint64_t gap_start, uint64_t gap_end)
+{
+	uint64_t piece = f->frames.size > PIECE_BYTES ? f->frames.size : PIECE_BYTES;
+
+	if (!f->xfer.no_ranges && gap_end - gap_start >= piece + piece / 2)
+		return gap_start + piece;
+	return gap_end;
+}
+
 /*
- * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, at
- * most PIECE_BYTES of it unless what would be left is a small tail. Adds it to claimed.
+ * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, to
+ * piece_end. Adds to claimed what the stream really fetches: a compressed object's stream
+ * rounds its range out to whole frames, and a claim of less would have the next piece ask
+ * for the same frame again.
  */
 static int start_piece(struct engine *e, struct flight *f, struct util_ranges *claimed,
                        uint64_t gap_start, uint64_t gap_end, bool background)
 {
-	uint64_t to = gap_end;
-	int rc;
+	struct stream *s;
+	int rc = stream_start(e, f, gap_start, piece_end(f, gap_start, gap_end));
 
-	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
-		to = gap_start + PIECE_BYTES;
-	rc = stream_start(e, f, gap_start, to);
-	if (rc == 0 && background) {
-		f->xfer.streams->background = true; /* stream_start puts it first */
+	if (rc)
+		return rc;
+	s = f->xfer.streams; /* stream_start puts it first */
+	if (background) {
+		s->background = true;
 		e->n_background++;
 	}
-	return rc ? rc : util_ranges_add(claimed, gap_start, to);
+	return util_ranges_add(claimed, s->pos, s->end);
 }
 
 /* Whether f may start another piece now. One slot per flight stays free for far readers. */
@@ -179,9 +193,7 @@ static int start_speculative(struct engine *e, struct flight *f, struct util_ran
 
 	if (rc || !util_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
 		return rc;
-	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
-		gap_end = gap_start + PIECE_BYTES;
-	rc = stream_start(e, f, gap_start, gap_end);
+	rc = stream_start(e, f, gap_start, piece_end(f, gap_start, gap_end));
 	if (rc == 0) {
 		/* stream_start counted it among the readers' transfers, and put it first. */
 		f->xfer.streams->speculative = true;
