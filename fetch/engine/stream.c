@@ -214,9 +214,10 @@ void stream_check_response(struct stream *s)
 		stream_why(s, "HTTP %ld", code);
 		return;
 	}
-	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
-	if (!f->verify.sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 &&
-	    flight_written(f) == 0)
+	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte;
+	 * a compressed object's is the hash of its stored frames, not of the object. */
+	if (!f->verify.sha256[0] && s->resp.sha256[0] && !flight_is_compressed(f) &&
+	    s->attempt_start == 0 && flight_written(f) == 0)
 		memcpy(f->verify.sha256, s->resp.sha256, sizeof(f->verify.sha256));
 	check_version(s);
 }

@@ -39,6 +39,7 @@ struct srv {
 	bool held;        /* a response is paused at hold_at */
 	bool released;
 	bool ignore_range; /* answer every request 200 with the whole body */
+	char header[128];  /* "" = none; else one more header line, "\r\n" included */
 	uint64_t cut_at;   /* 0 = none; else the first body to reach it is cut there (once) */
 	bool cut;
 	uint64_t rate;    /* 0 = none; else body bytes per second, over all responses */

@@ -403,6 +403,34 @@ static void test_cold_read_whole(void **state)
 	flight_unref(f);
 }
 
+/* ---- a store's sha256 header is its stored bytes', never the object's ----------------- */
+
+static void test_store_sha256_is_not_the_objects(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char digest[32];
+	unsigned int n = 0;
+	int len;
+
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	/* What S3 keeps for the object it stores: the hash of the zstd frames. */
+	assert_int_equal(EVP_Digest(fx->stored, fx->stored_size, digest, &n, EVP_sha256(), NULL),
+	                 1);
+	len = snprintf(fx->srv.header, sizeof(fx->srv.header), "x-amz-meta-sha256: ");
+	for (unsigned i = 0; i < 32; i++)
+		len += snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "%02x",
+		                digest[i]);
+	snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "\r\n");
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	flight_unref(f);
+}
+
 /* ---- a sparse read fetches only the frames that hold its range ---------------------- */
 
 static void test_sparse_read_fetches_its_frames(void **state)
@@ -603,6 +631,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_store_sha256_is_not_the_objects, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
