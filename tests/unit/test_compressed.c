@@ -375,6 +375,19 @@ static enum flight_state state_of(struct flight *f)
 	return st;
 }
 
+/* Starts the engine, reads the whole object through a new flight, and checks it landed. */
+static struct flight *read_whole(struct fixture *fx, bool chunked)
+{
+	start_engine(fx);
+	struct flight *f = join(fx, chunked);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	return f;
+}
+
 /* ---- a cold sequential read: one request for the stored bytes, the object in the spool -- */
 
 static void test_cold_read_whole(void **state)
@@ -383,13 +396,7 @@ static void test_cold_read_whole(void **state)
 	struct srv_request req[SRV_MAX_REQUESTS];
 
 	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
-	start_engine(fx);
-	struct flight *f = join(fx, false);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, false);
 	assert_int_equal(srv_requests(&fx->srv, req), 1);
 	assert_int_equal(req[0].start, 0);
 	assert_int_equal(req[0].end, fx->stored_size);
@@ -421,13 +428,7 @@ static void test_store_sha256_is_not_the_objects(void **state)
 		len += snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "%02x",
 		                digest[i]);
 	snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "\r\n");
-	start_engine(fx);
-	struct flight *f = join(fx, false);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, false);
 	flight_unref(f);
 }
 
@@ -466,13 +467,7 @@ static void test_chunked_read(void **state)
 	struct fixture *fx = *state;
 
 	make_store(fx, 2 * MIB + 5, UINT64_MAX, BAD_NONE);
-	start_engine(fx);
-	struct flight *f = join(fx, true);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, true);
 	read_log(fx);
 	flight_unref(f);
 }
@@ -609,13 +604,7 @@ static void test_cut_mid_frame_resumes_at_frame(void **state)
 
 	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
 	fx->srv.cut_at = stored_off(fx, 5) + 100; /* no request yet: no lock needed */
-	start_engine(fx);
-	struct flight *f = join(fx, true);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, true);
 	assert_int_equal(srv_requests(&fx->srv, req), 2);
 	assert_int_equal(req[1].start, stored_off(fx, 5));
 	assert_int_equal(req[1].end, fx->stored_size);
