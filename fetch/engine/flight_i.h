@@ -247,8 +247,10 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url);
  */
 void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap);
 
-/* flight.c. A new flight for spec, one reference, or NULL when out of memory. */
-struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id);
+/* flight.c. A new flight for spec in *out, one reference: 0, -ENOMEM, or -EIO (logged) for
+ * a chunk or frame table that does not fit the object. */
+int flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id,
+               struct flight **out);
 
 /*
  * Hashes what became contiguous since the last call and, once the whole object is hashed,

@@ -432,6 +432,27 @@ static void test_store_sha256_is_not_the_objects(void **state)
 	flight_unref(f);
 }
 
+/* ---- a frame table that does not add up is EIO with a log line, not ENOMEM ------------ */
+
+static void test_bad_frame_table_is_eio(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight_spec spec = {
+	    .key = "url:compressed", .url = fx->url, .sha256 = "", .name = "/object", .ino = 2};
+	struct flight *f = NULL;
+	bool created;
+
+	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
+	spec.size = fx->size;
+	spec.frame_size = FRAME;
+	spec.frame_stored = fx->frame_stored;
+	spec.stored_size = fx->stored_size + 1; /* one byte the frames do not hold */
+	capture_log(fx);
+	assert_int_equal(flight_table_join(fx->table, &spec, &f, &created), -EIO);
+	assert_null(f);
+	assert_non_null(strstr(read_log(fx), "/object: its chunk or frame table does not match"));
+}
+
 /* ---- a sparse read fetches only the frames that hold its range ---------------------- */
 
 static void test_sparse_read_fetches_its_frames(void **state)
@@ -621,6 +642,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_store_sha256_is_not_the_objects, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
