@@ -107,6 +107,9 @@ struct engine_stats {
 	/* Bytes of objects the bodies gave the spool: bytes less what no request kept
 	 * (skipped, past a split), more what compressed objects decompressed to. */
 	atomic_uint_fast64_t delivered_bytes;
+	/* Bytes compressed objects' frame buffers hold now (unframe.c): stored frames that came
+	 * in pieces, the pool's jobs, the transfer thread's decoding buffer. */
+	atomic_uint_fast64_t frame_bytes;
 };
 
 struct engine;

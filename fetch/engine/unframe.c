@@ -94,7 +94,13 @@ int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t
 	 * size, which it would otherwise allocate. A frame that declares its size is decoded in
 	 * one pass, straight into out. */
 	ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
-	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(frame_size));
+	r = ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(frame_size));
+	if (ZSTD_isError(r)) {
+		/* Without the bound a frame could make zstd allocate any window it names. */
+		snprintf(why, cap, "cannot be decoded with a bounded window (%s)",
+		         ZSTD_getErrorName(r));
+		return -EIO;
+	}
 	ZSTD_inBuffer in = {src, len, 0};
 	ZSTD_outBuffer out = {dst, share, 0};
 	r = ZSTD_decompressStream(dctx, &out, &in);
@@ -126,6 +132,21 @@ int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t
 	return 0;
 }
 
+/* The inline decoding buffer is kept between frames up to this size, freed after use above:
+ * one frame of 64 MiB must not hold 64 MiB for the rest of the session. */
+#define UNFRAME_KEEP_OUT_BYTES (4u << 20)
+
+/* Counts n bytes of frame buffers taken (or, negative, given back) in the engine's stats. */
+static void frame_bytes_add(struct engine *e, int64_t n)
+{
+	if (n >= 0)
+		atomic_fetch_add_explicit(&e->stats->frame_bytes, (uint64_t)n,
+		                          memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&e->stats->frame_bytes, (uint64_t)-n,
+		                          memory_order_relaxed);
+}
+
 /* The transfer thread's own context and buffer, for frames decoded inline. */
 static int decode_inline(struct engine *e, const struct flight *f, const void *src, size_t len,
                          size_t share, char *why, size_t cap)
@@ -135,13 +156,28 @@ static int decode_inline(struct engine *e, const struct flight *f, const void *s
 	if (!u->dctx && !(u->dctx = ZSTD_createDCtx()))
 		return -ENOMEM;
 	if (u->out_cap < share) {
-		unsigned char *out = realloc(u->out, f->frames.size);
+		size_t want = share > UNFRAME_KEEP_OUT_BYTES ? share : f->frames.size;
+		unsigned char *out = realloc(u->out, want ? want : 1);
 		if (!out)
 			return -ENOMEM;
+		frame_bytes_add(e, (int64_t)want - (int64_t)u->out_cap);
 		u->out = out;
-		u->out_cap = f->frames.size;
+		u->out_cap = want;
 	}
 	return unframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
+}
+
+/* After an inline frame is delivered: a buffer over UNFRAME_KEEP_OUT_BYTES is not kept. */
+static void release_inline(struct engine *e)
+{
+	struct engine_unframe *u = &e->unframe;
+
+	if (u->out_cap <= UNFRAME_KEEP_OUT_BYTES)
+		return;
+	frame_bytes_add(e, -(int64_t)u->out_cap);
+	free(u->out);
+	u->out = NULL;
+	u->out_cap = 0;
 }
 
 /*
@@ -282,6 +318,7 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	}
 	f->xfer.decoding_jobs++;
 	u->job_bytes += cost;
+	frame_bytes_add(e, (int64_t)cost);
 	return 1;
 }
 
@@ -297,8 +334,11 @@ static int finish_frame(struct stream *s, const unsigned char *src, size_t len)
 
 	flight_frame_bounds(f, i, &lo, &hi);
 	rc = queue_frame(s, src, len, lo, hi); /* 1: unframe_deliver_decoded writes it */
-	if (rc == 0)
+	if (rc == 0) {
 		rc = decode_inline(e, f, src, len, (size_t)(hi - lo), why, sizeof(why));
+		if (rc)
+			release_inline(e);
+	}
 	s->z.frame++;
 	s->z.in_len = 0;
 	if (rc == -EIO)
@@ -315,6 +355,7 @@ static int finish_frame(struct stream *s, const unsigned char *src, size_t len)
 	from = s->z.drop_before > lo ? s->z.drop_before - lo : 0;
 	rc = stream_take_body(s, lo + from, (const char *)e->unframe.out + from,
 	                      (size_t)(hi - lo - from));
+	release_inline(e);
 	if (rc) {
 		stream_write_failed(s, rc);
 		return rc;
@@ -335,6 +376,7 @@ static void deliver_job(struct engine *e, struct unframe_job *job)
 	flight_frame_bounds(f, job->frame, &lo, &hi);
 	f->xfer.decoding_jobs--;
 	e->unframe.job_bytes -= job->len + (hi - lo);
+	frame_bytes_add(e, -(int64_t)(job->len + (hi - lo)));
 	if (util_ranges_remove(&f->xfer.decoding, lo, hi) != 0) {
 		engine_fail_flight(e, f, -ENOMEM, "out of memory");
 		return;
@@ -420,6 +462,7 @@ void unframe_stop(struct engine *e)
 		job->f->xfer.decoding_jobs--;
 		job_free(job);
 	}
+	frame_bytes_add(e, -(int64_t)u->job_bytes);
 	while (u->idle) {
 		struct unframe_dctx *d = u->idle;
 		u->idle = d->next;
@@ -444,10 +487,14 @@ int unframe_body(struct stream *s, const char *data, size_t len, size_t *used)
 		*used += take;
 		/* A frame that came whole in this piece is decoded where it lies. */
 		if (s->z.in_len > 0 || take < flen) {
-			if (!s->z.in && !(s->z.in = malloc(f->frames.max_stored))) {
-				s->fatal = -ENOMEM;
-				stream_why(s, "out of memory for a frame");
-				return -ENOMEM;
+			if (!s->z.in) {
+				s->z.in = malloc(f->frames.max_stored);
+				if (!s->z.in) {
+					s->fatal = -ENOMEM;
+					stream_why(s, "out of memory for a frame");
+					return -ENOMEM;
+				}
+				frame_bytes_add(s->engine, (int64_t)f->frames.max_stored);
 			}
 			memcpy(s->z.in + s->z.in_len, src, take);
 			s->z.in_len += take;
@@ -464,6 +511,8 @@ int unframe_body(struct stream *s, const char *data, size_t len, size_t *used)
 
 void unframe_stream_free(struct stream *s)
 {
+	if (s->z.in)
+		frame_bytes_add(s->engine, -(int64_t)s->f->frames.max_stored);
 	free(s->z.in);
 	s->z.in = NULL;
 }
@@ -471,6 +520,7 @@ void unframe_stream_free(struct stream *s)
 void unframe_engine_free(struct engine *e)
 {
 	ZSTD_freeDCtx(e->unframe.dctx);
+	frame_bytes_add(e, -(int64_t)e->unframe.out_cap);
 	free(e->unframe.out);
 	e->unframe.dctx = NULL;
 	e->unframe.out = NULL;

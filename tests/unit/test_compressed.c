@@ -16,15 +16,18 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight.h"
+#include "fetch/engine/engine_i.h" /* white-box: unframe_decode */
 #include "fetch/engine/flight_i.h" /* white-box: wire_bytes */
 #include "helpers.h"
 #include "srv.h"
@@ -57,6 +60,7 @@ struct fixture {
 	uint64_t stored_size;
 	uint32_t *frame_stored;
 	uint64_t n_frames;
+	uint64_t frame; /* the frame size: FRAME unless a case sets another before make_store */
 	char url[128];
 	char log_path[96];
 	int saved_stderr;
@@ -104,6 +108,7 @@ static int setup(void **state)
 	fx->cfg.parallel_parts = 1; /* one request per object unless a reader asks elsewhere */
 	fx->cfg.backoff_base_ms = 10;
 	fx->cfg.backoff_cap_ms = 50;
+	fx->frame = FRAME;
 	/* The same cases with every frame decompressed on the transfer thread (ctest's
 	 * unit_compressed_inline), which a pool of threads does otherwise. */
 	if (getenv("SPOOLFS_TEST_UNFRAME_INLINE"))
@@ -264,14 +269,14 @@ static void make_store(struct fixture *fx, uint64_t size, uint64_t bad, enum bad
 {
 	fx->size = size;
 	fx->raw = make_object(size);
-	fx->n_frames = flight_chunk_count(size, FRAME);
+	fx->n_frames = flight_chunk_count(size, fx->frame);
 	fx->frame_stored = calloc(fx->n_frames, sizeof(uint32_t));
-	size_t cap = (size_t)fx->n_frames * ZSTD_compressBound(FRAME) + 1 * MIB;
+	size_t cap = (size_t)fx->n_frames * ZSTD_compressBound(fx->frame) + 1 * MIB;
 	fx->stored = malloc(cap);
 	assert_non_null(fx->frame_stored);
 	assert_non_null(fx->stored);
 	for (uint64_t i = 0; i < fx->n_frames; i++) {
-		uint64_t lo = i * FRAME, len = size - lo < FRAME ? size - lo : FRAME;
+		uint64_t lo = i * fx->frame, len = size - lo < fx->frame ? size - lo : fx->frame;
 		size_t n = make_frame(fx->stored + fx->stored_size, cap - fx->stored_size,
 		                      fx->raw + lo, (size_t)len, i == bad ? kind : BAD_NONE);
 		fx->frame_stored[i] = (uint32_t)n;
@@ -308,8 +313,8 @@ static struct flight *join(struct fixture *fx, bool chunked)
 		digests = malloc(fx->n_frames * FLIGHT_DIGEST_BYTES);
 		assert_non_null(digests);
 		for (uint64_t i = 0; i < fx->n_frames; i++) {
-			uint64_t lo = i * FRAME,
-			         len = fx->size - lo < FRAME ? fx->size - lo : FRAME;
+			uint64_t lo = i * fx->frame,
+			         len = fx->size - lo < fx->frame ? fx->size - lo : fx->frame;
 			unsigned int n = 0;
 			assert_int_equal(EVP_Digest(fx->raw + lo, len,
 			                            digests + i * FLIGHT_DIGEST_BYTES, &n,
@@ -324,9 +329,9 @@ static struct flight *join(struct fixture *fx, bool chunked)
 	    .name = "/object",
 	    .size = fx->size,
 	    .ino = 2,
-	    .chunk_size = chunked ? FRAME : 0,
+	    .chunk_size = chunked ? fx->frame : 0,
 	    .chunk_digests = digests,
-	    .frame_size = FRAME,
+	    .frame_size = fx->frame,
 	    .frame_stored = fx->frame_stored,
 	    .stored_size = fx->stored_size,
 	};
@@ -444,13 +449,64 @@ static void test_bad_frame_table_is_eio(void **state)
 
 	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
 	spec.size = fx->size;
-	spec.frame_size = FRAME;
+	spec.frame_size = fx->frame;
 	spec.frame_stored = fx->frame_stored;
 	spec.stored_size = fx->stored_size + 1; /* one byte the frames do not hold */
 	capture_log(fx);
 	assert_int_equal(flight_table_join(fx->table, &spec, &f, &created), -EIO);
 	assert_null(f);
 	assert_non_null(strstr(read_log(fx), "/object: its chunk or frame table does not match"));
+}
+
+/* ---- decoding buffers: bounded and given back ------------------------------------------ */
+
+/* Set by a case: ZSTD_DCtx_setParameter fails (tests/CMakeLists.txt wraps it here). */
+static atomic_bool fail_set_parameter;
+
+size_t __real_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value);
+size_t __wrap_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value);
+size_t __wrap_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value)
+{
+	if (atomic_load(&fail_set_parameter))
+		return (size_t)-ZSTD_error_parameter_unsupported;
+	return __real_ZSTD_DCtx_setParameter(dctx, param, value);
+}
+
+/* Without its window bound a frame could have zstd allocate any window: refused. */
+static void test_unbounded_window_is_refused(void **state)
+{
+	struct fixture *fx = *state;
+	ZSTD_DCtx *dctx = ZSTD_createDCtx();
+	uint8_t *out = malloc(FRAME);
+	char why[160];
+
+	make_store(fx, FRAME, UINT64_MAX, BAD_NONE);
+	assert_non_null(dctx);
+	assert_non_null(out);
+	assert_int_equal(
+	    unframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    0);
+	atomic_store(&fail_set_parameter, true);
+	assert_int_equal(
+	    unframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    -EIO);
+	atomic_store(&fail_set_parameter, false);
+	assert_non_null(strstr(why, "bounded window"));
+	ZSTD_freeDCtx(dctx);
+	free(out);
+}
+
+/* 8 MiB frames decoded on the transfer thread: its buffer is not kept for the session. */
+static void test_big_frames_leave_no_buffer(void **state)
+{
+	struct fixture *fx = *state;
+
+	fx->frame = 8 * MIB;
+	fx->cfg.unframe_threads = 0;
+	make_store(fx, 16 * MIB + 100, UINT64_MAX, BAD_NONE);
+	struct flight *f = read_whole(fx, false);
+	assert_int_equal(atomic_load(&engine_stats(fx->engine)->frame_bytes), 0);
+	flight_unref(f);
 }
 
 /* ---- a sparse read fetches only the frames that hold its range ---------------------- */
@@ -643,6 +699,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_store_sha256_is_not_the_objects, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unbounded_window_is_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
