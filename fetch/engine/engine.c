@@ -52,6 +52,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg->unframe_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
 	cfg->spec_max = 32;
+	cfg->frame_budget = 256u << 20;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
 	cfg->lease_dirfd = -1;

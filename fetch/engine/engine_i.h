@@ -59,6 +59,7 @@ struct stream_unframe {
 	                         was for a range starting inside its first frame */
 	unsigned char *in;    /* a frame's stored bytes that came in pieces (frames.max_stored) */
 	size_t in_len;
+	uint64_t budget; /* of engine_unframe.budget, held for in (frames.max_stored) */
 };
 
 /* One request of a flight. Transfer thread only. */
@@ -152,6 +153,7 @@ struct engine_unframe {
 	size_t out_cap;
 	struct util_worker *pool; /* NULL: every frame inline */
 	uint64_t job_bytes;       /* stored and decoded bytes held by jobs not yet delivered */
+	uint64_t budget;          /* of cfg.frame_budget: streams' in buffers and job_bytes */
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	struct unframe_job *decoded; /* for the transfer thread to deliver, newest first */
@@ -271,6 +273,12 @@ uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
  */
 int unframe_body(struct stream *s, const char *data, size_t len, size_t *used);
 void unframe_stream_free(struct stream *s);
+/* Whether a stream of f may start within cfg.frame_budget now (always, uncompressed, or
+ * when nothing holds any); counts a refusal. Transfer thread. */
+bool unframe_budget_room(struct engine *e, const struct flight *f);
+/* Takes s's share of the budget (stream_start, once s runs); unframe_stream_free gives it
+ * back. */
+void unframe_stream_reserve(struct stream *s);
 /* Starts the pool (0 or -errno); stops it, dropping what it decoded (after the transfer
  * thread stopped); frees the rest (engine_destroy). */
 int unframe_start(struct engine *e);

@@ -51,7 +51,7 @@ static struct stream *stream_covering(struct flight *f, uint64_t off)
 static bool can_start(struct engine *e, struct flight *f)
 {
 	return e->n_transfers < e->cfg.max_transfers &&
-	       f->xfer.n_streams < e->cfg.max_streams_per_flight;
+	       f->xfer.n_streams < e->cfg.max_streams_per_flight && unframe_budget_room(e, f);
 }
 
 /*
@@ -123,7 +123,8 @@ static bool room_for_piece(struct engine *e, const struct flight *f)
 	 * each with the whole object would send it again for every piece. */
 	return background_room(e) > 0 && f->xfer.n_streams < room &&
 	       (f->xfer.n_streams == 0 || (f->xfer.ranges_seen && !f->xfer.no_ranges &&
-	                                   background_streams(f) < e->cfg.parallel_parts));
+	                                   background_streams(f) < e->cfg.parallel_parts)) &&
+	       unframe_budget_room(e, f);
 }
 
 /*
@@ -418,7 +419,8 @@ void schedule_flight(struct engine *e, struct flight *f)
 	/* Called on every turn of the transfer loop: the ranges are copied only while there is
 	 * something left to fetch. */
 	if (rc == 0 && whole && written < f->size && flight_speculation_unclaimed(f)) {
-		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur)
+		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur &&
+		    unframe_budget_room(e, f))
 			rc = start_speculative(e, f, &claimed);
 	} else if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);

@@ -573,6 +573,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	f->xfer.streams = s;
 	f->xfer.n_streams++;
 	e->n_transfers++;
+	if (flight_is_compressed(f))
+		unframe_stream_reserve(s);
 	atomic_fetch_add_explicit(&e->stats->requests, 1, memory_order_relaxed);
 	util_log(UTIL_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
 	free(url);

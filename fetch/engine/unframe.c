@@ -147,6 +147,35 @@ static void frame_bytes_add(struct engine *e, int64_t n)
 		                          memory_order_relaxed);
 }
 
+/* Takes n bytes of cfg.frame_budget (or, negative, gives them back). Transfer thread. */
+static void budget_add(struct engine *e, int64_t n)
+{
+	struct engine_unframe *u = &e->unframe;
+
+	u->budget = n >= 0 ? u->budget + (uint64_t)n : u->budget - (uint64_t)-n;
+	atomic_store_explicit(&e->stats->frame_budget_used, u->budget, memory_order_relaxed);
+	if (u->budget > atomic_load_explicit(&e->stats->frame_budget_peak, memory_order_relaxed))
+		atomic_store_explicit(&e->stats->frame_budget_peak, u->budget,
+		                      memory_order_relaxed);
+}
+
+bool unframe_budget_room(struct engine *e, const struct flight *f)
+{
+	struct engine_unframe *u = &e->unframe;
+
+	if (!flight_is_compressed(f) || u->budget == 0 ||
+	    u->budget + f->frames.max_stored <= e->cfg.frame_budget)
+		return true;
+	atomic_fetch_add_explicit(&e->stats->frame_budget_waits, 1, memory_order_relaxed);
+	return false;
+}
+
+void unframe_stream_reserve(struct stream *s)
+{
+	s->z.budget = s->f->frames.max_stored;
+	budget_add(s->engine, (int64_t)s->z.budget);
+}
+
 /* The transfer thread's own context and buffer, for frames decoded inline. */
 static int decode_inline(struct engine *e, const struct flight *f, const void *src, size_t len,
                          size_t share, char *why, size_t cap)
@@ -296,7 +325,10 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	uint64_t cost = len + (hi - lo);
 	struct unframe_job *job;
 
-	if (!u->pool || (u->job_bytes > 0 && u->job_bytes + cost > UNFRAME_JOB_BYTES))
+	/* Beyond the budget the frame is decoded inline (one frame's buffer, given back above
+	 * UNFRAME_KEEP_OUT_BYTES), not held. */
+	if (!u->pool || (u->job_bytes > 0 && u->job_bytes + cost > UNFRAME_JOB_BYTES) ||
+	    u->budget + cost > e->cfg.frame_budget)
 		return 0;
 	job = malloc(sizeof(*job) + len);
 	if (!job || util_ranges_add(&f->xfer.decoding, lo, hi) != 0) {
@@ -319,6 +351,7 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	f->xfer.decoding_jobs++;
 	u->job_bytes += cost;
 	frame_bytes_add(e, (int64_t)cost);
+	budget_add(e, (int64_t)cost);
 	return 1;
 }
 
@@ -377,6 +410,7 @@ static void deliver_job(struct engine *e, struct unframe_job *job)
 	f->xfer.decoding_jobs--;
 	e->unframe.job_bytes -= job->len + (hi - lo);
 	frame_bytes_add(e, -(int64_t)(job->len + (hi - lo)));
+	budget_add(e, -(int64_t)(job->len + (hi - lo)));
 	if (util_ranges_remove(&f->xfer.decoding, lo, hi) != 0) {
 		engine_fail_flight(e, f, -ENOMEM, "out of memory");
 		return;
@@ -463,6 +497,7 @@ void unframe_stop(struct engine *e)
 		job_free(job);
 	}
 	frame_bytes_add(e, -(int64_t)u->job_bytes);
+	budget_add(e, -(int64_t)u->job_bytes);
 	while (u->idle) {
 		struct unframe_dctx *d = u->idle;
 		u->idle = d->next;
@@ -513,6 +548,9 @@ void unframe_stream_free(struct stream *s)
 {
 	if (s->z.in)
 		frame_bytes_add(s->engine, -(int64_t)s->f->frames.max_stored);
+	if (s->z.budget)
+		budget_add(s->engine, -(int64_t)s->z.budget);
+	s->z.budget = 0;
 	free(s->z.in);
 	s->z.in = NULL;
 }

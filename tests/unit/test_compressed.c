@@ -509,6 +509,51 @@ static void test_big_frames_leave_no_buffer(void **state)
 	flight_unref(f);
 }
 
+/* ---- one budget for frame buffers over all requests ------------------------------------ */
+
+/* Four readers of 1 MiB frames at four places, with room for one request's frame buffer:
+ * while the first request is held mid-frame the others wait for budget instead of starting,
+ * and all are answered once it ends. */
+static void test_readers_keep_the_frame_budget(void **state)
+{
+	struct fixture *fx = *state;
+	const struct engine_stats *stats;
+	uint64_t max_stored = 0;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	fx->frame = 1 * MIB;
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE);
+	for (uint64_t i = 0; i < fx->n_frames; i++)
+		max_stored = fx->frame_stored[i] > max_stored ? fx->frame_stored[i] : max_stored;
+	fx->cfg.frame_budget = max_stored + max_stored / 2;
+	srv_hold_at(&fx->srv, stored_off(fx, 1) + fx->frame_stored[1] / 2);
+	start_engine(fx);
+	stats = engine_stats(fx->engine);
+	struct flight *f = join(fx, false);
+	test_waiter_init(&fx->w[0], 1 * MIB + 10, 4 * KIB);
+	assert_int_equal(read_at(fx, f, &fx->w[0]), 0);
+	srv_wait_held(&fx->srv);
+	for (unsigned i = 1; i < 4; i++) {
+		test_waiter_init(&fx->w[i], (1 + 4 * i) * MIB + 10, 4 * KIB);
+		assert_int_equal(read_at(fx, f, &fx->w[i]), 0);
+	}
+	/* Either another request went out (the budget not kept) or one waited for budget. */
+	while (srv_requests(&fx->srv, req) < 2 && atomic_load(&stats->frame_budget_waits) == 0)
+		usleep(1000);
+	assert_int_equal(srv_requests(&fx->srv, req), 1);
+	srv_release(&fx->srv);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(test_waiter_wait(&fx->w[i]), 0);
+		check_spool(fx, f, fx->w[i].w.off, 4 * KIB);
+	}
+	assert_true(atomic_load(&stats->frame_budget_peak) <= fx->cfg.frame_budget);
+	engine_stop(fx->engine);
+	assert_int_equal(atomic_load(&stats->frame_budget_used), 0);
+	/* what is left is the transfer thread's decoding buffer: one frame at most */
+	assert_true(atomic_load(&stats->frame_bytes) <= fx->frame);
+	flight_unref(f);
+}
+
 /* ---- a sparse read fetches only the frames that hold its range ---------------------- */
 
 static void test_sparse_read_fetches_its_frames(void **state)
@@ -701,6 +746,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unbounded_window_is_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_readers_keep_the_frame_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
