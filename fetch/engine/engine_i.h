@@ -154,6 +154,7 @@ struct engine_unframe {
 	struct util_worker *pool; /* NULL: every frame inline */
 	uint64_t job_bytes;       /* stored and decoded bytes held by jobs not yet delivered */
 	uint64_t budget;          /* of cfg.frame_budget: streams' in buffers and job_bytes */
+	bool job_failed;          /* a job had no memory: the next frame is decoded inline */
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	struct unframe_job *decoded; /* for the transfer thread to deliver, newest first */
@@ -245,8 +246,11 @@ void stream_why(struct stream *s, const char *fmt, ...) __attribute__((format(pr
 /* stream.c. Takes decompressed or raw body bytes of s for the spool at off (see take_body);
  * -errno when they could not be written (the caller marks s failed). */
 int stream_take_body(struct stream *s, uint64_t off, const char *data, size_t len);
-/* Marks s as failed by a spool write. */
-void stream_write_failed(struct stream *s, int rc);
+/* A spool write of f's bytes failed with rc: one reason and one way for every path. s: the
+ * stream they came in, marked failed (the first failure is the one its reason names; it
+ * fails f when it ends, and tries no other mirror); NULL (a frame the pool decoded, whose
+ * stream has gone on): f fails now with the same reason. */
+void stream_write_failed(struct engine *e, struct flight *f, struct stream *s, int rc);
 
 /* unframe.c: a compressed flight's requests (stream_unframe). */
 /*

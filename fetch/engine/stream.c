@@ -273,15 +273,21 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	return 0;
 }
 
-/* Marks s as failed by a spool write; the first failure is the one its reason names. */
-void stream_write_failed(struct stream *s, int rc)
+void stream_write_failed(struct engine *e, struct flight *f, struct stream *s, int rc)
 {
+	char why[96];
+
+	snprintf(why, sizeof(why), "spool write failed: %s", strerror(-rc));
+	if (!s) {
+		engine_fail_flight(e, f, rc, why);
+		return;
+	}
 	if (s->fatal)
 		return;
 	s->fatal = rc;
 	s->spool_fault = true;
-	stream_why(s, "spool write failed: %s", strerror(-rc));
-	s->engine->write_failed = true;
+	stream_why(s, "%s", why);
+	e->write_failed = true;
 }
 
 /* Writes the pending bytes to their spool. Fails with -errno, which also marks the stream
@@ -313,7 +319,7 @@ int stream_flush_pending(struct engine *e)
 	e->pending.stream = NULL;
 	e->pending.len = 0;
 	if (rc)
-		stream_write_failed(s, rc);
+		stream_write_failed(s->engine, s->f, s, rc);
 	return rc;
 }
 
@@ -395,7 +401,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 			take = (size_t)(s->end - s->pos);
 		rc = stream_take_body(s, s->pos, data + used, take);
 		if (rc) {
-			stream_write_failed(s, rc);
+			stream_write_failed(s->engine, s->f, s, rc);
 			return CURL_WRITEFUNC_ERROR;
 		}
 		atomic_fetch_add_explicit(&s->engine->stats->delivered_bytes, take,

@@ -328,8 +328,10 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	/* Beyond the budget the frame is decoded inline (one frame's buffer, given back above
 	 * UNFRAME_KEEP_OUT_BYTES), not held. */
 	if (!u->pool || (u->job_bytes > 0 && u->job_bytes + cost > UNFRAME_JOB_BYTES) ||
-	    u->budget + cost > e->cfg.frame_budget)
+	    u->budget + cost > e->cfg.frame_budget || u->job_failed) {
+		u->job_failed = false;
 		return 0;
+	}
 	job = malloc(sizeof(*job) + len);
 	if (!job || util_ranges_add(&f->xfer.decoding, lo, hi) != 0) {
 		free(job);
@@ -390,7 +392,7 @@ static int finish_frame(struct stream *s, const unsigned char *src, size_t len)
 	                      (size_t)(hi - lo - from));
 	release_inline(e);
 	if (rc) {
-		stream_write_failed(s, rc);
+		stream_write_failed(e, f, s, rc);
 		return rc;
 	}
 	atomic_fetch_add_explicit(&e->stats->delivered_bytes, hi - lo - from, memory_order_relaxed);
@@ -422,14 +424,20 @@ static void deliver_job(struct engine *e, struct unframe_job *job)
 		(void)refuse_frame(e, f, NULL, job->url_idx, job->frame, job->why);
 		return;
 	}
-	rc = job->rc;
-	if (rc == 0)
-		rc = flight_deliver_from(f, job->url_idx, job->from, job->out + (job->from - lo),
-		                         (size_t)(hi - job->from));
+	if (job->rc) {
+		/* No memory for its decoding: it is a gap again (out of decoding above), which
+		 * the scheduler fetches anew on its next turn; the next frame is decoded inline,
+		 * so that a shortage that lasts fails a stream (and counts a try) instead of
+		 * fetching one frame for ever. */
+		e->unframe.job_failed = true;
+		util_log(UTIL_LOG_WARN, "%s: frame %" PRIu64 ": %s; fetching it again", f->name,
+		         job->frame, strerror(-job->rc));
+		return;
+	}
+	rc = flight_deliver_from(f, job->url_idx, job->from, job->out + (job->from - lo),
+	                         (size_t)(hi - job->from));
 	if (rc) {
-		char why[96];
-		snprintf(why, sizeof(why), "frame %" PRIu64 ": %s", job->frame, strerror(-rc));
-		engine_fail_flight(e, f, rc, why);
+		stream_write_failed(e, f, NULL, rc);
 		return;
 	}
 	atomic_fetch_add_explicit(&e->stats->delivered_bytes, hi - job->from, memory_order_relaxed);

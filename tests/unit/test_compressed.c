@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -110,9 +111,8 @@ static int setup(void **state)
 	fx->cfg.backoff_cap_ms = 50;
 	fx->frame = FRAME;
 	/* The same cases with every frame decompressed on the transfer thread (ctest's
-	 * unit_compressed_inline), which a pool of threads does otherwise. */
-	if (getenv("SPOOLFS_TEST_UNFRAME_INLINE"))
-		fx->cfg.unframe_threads = 0;
+	 * unit_compressed_inline), which a pool of two threads does otherwise. */
+	fx->cfg.unframe_threads = getenv("SPOOLFS_TEST_UNFRAME_INLINE") ? 0 : 2;
 	*state = fx;
 	return 0;
 }
@@ -509,6 +509,43 @@ static void test_big_frames_leave_no_buffer(void **state)
 	flight_unref(f);
 }
 
+/* ---- the pool's failures ------------------------------------------------------------------ */
+
+/* Set by a case: how many ZSTD_createDCtx calls from the pool's threads fail. */
+static atomic_uint fail_pool_dctx;
+
+ZSTD_DCtx *__real_ZSTD_createDCtx(void);
+ZSTD_DCtx *__wrap_ZSTD_createDCtx(void);
+ZSTD_DCtx *__wrap_ZSTD_createDCtx(void)
+{
+	char name[16] = "";
+	unsigned n = atomic_load(&fail_pool_dctx);
+
+	prctl(PR_GET_NAME, name);
+	if (n > 0 && strncmp(name, "spoolfs-unzstd", 14) == 0 &&
+	    atomic_compare_exchange_strong(&fail_pool_dctx, &n, n - 1))
+		return NULL;
+	return __real_ZSTD_createDCtx();
+}
+
+/* A job that gets no memory to decode its frame does not fail the flight: the frame is
+ * fetched again (and decoded inline), and the read gets its bytes. */
+static void test_job_without_memory_fetches_again(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	if (fx->cfg.unframe_threads == 0)
+		skip(); /* no pool (unit_compressed_inline) */
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	atomic_store(&fail_pool_dctx, 1);
+	struct flight *f = read_whole(fx, false);
+	assert_int_equal(atomic_load(&fail_pool_dctx), 0);
+	assert_true(srv_requests(&fx->srv, req) >= 2);
+	assert_non_null(strstr(read_log(fx), "fetching it again"));
+	flight_unref(f);
+}
+
 /* ---- one budget for frame buffers over all requests ------------------------------------ */
 
 /* Four readers of 1 MiB frames at four places, with room for one request's frame buffer:
@@ -746,6 +783,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unbounded_window_is_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_job_without_memory_fetches_again, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_readers_keep_the_frame_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
