@@ -395,7 +395,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	} else if (fatal == 0 && s->too_slow) {
 		stream_why(s, "under 1 KiB/s for %u s (stalled)", e->cfg.stall_timeout_s);
 	} else if (fatal == 0 && s->reached_end) {
-		stream_why(s, "answered %" PRIu64 " bytes of the range asked", progress);
+		/* (unless the answer said why: a frame that did not fit) */
+		if (!(s->answered_short && s->why[0]))
+			stream_why(s, "answered %" PRIu64 " bytes of the range asked", progress);
 	} else if (fatal == 0 && !s->retryable && result == CURLE_OK) {
 		/* A body that ends with its connection (no length) and ends early is a cut like
 		 * any other: resumed from where it stopped. */

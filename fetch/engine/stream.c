@@ -178,6 +178,15 @@ void stream_check_response(struct stream *s)
 				s->end = whole > s->pos ? whole : s->pos;
 				s->answered_short = true;
 			}
+			/* Not one whole frame: asked again, it would answer the same (a CDN or
+			 * proxy that caps a range's length). Said so, and counted as a try. */
+			if (whole <= s->pos)
+				stream_why(s,
+				           "the server caps ranges below one frame (%" PRIu64
+				           " stored bytes sent of frame %" PRIu64 "'s %" PRIu64 ")",
+				           s->resp.range_end + 1 - s->resp.range_start, s->z.frame,
+				           f->frames.stored_off[s->z.frame + 1] -
+				               f->frames.stored_off[s->z.frame]);
 		} else if (s->resp.range_end < s->end - 1) {
 			s->end = s->resp.range_end + 1;
 			s->answered_short = true;

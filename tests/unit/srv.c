@@ -166,6 +166,8 @@ static void *conn_main(void *arg)
 	parse_range(head, s->size, &start, &end, &ranged);
 	pthread_mutex_lock(&s->lock);
 	status = s->fail_count ? s->fail_status : ranged && !s->ignore_range ? 206 : 200;
+	if (status == 206 && s->cap_range && end - start > s->cap_range)
+		end = start + s->cap_range;
 	if (s->fail_count)
 		s->fail_count--;
 	if (s->n_requests < SRV_MAX_REQUESTS)

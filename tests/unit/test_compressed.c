@@ -509,6 +509,27 @@ static void test_big_frames_leave_no_buffer(void **state)
 	flight_unref(f);
 }
 
+/* ---- a server that caps ranges below one frame ------------------------------------------ */
+
+/* Each answer carries less than one frame: said so in the log, and EIO after max_tries. */
+static void test_ranges_capped_below_a_frame(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	fx->cfg.max_tries = 3;
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE); /* sparse: a ranged request */
+	fx->srv.cap_range = 100;
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 10 * MIB + 100, 4 * KIB), -EIO);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_true(srv_requests(&fx->srv, req) <= 2 * fx->cfg.max_tries);
+	assert_non_null(strstr(read_log(fx), "the server caps ranges below one frame (100 stored"));
+	flight_unref(f);
+}
+
 /* ---- the pool's failures ------------------------------------------------------------------ */
 
 /* Set by a case: how many ZSTD_createDCtx calls from the pool's threads fail. */
@@ -783,6 +804,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unbounded_window_is_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ranges_capped_below_a_frame, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_job_without_memory_fetches_again, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_readers_keep_the_frame_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
