@@ -535,6 +535,13 @@ static void test_ranges_capped_below_a_frame(void **state)
 /* Set by a case: how many ZSTD_createDCtx calls from the pool's threads fail. */
 static atomic_uint fail_pool_dctx;
 
+/* A gate the pool's threads wait at in ZSTD_createDCtx (a job's first step), while
+ * `closed`; `waiting` counts them. Guarded by gate_lock. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed;
+static unsigned gate_waiting;
+
 ZSTD_DCtx *__real_ZSTD_createDCtx(void);
 ZSTD_DCtx *__wrap_ZSTD_createDCtx(void);
 ZSTD_DCtx *__wrap_ZSTD_createDCtx(void)
@@ -543,10 +550,54 @@ ZSTD_DCtx *__wrap_ZSTD_createDCtx(void)
 	unsigned n = atomic_load(&fail_pool_dctx);
 
 	prctl(PR_GET_NAME, name);
-	if (n > 0 && strncmp(name, "spoolfs-unzstd", 14) == 0 &&
-	    atomic_compare_exchange_strong(&fail_pool_dctx, &n, n - 1))
+	if (strncmp(name, "spoolfs-unzstd", 14) != 0)
+		return __real_ZSTD_createDCtx();
+	pthread_mutex_lock(&gate_lock);
+	gate_waiting++;
+	pthread_cond_broadcast(&gate_cond);
+	while (gate_closed)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	gate_waiting--;
+	pthread_mutex_unlock(&gate_lock);
+	if (n > 0 && atomic_compare_exchange_strong(&fail_pool_dctx, &n, n - 1))
 		return NULL;
 	return __real_ZSTD_createDCtx();
+}
+
+/* A flight that fails while the pool holds its frames: nothing of them is delivered, and
+ * every job is freed (ASan) once the pool lets go, the engine's stop included. */
+static void test_flight_fails_while_jobs_hold_it(void **state)
+{
+	struct fixture *fx = *state;
+	const struct engine_stats *stats;
+
+	if (fx->cfg.unframe_threads == 0)
+		skip(); /* no pool (unit_compressed_inline) */
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	pthread_mutex_lock(&gate_lock);
+	gate_closed = true;
+	pthread_mutex_unlock(&gate_lock);
+	start_engine(fx);
+	stats = engine_stats(fx->engine);
+	struct flight *f = join(fx, false);
+	test_waiter_init(&fx->w[0], 0, fx->size);
+	assert_int_equal(read_at(fx, f, &fx->w[0]), 0);
+	pthread_mutex_lock(&gate_lock);
+	while (gate_waiting < fx->cfg.unframe_threads)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+	flight_fail(f, -EIO);
+	assert_int_equal(test_waiter_wait(&fx->w[0]), -EIO);
+	pthread_mutex_lock(&gate_lock);
+	gate_closed = false;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_int_equal(flight_written(f), 0);
+	assert_int_equal(f->xfer.decoding_jobs, 0);
+	assert_int_equal(atomic_load(&stats->frame_budget_used), 0);
+	flight_unref(f);
 }
 
 /* A job that gets no memory to decode its frame does not fail the flight: the frame is
@@ -806,6 +857,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ranges_capped_below_a_frame, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_job_without_memory_fetches_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_flight_fails_while_jobs_hold_it, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_readers_keep_the_frame_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
