@@ -253,20 +253,8 @@ int stream_take_body(struct stream *s, uint64_t off, const char *data, size_t le
 void stream_write_failed(struct engine *e, struct flight *f, struct stream *s, int rc);
 
 /* unframe.c: a compressed flight's requests (stream_unframe). */
-/*
- * Decompresses one frame's stored bytes [src, src + len) into dst, which must come to
- * exactly share bytes, from a frame of an object framed by frame_size (which bounds the
- * window it may ask for). 0, or -EIO with the reason in why. Any thread (its own dctx).
- */
-int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
-                   unsigned char *dst, size_t share, char *why, size_t cap);
-/* Rounds [*start, *end) of f out to whole frames and gives their stored bytes [*so, *eo). */
-void unframe_range(const struct flight *f, uint64_t *start, uint64_t *end, uint64_t *so,
-                   uint64_t *eo);
 /* The stored offset s's next body byte belongs at. */
 uint64_t unframe_stored_pos(const struct stream *s);
-/* The end of the last whole frame in an answer that ends at stored byte eo (exclusive). */
-uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
 /*
  * Takes body bytes of s up to its end (*used of them), decompressing each frame once all its
  * stored bytes are in and delivering it whole (a frame's bytes are written only once they

@@ -173,7 +173,7 @@ void stream_check_response(struct stream *s)
 		 * ends there, and the rest is asked for again. */
 		if (flight_is_compressed(f)) {
 			/* In stored bytes: this request ends after the last whole frame sent. */
-			uint64_t whole = unframe_whole_end(f, s->resp.range_end + 1);
+			uint64_t whole = flight_frames_whole_end(f, s->resp.range_end + 1);
 			if (whole < s->end) {
 				s->end = whole > s->pos ? whole : s->pos;
 				s->answered_short = true;
@@ -501,7 +501,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		/* Whole frames, asked for in stored bytes; what lies before start is not
 		 * delivered (written already, or being written by another request). */
 		s->z.drop_before = start;
-		unframe_range(f, &start, &end, &stored_start, &stored_end);
+		flight_frames_stored_range(f, &start, &end, &stored_start, &stored_end);
 		s->z.frame = flight_frame_of(f, start);
 		s->ranged = stored_start > 0 || stored_end < stored_size(f);
 	} else {

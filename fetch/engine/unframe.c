@@ -17,6 +17,10 @@
  * retired before it is in). Jobs hold at most UNFRAME_JOB_BYTES: beyond, or without a pool,
  * a frame is decoded on the transfer thread at once.
  *
+ * Which stored bytes a range needs is frames.c's (flight_frames_stored_range); decoding one
+ * frame is zframe.c's. This file holds the pool, the frame-buffer budget and the body's
+ * state machine.
+ *
  * Locks: engine_unframe.lock guards the decoded list and the idle contexts; it is held for
  * list operations only. Everything else here is the transfer thread's, but a job's fields,
  * which its pool thread alone touches until it is on the decoded list.
@@ -26,110 +30,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zstd_errors.h>
 
 #include "fetch/engine/engine_i.h"
+#include "fetch/engine/zframe.h"
 #include "util/log.h"
-
-void unframe_range(const struct flight *f, uint64_t *start, uint64_t *end, uint64_t *so,
-                   uint64_t *eo)
-{
-	flight_frames_round(f, start, end);
-	*so = f->frames.stored_off[flight_frame_of(f, *start)];
-	*eo = f->frames.stored_off[flight_frame_of(f, *end)];
-}
 
 uint64_t unframe_stored_pos(const struct stream *s)
 {
 	return s->f->frames.stored_off[s->z.frame] + s->z.in_len;
-}
-
-uint64_t unframe_whole_end(const struct flight *f, uint64_t eo)
-{
-	uint64_t lo = 0, hi = f->frames.n, lo_b, hi_b;
-
-	/* The last frame boundary at or before eo: stored_off is increasing. */
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo + 1) / 2;
-		if (f->frames.stored_off[mid] <= eo)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	if (lo == f->frames.n)
-		return f->size;
-	flight_frame_bounds(f, lo, &lo_b, &hi_b);
-	return lo_b;
-}
-
-/* The smallest log2 window that holds n bytes, within zstd's bounds. */
-static int window_log_for(uint64_t n)
-{
-	int log = 10; /* ZSTD_WINDOWLOG_ABSOLUTEMIN */
-
-	while (log < 30 && ((uint64_t)1 << log) < n)
-		log++;
-	return log;
-}
-
-int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
-                   unsigned char *dst, size_t share, char *why, size_t cap)
-{
-	unsigned long long declared;
-	size_t r;
-
-	/* One frame, ending exactly at its stored length: no second frame after it. */
-	declared = ZSTD_getFrameContentSize(src, len);
-	r = ZSTD_findFrameCompressedSize(src, len);
-	if (declared == ZSTD_CONTENTSIZE_ERROR || ZSTD_isError(r) || r != len) {
-		snprintf(why, cap, "is not one zstd frame of its %zu stored bytes", len);
-		return -EIO;
-	}
-	if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != share) {
-		snprintf(why, cap, "declares %llu bytes, not its %zu", declared, share);
-		return -EIO;
-	}
-	/* Streaming, into exactly its share: zstd stops when that is full (a frame that goes on
-	 * is a bomb, and costs one block more at most), and refuses a window over the frame's
-	 * size, which it would otherwise allocate. A frame that declares its size is decoded in
-	 * one pass, straight into out. */
-	ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
-	r = ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(frame_size));
-	if (ZSTD_isError(r)) {
-		/* Without the bound a frame could make zstd allocate any window it names. */
-		snprintf(why, cap, "cannot be decoded with a bounded window (%s)",
-		         ZSTD_getErrorName(r));
-		return -EIO;
-	}
-	ZSTD_inBuffer in = {src, len, 0};
-	ZSTD_outBuffer out = {dst, share, 0};
-	r = ZSTD_decompressStream(dctx, &out, &in);
-	if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge) {
-		snprintf(why, cap, "asks for a window larger than its frame's %" PRIu64 " bytes",
-		         frame_size);
-		return -EIO;
-	}
-	if (ZSTD_isError(r)) {
-		snprintf(why, cap, "is not valid zstd (%s)", ZSTD_getErrorName(r));
-		return -EIO;
-	}
-	if (r != 0 && out.pos == share) {
-		/* Full: it may have only its end left to read (a frame that declares no size),
-		 * or more bytes (a bomb): one byte more tells, for one block's work at most. */
-		unsigned char extra;
-		ZSTD_outBuffer more = {&extra, 1, 0};
-		r = ZSTD_decompressStream(dctx, &more, &in);
-		if (ZSTD_isError(r) || more.pos > 0 || r != 0) {
-			snprintf(why, cap, "decompresses past its %zu bytes", share);
-			return -EIO;
-		}
-	}
-	if (r != 0 || out.pos != share) {
-		snprintf(why, cap, "decompresses to %zu bytes%s, not its %zu", out.pos,
-		         r != 0 ? " and stops short of its end" : "", share);
-		return -EIO;
-	}
-	return 0;
 }
 
 /* The inline decoding buffer is kept between frames up to this size, freed after use above:
@@ -193,7 +101,7 @@ static int decode_inline(struct engine *e, const struct flight *f, const void *s
 		u->out = out;
 		u->out_cap = want;
 	}
-	return unframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
+	return zframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
 }
 
 /* After an inline frame is delivered: a buffer over UNFRAME_KEEP_OUT_BYTES is not kept. */
@@ -298,8 +206,8 @@ static void job_run(void *ctx, struct util_worker_job *link)
 		d = NULL;
 	}
 	job->out = d ? malloc(hi - lo ? hi - lo : 1) : NULL;
-	job->rc = job->out ? unframe_decode(d->dctx, job->f->frames.size, job->in, job->len,
-	                                    job->out, hi - lo, job->why, sizeof(job->why))
+	job->rc = job->out ? zframe_decode(d->dctx, job->f->frames.size, job->in, job->len,
+	                                   job->out, hi - lo, job->why, sizeof(job->why))
 	                   : -ENOMEM;
 	pthread_mutex_lock(&u->lock);
 	if (d) {

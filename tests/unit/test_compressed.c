@@ -28,7 +28,7 @@
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight.h"
-#include "fetch/engine/engine_i.h" /* white-box: unframe_decode */
+#include "fetch/engine/zframe.h"
 #include "fetch/engine/flight_i.h" /* white-box: wire_bytes */
 #include "helpers.h"
 #include "srv.h"
@@ -484,11 +484,11 @@ static void test_unbounded_window_is_refused(void **state)
 	assert_non_null(dctx);
 	assert_non_null(out);
 	assert_int_equal(
-	    unframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    zframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
 	    0);
 	atomic_store(&fail_set_parameter, true);
 	assert_int_equal(
-	    unframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    zframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
 	    -EIO);
 	atomic_store(&fail_set_parameter, false);
 	assert_non_null(strstr(why, "bounded window"));
