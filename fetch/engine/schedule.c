@@ -273,6 +273,8 @@ static bool awaited(const struct stream *s, const struct flight_want *wanted, un
 static bool room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
 {
 	bool own = f->xfer.n_streams >= e->cfg.max_streams_per_flight;
+	/* Short of frame budget only: stopping a stream that holds none frees nothing. */
+	bool budget_only = !own && e->n_transfers < e->cfg.max_transfers;
 	struct stream *victim = NULL;
 	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
 	bool victim_background = false;
@@ -289,8 +291,10 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			continue;
 		for (struct stream *s = g->xfer.streams; s; s = s->next) {
 			uint64_t when = 0, eta;
-			/* A speculative stream holds no reader's slot: stopping it frees none. */
-			if (s == spare || s->skip > 0 || s->speculative)
+			/* A speculative stream holds no reader's slot: stopping it frees none (but
+			 * it may hold frame budget, which a reader is not to wait for). */
+			if (s == spare || s->skip > 0 || (s->speculative && !budget_only) ||
+			    (budget_only && !s->z.budget))
 				continue;
 			/* A reader's stream whose reader is between two reads, or that another
 			 * mount's readers wait on, is still theirs: stopping it would have readers
