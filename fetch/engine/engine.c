@@ -52,6 +52,7 @@ void engine_config_defaults(struct engine_config *cfg)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg->unframe_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
 	cfg->spec_max = 32;
+	cfg->frame_budget = 256u << 20;
 	cfg->backoff_base_ms = HTTP_BACKOFF_BASE_MS;
 	cfg->backoff_cap_ms = HTTP_BACKOFF_CAP_MS;
 	cfg->lease_dirfd = -1;
@@ -394,7 +395,9 @@ static void on_done(struct engine *e, struct stream *s, CURLcode result)
 	} else if (fatal == 0 && s->too_slow) {
 		stream_why(s, "under 1 KiB/s for %u s (stalled)", e->cfg.stall_timeout_s);
 	} else if (fatal == 0 && s->reached_end) {
-		stream_why(s, "answered %" PRIu64 " bytes of the range asked", progress);
+		/* (unless the answer said why: a frame that did not fit) */
+		if (!(s->answered_short && s->why[0]))
+			stream_why(s, "answered %" PRIu64 " bytes of the range asked", progress);
 	} else if (fatal == 0 && !s->retryable && result == CURLE_OK) {
 		/* A body that ends with its connection (no length) and ends early is a cut like
 		 * any other: resumed from where it stopped. */

@@ -44,6 +44,10 @@ struct engine_config {
 	/* Threads that decompress compressed objects' frames beside the transfer thread (one
 	 * per online CPU by default, at most 16); 0: the transfer thread decompresses them. */
 	unsigned unframe_threads;
+	/* Bytes compressed objects' frame buffers may hold at once, over all flights (a
+	 * request's buffer for a frame that comes in pieces, the pool's jobs): a request that
+	 * would go over waits, as one over max_transfers does; the first always starts. */
+	uint64_t frame_budget;
 	/* Speculative requests at once (flight_spec.speculative), on top of max_transfers so a
 	 * reader never waits for speculation; lowered while the upstream throttles
 	 * (spec_limit.h). 0: speculative flights wait for a reader. */
@@ -107,6 +111,14 @@ struct engine_stats {
 	/* Bytes of objects the bodies gave the spool: bytes less what no request kept
 	 * (skipped, past a split), more what compressed objects decompressed to. */
 	atomic_uint_fast64_t delivered_bytes;
+	/* Bytes compressed objects' frame buffers hold now (unframe.c): stored frames that came
+	 * in pieces, the pool's jobs, the transfer thread's decoding buffer. */
+	atomic_uint_fast64_t frame_bytes;
+	/* cfg.frame_budget: bytes held of it now, the most held at once, and how often a
+	 * request was not started for want of it. */
+	atomic_uint_fast64_t frame_budget_used;
+	atomic_uint_fast64_t frame_budget_peak;
+	atomic_uint_fast64_t frame_budget_waits;
 };
 
 struct engine;

@@ -59,6 +59,7 @@ struct stream_unframe {
 	                         was for a range starting inside its first frame */
 	unsigned char *in;    /* a frame's stored bytes that came in pieces (frames.max_stored) */
 	size_t in_len;
+	uint64_t budget; /* of engine_unframe.budget, held for in (frames.max_stored) */
 };
 
 /* One request of a flight. Transfer thread only. */
@@ -152,6 +153,8 @@ struct engine_unframe {
 	size_t out_cap;
 	struct util_worker *pool; /* NULL: every frame inline */
 	uint64_t job_bytes;       /* stored and decoded bytes held by jobs not yet delivered */
+	uint64_t budget;          /* of cfg.frame_budget: streams' in buffers and job_bytes */
+	bool job_failed;          /* a job had no memory: the next frame is decoded inline */
 	pthread_mutex_t lock;
 	/* Guarded by lock. */
 	struct unframe_job *decoded; /* for the transfer thread to deliver, newest first */
@@ -243,24 +246,15 @@ void stream_why(struct stream *s, const char *fmt, ...) __attribute__((format(pr
 /* stream.c. Takes decompressed or raw body bytes of s for the spool at off (see take_body);
  * -errno when they could not be written (the caller marks s failed). */
 int stream_take_body(struct stream *s, uint64_t off, const char *data, size_t len);
-/* Marks s as failed by a spool write. */
-void stream_write_failed(struct stream *s, int rc);
+/* A spool write of f's bytes failed with rc: one reason and one way for every path. s: the
+ * stream they came in, marked failed (the first failure is the one its reason names; it
+ * fails f when it ends, and tries no other mirror); NULL (a frame the pool decoded, whose
+ * stream has gone on): f fails now with the same reason. */
+void stream_write_failed(struct engine *e, struct flight *f, struct stream *s, int rc);
 
 /* unframe.c: a compressed flight's requests (stream_unframe). */
-/*
- * Decompresses one frame's stored bytes [src, src + len) into dst, which must come to
- * exactly share bytes, from a frame of an object framed by frame_size (which bounds the
- * window it may ask for). 0, or -EIO with the reason in why. Any thread (its own dctx).
- */
-int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
-                   unsigned char *dst, size_t share, char *why, size_t cap);
-/* Rounds [*start, *end) of f out to whole frames and gives their stored bytes [*so, *eo). */
-void unframe_range(const struct flight *f, uint64_t *start, uint64_t *end, uint64_t *so,
-                   uint64_t *eo);
 /* The stored offset s's next body byte belongs at. */
 uint64_t unframe_stored_pos(const struct stream *s);
-/* The end of the last whole frame in an answer that ends at stored byte eo (exclusive). */
-uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
 /*
  * Takes body bytes of s up to its end (*used of them), decompressing each frame once all its
  * stored bytes are in and delivering it whole (a frame's bytes are written only once they
@@ -271,6 +265,12 @@ uint64_t unframe_whole_end(const struct flight *f, uint64_t eo);
  */
 int unframe_body(struct stream *s, const char *data, size_t len, size_t *used);
 void unframe_stream_free(struct stream *s);
+/* Whether a stream of f may start within cfg.frame_budget now (always, uncompressed, or
+ * when nothing holds any); counts a refusal. Transfer thread. */
+bool unframe_budget_room(struct engine *e, const struct flight *f);
+/* Takes s's share of the budget (stream_start, once s runs); unframe_stream_free gives it
+ * back. */
+void unframe_stream_reserve(struct stream *s);
 /* Starts the pool (0 or -errno); stops it, dropping what it decoded (after the transfer
  * thread stopped); frees the rest (engine_destroy). */
 int unframe_start(struct engine *e);

@@ -40,12 +40,15 @@ static void sources_free(struct flight_sources *src)
 	free(src->paths);
 }
 
-struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id)
+int flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id,
+               struct flight **out)
 {
 	struct flight *f = calloc(1, sizeof(*f));
+	int rc = -ENOMEM;
 
+	*out = NULL;
 	if (!f)
-		return NULL;
+		return -ENOMEM;
 	f->key = strdup(spec->key);
 	f->url = strdup(spec->url);
 	f->name = strdup(spec->name);
@@ -98,10 +101,24 @@ struct flight *flight_new(struct flight_table *table, const struct flight_spec *
 	util_ranges_init(&f->verify.chunks_bad);
 	util_ranges_init(&f->xfer.decoding);
 	f->verify.hash = EVP_MD_CTX_new();
-	if (!f->verify.hash || EVP_DigestInit_ex(f->verify.hash, EVP_sha256(), NULL) != 1 ||
-	    flight_chunks_init(f, spec) != 0 || flight_frames_init(f, spec) != 0)
+	if (!f->verify.hash || EVP_DigestInit_ex(f->verify.hash, EVP_sha256(), NULL) != 1)
 		goto fail;
-	return f;
+	rc = flight_chunks_init(f, spec);
+	if (rc == 0)
+		rc = flight_frames_init(f, spec);
+	if (rc == -EINVAL) {
+		/* The loader checks chunk and frame tables; one that does not add up here would
+		 * misplace every request, and is no shortage of memory. */
+		util_log(UTIL_LOG_ERROR,
+		         "%s: its chunk or frame table does not match its size (%" PRIu64
+		         " bytes, stored %" PRIu64 "); opening it fails with EIO",
+		         f->name, spec->size, spec->stored_size);
+		rc = -EIO;
+	}
+	if (rc)
+		goto fail;
+	*out = f;
+	return 0;
 fail:
 	flight_frames_free(f);
 	flight_chunks_free(f);
@@ -111,7 +128,7 @@ fail:
 	free(f->url);
 	free(f->name);
 	free(f);
-	return NULL;
+	return rc;
 }
 
 const char *flight_key(const struct flight *f)

@@ -247,8 +247,10 @@ void flight_table_remove(struct flight *f, const char *etag, const char *url);
  */
 void flight_version_to_pin_locked(const struct flight *f, char *out, size_t cap);
 
-/* flight.c. A new flight for spec, one reference, or NULL when out of memory. */
-struct flight *flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id);
+/* flight.c. A new flight for spec in *out, one reference: 0, -ENOMEM, or -EIO (logged) for
+ * a chunk or frame table that does not fit the object. */
+int flight_new(struct flight_table *table, const struct flight_spec *spec, uint64_t id,
+               struct flight **out);
 
 /*
  * Hashes what became contiguous since the last call and, once the whole object is hashed,
@@ -303,6 +305,11 @@ uint64_t flight_frame_of(const struct flight *f, uint64_t off);
 void flight_frame_bounds(const struct flight *f, uint64_t i, uint64_t *lo, uint64_t *hi);
 /* [*start, *end) rounded out to whole frames (unchanged when stored as it is). */
 void flight_frames_round(const struct flight *f, uint64_t *start, uint64_t *end);
+/* Rounds [*start, *end) of f out to whole frames and gives their stored bytes [*so, *eo). */
+void flight_frames_stored_range(const struct flight *f, uint64_t *start, uint64_t *end,
+                                uint64_t *so, uint64_t *eo);
+/* The end of the last whole frame in an answer that ends at stored byte eo (exclusive). */
+uint64_t flight_frames_whole_end(const struct flight *f, uint64_t eo);
 /*
  * chunks.c. Frame c (== chunk c) from url_idx could not be decompressed to its bytes: as a
  * chunk that failed its hash. True when it is fetched again (once, another mirror first);

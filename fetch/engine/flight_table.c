@@ -277,10 +277,9 @@ int flight_table_join(struct flight_table *table, const struct flight_spec *spec
 	struct flight_spec pinned = *spec;
 	if (!spec->etag || !spec->etag[0])
 		pinned.etag = version_pins_get(table->pins, spec->key, spec->url);
-	e->flight = flight_new(table, &pinned, table->next_id);
-	if (!e->flight) {
+	rc = flight_new(table, &pinned, table->next_id, &e->flight);
+	if (rc) {
 		free(e);
-		rc = -ENOMEM;
 		goto out;
 	}
 	table->next_id++;

@@ -68,3 +68,29 @@ void flight_frames_round(const struct flight *f, uint64_t *start, uint64_t *end)
 	if (*end > f->size)
 		*end = f->size;
 }
+
+void flight_frames_stored_range(const struct flight *f, uint64_t *start, uint64_t *end,
+                                uint64_t *so, uint64_t *eo)
+{
+	flight_frames_round(f, start, end);
+	*so = f->frames.stored_off[flight_frame_of(f, *start)];
+	*eo = f->frames.stored_off[flight_frame_of(f, *end)];
+}
+
+uint64_t flight_frames_whole_end(const struct flight *f, uint64_t eo)
+{
+	uint64_t lo = 0, hi = f->frames.n, lo_b, hi_b;
+
+	/* The last frame boundary at or before eo: stored_off is increasing. */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo + 1) / 2;
+		if (f->frames.stored_off[mid] <= eo)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	if (lo == f->frames.n)
+		return f->size;
+	flight_frame_bounds(f, lo, &lo_b, &hi_b);
+	return lo_b;
+}

@@ -51,7 +51,7 @@ static struct stream *stream_covering(struct flight *f, uint64_t off)
 static bool can_start(struct engine *e, struct flight *f)
 {
 	return e->n_transfers < e->cfg.max_transfers &&
-	       f->xfer.n_streams < e->cfg.max_streams_per_flight;
+	       f->xfer.n_streams < e->cfg.max_streams_per_flight && unframe_budget_room(e, f);
 }
 
 /*
@@ -80,24 +80,38 @@ static unsigned background_streams(const struct flight *f)
 	return n;
 }
 
+/* Where a piece of a whole download that starts the gap [gap_start, gap_end) ends: one
+ * piece (PIECE_BYTES, or one frame when frames are larger: a stream asks for whole frames)
+ * unless what would be left is a small tail. */
+static uint64_t piece_end(const struct flight *f, uint64_t gap_start, uint64_t gap_end)
+{
+	uint64_t piece = f->frames.size > PIECE_BYTES ? f->frames.size : PIECE_BYTES;
+
+	if (!f->xfer.no_ranges && gap_end - gap_start >= piece + piece / 2)
+		return gap_start + piece;
+	return gap_end;
+}
+
 /*
- * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, at
- * most PIECE_BYTES of it unless what would be left is a small tail. Adds it to claimed.
+ * Starts one piece of a whole download: the gap [gap_start, gap_end) from its start, to
+ * piece_end. Adds to claimed what the stream really fetches: a compressed object's stream
+ * rounds its range out to whole frames, and a claim of less would have the next piece ask
+ * for the same frame again.
  */
 static int start_piece(struct engine *e, struct flight *f, struct util_ranges *claimed,
                        uint64_t gap_start, uint64_t gap_end, bool background)
 {
-	uint64_t to = gap_end;
-	int rc;
+	struct stream *s;
+	int rc = stream_start(e, f, gap_start, piece_end(f, gap_start, gap_end));
 
-	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
-		to = gap_start + PIECE_BYTES;
-	rc = stream_start(e, f, gap_start, to);
-	if (rc == 0 && background) {
-		f->xfer.streams->background = true; /* stream_start puts it first */
+	if (rc)
+		return rc;
+	s = f->xfer.streams; /* stream_start puts it first */
+	if (background) {
+		s->background = true;
 		e->n_background++;
 	}
-	return rc ? rc : util_ranges_add(claimed, gap_start, to);
+	return util_ranges_add(claimed, s->pos, s->end);
 }
 
 /* Whether f may start another piece now. One slot per flight stays free for far readers. */
@@ -109,7 +123,8 @@ static bool room_for_piece(struct engine *e, const struct flight *f)
 	 * each with the whole object would send it again for every piece. */
 	return background_room(e) > 0 && f->xfer.n_streams < room &&
 	       (f->xfer.n_streams == 0 || (f->xfer.ranges_seen && !f->xfer.no_ranges &&
-	                                   background_streams(f) < e->cfg.parallel_parts));
+	                                   background_streams(f) < e->cfg.parallel_parts)) &&
+	       unframe_budget_room(e, f);
 }
 
 /*
@@ -179,9 +194,7 @@ static int start_speculative(struct engine *e, struct flight *f, struct util_ran
 
 	if (rc || !util_ranges_next_gap(claimed, 0, f->size, &gap_start, &gap_end))
 		return rc;
-	if (!f->xfer.no_ranges && gap_end - gap_start >= PIECE_BYTES + PIECE_BYTES / 2)
-		gap_end = gap_start + PIECE_BYTES;
-	rc = stream_start(e, f, gap_start, gap_end);
+	rc = stream_start(e, f, gap_start, piece_end(f, gap_start, gap_end));
 	if (rc == 0) {
 		/* stream_start counted it among the readers' transfers, and put it first. */
 		f->xfer.streams->speculative = true;
@@ -260,6 +273,8 @@ static bool awaited(const struct stream *s, const struct flight_want *wanted, un
 static bool room_for_reader(struct engine *e, struct flight *f, const struct stream *spare)
 {
 	bool own = f->xfer.n_streams >= e->cfg.max_streams_per_flight;
+	/* Short of frame budget only: stopping a stream that holds none frees nothing. */
+	bool budget_only = !own && e->n_transfers < e->cfg.max_transfers;
 	struct stream *victim = NULL;
 	uint64_t now = now_ms(), recheck = 0, victim_eta = 0;
 	bool victim_background = false;
@@ -276,8 +291,10 @@ static bool room_for_reader(struct engine *e, struct flight *f, const struct str
 			continue;
 		for (struct stream *s = g->xfer.streams; s; s = s->next) {
 			uint64_t when = 0, eta;
-			/* A speculative stream holds no reader's slot: stopping it frees none. */
-			if (s == spare || s->skip > 0 || s->speculative)
+			/* A speculative stream holds no reader's slot: stopping it frees none (but
+			 * it may hold frame budget, which a reader is not to wait for). */
+			if (s == spare || s->skip > 0 || (s->speculative && !budget_only) ||
+			    (budget_only && !s->z.budget))
 				continue;
 			/* A reader's stream whose reader is between two reads, or that another
 			 * mount's readers wait on, is still theirs: stopping it would have readers
@@ -406,7 +423,8 @@ void schedule_flight(struct engine *e, struct flight *f)
 	/* Called on every turn of the transfer loop: the ranges are copied only while there is
 	 * something left to fetch. */
 	if (rc == 0 && whole && written < f->size && flight_speculation_unclaimed(f)) {
-		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur)
+		if (f->xfer.n_streams == 0 && e->spec.n_running < e->spec.limit.cur &&
+		    unframe_budget_room(e, f))
 			rc = start_speculative(e, f, &claimed);
 	} else if (rc == 0 && whole && written < f->size && room_for_piece(e, f)) {
 		rc = claimed_ranges(f, &claimed);

@@ -173,11 +173,20 @@ void stream_check_response(struct stream *s)
 		 * ends there, and the rest is asked for again. */
 		if (flight_is_compressed(f)) {
 			/* In stored bytes: this request ends after the last whole frame sent. */
-			uint64_t whole = unframe_whole_end(f, s->resp.range_end + 1);
+			uint64_t whole = flight_frames_whole_end(f, s->resp.range_end + 1);
 			if (whole < s->end) {
 				s->end = whole > s->pos ? whole : s->pos;
 				s->answered_short = true;
 			}
+			/* Not one whole frame: asked again, it would answer the same (a CDN or
+			 * proxy that caps a range's length). Said so, and counted as a try. */
+			if (whole <= s->pos)
+				stream_why(s,
+				           "the server caps ranges below one frame (%" PRIu64
+				           " stored bytes sent of frame %" PRIu64 "'s %" PRIu64 ")",
+				           s->resp.range_end + 1 - s->resp.range_start, s->z.frame,
+				           f->frames.stored_off[s->z.frame + 1] -
+				               f->frames.stored_off[s->z.frame]);
 		} else if (s->resp.range_end < s->end - 1) {
 			s->end = s->resp.range_end + 1;
 			s->answered_short = true;
@@ -214,9 +223,10 @@ void stream_check_response(struct stream *s)
 		stream_why(s, "HTTP %ld", code);
 		return;
 	}
-	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte. */
-	if (!f->verify.sha256[0] && s->resp.sha256[0] && s->attempt_start == 0 &&
-	    flight_written(f) == 0)
+	/* A checksum the store keeps is as good as a manifest's, if it comes before any byte;
+	 * a compressed object's is the hash of its stored frames, not of the object. */
+	if (!f->verify.sha256[0] && s->resp.sha256[0] && !flight_is_compressed(f) &&
+	    s->attempt_start == 0 && flight_written(f) == 0)
 		memcpy(f->verify.sha256, s->resp.sha256, sizeof(f->verify.sha256));
 	check_version(s);
 }
@@ -272,15 +282,21 @@ static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, cur
 	return 0;
 }
 
-/* Marks s as failed by a spool write; the first failure is the one its reason names. */
-void stream_write_failed(struct stream *s, int rc)
+void stream_write_failed(struct engine *e, struct flight *f, struct stream *s, int rc)
 {
+	char why[96];
+
+	snprintf(why, sizeof(why), "spool write failed: %s", strerror(-rc));
+	if (!s) {
+		engine_fail_flight(e, f, rc, why);
+		return;
+	}
 	if (s->fatal)
 		return;
 	s->fatal = rc;
 	s->spool_fault = true;
-	stream_why(s, "spool write failed: %s", strerror(-rc));
-	s->engine->write_failed = true;
+	stream_why(s, "%s", why);
+	e->write_failed = true;
 }
 
 /* Writes the pending bytes to their spool. Fails with -errno, which also marks the stream
@@ -312,7 +328,7 @@ int stream_flush_pending(struct engine *e)
 	e->pending.stream = NULL;
 	e->pending.len = 0;
 	if (rc)
-		stream_write_failed(s, rc);
+		stream_write_failed(s->engine, s->f, s, rc);
 	return rc;
 }
 
@@ -394,7 +410,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
 			take = (size_t)(s->end - s->pos);
 		rc = stream_take_body(s, s->pos, data + used, take);
 		if (rc) {
-			stream_write_failed(s, rc);
+			stream_write_failed(s->engine, s->f, s, rc);
 			return CURL_WRITEFUNC_ERROR;
 		}
 		atomic_fetch_add_explicit(&s->engine->stats->delivered_bytes, take,
@@ -485,7 +501,7 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 		/* Whole frames, asked for in stored bytes; what lies before start is not
 		 * delivered (written already, or being written by another request). */
 		s->z.drop_before = start;
-		unframe_range(f, &start, &end, &stored_start, &stored_end);
+		flight_frames_stored_range(f, &start, &end, &stored_start, &stored_end);
 		s->z.frame = flight_frame_of(f, start);
 		s->ranged = stored_start > 0 || stored_end < stored_size(f);
 	} else {
@@ -572,6 +588,8 @@ int stream_start(struct engine *e, struct flight *f, uint64_t start, uint64_t en
 	f->xfer.streams = s;
 	f->xfer.n_streams++;
 	e->n_transfers++;
+	if (flight_is_compressed(f))
+		unframe_stream_reserve(s);
 	atomic_fetch_add_explicit(&e->stats->requests, 1, memory_order_relaxed);
 	util_log(UTIL_LOG_DEBUG, "%s: GET bytes=%" PRIu64 "-%" PRIu64, f->name, start, end - 1);
 	free(url);

@@ -17,6 +17,10 @@
  * retired before it is in). Jobs hold at most UNFRAME_JOB_BYTES: beyond, or without a pool,
  * a frame is decoded on the transfer thread at once.
  *
+ * Which stored bytes a range needs is frames.c's (flight_frames_stored_range); decoding one
+ * frame is zframe.c's. This file holds the pool, the frame-buffer budget and the body's
+ * state machine.
+ *
  * Locks: engine_unframe.lock guards the decoded list and the idle contexts; it is held for
  * list operations only. Everything else here is the transfer thread's, but a job's fields,
  * which its pool thread alone touches until it is on the decoded list.
@@ -26,104 +30,58 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zstd_errors.h>
 
 #include "fetch/engine/engine_i.h"
+#include "fetch/engine/zframe.h"
 #include "util/log.h"
-
-void unframe_range(const struct flight *f, uint64_t *start, uint64_t *end, uint64_t *so,
-                   uint64_t *eo)
-{
-	flight_frames_round(f, start, end);
-	*so = f->frames.stored_off[flight_frame_of(f, *start)];
-	*eo = f->frames.stored_off[flight_frame_of(f, *end)];
-}
 
 uint64_t unframe_stored_pos(const struct stream *s)
 {
 	return s->f->frames.stored_off[s->z.frame] + s->z.in_len;
 }
 
-uint64_t unframe_whole_end(const struct flight *f, uint64_t eo)
-{
-	uint64_t lo = 0, hi = f->frames.n, lo_b, hi_b;
+/* The inline decoding buffer is kept between frames up to this size, freed after use above:
+ * one frame of 64 MiB must not hold 64 MiB for the rest of the session. */
+#define UNFRAME_KEEP_OUT_BYTES (4u << 20)
 
-	/* The last frame boundary at or before eo: stored_off is increasing. */
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo + 1) / 2;
-		if (f->frames.stored_off[mid] <= eo)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	if (lo == f->frames.n)
-		return f->size;
-	flight_frame_bounds(f, lo, &lo_b, &hi_b);
-	return lo_b;
+/* Counts n bytes of frame buffers taken (or, negative, given back) in the engine's stats. */
+static void frame_bytes_add(struct engine *e, int64_t n)
+{
+	if (n >= 0)
+		atomic_fetch_add_explicit(&e->stats->frame_bytes, (uint64_t)n,
+		                          memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(&e->stats->frame_bytes, (uint64_t)-n,
+		                          memory_order_relaxed);
 }
 
-/* The smallest log2 window that holds n bytes, within zstd's bounds. */
-static int window_log_for(uint64_t n)
+/* Takes n bytes of cfg.frame_budget (or, negative, gives them back). Transfer thread. */
+static void budget_add(struct engine *e, int64_t n)
 {
-	int log = 10; /* ZSTD_WINDOWLOG_ABSOLUTEMIN */
+	struct engine_unframe *u = &e->unframe;
 
-	while (log < 30 && ((uint64_t)1 << log) < n)
-		log++;
-	return log;
+	u->budget = n >= 0 ? u->budget + (uint64_t)n : u->budget - (uint64_t)-n;
+	atomic_store_explicit(&e->stats->frame_budget_used, u->budget, memory_order_relaxed);
+	if (u->budget > atomic_load_explicit(&e->stats->frame_budget_peak, memory_order_relaxed))
+		atomic_store_explicit(&e->stats->frame_budget_peak, u->budget,
+		                      memory_order_relaxed);
 }
 
-int unframe_decode(ZSTD_DCtx *dctx, uint64_t frame_size, const void *src, size_t len,
-                   unsigned char *dst, size_t share, char *why, size_t cap)
+bool unframe_budget_room(struct engine *e, const struct flight *f)
 {
-	unsigned long long declared;
-	size_t r;
+	struct engine_unframe *u = &e->unframe;
 
-	/* One frame, ending exactly at its stored length: no second frame after it. */
-	declared = ZSTD_getFrameContentSize(src, len);
-	r = ZSTD_findFrameCompressedSize(src, len);
-	if (declared == ZSTD_CONTENTSIZE_ERROR || ZSTD_isError(r) || r != len) {
-		snprintf(why, cap, "is not one zstd frame of its %zu stored bytes", len);
-		return -EIO;
-	}
-	if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != share) {
-		snprintf(why, cap, "declares %llu bytes, not its %zu", declared, share);
-		return -EIO;
-	}
-	/* Streaming, into exactly its share: zstd stops when that is full (a frame that goes on
-	 * is a bomb, and costs one block more at most), and refuses a window over the frame's
-	 * size, which it would otherwise allocate. A frame that declares its size is decoded in
-	 * one pass, straight into out. */
-	ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
-	ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, window_log_for(frame_size));
-	ZSTD_inBuffer in = {src, len, 0};
-	ZSTD_outBuffer out = {dst, share, 0};
-	r = ZSTD_decompressStream(dctx, &out, &in);
-	if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge) {
-		snprintf(why, cap, "asks for a window larger than its frame's %" PRIu64 " bytes",
-		         frame_size);
-		return -EIO;
-	}
-	if (ZSTD_isError(r)) {
-		snprintf(why, cap, "is not valid zstd (%s)", ZSTD_getErrorName(r));
-		return -EIO;
-	}
-	if (r != 0 && out.pos == share) {
-		/* Full: it may have only its end left to read (a frame that declares no size),
-		 * or more bytes (a bomb): one byte more tells, for one block's work at most. */
-		unsigned char extra;
-		ZSTD_outBuffer more = {&extra, 1, 0};
-		r = ZSTD_decompressStream(dctx, &more, &in);
-		if (ZSTD_isError(r) || more.pos > 0 || r != 0) {
-			snprintf(why, cap, "decompresses past its %zu bytes", share);
-			return -EIO;
-		}
-	}
-	if (r != 0 || out.pos != share) {
-		snprintf(why, cap, "decompresses to %zu bytes%s, not its %zu", out.pos,
-		         r != 0 ? " and stops short of its end" : "", share);
-		return -EIO;
-	}
-	return 0;
+	if (!flight_is_compressed(f) || u->budget == 0 ||
+	    u->budget + f->frames.max_stored <= e->cfg.frame_budget)
+		return true;
+	atomic_fetch_add_explicit(&e->stats->frame_budget_waits, 1, memory_order_relaxed);
+	return false;
+}
+
+void unframe_stream_reserve(struct stream *s)
+{
+	s->z.budget = s->f->frames.max_stored;
+	budget_add(s->engine, (int64_t)s->z.budget);
 }
 
 /* The transfer thread's own context and buffer, for frames decoded inline. */
@@ -135,13 +93,28 @@ static int decode_inline(struct engine *e, const struct flight *f, const void *s
 	if (!u->dctx && !(u->dctx = ZSTD_createDCtx()))
 		return -ENOMEM;
 	if (u->out_cap < share) {
-		unsigned char *out = realloc(u->out, f->frames.size);
+		size_t want = share > UNFRAME_KEEP_OUT_BYTES ? share : f->frames.size;
+		unsigned char *out = realloc(u->out, want ? want : 1);
 		if (!out)
 			return -ENOMEM;
+		frame_bytes_add(e, (int64_t)want - (int64_t)u->out_cap);
 		u->out = out;
-		u->out_cap = f->frames.size;
+		u->out_cap = want;
 	}
-	return unframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
+	return zframe_decode(u->dctx, f->frames.size, src, len, u->out, share, why, cap);
+}
+
+/* After an inline frame is delivered: a buffer over UNFRAME_KEEP_OUT_BYTES is not kept. */
+static void release_inline(struct engine *e)
+{
+	struct engine_unframe *u = &e->unframe;
+
+	if (u->out_cap <= UNFRAME_KEEP_OUT_BYTES)
+		return;
+	frame_bytes_add(e, -(int64_t)u->out_cap);
+	free(u->out);
+	u->out = NULL;
+	u->out_cap = 0;
 }
 
 /*
@@ -233,8 +206,8 @@ static void job_run(void *ctx, struct util_worker_job *link)
 		d = NULL;
 	}
 	job->out = d ? malloc(hi - lo ? hi - lo : 1) : NULL;
-	job->rc = job->out ? unframe_decode(d->dctx, job->f->frames.size, job->in, job->len,
-	                                    job->out, hi - lo, job->why, sizeof(job->why))
+	job->rc = job->out ? zframe_decode(d->dctx, job->f->frames.size, job->in, job->len,
+	                                   job->out, hi - lo, job->why, sizeof(job->why))
 	                   : -ENOMEM;
 	pthread_mutex_lock(&u->lock);
 	if (d) {
@@ -260,8 +233,13 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	uint64_t cost = len + (hi - lo);
 	struct unframe_job *job;
 
-	if (!u->pool || (u->job_bytes > 0 && u->job_bytes + cost > UNFRAME_JOB_BYTES))
+	/* Beyond the budget the frame is decoded inline (one frame's buffer, given back above
+	 * UNFRAME_KEEP_OUT_BYTES), not held. */
+	if (!u->pool || (u->job_bytes > 0 && u->job_bytes + cost > UNFRAME_JOB_BYTES) ||
+	    u->budget + cost > e->cfg.frame_budget || u->job_failed) {
+		u->job_failed = false;
 		return 0;
+	}
 	job = malloc(sizeof(*job) + len);
 	if (!job || util_ranges_add(&f->xfer.decoding, lo, hi) != 0) {
 		free(job);
@@ -282,6 +260,8 @@ static int queue_frame(struct stream *s, const unsigned char *src, size_t len, u
 	}
 	f->xfer.decoding_jobs++;
 	u->job_bytes += cost;
+	frame_bytes_add(e, (int64_t)cost);
+	budget_add(e, (int64_t)cost);
 	return 1;
 }
 
@@ -297,8 +277,11 @@ static int finish_frame(struct stream *s, const unsigned char *src, size_t len)
 
 	flight_frame_bounds(f, i, &lo, &hi);
 	rc = queue_frame(s, src, len, lo, hi); /* 1: unframe_deliver_decoded writes it */
-	if (rc == 0)
+	if (rc == 0) {
 		rc = decode_inline(e, f, src, len, (size_t)(hi - lo), why, sizeof(why));
+		if (rc)
+			release_inline(e);
+	}
 	s->z.frame++;
 	s->z.in_len = 0;
 	if (rc == -EIO)
@@ -315,8 +298,9 @@ static int finish_frame(struct stream *s, const unsigned char *src, size_t len)
 	from = s->z.drop_before > lo ? s->z.drop_before - lo : 0;
 	rc = stream_take_body(s, lo + from, (const char *)e->unframe.out + from,
 	                      (size_t)(hi - lo - from));
+	release_inline(e);
 	if (rc) {
-		stream_write_failed(s, rc);
+		stream_write_failed(e, f, s, rc);
 		return rc;
 	}
 	atomic_fetch_add_explicit(&e->stats->delivered_bytes, hi - lo - from, memory_order_relaxed);
@@ -335,6 +319,8 @@ static void deliver_job(struct engine *e, struct unframe_job *job)
 	flight_frame_bounds(f, job->frame, &lo, &hi);
 	f->xfer.decoding_jobs--;
 	e->unframe.job_bytes -= job->len + (hi - lo);
+	frame_bytes_add(e, -(int64_t)(job->len + (hi - lo)));
+	budget_add(e, -(int64_t)(job->len + (hi - lo)));
 	if (util_ranges_remove(&f->xfer.decoding, lo, hi) != 0) {
 		engine_fail_flight(e, f, -ENOMEM, "out of memory");
 		return;
@@ -346,14 +332,20 @@ static void deliver_job(struct engine *e, struct unframe_job *job)
 		(void)refuse_frame(e, f, NULL, job->url_idx, job->frame, job->why);
 		return;
 	}
-	rc = job->rc;
-	if (rc == 0)
-		rc = flight_deliver_from(f, job->url_idx, job->from, job->out + (job->from - lo),
-		                         (size_t)(hi - job->from));
+	if (job->rc) {
+		/* No memory for its decoding: it is a gap again (out of decoding above), which
+		 * the scheduler fetches anew on its next turn; the next frame is decoded inline,
+		 * so that a shortage that lasts fails a stream (and counts a try) instead of
+		 * fetching one frame for ever. */
+		e->unframe.job_failed = true;
+		util_log(UTIL_LOG_WARN, "%s: frame %" PRIu64 ": %s; fetching it again", f->name,
+		         job->frame, strerror(-job->rc));
+		return;
+	}
+	rc = flight_deliver_from(f, job->url_idx, job->from, job->out + (job->from - lo),
+	                         (size_t)(hi - job->from));
 	if (rc) {
-		char why[96];
-		snprintf(why, sizeof(why), "frame %" PRIu64 ": %s", job->frame, strerror(-rc));
-		engine_fail_flight(e, f, rc, why);
+		stream_write_failed(e, f, NULL, rc);
 		return;
 	}
 	atomic_fetch_add_explicit(&e->stats->delivered_bytes, hi - job->from, memory_order_relaxed);
@@ -420,6 +412,8 @@ void unframe_stop(struct engine *e)
 		job->f->xfer.decoding_jobs--;
 		job_free(job);
 	}
+	frame_bytes_add(e, -(int64_t)u->job_bytes);
+	budget_add(e, -(int64_t)u->job_bytes);
 	while (u->idle) {
 		struct unframe_dctx *d = u->idle;
 		u->idle = d->next;
@@ -444,10 +438,14 @@ int unframe_body(struct stream *s, const char *data, size_t len, size_t *used)
 		*used += take;
 		/* A frame that came whole in this piece is decoded where it lies. */
 		if (s->z.in_len > 0 || take < flen) {
-			if (!s->z.in && !(s->z.in = malloc(f->frames.max_stored))) {
-				s->fatal = -ENOMEM;
-				stream_why(s, "out of memory for a frame");
-				return -ENOMEM;
+			if (!s->z.in) {
+				s->z.in = malloc(f->frames.max_stored);
+				if (!s->z.in) {
+					s->fatal = -ENOMEM;
+					stream_why(s, "out of memory for a frame");
+					return -ENOMEM;
+				}
+				frame_bytes_add(s->engine, (int64_t)f->frames.max_stored);
 			}
 			memcpy(s->z.in + s->z.in_len, src, take);
 			s->z.in_len += take;
@@ -464,6 +462,11 @@ int unframe_body(struct stream *s, const char *data, size_t len, size_t *used)
 
 void unframe_stream_free(struct stream *s)
 {
+	if (s->z.in)
+		frame_bytes_add(s->engine, -(int64_t)s->f->frames.max_stored);
+	if (s->z.budget)
+		budget_add(s->engine, -(int64_t)s->z.budget);
+	s->z.budget = 0;
 	free(s->z.in);
 	s->z.in = NULL;
 }
@@ -471,6 +474,7 @@ void unframe_stream_free(struct stream *s)
 void unframe_engine_free(struct engine *e)
 {
 	ZSTD_freeDCtx(e->unframe.dctx);
+	frame_bytes_add(e, -(int64_t)e->unframe.out_cap);
 	free(e->unframe.out);
 	e->unframe.dctx = NULL;
 	e->unframe.out = NULL;

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "fetch/engine/engine_i.h"
+#include "fetch/engine/zframe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!dst || !src)
 		abort();
 	memcpy(src, data + 3, size - 3);
-	int rc = unframe_decode(dctx, frame, src, size - 3, dst, share, why, sizeof(why));
+	int rc = zframe_decode(dctx, frame, src, size - 3, dst, share, why, sizeof(why));
 	if (rc != 0 && (rc != -EIO || why[0] == '\0' || !memchr(why, '\0', sizeof(why))))
 		abort();
 	free(src);

@@ -4,7 +4,7 @@
 #   fuzz_content_range  Content-Range values and raw response headers (fetch/http/http.h)
 #   fuzz_segment        path segment sanitisation (index_check_segment)
 #   fuzz_symlinks       manifest symlinks (symlink_resolve.h) against openat2(RESOLVE_BENEATH)
-#   fuzz_unframe        one stored zstd frame of a compressed object (unframe_decode)
+#   fuzz_unframe        one stored zstd frame of a compressed object (zframe_decode)
 #
 # Builds them with clang, ASan+UBSan and libFuzzer into build-fuzz/ and runs each for
 # FUZZ_SECONDS (default 30), starting from the seeds in tests/fuzz/corpus/<target>/. New

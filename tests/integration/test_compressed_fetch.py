@@ -46,14 +46,14 @@ def put(root, data):
     return rel, name
 
 
-def compressed_store(root, path, data, spoil=None):
-    """A version 3 manifest with data stored as zstd frames with chunk hashes (36-byte
-    records); spoil: a frame index whose stored bytes get one byte flipped. Returns the
-    manifest's path and the stored frame lengths."""
+def compressed_store(root, path, data, spoil=None, frame_size=FRAME):
+    """A version 3 manifest with data stored as zstd frames of frame_size with chunk hashes
+    (36-byte records); spoil: a frame index whose stored bytes get one byte flipped. Returns
+    the manifest's path and the stored frame lengths."""
     cctx = zstandard.ZstdCompressor(level=3, write_content_size=True)
     frames, records = [], []
-    for off in range(0, len(data), FRAME):
-        chunk = data[off:off + FRAME]
+    for off in range(0, len(data), frame_size):
+        chunk = data[off:off + frame_size]
         frame = bytearray(cctx.compress(chunk))
         if spoil == len(frames):
             frame[len(frame) // 2] ^= 0x40
@@ -65,9 +65,9 @@ def compressed_store(root, path, data, spoil=None):
     manifest = {"version": 3, "entries": [{
         "path": path, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
         "url": stored_rel,
-        "chunks": {"size": FRAME, "sha256": list_sha, "url": list_rel},
+        "chunks": {"size": frame_size, "sha256": list_sha, "url": list_rel},
         "stored": {"encoding": "zstd", "size": len(stored), "sha256": stored_sha,
-                   "frame": FRAME}}]}
+                   "frame": frame_size}}]}
     with open(os.path.join(root, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     return stored_rel, [len(fr) for fr in frames]
@@ -118,3 +118,14 @@ def test_spoiled_frame_fails_its_reads_only(upstream, mount):
         log = f.read()
     assert ("frame 5 (bytes 1310720-1572864" in log or
             "chunk 5 (bytes 1310720-1572864" in log), log
+
+
+def test_frames_over_a_piece_are_fetched_once(upstream, mount):
+    # 16 MiB frames, twice the engine's 8 MiB piece: the pieces of a whole download are
+    # whole frames, and no two requests ask for the same frame
+    data = text(64 * MiB)
+    stored_rel, lengths = compressed_store(upstream.root, "obj", data, frame_size=16 * MiB)
+    m = mount(upstream.url("manifest.json"))
+    with open(m.p("obj"), "rb") as f:
+        assert f.read() == data
+    assert upstream.stats(stored_rel)["bytes"] <= sum(lengths)

@@ -148,7 +148,7 @@ static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
 	struct srv *s = c->s;
-	char head[8192], out[512];
+	char head[8192], out[512], header[sizeof(s->header)];
 	size_t got = 0;
 	uint64_t start, end;
 	bool ranged;
@@ -166,12 +166,15 @@ static void *conn_main(void *arg)
 	parse_range(head, s->size, &start, &end, &ranged);
 	pthread_mutex_lock(&s->lock);
 	status = s->fail_count ? s->fail_status : ranged && !s->ignore_range ? 206 : 200;
+	if (status == 206 && s->cap_range && end - start > s->cap_range)
+		end = start + s->cap_range;
 	if (s->fail_count)
 		s->fail_count--;
 	if (s->n_requests < SRV_MAX_REQUESTS)
 		s->requests[s->n_requests] = (struct srv_request){
 		    .start = start, .end = end, .status = status, .at_ms = mono_ms()};
 	s->n_requests++;
+	memcpy(header, s->header, sizeof(header));
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 
@@ -184,16 +187,16 @@ static void *conn_main(void *arg)
 		snprintf(out, sizeof(out),
 		         "HTTP/1.1 206 Partial Content\r\nContent-Length: %llu\r\n"
 		         "Content-Range: bytes %llu-%llu/%llu\r\nETag: \"v1\"\r\n"
-		         "Connection: close\r\n\r\n",
+		         "%sConnection: close\r\n\r\n",
 		         (unsigned long long)(end - start), (unsigned long long)start,
-		         (unsigned long long)end - 1, (unsigned long long)s->size);
+		         (unsigned long long)end - 1, (unsigned long long)s->size, header);
 		if (send_all(c->fd, out, strlen(out)) == 0)
 			send_body(s, c->fd, start, end);
 	} else {
 		snprintf(out, sizeof(out),
 		         "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nETag: \"v1\"\r\n"
-		         "Connection: close\r\n\r\n",
-		         (unsigned long long)s->size);
+		         "%sConnection: close\r\n\r\n",
+		         (unsigned long long)s->size, header);
 		if (send_all(c->fd, out, strlen(out)) == 0)
 			send_body(s, c->fd, 0, s->size);
 	}

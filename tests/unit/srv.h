@@ -38,8 +38,10 @@ struct srv {
 	uint64_t hold_at; /* 0 = none; else the first body to reach it pauses until released */
 	bool held;        /* a response is paused at hold_at */
 	bool released;
-	bool ignore_range; /* answer every request 200 with the whole body */
-	uint64_t cut_at;   /* 0 = none; else the first body to reach it is cut there (once) */
+	bool ignore_range;  /* answer every request 200 with the whole body */
+	char header[128];   /* "" = none; else one more header line, "\r\n" included */
+	uint64_t cap_range; /* 0 = none; else a 206 carries at most this many bytes */
+	uint64_t cut_at;    /* 0 = none; else the first body to reach it is cut there (once) */
 	bool cut;
 	uint64_t rate;    /* 0 = none; else body bytes per second, over all responses */
 	uint64_t next_ns; /* when the next body bytes may go, with a rate */

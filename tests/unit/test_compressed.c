@@ -16,15 +16,19 @@
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight.h"
+#include "fetch/engine/zframe.h"
 #include "fetch/engine/flight_i.h" /* white-box: wire_bytes */
 #include "helpers.h"
 #include "srv.h"
@@ -57,6 +61,7 @@ struct fixture {
 	uint64_t stored_size;
 	uint32_t *frame_stored;
 	uint64_t n_frames;
+	uint64_t frame; /* the frame size: FRAME unless a case sets another before make_store */
 	char url[128];
 	char log_path[96];
 	int saved_stderr;
@@ -104,10 +109,10 @@ static int setup(void **state)
 	fx->cfg.parallel_parts = 1; /* one request per object unless a reader asks elsewhere */
 	fx->cfg.backoff_base_ms = 10;
 	fx->cfg.backoff_cap_ms = 50;
+	fx->frame = FRAME;
 	/* The same cases with every frame decompressed on the transfer thread (ctest's
-	 * unit_compressed_inline), which a pool of threads does otherwise. */
-	if (getenv("SPOOLFS_TEST_UNFRAME_INLINE"))
-		fx->cfg.unframe_threads = 0;
+	 * unit_compressed_inline), which a pool of two threads does otherwise. */
+	fx->cfg.unframe_threads = getenv("SPOOLFS_TEST_UNFRAME_INLINE") ? 0 : 2;
 	*state = fx;
 	return 0;
 }
@@ -264,14 +269,14 @@ static void make_store(struct fixture *fx, uint64_t size, uint64_t bad, enum bad
 {
 	fx->size = size;
 	fx->raw = make_object(size);
-	fx->n_frames = flight_chunk_count(size, FRAME);
+	fx->n_frames = flight_chunk_count(size, fx->frame);
 	fx->frame_stored = calloc(fx->n_frames, sizeof(uint32_t));
-	size_t cap = (size_t)fx->n_frames * ZSTD_compressBound(FRAME) + 1 * MIB;
+	size_t cap = (size_t)fx->n_frames * ZSTD_compressBound(fx->frame) + 1 * MIB;
 	fx->stored = malloc(cap);
 	assert_non_null(fx->frame_stored);
 	assert_non_null(fx->stored);
 	for (uint64_t i = 0; i < fx->n_frames; i++) {
-		uint64_t lo = i * FRAME, len = size - lo < FRAME ? size - lo : FRAME;
+		uint64_t lo = i * fx->frame, len = size - lo < fx->frame ? size - lo : fx->frame;
 		size_t n = make_frame(fx->stored + fx->stored_size, cap - fx->stored_size,
 		                      fx->raw + lo, (size_t)len, i == bad ? kind : BAD_NONE);
 		fx->frame_stored[i] = (uint32_t)n;
@@ -308,8 +313,8 @@ static struct flight *join(struct fixture *fx, bool chunked)
 		digests = malloc(fx->n_frames * FLIGHT_DIGEST_BYTES);
 		assert_non_null(digests);
 		for (uint64_t i = 0; i < fx->n_frames; i++) {
-			uint64_t lo = i * FRAME,
-			         len = fx->size - lo < FRAME ? fx->size - lo : FRAME;
+			uint64_t lo = i * fx->frame,
+			         len = fx->size - lo < fx->frame ? fx->size - lo : fx->frame;
 			unsigned int n = 0;
 			assert_int_equal(EVP_Digest(fx->raw + lo, len,
 			                            digests + i * FLIGHT_DIGEST_BYTES, &n,
@@ -324,9 +329,9 @@ static struct flight *join(struct fixture *fx, bool chunked)
 	    .name = "/object",
 	    .size = fx->size,
 	    .ino = 2,
-	    .chunk_size = chunked ? FRAME : 0,
+	    .chunk_size = chunked ? fx->frame : 0,
 	    .chunk_digests = digests,
-	    .frame_size = FRAME,
+	    .frame_size = fx->frame,
 	    .frame_stored = fx->frame_stored,
 	    .stored_size = fx->stored_size,
 	};
@@ -375,6 +380,19 @@ static enum flight_state state_of(struct flight *f)
 	return st;
 }
 
+/* Starts the engine, reads the whole object through a new flight, and checks it landed. */
+static struct flight *read_whole(struct fixture *fx, bool chunked)
+{
+	start_engine(fx);
+	struct flight *f = join(fx, chunked);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
+	wait_complete(fx);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
+	check_spool(fx, f, 0, fx->size);
+	return f;
+}
+
 /* ---- a cold sequential read: one request for the stored bytes, the object in the spool -- */
 
 static void test_cold_read_whole(void **state)
@@ -383,13 +401,7 @@ static void test_cold_read_whole(void **state)
 	struct srv_request req[SRV_MAX_REQUESTS];
 
 	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
-	start_engine(fx);
-	struct flight *f = join(fx, false);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, false);
 	assert_int_equal(srv_requests(&fx->srv, req), 1);
 	assert_int_equal(req[0].start, 0);
 	assert_int_equal(req[0].end, fx->stored_size);
@@ -400,6 +412,254 @@ static void test_cold_read_whole(void **state)
 	assert_int_equal(atomic_load(&stats->delivered_bytes), fx->size);
 	assert_int_equal(atomic_load(&f->wire_bytes), fx->stored_size);
 	read_log(fx);
+	flight_unref(f);
+}
+
+/* ---- a store's sha256 header is its stored bytes', never the object's ----------------- */
+
+static void test_store_sha256_is_not_the_objects(void **state)
+{
+	struct fixture *fx = *state;
+	unsigned char digest[32];
+	unsigned int n = 0;
+	int len;
+
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	/* What S3 keeps for the object it stores: the hash of the zstd frames. */
+	assert_int_equal(EVP_Digest(fx->stored, fx->stored_size, digest, &n, EVP_sha256(), NULL),
+	                 1);
+	len = snprintf(fx->srv.header, sizeof(fx->srv.header), "x-amz-meta-sha256: ");
+	for (unsigned i = 0; i < 32; i++)
+		len += snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "%02x",
+		                digest[i]);
+	snprintf(fx->srv.header + len, sizeof(fx->srv.header) - (size_t)len, "\r\n");
+	struct flight *f = read_whole(fx, false);
+	flight_unref(f);
+}
+
+/* ---- a frame table that does not add up is EIO with a log line, not ENOMEM ------------ */
+
+static void test_bad_frame_table_is_eio(void **state)
+{
+	struct fixture *fx = *state;
+	struct flight_spec spec = {
+	    .key = "url:compressed", .url = fx->url, .sha256 = "", .name = "/object", .ino = 2};
+	struct flight *f = NULL;
+	bool created;
+
+	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
+	spec.size = fx->size;
+	spec.frame_size = fx->frame;
+	spec.frame_stored = fx->frame_stored;
+	spec.stored_size = fx->stored_size + 1; /* one byte the frames do not hold */
+	capture_log(fx);
+	assert_int_equal(flight_table_join(fx->table, &spec, &f, &created), -EIO);
+	assert_null(f);
+	assert_non_null(strstr(read_log(fx), "/object: its chunk or frame table does not match"));
+}
+
+/* ---- decoding buffers: bounded and given back ------------------------------------------ */
+
+/* Set by a case: ZSTD_DCtx_setParameter fails (tests/CMakeLists.txt wraps it here). */
+static atomic_bool fail_set_parameter;
+
+size_t __real_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value);
+size_t __wrap_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value);
+size_t __wrap_ZSTD_DCtx_setParameter(ZSTD_DCtx *dctx, ZSTD_dParameter param, int value)
+{
+	if (atomic_load(&fail_set_parameter))
+		return (size_t)-ZSTD_error_parameter_unsupported;
+	return __real_ZSTD_DCtx_setParameter(dctx, param, value);
+}
+
+/* Without its window bound a frame could have zstd allocate any window: refused. */
+static void test_unbounded_window_is_refused(void **state)
+{
+	struct fixture *fx = *state;
+	ZSTD_DCtx *dctx = ZSTD_createDCtx();
+	uint8_t *out = malloc(FRAME);
+	char why[160];
+
+	make_store(fx, FRAME, UINT64_MAX, BAD_NONE);
+	assert_non_null(dctx);
+	assert_non_null(out);
+	assert_int_equal(
+	    zframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    0);
+	atomic_store(&fail_set_parameter, true);
+	assert_int_equal(
+	    zframe_decode(dctx, FRAME, fx->stored, fx->stored_size, out, FRAME, why, sizeof(why)),
+	    -EIO);
+	atomic_store(&fail_set_parameter, false);
+	assert_non_null(strstr(why, "bounded window"));
+	ZSTD_freeDCtx(dctx);
+	free(out);
+}
+
+/* 8 MiB frames decoded on the transfer thread: its buffer is not kept for the session. */
+static void test_big_frames_leave_no_buffer(void **state)
+{
+	struct fixture *fx = *state;
+
+	fx->frame = 8 * MIB;
+	fx->cfg.unframe_threads = 0;
+	make_store(fx, 16 * MIB + 100, UINT64_MAX, BAD_NONE);
+	struct flight *f = read_whole(fx, false);
+	assert_int_equal(atomic_load(&engine_stats(fx->engine)->frame_bytes), 0);
+	flight_unref(f);
+}
+
+/* ---- a server that caps ranges below one frame ------------------------------------------ */
+
+/* Each answer carries less than one frame: said so in the log, and EIO after max_tries. */
+static void test_ranges_capped_below_a_frame(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	fx->cfg.max_tries = 3;
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE); /* sparse: a ranged request */
+	fx->srv.cap_range = 100;
+	start_engine(fx);
+	struct flight *f = join(fx, false);
+	assert_int_equal(read_wait(fx, f, &fx->w[0], 10 * MIB + 100, 4 * KIB), -EIO);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_true(srv_requests(&fx->srv, req) <= 2 * fx->cfg.max_tries);
+	assert_non_null(strstr(read_log(fx), "the server caps ranges below one frame (100 stored"));
+	flight_unref(f);
+}
+
+/* ---- the pool's failures ------------------------------------------------------------------ */
+
+/* Set by a case: how many ZSTD_createDCtx calls from the pool's threads fail. */
+static atomic_uint fail_pool_dctx;
+
+/* A gate the pool's threads wait at in ZSTD_createDCtx (a job's first step), while
+ * `closed`; `waiting` counts them. Guarded by gate_lock. */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed;
+static unsigned gate_waiting;
+
+ZSTD_DCtx *__real_ZSTD_createDCtx(void);
+ZSTD_DCtx *__wrap_ZSTD_createDCtx(void);
+ZSTD_DCtx *__wrap_ZSTD_createDCtx(void)
+{
+	char name[16] = "";
+	unsigned n = atomic_load(&fail_pool_dctx);
+
+	prctl(PR_GET_NAME, name);
+	if (strncmp(name, "spoolfs-unzstd", 14) != 0)
+		return __real_ZSTD_createDCtx();
+	pthread_mutex_lock(&gate_lock);
+	gate_waiting++;
+	pthread_cond_broadcast(&gate_cond);
+	while (gate_closed)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	gate_waiting--;
+	pthread_mutex_unlock(&gate_lock);
+	if (n > 0 && atomic_compare_exchange_strong(&fail_pool_dctx, &n, n - 1))
+		return NULL;
+	return __real_ZSTD_createDCtx();
+}
+
+/* A flight that fails while the pool holds its frames: nothing of them is delivered, and
+ * every job is freed (ASan) once the pool lets go, the engine's stop included. */
+static void test_flight_fails_while_jobs_hold_it(void **state)
+{
+	struct fixture *fx = *state;
+	const struct engine_stats *stats;
+
+	if (fx->cfg.unframe_threads == 0)
+		skip(); /* no pool (unit_compressed_inline) */
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	pthread_mutex_lock(&gate_lock);
+	gate_closed = true;
+	pthread_mutex_unlock(&gate_lock);
+	start_engine(fx);
+	stats = engine_stats(fx->engine);
+	struct flight *f = join(fx, false);
+	test_waiter_init(&fx->w[0], 0, fx->size);
+	assert_int_equal(read_at(fx, f, &fx->w[0]), 0);
+	pthread_mutex_lock(&gate_lock);
+	while (gate_waiting < fx->cfg.unframe_threads)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+	flight_fail(f, -EIO);
+	assert_int_equal(test_waiter_wait(&fx->w[0]), -EIO);
+	pthread_mutex_lock(&gate_lock);
+	gate_closed = false;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+	engine_stop(fx->engine);
+	assert_int_equal(state_of(f), FLIGHT_FAILED);
+	assert_int_equal(flight_written(f), 0);
+	assert_int_equal(f->xfer.decoding_jobs, 0);
+	assert_int_equal(atomic_load(&stats->frame_budget_used), 0);
+	flight_unref(f);
+}
+
+/* A job that gets no memory to decode its frame does not fail the flight: the frame is
+ * fetched again (and decoded inline), and the read gets its bytes. */
+static void test_job_without_memory_fetches_again(void **state)
+{
+	struct fixture *fx = *state;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	if (fx->cfg.unframe_threads == 0)
+		skip(); /* no pool (unit_compressed_inline) */
+	make_store(fx, 1 * MIB + 1000, UINT64_MAX, BAD_NONE);
+	atomic_store(&fail_pool_dctx, 1);
+	struct flight *f = read_whole(fx, false);
+	assert_int_equal(atomic_load(&fail_pool_dctx), 0);
+	assert_true(srv_requests(&fx->srv, req) >= 2);
+	assert_non_null(strstr(read_log(fx), "fetching it again"));
+	flight_unref(f);
+}
+
+/* ---- one budget for frame buffers over all requests ------------------------------------ */
+
+/* Four readers of 1 MiB frames at four places, with room for one request's frame buffer:
+ * while the first request is held mid-frame the others wait for budget instead of starting,
+ * and all are answered once it ends. */
+static void test_readers_keep_the_frame_budget(void **state)
+{
+	struct fixture *fx = *state;
+	const struct engine_stats *stats;
+	uint64_t max_stored = 0;
+	struct srv_request req[SRV_MAX_REQUESTS];
+
+	fx->frame = 1 * MIB;
+	make_store(fx, 16 * MIB, UINT64_MAX, BAD_NONE);
+	for (uint64_t i = 0; i < fx->n_frames; i++)
+		max_stored = fx->frame_stored[i] > max_stored ? fx->frame_stored[i] : max_stored;
+	fx->cfg.frame_budget = max_stored + max_stored / 2;
+	srv_hold_at(&fx->srv, stored_off(fx, 1) + fx->frame_stored[1] / 2);
+	start_engine(fx);
+	stats = engine_stats(fx->engine);
+	struct flight *f = join(fx, false);
+	test_waiter_init(&fx->w[0], 1 * MIB + 10, 4 * KIB);
+	assert_int_equal(read_at(fx, f, &fx->w[0]), 0);
+	srv_wait_held(&fx->srv);
+	for (unsigned i = 1; i < 4; i++) {
+		test_waiter_init(&fx->w[i], (1 + 4 * i) * MIB + 10, 4 * KIB);
+		assert_int_equal(read_at(fx, f, &fx->w[i]), 0);
+	}
+	/* Either another request went out (the budget not kept) or one waited for budget. */
+	while (srv_requests(&fx->srv, req) < 2 && atomic_load(&stats->frame_budget_waits) == 0)
+		usleep(1000);
+	assert_int_equal(srv_requests(&fx->srv, req), 1);
+	srv_release(&fx->srv);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(test_waiter_wait(&fx->w[i]), 0);
+		check_spool(fx, f, fx->w[i].w.off, 4 * KIB);
+	}
+	assert_true(atomic_load(&stats->frame_budget_peak) <= fx->cfg.frame_budget);
+	engine_stop(fx->engine);
+	assert_int_equal(atomic_load(&stats->frame_budget_used), 0);
+	/* what is left is the transfer thread's decoding buffer: one frame at most */
+	assert_true(atomic_load(&stats->frame_bytes) <= fx->frame);
 	flight_unref(f);
 }
 
@@ -438,13 +698,7 @@ static void test_chunked_read(void **state)
 	struct fixture *fx = *state;
 
 	make_store(fx, 2 * MIB + 5, UINT64_MAX, BAD_NONE);
-	start_engine(fx);
-	struct flight *f = join(fx, true);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, true);
 	read_log(fx);
 	flight_unref(f);
 }
@@ -581,13 +835,7 @@ static void test_cut_mid_frame_resumes_at_frame(void **state)
 
 	make_store(fx, 1 * MIB, UINT64_MAX, BAD_NONE);
 	fx->srv.cut_at = stored_off(fx, 5) + 100; /* no request yet: no lock needed */
-	start_engine(fx);
-	struct flight *f = join(fx, true);
-	assert_int_equal(read_wait(fx, f, &fx->w[0], 0, fx->size), 0);
-	wait_complete(fx);
-	engine_stop(fx->engine);
-	assert_int_equal(state_of(f), FLIGHT_COMPLETE);
-	check_spool(fx, f, 0, fx->size);
+	struct flight *f = read_whole(fx, true);
 	assert_int_equal(srv_requests(&fx->srv, req), 2);
 	assert_int_equal(req[1].start, stored_off(fx, 5));
 	assert_int_equal(req[1].end, fx->stored_size);
@@ -603,6 +851,14 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_cold_read_whole, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_store_sha256_is_not_the_objects, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_bad_frame_table_is_eio, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unbounded_window_is_refused, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_big_frames_leave_no_buffer, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ranges_capped_below_a_frame, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_job_without_memory_fetches_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_flight_fails_while_jobs_hold_it, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_readers_keep_the_frame_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sparse_read_fetches_its_frames, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_chunked_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_frame_without_declared_size, setup, teardown),
