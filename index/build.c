@@ -17,9 +17,9 @@
 #include "index/digest_sizes.h"
 #include "index/path_table.h"
 #include "index/index_i.h"
+#include "util/say.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,19 +98,6 @@ static const char pack_find_sql[] = "SELECT id, size FROM pack WHERE sha256 = :s
 static const char pack_ins_sql[] =
     "INSERT INTO pack(sha256, size, url, stored_size, stored_frame, stored_frames)"
     " VALUES(:sha256, :size, :url, :stored_size, :stored_frame, :stored_frames)";
-
-__attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_len, const char *fmt,
-                                                        ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
 
 /* index_check_path, for a path below `at_root` the mount's root or a nested directory. */
 static const char *check_path_at(const char *path, size_t len, bool at_root, char *buf, size_t cap)
@@ -282,10 +269,11 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 		found = path_table_find(&b->pt, path, end, h);
 		if (found >= 0) {
 			if (!b->pt.v[found].is_dir)
-				return why_is(why, why_len, "\"%.*s\" is both a %s and a directory",
-				              (int)end, path, kind_name(b->pt.v[found].kind));
+				return util_say(why, why_len,
+				                "\"%.*s\" is both a %s and a directory", (int)end,
+				                path, kind_name(b->pt.v[found].kind));
 			if (b->pt.v[found].nested)
-				return why_is(
+				return util_say(
 				    why, why_len,
 				    "\"%.*s\" has a manifest of its own: its entries are there",
 				    (int)end, path);
@@ -310,8 +298,8 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 	if (found >= 0) {
 		struct path_node *p = &b->pt.v[found];
 		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself && e->nested_sha256)
-			return why_is(why, why_len,
-			              "path has a manifest of its own, but entries here too");
+			return util_say(why, why_len,
+			                "path has a manifest of its own, but entries here too");
 		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself) {
 			/* Implied by an earlier entry, named now: takes its own mode and mtime. */
 			p->listed_itself = p->has_own_mtime = true;
@@ -322,9 +310,9 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 			return 0;
 		}
 		if (p->kind == e->kind)
-			return why_is(why, why_len, "duplicate path");
-		return why_is(why, why_len, "path is both a %s and a %s", kind_name(e->kind),
-		              kind_name(p->kind));
+			return util_say(why, why_len, "duplicate path");
+		return util_say(why, why_len, "path is both a %s and a %s", kind_name(e->kind),
+		                kind_name(p->kind));
 	}
 	ino = insert_node(b, b->pt.v[parent].ino, path + start, len - start, e, pack_id);
 	if (ino < 0)
@@ -378,8 +366,9 @@ static int check_other_size(struct index_builder *b, const char *sha256, uint64_
 	if (rc == 0) {
 		int step = sqlite3_step(st);
 		if (step == SQLITE_ROW)
-			rc = why_is(why, why_len, "another entry has the same sha256 and size %lld",
-			            (long long)sqlite3_column_int64(st, 0));
+			rc = util_say(why, why_len,
+			              "another entry has the same sha256 and size %lld",
+			              (long long)sqlite3_column_int64(st, 0));
 		else if (step != SQLITE_DONE)
 			rc = index_db_step_errno(step);
 	}
@@ -399,29 +388,29 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
 
 	*pack_id = -1;
 	if (bad)
-		return why_is(why, why_len, "%s", bad);
+		return util_say(why, why_len, "%s", bad);
 	if (e->kind == INDEX_KIND_SYMLINK) {
 		if (e->target_len == 0)
-			return why_is(why, why_len, "target is empty");
+			return util_say(why, why_len, "target is empty");
 		if (e->target_len > INDEX_SYMLINK_MAX)
-			return why_is(why, why_len, "target is longer than %d bytes",
-			              INDEX_SYMLINK_MAX);
+			return util_say(why, why_len, "target is longer than %d bytes",
+			                INDEX_SYMLINK_MAX);
 		if (memchr(e->target, '\0', e->target_len))
-			return why_is(why, why_len, "target contains a NUL byte");
+			return util_say(why, why_len, "target contains a NUL byte");
 		return 0;
 	}
 	if (e->kind != INDEX_KIND_FILE)
 		return 0;
 	if (e->size > INT64_MAX)
-		return why_is(why, why_len, "size is too large");
+		return util_say(why, why_len, "size is too large");
 	/* Nothing is fetched for an empty object, so nothing else would catch this. */
 	if (e->sha256 && e->size == 0 && strcmp(e->sha256, EMPTY_SHA256) != 0)
-		return why_is(why, why_len, "size is 0 but sha256 is not that of empty content");
+		return util_say(why, why_len, "size is 0 but sha256 is not that of empty content");
 	if (!e->pack_sha256)
 		return 0;
 	/* A member is checked by its own digest as its range of the pack arrives. */
 	if (!e->sha256)
-		return why_is(why, why_len, "a pack member needs its own sha256");
+		return util_say(why, why_len, "a pack member needs its own sha256");
 	if (strcmp(e->pack_sha256, b->last_pack) == 0) {
 		*pack_id = b->last_pack_id;
 		size = b->last_pack_size;
@@ -443,12 +432,12 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
 		}
 	}
 	if (*pack_id < 0)
-		return why_is(why, why_len, "pack %.16s... is not in \"packs\"", e->pack_sha256);
+		return util_say(why, why_len, "pack %.16s... is not in \"packs\"", e->pack_sha256);
 	if (e->offset > size || e->size > size - e->offset)
-		return why_is(why, why_len,
-		              "offset %llu + size %llu lies beyond its pack's size %llu",
-		              (unsigned long long)e->offset, (unsigned long long)e->size,
-		              (unsigned long long)size);
+		return util_say(why, why_len,
+		                "offset %llu + size %llu lies beyond its pack's size %llu",
+		                (unsigned long long)e->offset, (unsigned long long)e->size,
+		                (unsigned long long)size);
 	return 0;
 }
 
@@ -486,7 +475,7 @@ int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uin
 	int rc;
 
 	if (size > INT64_MAX)
-		return why_is(why, why_len, "size is too large");
+		return util_say(why, why_len, "size is too large");
 	pthread_mutex_lock(&b->idx->lock);
 	rc = index_db_bind_text(find, ":sha256", sha256, -1);
 	if (rc == 0)
@@ -495,8 +484,8 @@ int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uin
 		uint64_t had = (uint64_t)sqlite3_column_int64(find, 1);
 		rc = had == size
 		         ? 0
-		         : why_is(why, why_len, "pack %.16s... has two sizes, %llu and %llu",
-		                  sha256, (unsigned long long)had, (unsigned long long)size);
+		         : util_say(why, why_len, "pack %.16s... has two sizes, %llu and %llu",
+		                    sha256, (unsigned long long)had, (unsigned long long)size);
 		(void)index_db_reset(find);
 		goto out;
 	}

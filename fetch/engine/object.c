@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zstd.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight_key.h"
 #include "fetch/engine/object.h"
 #include "fetch/engine/object_i.h"
 #include "fetch/http/beneath.h"
+#include "fetch/source/frame_table.h"
 #include "index/records.h"
 #include "util/log.h"
 #include "util/ranges.h"
@@ -186,7 +186,7 @@ struct target {
  * chunk's frame's stored length too (doc/manifest.md, version 3). */
 static uint64_t hash_list_record(const struct index_object_ref *ref)
 {
-	return FLIGHT_DIGEST_BYTES + (ref->stored.frame ? sizeof(uint32_t) : 0);
+	return FLIGHT_DIGEST_BYTES + (ref->stored.frame ? FRAME_TABLE_LE_BYTES : 0);
 }
 
 static void target_of(const struct index_object_ref *ref, const struct fetch_object_req *req,
@@ -469,39 +469,12 @@ void fetch_hash_list_clear(struct fetch_hash_list *hl)
 	hl->frame_stored = NULL;
 }
 
-/* Why frame lengths len[0..n) cannot be object ref's frames (its chunks' share of its
- * size), into why; NULL when they can. */
-static const char *frames_wrong(const struct index_object_ref *ref, const uint32_t *len, uint64_t n,
-                                char *why, size_t why_len)
-{
-	uint64_t size = ref->node.size, frame = ref->stored.frame, sum = 0;
-
-	for (uint64_t k = 0; k < n; k++) {
-		uint64_t share = size - k * frame < frame ? size - k * frame : frame;
-		uint64_t bound = ZSTD_compressBound((size_t)share);
-		if (len[k] == 0 || len[k] > bound) {
-			snprintf(
-			    why, why_len,
-			    "chunk %llu's frame length %u is not from 1 to %llu (zstd's bound for "
-			    "its %llu bytes)",
-			    (unsigned long long)k, (unsigned)len[k], (unsigned long long)bound,
-			    (unsigned long long)share);
-			return why;
-		}
-		sum += len[k];
-	}
-	if (sum != ref->stored.size) {
-		snprintf(why, why_len, "its frame lengths add up to %llu, not stored.size %llu",
-		         (unsigned long long)sum, (unsigned long long)ref->stored.size);
-		return why;
-	}
-	return NULL;
-}
-
 /* Splits the hash list's bytes (n records of hash_list_record(ref)) into out. */
 static int split_hash_list(const struct index_object_ref *ref, unsigned char *bytes, uint64_t n,
                            struct fetch_hash_list *out, char *why, size_t why_len)
 {
+	char said[200];
+
 	if (!ref->stored.frame) { /* as it is: the digests are the whole list */
 		out->digests = bytes;
 		return 0;
@@ -513,14 +486,17 @@ static int split_hash_list(const struct index_object_ref *ref, unsigned char *by
 		return -ENOMEM;
 	}
 	for (uint64_t k = 0; k < n; k++) {
-		const unsigned char *r = bytes + k * (FLIGHT_DIGEST_BYTES + 4);
-		const unsigned char *b = r + FLIGHT_DIGEST_BYTES;
+		const unsigned char *r = bytes + k * (FLIGHT_DIGEST_BYTES + FRAME_TABLE_LE_BYTES);
 		memcpy(out->digests + k * FLIGHT_DIGEST_BYTES, r, FLIGHT_DIGEST_BYTES);
-		out->frame_stored[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-		                       (uint32_t)b[3] << 24;
+		out->frame_stored[k] = frame_table_get_le(r + FLIGHT_DIGEST_BYTES);
 	}
 	free(bytes);
-	return frames_wrong(ref, out->frame_stored, n, why, why_len) ? -EIO : 0;
+	if (frame_table_check(ref->node.size, ref->stored.frame, out->frame_stored, n,
+	                      ref->stored.size, said, sizeof(said))) {
+		snprintf(why, why_len, "its hash list's %s", said);
+		return -EIO;
+	}
+	return 0;
 }
 
 int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
