@@ -36,6 +36,15 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/*
+ * The namespace's schema version (PRAGMA user_version). 1 added the stored_* columns
+ * (manifest version 3); 0 is every file made before, with them or without (the builds
+ * that added them left user_version alone).
+ */
+#define NAMESPACE_VERSION 1
+#define STRING_OF(x) #x
+#define SET_VERSION(v) "PRAGMA user_version = " STRING_OF(v)
+
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256, kind, mode"
 
 static const char namespace_schema_sql[] =
@@ -74,7 +83,8 @@ static const char namespace_schema_sql[] =
     " stored_frame INTEGER,"
     " stored_frames BLOB);"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
+    "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);" SET_VERSION(
+        NAMESPACE_VERSION) ";";
 
 int index_init_process(void)
 {
@@ -277,11 +287,12 @@ static int load_default_mtime(struct index *idx)
 }
 
 /*
- * A namespace file an earlier build made (a serving process replaced by an upgrade, which
- * reopens it) has no stored_* columns: they are added, empty (that build loaded no version
- * 3 manifest). A column that is there already makes its ALTER fail, which is the point.
+ * Version 0's file (a serving process replaced by an upgrade reopens it) gets the stored_*
+ * columns, empty (the build that made it loaded no version 3 manifest), unless a build
+ * that added them without a version made it: only "duplicate column name" is let pass,
+ * any other refusal (busy, read-only, full) is the open's failure.
  */
-static void add_stored_columns(sqlite3 *db)
+static int add_stored_columns(sqlite3 *db)
 {
 	static const char *const alter[] = {
 	    "ALTER TABLE node ADD COLUMN stored_size INTEGER",
@@ -292,8 +303,40 @@ static void add_stored_columns(sqlite3 *db)
 	    "ALTER TABLE pack ADD COLUMN stored_frames BLOB",
 	};
 
-	for (size_t k = 0; k < sizeof(alter) / sizeof(alter[0]); k++)
-		(void)sqlite3_exec(db, alter[k], NULL, NULL, NULL);
+	for (size_t k = 0; k < sizeof(alter) / sizeof(alter[0]); k++) {
+		int rc = sqlite3_exec(db, alter[k], NULL, NULL, NULL);
+		if (rc != SQLITE_OK &&
+		    !(rc == SQLITE_ERROR &&
+		      strncmp(sqlite3_errmsg(db), "duplicate column name", 21) == 0))
+			return index_db_step_errno(rc);
+	}
+	return 0;
+}
+
+/*
+ * Brings a namespace file an earlier serving process made up to NAMESPACE_VERSION, in one
+ * transaction. -EPROTO when a newer spoolfs made it (its columns may mean something this
+ * one would misread: a downgrade mid-session must remount); else 0 or -errno.
+ */
+static int upgrade_schema(sqlite3 *db)
+{
+	int64_t version = 0;
+	int rc = index_db_exec_sql(db, "BEGIN IMMEDIATE");
+
+	if (rc < 0)
+		return rc;
+	rc = index_db_pragma_int(db, "PRAGMA user_version", &version);
+	if (rc == 0 && version > NAMESPACE_VERSION)
+		rc = -EPROTO;
+	if (rc == 0 && version == 0)
+		rc = add_stored_columns(db);
+	if (rc == 0 && version < NAMESPACE_VERSION)
+		rc = index_db_pragma_int(db, SET_VERSION(NAMESPACE_VERSION), NULL);
+	if (rc == 0)
+		rc = index_db_exec_sql(db, "COMMIT");
+	if (rc < 0 && !sqlite3_get_autocommit(db))
+		(void)index_db_exec_sql(db, "ROLLBACK"); /* the error to report is rc */
+	return rc;
 }
 
 static int open_at(const char *path, bool fresh, struct index **out)
@@ -329,7 +372,7 @@ static int open_at(const char *path, bool fresh, struct index **out)
 	if (rc == 0 && fresh)
 		rc = index_db_exec_sql(idx->db, namespace_schema_sql);
 	else if (rc == 0)
-		add_stored_columns(idx->db);
+		rc = upgrade_schema(idx->db);
 	if (rc == 0)
 		rc = index_db_prepare_all(idx->db, defs, NAMESPACE_STMTS);
 	if (rc < 0)

@@ -60,7 +60,9 @@ int index_open(struct index **out);
  * The namespace in the file at path (0600), for a mount whose serving process may be
  * replaced (doc/survive.md): fresh makes it anew (what was there goes); otherwise it is the
  * one an earlier process of the same session built, reopened as it was (listings and
- * nested manifests loaded since included), never rebuilt. One process at a time.
+ * nested manifests loaded since included), never rebuilt. One process at a time. A file of
+ * an older schema is upgraded; one a newer spoolfs made is refused with -EPROTO (its
+ * columns may mean what this one would misread). Else 0 or -errno.
  */
 int index_open_file(const char *path, bool fresh, struct index **out);
 void index_close(struct index *idx);
