@@ -155,7 +155,7 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	bool chunked = is_file && a->chunk_size;
 	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
 	/* A member's bytes are its pack's, stored as the pack is. */
-	bool stored = is_file && a->stored_frame && pack_id < 0;
+	bool stored = is_file && a->stored.frame && pack_id < 0;
 	int rc = bind_i64(b, P_PARENT, parent);
 
 	if (rc == 0)
@@ -206,16 +206,16 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	if (rc == 0)
 		rc = bind_i64(b, P_LISTED, !nested);
 	if (rc == 0)
-		rc = stored ? bind_i64(b, P_STORED_SIZE, (int64_t)a->stored_size)
+		rc = stored ? bind_i64(b, P_STORED_SIZE, (int64_t)a->stored.size)
 		            : bind_null(b, P_STORED_SIZE);
 	if (rc == 0)
-		rc = stored ? bind_i64(b, P_STORED_FRAME, (int64_t)a->stored_frame)
+		rc = stored ? bind_i64(b, P_STORED_FRAME, (int64_t)a->stored.frame)
 		            : bind_null(b, P_STORED_FRAME);
 	if (rc == 0)
-		rc = stored && a->stored_frames
-		         ? index_db_errno(sqlite3_bind_blob(
-		               b->st_ins, b->ins_at[P_STORED_FRAMES], a->stored_frames,
-		               (int)a->stored_frames_len, SQLITE_STATIC))
+		rc = stored && a->stored.le
+		         ? index_db_errno(sqlite3_bind_blob(b->st_ins, b->ins_at[P_STORED_FRAMES],
+		                                            a->stored.le, (int)a->stored.le_len,
+		                                            SQLITE_STATIC))
 		         : bind_null(b, P_STORED_FRAMES);
 	if (rc == 0)
 		rc = index_db_exec(b->st_ins);
@@ -461,16 +461,11 @@ int index_build_add(struct index_builder *b, const struct index_build_entry *e, 
 }
 
 int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
-                         const char *url, char *why, size_t why_len)
+                         const char *url, const struct index_stored_view *stored, char *why,
+                         size_t why_len)
 {
-	return index_build_add_pack_stored(b, sha256, size, url, 0, 0, NULL, 0, why, why_len);
-}
-
-int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uint64_t size,
-                                const char *url, uint64_t stored_size, uint64_t frame,
-                                const unsigned char *frames, size_t frames_len, char *why,
-                                size_t why_len)
-{
+	static const struct index_stored_view as_it_is;
+	const struct index_stored_view *v = stored ? stored : &as_it_is;
 	sqlite3_stmt *find = b->st_pack_find, *ins = b->st_pack_ins;
 	int rc;
 
@@ -497,16 +492,17 @@ int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uin
 	if (rc == 0)
 		rc = index_db_bind_text(ins, ":url", url, -1);
 	if (rc == 0)
-		rc = frame ? index_db_bind_int64(ins, ":stored_size", (int64_t)stored_size)
-		           : index_db_bind_null(ins, ":stored_size");
+		rc = v->frame ? index_db_bind_int64(ins, ":stored_size", (int64_t)v->size)
+		              : index_db_bind_null(ins, ":stored_size");
 	if (rc == 0)
-		rc = frame ? index_db_bind_int64(ins, ":stored_frame", (int64_t)frame)
-		           : index_db_bind_null(ins, ":stored_frame");
+		rc = v->frame ? index_db_bind_int64(ins, ":stored_frame", (int64_t)v->frame)
+		              : index_db_bind_null(ins, ":stored_frame");
 	if (rc == 0)
-		rc = frame && frames ? index_db_errno(sqlite3_bind_blob(
-		                           ins, sqlite3_bind_parameter_index(ins, ":stored_frames"),
-		                           frames, (int)frames_len, SQLITE_STATIC))
-		                     : index_db_bind_null(ins, ":stored_frames");
+		rc = v->frame && v->le
+		         ? index_db_errno(sqlite3_bind_blob(
+		               ins, sqlite3_bind_parameter_index(ins, ":stored_frames"), v->le,
+		               (int)v->le_len, SQLITE_STATIC))
+		         : index_db_bind_null(ins, ":stored_frames");
 	if (rc == 0)
 		rc = index_db_exec(ins);
 out:

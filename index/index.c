@@ -190,7 +190,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 15
+#define NAMESPACE_STMTS 16
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -216,8 +216,12 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	     "SELECT n.ino, n.parent, n.name, n.is_dir, n.size, n.mtime, n.executable, n.sha256,"
 	     " n.kind, n.mode, n.url, n.etag, p.sha256, p.size, n.pack_offset, p.url,"
 	     " n.chunk_sha256, n.chunk_size, n.chunk_url, n.stored_size, n.stored_frame,"
-	     " n.stored_frames, p.stored_size, p.stored_frame, p.stored_frames FROM node AS n"
-	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
+	     " length(n.stored_frames), p.stored_size, p.stored_frame, length(p.stored_frames)"
+	     " FROM node AS n LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
+	    /* Only a new flight reads a frame table (index_get_stored_frames): a pack member's
+	     * is its pack's. */
+	    {&idx->st_get_frames, "SELECT coalesce(p.stored_frames, n.stored_frames) FROM node AS n"
+	                          " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
@@ -765,8 +769,10 @@ enum {
 
 /*
  * How an object of `size` bytes is stored, from the row's three columns from col on (size,
- * frame, frames) into out. 0, -ENOMEM, or -EIO for a table the builder would not have let
- * in (another length than the object's frame count).
+ * frame, the frame table's length in bytes) into out: the table itself is not read here
+ * (index_get_stored_frames), so that an open that joins a running flight, or a getxattr,
+ * costs the same whatever the table's size. 0, or -EIO for a table the builder would not
+ * have let in (another length than the object's frame count).
  */
 static int row_to_stored(sqlite3_stmt *st, int col, uint64_t size, struct index_stored *out)
 {
@@ -779,18 +785,9 @@ static int row_to_stored(sqlite3_stmt *st, int col, uint64_t size, struct index_
 	out->n_frames = size / out->frame + (size % out->frame != 0);
 	if (sqlite3_column_type(st, col + 2) == SQLITE_NULL)
 		return 0;
-	const unsigned char *blob = sqlite3_column_blob(st, col + 2);
-	size_t len = (size_t)sqlite3_column_bytes(st, col + 2);
-	if (!blob || len != out->n_frames * 4)
+	if ((uint64_t)sqlite3_column_int64(st, col + 2) != out->n_frames * INDEX_FRAME_LE_BYTES)
 		return -EIO;
-	out->frames = malloc(len);
-	if (!out->frames)
-		return -ENOMEM;
-	for (uint64_t k = 0; k < out->n_frames; k++) {
-		const unsigned char *b = blob + k * 4;
-		out->frames[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-		                 (uint32_t)b[3] << 24;
-	}
+	out->in_index = true;
 	return 0;
 }
 
@@ -847,8 +844,36 @@ void index_object_ref_free(struct index_object_ref *ref)
 	free(ref->url);
 	free(ref->pack.url);
 	free(ref->chunks.url);
-	free(ref->stored.frames);
-	free(ref->pack.stored.frames);
 	ref->url = ref->pack.url = ref->chunks.url = NULL;
-	ref->stored.frames = ref->pack.stored.frames = NULL;
+}
+
+int index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le, size_t *le_len)
+{
+	sqlite3_stmt *st = idx->st_get_frames;
+	int rc;
+
+	*le = NULL;
+	*le_len = 0;
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1 && sqlite3_column_type(st, 0) == SQLITE_NULL)
+		rc = -ENOENT;
+	if (rc == 1) {
+		const void *blob = sqlite3_column_blob(st, 0);
+		size_t len = (size_t)sqlite3_column_bytes(st, 0);
+		*le = malloc(len ? len : 1);
+		rc = *le ? 0 : -ENOMEM;
+		if (rc == 0 && len)
+			memcpy(*le, blob, len);
+		if (rc == 0)
+			*le_len = len;
+	}
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	if (rc) {
+		free(*le);
+		*le = NULL;
+		*le_len = 0;
+	}
+	return rc;
 }

@@ -174,11 +174,14 @@ struct target {
 	const char *sha256;
 	uint64_t size;
 	uint64_t chunk_size; /* the object's own chunk hashes; 0: none */
-	/* How it is stored (flight_spec's): frame_size 0, stored as it is. A chunked object's
-	 * frame_stored is NULL here: its hash list has the lengths (req->list). */
+	/* How it is stored (flight_spec's): frame_size 0, stored as it is. frame_stored is a
+	 * chunked object's from its hash list (req->list); else NULL here, and for a new
+	 * flight read from the index (frames_in_index, n_frames of them: index_frames). */
 	uint64_t frame_size;
 	const uint32_t *frame_stored;
 	uint64_t stored_size;
+	uint64_t n_frames;
+	bool frames_in_index;
 	const char *suffix; /* after the path in its flight's name */
 };
 
@@ -211,8 +214,9 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 		                     .sha256 = ref->pack.pack_sha256,
 		                     .size = ref->pack.pack_size,
 		                     .frame_size = ref->pack.stored.frame,
-		                     .frame_stored = ref->pack.stored.frames,
 		                     .stored_size = ref->pack.stored.size,
+		                     .n_frames = ref->pack.stored.n_frames,
+		                     .frames_in_index = ref->pack.stored.in_index,
 		                     .suffix = ""};
 	} else {
 		*t = (struct target){.url = ref->url,
@@ -221,12 +225,35 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 		                     .size = n->size,
 		                     .chunk_size = ref->chunks.chunk_size,
 		                     .frame_size = ref->stored.frame,
-		                     .frame_stored = ref->stored.frames,
 		                     .stored_size = ref->stored.size,
+		                     .n_frames = ref->stored.n_frames,
+		                     .frames_in_index = ref->stored.in_index,
 		                     .suffix = ""};
 		if (ref->chunks.chunk_size && req->list)
 			t->frame_stored = req->list->frame_stored;
 	}
+}
+
+/* A new flight's frame table (n lengths) from the index, decoded into *lens (malloc'd):
+ * read only here, so that a join of a running flight costs nothing per frame. 0, -ENOMEM;
+ * -EIO when the index has no table of n lengths (not reached: the loader checked it). */
+static int index_frames(struct index *idx, uint64_t ino, uint64_t n, uint32_t **lens)
+{
+	unsigned char *le = NULL;
+	size_t len = 0;
+	int rc = index_get_stored_frames(idx, ino, &le, &len);
+
+	*lens = NULL;
+	if (rc == -ENOENT || (rc == 0 && len != n * FRAME_TABLE_LE_BYTES))
+		rc = -EIO;
+	if (rc == 0) {
+		*lens = malloc(n ? n * sizeof(**lens) : 1);
+		rc = *lens ? 0 : -ENOMEM;
+	}
+	if (rc == 0)
+		frame_table_decode_le(le, n, *lens);
+	free(le);
+	return rc;
 }
 
 int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *req,
@@ -237,6 +264,7 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 	struct flight_spec spec;
 	struct target t;
 	char *key = NULL, name[1024];
+	uint32_t *lens = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -281,9 +309,15 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 		goto out;
 	}
 	/* A frame table the engine would read past (a caller's hash list of the wrong form). */
-	if (t.frame_size && !t.frame_stored) {
+	if (t.frame_size && !t.frame_stored && !t.frames_in_index) {
 		rc = -EIO;
 		goto out;
+	}
+	if (t.frame_size && !t.frame_stored) {
+		rc = index_frames(c->idx, req->ino, t.n_frames, &lens);
+		if (rc)
+			goto out;
+		t.frame_stored = lens;
 	}
 	/* A new flight (most likely): its name is the file's path, for its log lines. The path
 	 * keeps its tail when cut, and leaves room for the suffixes after it. */
@@ -328,6 +362,7 @@ out:
 		out->flight = NULL;
 	}
 	index_object_ref_free(&ref);
+	free(lens);
 	free(key);
 	return rc;
 }
@@ -449,8 +484,10 @@ int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_
 		out->flight = list.flight;
 		return FETCH_OBJECT_PENDING;
 	}
-	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_take(o, ino, list.flight, list.url, &hl)
-	                              : -EIO;
+	/* A failed one was logged by its flight; a spool that is gone is retried later. */
+	rc = state == FLIGHT_COMPLETE
+	         ? fetch_hash_list_take(o, ino, list.flight, 0, false, list.url, &hl)
+	         : -EIO;
 	fetch_object_clear(&list);
 	flight_unref(list.flight);
 	if (rc)
@@ -499,8 +536,8 @@ static int split_hash_list(const struct index_object_ref *ref, unsigned char *by
 	return 0;
 }
 
-int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
-                         const char *url, struct fetch_hash_list *out)
+int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list, int list_err,
+                         bool retried, const char *url, struct fetch_hash_list *out)
 {
 	struct index_object_ref ref;
 	unsigned char *bytes = NULL;
@@ -512,22 +549,36 @@ int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *l
 	if (rc)
 		return rc;
 	uint64_t n = flight_chunk_count(ref.node.size, ref.chunks.chunk_size);
-	rc = ref.chunks.chunk_size ? 0 : -EIO; /* the namespace does not change */
+	rc = list_err;
+	if (rc == 0 && !ref.chunks.chunk_size)
+		rc = -EIO; /* not reached: the namespace does not change */
 	if (rc == 0 && flight_size(list) != n * hash_list_record(&ref))
 		rc = -EIO; /* not reached: the flight's size is what target_of made it */
 	if (rc == 0)
 		rc = fetch_hash_list_read(list, &bytes);
 	if (rc == 0)
 		rc = split_hash_list(&ref, bytes, n, out, why, sizeof(why));
-	/* A spool that is gone is the caller's to retry (fetch_object_spool_gone). */
-	if (rc && rc != -ENOENT && rc != -ESTALE) {
+	bool gone = rc == -ENOENT || rc == -ESTALE;
+	/* A spool that is gone is the caller's to retry once (fetch_object_spool_gone). */
+	if (rc && !(gone && !retried)) {
 		index_node_path(o->cfg.idx, &ref.node, name, sizeof(name));
-		if (!why[0])
-			snprintf(why, sizeof(why), "it cannot be read: %s", strerror(-rc));
-		util_log(UTIL_LOG_ERROR,
-		         "%s: its hash list from %s does not describe its stored object (%s): the "
-		         "open fails with EIO",
-		         name, util_redact_url(url ? url : "?", shown, sizeof(shown)), why);
+		util_redact_url(url ? url : "?", shown, sizeof(shown));
+		if (list_err)
+			util_log(UTIL_LOG_ERROR,
+			         "%s: its hash list from %s could not be fetched or does not match "
+			         "its sha256 (%s): the open fails with EIO",
+			         name, shown, strerror(-rc));
+		else if (gone)
+			util_log(UTIL_LOG_ERROR,
+			         "%s: its hash list's spool file from %s went away again after it "
+			         "was fetched afresh (%s): the open fails with EIO",
+			         name, shown, strerror(-rc));
+		else
+			util_log(
+			    UTIL_LOG_ERROR,
+			    "%s: its hash list from %s does not describe its stored object (%s): "
+			    "the open fails with EIO",
+			    name, shown, why[0] ? why : strerror(-rc));
 	}
 	if (rc)
 		fetch_hash_list_clear(out);
