@@ -1,7 +1,8 @@
 /*
  * object.c: from an inode to its object's flight (object.h). One index query gives the file
  * and where its bytes are; the key names the object; a running flight is joined at once,
- * and only a new one is given its name, its --mirror URLs and a kick of the engine.
+ * and only a new one is given its name, its --mirror URLs, its frame table (a second
+ * query, whose cost grows with the table) and a kick of the engine.
  */
 #include <errno.h>
 #include <stdio.h>

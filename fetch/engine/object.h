@@ -8,7 +8,7 @@
  * own sha256 (fetch_member_verify, member.c). An object is found by its key (flight_key.h):
  * one index query per open gives everything (index_get_object); an open of a running
  * flight joins it without building anything more; only a new flight gets its name (the
- * file's path, for log lines) and its --mirror URLs.
+ * file's path, for log lines), its --mirror URLs and its frame table (read then only).
  *
  * Lock: struct fetch_objects' own verified_lock guards the set of verified members
  * (member.c), and is innermost: nothing is called while it is held. Everything else in it
