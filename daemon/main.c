@@ -145,7 +145,10 @@ static int open_cache(struct fs_session *s)
 	}
 	rc = open_namespace(s);
 	if (rc) {
-		fprintf(stderr, "spoolfs: cannot open the namespace: %s\n", strerror(-rc));
+		fprintf(stderr, "spoolfs: cannot open the namespace: %s\n",
+		        rc == -EPROTO ? "a newer spoolfs made it (unmount and mount again to "
+		                        "serve with this one)"
+		                      : strerror(-rc));
 		return rc;
 	}
 	if (!cache_dir_alone(s->cache))

@@ -76,22 +76,13 @@ static void finish(struct pending_open *po)
 	struct fetch_hash_list hl = {0};
 	struct flight *f = NULL;
 	bool created = false;
-	char shown[512];
-	int rc = po->err;
+	int rc;
 
-	if (rc == 0)
-		rc = fetch_hash_list_take(s->resolver, po->ino, po->list, po->list_url, &hl);
+	rc = fetch_hash_list_take(s->resolver, po->ino, po->list, po->err, po->again, po->list_url,
+	                          &hl);
 	if (rc && join_again(po, rc))
 		return;
-	if (rc) {
-		/* fetch_hash_list_take logged its own failures, but for a spool that is gone. */
-		if (po->err || rc == -ENOENT || rc == -ESTALE)
-			util_log(UTIL_LOG_ERROR,
-			         "%s: its hash list from %s could not be fetched or does not match "
-			         "its sha256 (%s): the open fails with EIO",
-			         flight_name(po->list),
-			         util_redact_url(po->list_url, shown, sizeof(shown)),
-			         strerror(-rc));
+	if (rc) { /* fetch_hash_list_take logged why */
 		fuse_reply_err(po->req, EIO);
 		pending_free(po);
 		return;

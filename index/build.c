@@ -17,9 +17,9 @@
 #include "index/digest_sizes.h"
 #include "index/path_table.h"
 #include "index/index_i.h"
+#include "util/say.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,19 +99,6 @@ static const char pack_ins_sql[] =
     "INSERT INTO pack(sha256, size, url, stored_size, stored_frame, stored_frames)"
     " VALUES(:sha256, :size, :url, :stored_size, :stored_frame, :stored_frames)";
 
-__attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_len, const char *fmt,
-                                                        ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
 /* index_check_path, for a path below `at_root` the mount's root or a nested directory. */
 static const char *check_path_at(const char *path, size_t len, bool at_root, char *buf, size_t cap)
 {
@@ -168,7 +155,7 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	bool chunked = is_file && a->chunk_size;
 	bool nested = a->kind == INDEX_KIND_DIR && a->nested_sha256;
 	/* A member's bytes are its pack's, stored as the pack is. */
-	bool stored = is_file && a->stored_frame && pack_id < 0;
+	bool stored = is_file && a->stored.frame && pack_id < 0;
 	int rc = bind_i64(b, P_PARENT, parent);
 
 	if (rc == 0)
@@ -219,16 +206,16 @@ static int64_t insert_node(struct index_builder *b, int64_t parent, const char *
 	if (rc == 0)
 		rc = bind_i64(b, P_LISTED, !nested);
 	if (rc == 0)
-		rc = stored ? bind_i64(b, P_STORED_SIZE, (int64_t)a->stored_size)
+		rc = stored ? bind_i64(b, P_STORED_SIZE, (int64_t)a->stored.size)
 		            : bind_null(b, P_STORED_SIZE);
 	if (rc == 0)
-		rc = stored ? bind_i64(b, P_STORED_FRAME, (int64_t)a->stored_frame)
+		rc = stored ? bind_i64(b, P_STORED_FRAME, (int64_t)a->stored.frame)
 		            : bind_null(b, P_STORED_FRAME);
 	if (rc == 0)
-		rc = stored && a->stored_frames
-		         ? index_db_errno(sqlite3_bind_blob(
-		               b->st_ins, b->ins_at[P_STORED_FRAMES], a->stored_frames,
-		               (int)a->stored_frames_len, SQLITE_STATIC))
+		rc = stored && a->stored.le
+		         ? index_db_errno(sqlite3_bind_blob(b->st_ins, b->ins_at[P_STORED_FRAMES],
+		                                            a->stored.le, (int)a->stored.le_len,
+		                                            SQLITE_STATIC))
 		         : bind_null(b, P_STORED_FRAMES);
 	if (rc == 0)
 		rc = index_db_exec(b->st_ins);
@@ -282,10 +269,11 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 		found = path_table_find(&b->pt, path, end, h);
 		if (found >= 0) {
 			if (!b->pt.v[found].is_dir)
-				return why_is(why, why_len, "\"%.*s\" is both a %s and a directory",
-				              (int)end, path, kind_name(b->pt.v[found].kind));
+				return util_say(why, why_len,
+				                "\"%.*s\" is both a %s and a directory", (int)end,
+				                path, kind_name(b->pt.v[found].kind));
 			if (b->pt.v[found].nested)
-				return why_is(
+				return util_say(
 				    why, why_len,
 				    "\"%.*s\" has a manifest of its own: its entries are there",
 				    (int)end, path);
@@ -310,8 +298,8 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 	if (found >= 0) {
 		struct path_node *p = &b->pt.v[found];
 		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself && e->nested_sha256)
-			return why_is(why, why_len,
-			              "path has a manifest of its own, but entries here too");
+			return util_say(why, why_len,
+			                "path has a manifest of its own, but entries here too");
 		if (e->kind == INDEX_KIND_DIR && p->is_dir && !p->listed_itself) {
 			/* Implied by an earlier entry, named now: takes its own mode and mtime. */
 			p->listed_itself = p->has_own_mtime = true;
@@ -322,9 +310,9 @@ static int add_path(struct index_builder *b, const struct index_build_entry *e, 
 			return 0;
 		}
 		if (p->kind == e->kind)
-			return why_is(why, why_len, "duplicate path");
-		return why_is(why, why_len, "path is both a %s and a %s", kind_name(e->kind),
-		              kind_name(p->kind));
+			return util_say(why, why_len, "duplicate path");
+		return util_say(why, why_len, "path is both a %s and a %s", kind_name(e->kind),
+		                kind_name(p->kind));
 	}
 	ino = insert_node(b, b->pt.v[parent].ino, path + start, len - start, e, pack_id);
 	if (ino < 0)
@@ -378,8 +366,9 @@ static int check_other_size(struct index_builder *b, const char *sha256, uint64_
 	if (rc == 0) {
 		int step = sqlite3_step(st);
 		if (step == SQLITE_ROW)
-			rc = why_is(why, why_len, "another entry has the same sha256 and size %lld",
-			            (long long)sqlite3_column_int64(st, 0));
+			rc = util_say(why, why_len,
+			              "another entry has the same sha256 and size %lld",
+			              (long long)sqlite3_column_int64(st, 0));
 		else if (step != SQLITE_DONE)
 			rc = index_db_step_errno(step);
 	}
@@ -399,29 +388,29 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
 
 	*pack_id = -1;
 	if (bad)
-		return why_is(why, why_len, "%s", bad);
+		return util_say(why, why_len, "%s", bad);
 	if (e->kind == INDEX_KIND_SYMLINK) {
 		if (e->target_len == 0)
-			return why_is(why, why_len, "target is empty");
+			return util_say(why, why_len, "target is empty");
 		if (e->target_len > INDEX_SYMLINK_MAX)
-			return why_is(why, why_len, "target is longer than %d bytes",
-			              INDEX_SYMLINK_MAX);
+			return util_say(why, why_len, "target is longer than %d bytes",
+			                INDEX_SYMLINK_MAX);
 		if (memchr(e->target, '\0', e->target_len))
-			return why_is(why, why_len, "target contains a NUL byte");
+			return util_say(why, why_len, "target contains a NUL byte");
 		return 0;
 	}
 	if (e->kind != INDEX_KIND_FILE)
 		return 0;
 	if (e->size > INT64_MAX)
-		return why_is(why, why_len, "size is too large");
+		return util_say(why, why_len, "size is too large");
 	/* Nothing is fetched for an empty object, so nothing else would catch this. */
 	if (e->sha256 && e->size == 0 && strcmp(e->sha256, EMPTY_SHA256) != 0)
-		return why_is(why, why_len, "size is 0 but sha256 is not that of empty content");
+		return util_say(why, why_len, "size is 0 but sha256 is not that of empty content");
 	if (!e->pack_sha256)
 		return 0;
 	/* A member is checked by its own digest as its range of the pack arrives. */
 	if (!e->sha256)
-		return why_is(why, why_len, "a pack member needs its own sha256");
+		return util_say(why, why_len, "a pack member needs its own sha256");
 	if (strcmp(e->pack_sha256, b->last_pack) == 0) {
 		*pack_id = b->last_pack_id;
 		size = b->last_pack_size;
@@ -443,12 +432,12 @@ static int check_entry(struct index_builder *b, const struct index_build_entry *
 		}
 	}
 	if (*pack_id < 0)
-		return why_is(why, why_len, "pack %.16s... is not in \"packs\"", e->pack_sha256);
+		return util_say(why, why_len, "pack %.16s... is not in \"packs\"", e->pack_sha256);
 	if (e->offset > size || e->size > size - e->offset)
-		return why_is(why, why_len,
-		              "offset %llu + size %llu lies beyond its pack's size %llu",
-		              (unsigned long long)e->offset, (unsigned long long)e->size,
-		              (unsigned long long)size);
+		return util_say(why, why_len,
+		                "offset %llu + size %llu lies beyond its pack's size %llu",
+		                (unsigned long long)e->offset, (unsigned long long)e->size,
+		                (unsigned long long)size);
 	return 0;
 }
 
@@ -472,21 +461,16 @@ int index_build_add(struct index_builder *b, const struct index_build_entry *e, 
 }
 
 int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
-                         const char *url, char *why, size_t why_len)
+                         const char *url, const struct index_stored_view *stored, char *why,
+                         size_t why_len)
 {
-	return index_build_add_pack_stored(b, sha256, size, url, 0, 0, NULL, 0, why, why_len);
-}
-
-int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uint64_t size,
-                                const char *url, uint64_t stored_size, uint64_t frame,
-                                const unsigned char *frames, size_t frames_len, char *why,
-                                size_t why_len)
-{
+	static const struct index_stored_view as_it_is;
+	const struct index_stored_view *v = stored ? stored : &as_it_is;
 	sqlite3_stmt *find = b->st_pack_find, *ins = b->st_pack_ins;
 	int rc;
 
 	if (size > INT64_MAX)
-		return why_is(why, why_len, "size is too large");
+		return util_say(why, why_len, "size is too large");
 	pthread_mutex_lock(&b->idx->lock);
 	rc = index_db_bind_text(find, ":sha256", sha256, -1);
 	if (rc == 0)
@@ -495,8 +479,8 @@ int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uin
 		uint64_t had = (uint64_t)sqlite3_column_int64(find, 1);
 		rc = had == size
 		         ? 0
-		         : why_is(why, why_len, "pack %.16s... has two sizes, %llu and %llu",
-		                  sha256, (unsigned long long)had, (unsigned long long)size);
+		         : util_say(why, why_len, "pack %.16s... has two sizes, %llu and %llu",
+		                    sha256, (unsigned long long)had, (unsigned long long)size);
 		(void)index_db_reset(find);
 		goto out;
 	}
@@ -508,16 +492,17 @@ int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uin
 	if (rc == 0)
 		rc = index_db_bind_text(ins, ":url", url, -1);
 	if (rc == 0)
-		rc = frame ? index_db_bind_int64(ins, ":stored_size", (int64_t)stored_size)
-		           : index_db_bind_null(ins, ":stored_size");
+		rc = v->frame ? index_db_bind_int64(ins, ":stored_size", (int64_t)v->size)
+		              : index_db_bind_null(ins, ":stored_size");
 	if (rc == 0)
-		rc = frame ? index_db_bind_int64(ins, ":stored_frame", (int64_t)frame)
-		           : index_db_bind_null(ins, ":stored_frame");
+		rc = v->frame ? index_db_bind_int64(ins, ":stored_frame", (int64_t)v->frame)
+		              : index_db_bind_null(ins, ":stored_frame");
 	if (rc == 0)
-		rc = frame && frames ? index_db_errno(sqlite3_bind_blob(
-		                           ins, sqlite3_bind_parameter_index(ins, ":stored_frames"),
-		                           frames, (int)frames_len, SQLITE_STATIC))
-		                     : index_db_bind_null(ins, ":stored_frames");
+		rc = v->frame && v->le
+		         ? index_db_errno(sqlite3_bind_blob(
+		               ins, sqlite3_bind_parameter_index(ins, ":stored_frames"), v->le,
+		               (int)v->le_len, SQLITE_STATIC))
+		         : index_db_bind_null(ins, ":stored_frames");
 	if (rc == 0)
 		rc = index_db_exec(ins);
 out:

@@ -36,6 +36,15 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/*
+ * The namespace's schema version (PRAGMA user_version). 1 added the stored_* columns
+ * (manifest version 3); 0 is every file made before, with them or without (the builds
+ * that added them left user_version alone).
+ */
+#define NAMESPACE_VERSION 1
+#define STRING_OF(x) #x
+#define SET_VERSION(v) "PRAGMA user_version = " STRING_OF(v)
+
 #define NODE_COLUMNS "ino, parent, name, is_dir, size, mtime, executable, sha256, kind, mode"
 
 static const char namespace_schema_sql[] =
@@ -74,7 +83,8 @@ static const char namespace_schema_sql[] =
     " stored_frame INTEGER,"
     " stored_frames BLOB);"
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-    "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);";
+    "INSERT INTO node(ino, parent, name, is_dir, kind) VALUES(1, 1, '', 1, 1);" SET_VERSION(
+        NAMESPACE_VERSION) ";";
 
 int index_init_process(void)
 {
@@ -180,7 +190,7 @@ void index_rollback(struct index *idx)
 }
 
 /* The connection's statements, prepared at open and finalized at close. */
-#define NAMESPACE_STMTS 15
+#define NAMESPACE_STMTS 16
 static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPACE_STMTS])
 {
 	const struct index_db_stmt all[NAMESPACE_STMTS] = {
@@ -206,8 +216,12 @@ static void namespace_stmts(struct index *idx, struct index_db_stmt defs[NAMESPA
 	     "SELECT n.ino, n.parent, n.name, n.is_dir, n.size, n.mtime, n.executable, n.sha256,"
 	     " n.kind, n.mode, n.url, n.etag, p.sha256, p.size, n.pack_offset, p.url,"
 	     " n.chunk_sha256, n.chunk_size, n.chunk_url, n.stored_size, n.stored_frame,"
-	     " n.stored_frames, p.stored_size, p.stored_frame, p.stored_frames FROM node AS n"
-	     " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
+	     " length(n.stored_frames), p.stored_size, p.stored_frame, length(p.stored_frames)"
+	     " FROM node AS n LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
+	    /* Only a new flight reads a frame table (index_get_stored_frames): a pack member's
+	     * is its pack's. */
+	    {&idx->st_get_frames, "SELECT coalesce(p.stored_frames, n.stored_frames) FROM node AS n"
+	                          " LEFT JOIN pack AS p ON p.id = n.pack WHERE n.ino = :ino"},
 	    {&idx->st_mark_listed, "UPDATE node SET listed = 1 WHERE ino = :ino"},
 	    {&idx->st_insert_entry,
 	     /* OR IGNORE: the first entry of a name wins (node_name is UNIQUE). */
@@ -277,11 +291,12 @@ static int load_default_mtime(struct index *idx)
 }
 
 /*
- * A namespace file an earlier build made (a serving process replaced by an upgrade, which
- * reopens it) has no stored_* columns: they are added, empty (that build loaded no version
- * 3 manifest). A column that is there already makes its ALTER fail, which is the point.
+ * Version 0's file (a serving process replaced by an upgrade reopens it) gets the stored_*
+ * columns, empty (the build that made it loaded no version 3 manifest), unless a build
+ * that added them without a version made it: only "duplicate column name" is let pass,
+ * any other refusal (busy, read-only, full) is the open's failure.
  */
-static void add_stored_columns(sqlite3 *db)
+static int add_stored_columns(sqlite3 *db)
 {
 	static const char *const alter[] = {
 	    "ALTER TABLE node ADD COLUMN stored_size INTEGER",
@@ -292,8 +307,40 @@ static void add_stored_columns(sqlite3 *db)
 	    "ALTER TABLE pack ADD COLUMN stored_frames BLOB",
 	};
 
-	for (size_t k = 0; k < sizeof(alter) / sizeof(alter[0]); k++)
-		(void)sqlite3_exec(db, alter[k], NULL, NULL, NULL);
+	for (size_t k = 0; k < sizeof(alter) / sizeof(alter[0]); k++) {
+		int rc = sqlite3_exec(db, alter[k], NULL, NULL, NULL);
+		if (rc != SQLITE_OK &&
+		    !(rc == SQLITE_ERROR &&
+		      strncmp(sqlite3_errmsg(db), "duplicate column name", 21) == 0))
+			return index_db_step_errno(rc);
+	}
+	return 0;
+}
+
+/*
+ * Brings a namespace file an earlier serving process made up to NAMESPACE_VERSION, in one
+ * transaction. -EPROTO when a newer spoolfs made it (its columns may mean something this
+ * one would misread: a downgrade mid-session must remount); else 0 or -errno.
+ */
+static int upgrade_schema(sqlite3 *db)
+{
+	int64_t version = 0;
+	int rc = index_db_exec_sql(db, "BEGIN IMMEDIATE");
+
+	if (rc < 0)
+		return rc;
+	rc = index_db_pragma_int(db, "PRAGMA user_version", &version);
+	if (rc == 0 && version > NAMESPACE_VERSION)
+		rc = -EPROTO;
+	if (rc == 0 && version == 0)
+		rc = add_stored_columns(db);
+	if (rc == 0 && version < NAMESPACE_VERSION)
+		rc = index_db_pragma_int(db, SET_VERSION(NAMESPACE_VERSION), NULL);
+	if (rc == 0)
+		rc = index_db_exec_sql(db, "COMMIT");
+	if (rc < 0 && !sqlite3_get_autocommit(db))
+		(void)index_db_exec_sql(db, "ROLLBACK"); /* the error to report is rc */
+	return rc;
 }
 
 static int open_at(const char *path, bool fresh, struct index **out)
@@ -329,7 +376,7 @@ static int open_at(const char *path, bool fresh, struct index **out)
 	if (rc == 0 && fresh)
 		rc = index_db_exec_sql(idx->db, namespace_schema_sql);
 	else if (rc == 0)
-		add_stored_columns(idx->db);
+		rc = upgrade_schema(idx->db);
 	if (rc == 0)
 		rc = index_db_prepare_all(idx->db, defs, NAMESPACE_STMTS);
 	if (rc < 0)
@@ -722,8 +769,10 @@ enum {
 
 /*
  * How an object of `size` bytes is stored, from the row's three columns from col on (size,
- * frame, frames) into out. 0, -ENOMEM, or -EIO for a table the builder would not have let
- * in (another length than the object's frame count).
+ * frame, the frame table's length in bytes) into out: the table itself is not read here
+ * (index_get_stored_frames), so that an open that joins a running flight, or a getxattr,
+ * costs the same whatever the table's size. 0, or -EIO for a table the builder would not
+ * have let in (another length than the object's frame count).
  */
 static int row_to_stored(sqlite3_stmt *st, int col, uint64_t size, struct index_stored *out)
 {
@@ -736,18 +785,9 @@ static int row_to_stored(sqlite3_stmt *st, int col, uint64_t size, struct index_
 	out->n_frames = size / out->frame + (size % out->frame != 0);
 	if (sqlite3_column_type(st, col + 2) == SQLITE_NULL)
 		return 0;
-	const unsigned char *blob = sqlite3_column_blob(st, col + 2);
-	size_t len = (size_t)sqlite3_column_bytes(st, col + 2);
-	if (!blob || len != out->n_frames * 4)
+	if ((uint64_t)sqlite3_column_int64(st, col + 2) != out->n_frames * INDEX_FRAME_LE_BYTES)
 		return -EIO;
-	out->frames = malloc(len);
-	if (!out->frames)
-		return -ENOMEM;
-	for (uint64_t k = 0; k < out->n_frames; k++) {
-		const unsigned char *b = blob + k * 4;
-		out->frames[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-		                 (uint32_t)b[3] << 24;
-	}
+	out->in_index = true;
 	return 0;
 }
 
@@ -804,8 +844,36 @@ void index_object_ref_free(struct index_object_ref *ref)
 	free(ref->url);
 	free(ref->pack.url);
 	free(ref->chunks.url);
-	free(ref->stored.frames);
-	free(ref->pack.stored.frames);
 	ref->url = ref->pack.url = ref->chunks.url = NULL;
-	ref->stored.frames = ref->pack.stored.frames = NULL;
+}
+
+int index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le, size_t *le_len)
+{
+	sqlite3_stmt *st = idx->st_get_frames;
+	int rc;
+
+	*le = NULL;
+	*le_len = 0;
+	pthread_mutex_lock(&idx->lock);
+	rc = index_step_ino(st, ino);
+	if (rc == 1 && sqlite3_column_type(st, 0) == SQLITE_NULL)
+		rc = -ENOENT;
+	if (rc == 1) {
+		const void *blob = sqlite3_column_blob(st, 0);
+		size_t len = (size_t)sqlite3_column_bytes(st, 0);
+		*le = malloc(len ? len : 1);
+		rc = *le ? 0 : -ENOMEM;
+		if (rc == 0 && len)
+			memcpy(*le, blob, len);
+		if (rc == 0)
+			*le_len = len;
+	}
+	rc = index_db_reset_keep(st, rc);
+	pthread_mutex_unlock(&idx->lock);
+	if (rc) {
+		free(*le);
+		*le = NULL;
+		*le_len = 0;
+	}
+	return rc;
 }

@@ -60,7 +60,9 @@ int index_open(struct index **out);
  * The namespace in the file at path (0600), for a mount whose serving process may be
  * replaced (doc/survive.md): fresh makes it anew (what was there goes); otherwise it is the
  * one an earlier process of the same session built, reopened as it was (listings and
- * nested manifests loaded since included), never rebuilt. One process at a time.
+ * nested manifests loaded since included), never rebuilt. One process at a time. A file of
+ * an older schema is upgraded; one a newer spoolfs made is refused with -EPROTO (its
+ * columns may mean what this one would misread). Else 0 or -errno.
  */
 int index_open_file(const char *path, bool fresh, struct index **out);
 void index_close(struct index *idx);
@@ -92,6 +94,19 @@ int index_set_default_mtime(struct index *idx, int64_t mtime);
  */
 struct index_builder;
 
+/*
+ * How an object is stored, as the loader checked it (index_stored once in the index):
+ * size bytes at its URL, one zstd frame per `frame` bytes of the object; frame 0: stored
+ * as it is. le: each frame's stored length, little-endian u32s (le_len bytes, the
+ * caller's, read during the call only); NULL with chunk hashes, whose hash list holds them.
+ */
+struct index_stored_view {
+	uint64_t size;
+	uint64_t frame;
+	const unsigned char *le;
+	size_t le_len;
+};
+
 struct index_build_entry {
 	const char *path; /* relative, '/'-separated, path_len bytes (no NUL needed) */
 	size_t path_len;
@@ -116,15 +131,9 @@ struct index_build_entry {
 	const char *nested_url;
 	/* Chunk hashes (index_chunks_ref). chunk_size 0: none. */
 	uint64_t chunk_size;
-	const char *chunk_sha256; /* the hash list's sha256, lower-case hex */
-	const char *chunk_url;    /* where the hash list is */
-	/* Files: stored compressed (index_stored); stored_frame 0: stored as it is. */
-	uint64_t stored_size;
-	uint64_t stored_frame;
-	/* Each frame's stored length, little-endian u32s (stored_frames_len bytes); NULL with
-	 * chunk hashes, whose hash list holds them. */
-	const unsigned char *stored_frames;
-	size_t stored_frames_len;
+	const char *chunk_sha256;        /* the hash list's sha256, lower-case hex */
+	const char *chunk_url;           /* where the hash list is */
+	struct index_stored_view stored; /* files: frame 0, stored as it is */
 };
 
 /* Starts building the empty namespace idx. 0, -EBUSY when it holds entries already, or
@@ -150,21 +159,14 @@ int index_get_nested(struct index *idx, uint64_t ino, struct index_nested_ref *o
 
 /*
  * Declares a pack: an object (named by its sha256, lower-case hex) whose byte ranges are
- * files, its members. Declaring it again with the same size is fine. 0, -errno, or -EINVAL
- * with a reason in why when that sha256 was declared with another size.
+ * files, its members, stored as `stored` says (NULL or frame 0: as it is). Declaring it
+ * again with the same size is fine, and keeps its first form (both name the same
+ * uncompressed bytes). 0, -errno, or -EINVAL with a reason in why when that sha256 was
+ * declared with another size.
  */
 int index_build_add_pack(struct index_builder *b, const char *sha256, uint64_t size,
-                         const char *url, char *why, size_t why_len);
-/*
- * index_build_add_pack for a pack stored compressed: stored_size bytes at url, one frame
- * per `frame` bytes of the pack, frames (n_frames_len bytes of little-endian u32s) their
- * stored lengths. The loader checked the table. A pack declared again keeps its first form
- * (both name the same uncompressed bytes).
- */
-int index_build_add_pack_stored(struct index_builder *b, const char *sha256, uint64_t size,
-                                const char *url, uint64_t stored_size, uint64_t frame,
-                                const unsigned char *frames, size_t frames_len, char *why,
-                                size_t why_len);
+                         const char *url, const struct index_stored_view *stored, char *why,
+                         size_t why_len);
 
 /*
  * Adds one entry. 0, -errno, or -EINVAL with a reason in why (`path has a ".." segment`,
@@ -204,16 +206,19 @@ int index_readlink(struct index *idx, uint64_t ino, char *buf, size_t len);
 /*
  * How an object is stored (doc/manifest.md, version 3): independent zstd frames, one per
  * `frame` bytes of the object (the last holds the rest), `size` bytes in all at its URL.
- * frame 0: stored as it is (size 0, frames NULL). frames: each frame's stored length, in
- * order (n_frames of them, ceil(object size / frame), malloc'd); NULL when they are in
- * the object's hash list (a chunked object) instead.
+ * frame 0: stored as it is (size 0). n_frames: ceil(object size / frame). in_index: the
+ * frames' stored lengths are in the index (index_get_stored_frames gives them, read only
+ * for a new flight); false when they are in the object's hash list (a chunked object).
  */
 struct index_stored {
 	uint64_t size;
 	uint64_t frame;
-	uint32_t *frames;
 	uint64_t n_frames;
+	bool in_index;
 };
+
+/* Bytes per frame length in the index's tables (little-endian u32s, the loader's form). */
+#define INDEX_FRAME_LE_BYTES 4
 
 struct index_pack_ref {
 	char pack_sha256[INDEX_SHA256_HEX + 1]; /* lower-case hex */
@@ -251,6 +256,14 @@ struct index_object_ref {
 /* 0 and *out filled, or -ENOENT, -ENOMEM, -EIO with nothing in *out to free. */
 int index_get_object(struct index *idx, uint64_t ino, struct index_object_ref *out);
 void index_object_ref_free(struct index_object_ref *ref);
+
+/*
+ * The frame table of file ino's object (its pack's for a member), as the loader gave it:
+ * n_frames little-endian u32s (INDEX_FRAME_LE_BYTES each), malloc'd into *le, *le_len
+ * bytes. 0; -ENOENT when the index has none (stored as it is, or in a hash list);
+ * -ENOMEM. Nothing to free on failure.
+ */
+int index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le, size_t *le_len);
 
 /* The object URL of file `ino` in *url (malloc'd, caller frees). -ENOENT, -EISDIR, -ENOMEM. */
 int index_get_url(struct index *idx, uint64_t ino, char **url);

@@ -44,6 +44,7 @@ struct index {
 	sqlite3_stmt *st_readlink;
 	sqlite3_stmt *st_get_nested;
 	sqlite3_stmt *st_get_object;
+	sqlite3_stmt *st_get_frames;
 	int64_t default_mtime; /* see index_set_default_mtime */
 	/* The namespace is a snapshot, so its totals are computed once and kept. */
 	bool totals_valid;

@@ -158,15 +158,15 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 	    {"part-size", required_argument, NULL, 'Z'},
 	};
 	struct option longs[sizeof(own) / sizeof(own[0]) + PUB_S3_STORE_OPTIONS + 1];
-	struct publish_options o = {.manifest = "manifest.json",
-	                            .pack_under = DEFAULT_PACK_UNDER,
-	                            .pack_max = DEFAULT_PACK_MAX,
-	                            .jobs = cpus(),
-	                            .nest_over = DEFAULT_NEST_OVER,
-	                            .chunk_over = DEFAULT_CHUNK_OVER,
-	                            .chunk_size = DEFAULT_CHUNK_SIZE,
-	                            .compress_level = DEFAULT_COMPRESS_LEVEL,
-	                            .compress_min_saving = DEFAULT_MIN_SAVING};
+	struct publish_options o = {
+	    .manifest = "manifest.json",
+	    .pack_under = DEFAULT_PACK_UNDER,
+	    .pack_max = DEFAULT_PACK_MAX,
+	    .jobs = cpus(),
+	    .nest_over = DEFAULT_NEST_OVER,
+	    .chunk_over = DEFAULT_CHUNK_OVER,
+	    .chunk_size = DEFAULT_CHUNK_SIZE,
+	    .compress = {.level = DEFAULT_COMPRESS_LEVEL, .min_saving = DEFAULT_MIN_SAVING}};
 	bool level_given = false, no_compress = false;
 	unsigned long jobs, n;
 	char *end;
@@ -238,10 +238,10 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 				return 2;
 			}
 			if (c == 'L') {
-				o.compress_level = (int)n;
+				o.compress.level = (int)n;
 				level_given = true;
 			} else {
-				o.compress_min_saving = (unsigned)n;
+				o.compress.min_saving = (unsigned)n;
 			}
 			break;
 		case 'N':
@@ -292,7 +292,7 @@ static int parse_and_run(int argc, char **argv, struct publish_read_order *order
 		return 2;
 	}
 	if (no_compress)
-		o.compress_level = 0;
+		o.compress.level = 0;
 	if (pub_tag_check_manifest(&o) != 0)
 		return 2;
 	if (o.pack_under > o.pack_max) {

@@ -32,6 +32,25 @@ struct publish_s3_options {
 	bool given;         /* any of these was: refused for a local OUT_DIR */
 };
 
+/* How the objects are compressed (--compress-level, --min-saving). */
+struct publish_compress {
+	int level;           /* zstd, 1 to 19; 0: stored as they are, manifest version 2 */
+	unsigned min_saving; /* percent one must shrink by to be stored compressed (0 to 99) */
+};
+
+/* --tag NAME: pointers to the manifest, written after it (publish/tag.c). */
+struct publish_tags {
+	const char *names[PUB_TAGS_MAX];
+	size_t n;
+};
+
+/* What a publish found and wrote, added up: its outputs beside the summary line. */
+struct publish_totals {
+	uint64_t existing; /* objects the destination held already, or known() answered for */
+	uint64_t raw;      /* the tree's objects' content bytes */
+	uint64_t stored;   /* the same objects' bytes as stored */
+};
+
 struct publish_options {
 	const char *src;      /* the tree to publish */
 	const char *out;      /* where objects/ and the manifest go (made when missing) */
@@ -47,10 +66,7 @@ struct publish_options {
 	 * (a power of two, 4 KiB to 64 MiB); chunk_over 0: none do. */
 	uint64_t chunk_over;
 	uint64_t chunk_size;
-	/* zstd level of the objects (1 to 19; 0: stored as they are, manifest version 2),
-	 * and the percent by which one must shrink to be stored compressed (0 to 99). */
-	int compress_level;
-	unsigned compress_min_saving;
+	struct publish_compress compress;
 	/* An object already in OUT_DIR is re-hashed (not only sized) before it is kept. */
 	bool verify_existing;
 	/* Read orders written into the top manifest (several files may share a name). */
@@ -59,18 +75,14 @@ struct publish_options {
 	/* Used when out is s3://...: objects are staged in a private OUT_DIR, then uploaded. */
 	struct publish_s3_options s3;
 	bool quiet; /* no summary line: the S3 route prints its own */
-	/* --tag NAME: pointers to the manifest, written after it (publish/tag.c). */
-	const char *tags[PUB_TAGS_MAX];
-	size_t n_tags;
+	struct publish_tags tags;
 	/* Objects the destination holds already (the S3 route: its listing): a file whose
 	 * object known() answers for is hashed, never copied. Called from the worker threads
-	 * at once: it must only read. NULL: none. *existing_out (when not NULL) gets the count
-	 * of objects found there or known. */
+	 * at once: it must only read. NULL: none. */
 	bool (*known)(void *ctx, const unsigned char sha256[32], uint64_t size);
 	void *known_ctx;
-	uint64_t *existing_out;
-	/* When not NULL: the content and stored bytes of the tree's objects, added up. */
-	uint64_t *raw_out, *stored_out;
+	/* When not NULL, filled once the publish succeeded. */
+	struct publish_totals *totals;
 	/* Set (by a signal handler) when the publish is to stop: no further file is begun,
 	 * and publish_run fails with -EINTR. NULL: never. */
 	const volatile sig_atomic_t *interrupted;

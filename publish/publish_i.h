@@ -421,12 +421,11 @@ struct pub_s3 {
 	uint64_t multipart_over; /* objects over this go up in parts of part_size */
 	uint64_t part_size;
 	bool if_absent, dry_run;
-	bool tty;                         /* stderr is a terminal: progress is shown */
-	bool curl;                        /* curl_global_init was called: pub_s3_close undoes it */
-	struct pub_s3_list have;          /* what the store held before the stage was written */
-	uint64_t existing;                /* objects of the tree the store (or the stage) held */
-	uint64_t raw_bytes, stored_bytes; /* the tree's objects: content, and as stored */
-	struct up_item *items;            /* the staged objects; owned */
+	bool tty;                     /* stderr is a terminal: progress is shown */
+	bool curl;                    /* curl_global_init was called: pub_s3_close undoes it */
+	struct pub_s3_list have;      /* what the store held before the stage was written */
+	struct publish_totals totals; /* the staged publish's: what the store held, the sizes */
+	struct up_item *items;        /* the staged objects; owned */
 	size_t n_items;
 	size_t to_upload, uploaded, skipped;
 	uint64_t upload_bytes, sent_bytes;

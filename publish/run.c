@@ -373,9 +373,9 @@ int publish_run(const struct publish_options *o)
 	rc = pub_store_open(&r.store, out);
 	store_open = true;
 	r.store.verify_existing = o->verify_existing;
-	r.store.level = o->compress_level;
-	r.store.min_saving = o->compress_min_saving;
-	tree.version = o->compress_level > 0 ? 3 : 2;
+	r.store.level = o->compress.level;
+	r.store.min_saving = o->compress.min_saving;
+	tree.version = o->compress.level > 0 ? 3 : 2;
 	r.store.known = o->known;
 	r.store.known_ctx = o->known_ctx;
 	/* Hashed first, copied only when the destination lacks it: mostly, it has it. */
@@ -383,13 +383,13 @@ int publish_run(const struct publish_options *o)
 	/* Compressed, an object's name is known only once it is compressed: a probe would
 	 * compress it twice, so each is written while it is compressed, and a temporary file
 	 * whose name exists goes unsynced. */
-	r.store.probe_first &= o->compress_level == 0;
+	r.store.probe_first &= o->compress.level == 0;
 	if (rc == 0)
 		rc = plan_jobs(&tree, &r.jobs, &n_jobs);
 	for (size_t i = 0; i < n_jobs; i++)
 		n_twins += r.jobs[i].twin;
 	/* Sized for the twins only: a tree of a million files has few. */
-	if (rc == 0 && o->compress_level > 0)
+	if (rc == 0 && o->compress.level > 0)
 		rc = pub_twins_init(&r.twins, n_twins);
 	if (rc == 0)
 		rc = pub_pool_run(n_jobs, o->jobs, run_job, &r, &r.store.stop);
@@ -405,12 +405,10 @@ int publish_run(const struct publish_options *o)
 		rc = pub_tags_write_local(o, out, r.store.file_mode);
 	if (rc == 0 && !o->quiet)
 		summary(&r, &tree, out);
-	if (rc == 0 && o->existing_out)
-		*o->existing_out = r.store.existing;
-	if (rc == 0 && o->raw_out)
-		*o->raw_out = r.store.total_raw;
-	if (rc == 0 && o->stored_out)
-		*o->stored_out = r.store.total_stored;
+	if (rc == 0 && o->totals)
+		*o->totals = (struct publish_totals){.existing = r.store.existing,
+		                                     .raw = r.store.total_raw,
+		                                     .stored = r.store.total_stored};
 out:
 	if (rc == -ENOMEM)
 		fprintf(stderr, "spoolfs publish: %s\n", strerror(ENOMEM));

@@ -269,15 +269,13 @@ int pub_s3_publish(const struct publish_options *o)
 	s.stage = real;
 	staged.out = real;
 	staged.quiet = true;
-	staged.n_tags = 0; /* written into the store, after its manifest */
+	staged.tags.n = 0; /* written into the store, after its manifest */
 	staged.s3.given = false;
 	staged.interrupted = &pub_s3_interrupted;
 	/* The store is listed first: a file whose object is there already is hashed only,
 	 * never copied into the stage. */
 	staged.known_ctx = &s;
-	staged.existing_out = &s.existing;
-	staged.raw_out = &s.raw_bytes;
-	staged.stored_out = &s.stored_bytes;
+	staged.totals = &s.totals;
 	rc = pub_s3_begin(&s);
 	/* Into an empty store every file is copied while it is hashed, in one pass. */
 	staged.known = s.have.n ? pub_s3_known : NULL;

@@ -29,11 +29,11 @@ int pub_tag_option(struct publish_options *o, const char *name)
 		        SOURCE_TAG_NAME_MAX + 1, name, SOURCE_TAG_NAME_MAX);
 		return 2;
 	}
-	if (o->n_tags == PUB_TAGS_MAX) {
+	if (o->tags.n == PUB_TAGS_MAX) {
 		fprintf(stderr, "spoolfs publish: at most %d --tag\n", PUB_TAGS_MAX);
 		return 2;
 	}
-	o->tags[o->n_tags++] = name;
+	o->tags.names[o->tags.n++] = name;
 	return 0;
 }
 
@@ -41,7 +41,7 @@ int pub_tag_check_manifest(const struct publish_options *o)
 {
 	size_t n = strlen(o->manifest);
 
-	if (!o->n_tags)
+	if (!o->tags.n)
 		return 0;
 	/* The manifest must be what gc counts as one (a top-level *.json), and a name the
 	 * pointer may hold. */
@@ -145,16 +145,16 @@ int pub_tags_write_local(const struct publish_options *o, const char *out, mode_
 	size_t len = 0;
 	int rc;
 
-	if (!o->n_tags)
+	if (!o->tags.n)
 		return 0;
 	rc = pointer(o, out, &body, &len);
-	for (size_t i = 0; rc == 0 && i < o->n_tags; i++)
-		rc = write_local(out, o->tags[i], body, len, mode);
+	for (size_t i = 0; rc == 0 && i < o->tags.n; i++)
+		rc = write_local(out, o->tags.names[i], body, len, mode);
 	/* The renames are durable once the directory is. */
 	if (rc == 0)
 		rc = pub_sync_dir(out);
-	for (size_t i = 0; rc == 0 && !o->quiet && i < o->n_tags; i++)
-		printf("spoolfs publish: tagged %s/%s: %s\n", out, o->tags[i], o->manifest);
+	for (size_t i = 0; rc == 0 && !o->quiet && i < o->tags.n; i++)
+		printf("spoolfs publish: tagged %s/%s: %s\n", out, o->tags.names[i], o->manifest);
 	free(body);
 	return rc;
 }
@@ -165,25 +165,26 @@ int pub_tags_write_s3(struct pub_s3 *s, const struct publish_options *o)
 	size_t len = 0;
 	int rc;
 
-	if (!o->n_tags)
+	if (!o->tags.n)
 		return 0;
 	/* The staged bytes are those the manifest's PUT sent, checked by the store. */
 	rc = pointer(o, s->stage, &body, &len);
-	for (size_t i = 0; rc == 0 && i < o->n_tags; i++) {
+	for (size_t i = 0; rc == 0 && i < o->tags.n; i++) {
 		long code;
 		if (s->dry_run) {
-			printf("would tag %s/%s: %s\n", s->display, o->tags[i], o->manifest);
+			printf("would tag %s/%s: %s\n", s->display, o->tags.names[i], o->manifest);
 			continue;
 		}
 		/* Unconditional: moving a tag is what it is for. */
-		code =
-		    pub_s3_put_bytes(s, o->tags[i], body, len, "no-cache", false, why, sizeof(why));
+		code = pub_s3_put_bytes(s, o->tags.names[i], body, len, "no-cache", false, why,
+		                        sizeof(why));
 		if (code / 100 != 2) {
-			pub_say("", s->display, o->tags[i], why, false);
+			pub_say("", s->display, o->tags.names[i], why, false);
 			rc = -EIO;
 			break;
 		}
-		printf("spoolfs publish: tagged %s/%s: %s\n", s->display, o->tags[i], o->manifest);
+		printf("spoolfs publish: tagged %s/%s: %s\n", s->display, o->tags.names[i],
+		       o->manifest);
 	}
 	free(body);
 	return rc;

@@ -301,7 +301,7 @@ int pub_s3_upload(struct pub_s3 *s, const char *manifest)
 			printf("would upload %s/%s (%s)\n", s->display, s->items[i].key,
 			       pub_human(s->items[i].size, a, sizeof(a)));
 	}
-	s->skipped = (size_t)s->existing;
+	s->skipped = (size_t)s->totals.existing;
 	if (rc == 0 && s->dry_run) {
 		printf("would upload %s/%s (manifest, last)\n", s->display, manifest);
 		goto out;
@@ -335,8 +335,8 @@ out:
 		    " %s raw, %s stored; %s %s/%s\n",
 		    s->dry_run ? "would upload " : "", s->to_upload,
 		    pub_human(s->upload_bytes, b, sizeof(b)), s->dry_run ? "" : " uploaded",
-		    s->skipped, pub_human(s->raw_bytes, raw, sizeof(raw)),
-		    pub_human(s->stored_bytes, stored, sizeof(stored)),
+		    s->skipped, pub_human(s->totals.raw, raw, sizeof(raw)),
+		    pub_human(s->totals.stored, stored, sizeof(stored)),
 		    s->dry_run ? "would write" : "wrote", s->display, manifest);
 	free(body);
 	free(go);

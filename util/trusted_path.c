@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/say.h"
+
 /* As the kernel's MAXSYMLINKS: a longer chain is a loop. */
 #define MAX_LINKS 40
-
-static void say(char *why, size_t why_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void say(char *why, size_t why_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!why_len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, why_len, fmt, ap);
-	va_end(ap);
-}
 
 static bool owner_trusted(uid_t uid)
 {
@@ -74,7 +61,7 @@ static int check_dir(const char *out, const struct stat *st, char *why, size_t w
 
 	if (!fault)
 		return 0;
-	say(why, why_len, "%s %s", out[0] ? out : "/", fault);
+	(void)util_say(why, why_len, "%s %s", out[0] ? out : "/", fault);
 	return S_ISDIR(st->st_mode) ? -EACCES : -ENOTDIR;
 }
 
@@ -93,12 +80,13 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 	if (path[0] != '/') {
 		char cwd[PATH_MAX];
 		if (flags & UTIL_TRUST_NO_SYMLINKS) {
-			say(why, why_len, "%s is not an absolute path", path);
+			(void)util_say(why, why_len, "%s is not an absolute path", path);
 			return -EINVAL;
 		}
 		if (!getcwd(cwd, sizeof(cwd))) {
 			rc = -errno;
-			say(why, why_len, "%s: the working directory: %s", path, strerror(errno));
+			(void)util_say(why, why_len, "%s: the working directory: %s", path,
+			               strerror(errno));
 			return rc;
 		}
 		if (asprintf(&todo, "%s/%s", cwd, path) < 0)
@@ -108,7 +96,7 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 	}
 	if (lstat("/", last) != 0) {
 		rc = -errno;
-		say(why, why_len, "/ cannot be examined: %s", strerror(errno));
+		(void)util_say(why, why_len, "/ cannot be examined: %s", strerror(errno));
 		goto out;
 	}
 	if ((rc = check_dir(out, last, why, why_len)) != 0)
@@ -134,7 +122,8 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 			out[len] = '\0';
 			if (lstat(len ? out : "/", last) != 0) {
 				rc = -errno;
-				say(why, why_len,
+				(void)util_say(
+				    why, why_len,
 				    "%s (the directory \"..\" leads to) cannot be examined: %s",
 				    len ? out : "/", strerror(errno));
 				goto out;
@@ -143,7 +132,7 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 			continue;
 		}
 		if (len + 1 + clen >= PATH_MAX) {
-			say(why, why_len, "%.64s...: path too long", todo);
+			(void)util_say(why, why_len, "%.64s...: path too long", todo);
 			rc = -ENAMETOOLONG;
 			goto out;
 		}
@@ -154,33 +143,36 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 		out[len] = '\0';
 		if (lstat(out, last) != 0) {
 			rc = -errno;
-			say(why, why_len, "%s cannot be examined: %s", out, strerror(errno));
+			(void)util_say(why, why_len, "%s cannot be examined: %s", out,
+			               strerror(errno));
 			goto out;
 		}
 		if (S_ISLNK(last->st_mode)) {
 			ssize_t n;
 			char *rest;
 			if (flags & UTIL_TRUST_NO_SYMLINKS) {
-				say(why, why_len, "%s is a symbolic link", out);
+				(void)util_say(why, why_len, "%s is a symbolic link", out);
 				rc = -EACCES;
 				goto out;
 			}
 			if (!owner_trusted(last->st_uid)) {
-				say(why, why_len,
+				(void)util_say(
+				    why, why_len,
 				    "%s is a symbolic link owned by uid %u, not root or uid %u",
 				    out, (unsigned)last->st_uid, (unsigned)geteuid());
 				rc = -EACCES;
 				goto out;
 			}
 			if (++links > MAX_LINKS) {
-				say(why, why_len, "%s: too many symbolic links", out);
+				(void)util_say(why, why_len, "%s: too many symbolic links", out);
 				rc = -ELOOP;
 				goto out;
 			}
 			n = readlink(out, target, sizeof(target) - 1);
 			if (n < 0) {
 				rc = -errno;
-				say(why, why_len, "%s cannot be read: %s", out, strerror(errno));
+				(void)util_say(why, why_len, "%s cannot be read: %s", out,
+				               strerror(errno));
 				goto out;
 			}
 			target[n] = '\0';
@@ -196,7 +188,8 @@ static int resolve(const char *path, int flags, char *out, struct stat *last, ch
 			 */
 			if (lstat(len ? out : "/", last) != 0) {
 				rc = -errno;
-				say(why, why_len,
+				(void)util_say(
+				    why, why_len,
 				    "%s (where the link %s starts from) cannot be examined: %s",
 				    len ? out : "/", target, strerror(errno));
 				goto out;
@@ -237,12 +230,14 @@ int util_trusted_dir(const char *path, char **canonical, char *why, size_t why_l
 	fd = open(out[0] ? out : "/", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		rc = -errno;
-		say(why, why_len, "%s cannot be opened: %s", out[0] ? out : "/", strerror(errno));
+		(void)util_say(why, why_len, "%s cannot be opened: %s", out[0] ? out : "/",
+		               strerror(errno));
 		return rc;
 	}
 	if (fstat(fd, &opened) != 0 || opened.st_dev != examined.st_dev ||
 	    opened.st_ino != examined.st_ino) {
-		say(why, why_len, "%s changed while it was examined", out[0] ? out : "/");
+		(void)util_say(why, why_len, "%s changed while it was examined",
+		               out[0] ? out : "/");
 		rc = -EAGAIN;
 		goto fail;
 	}
@@ -276,7 +271,7 @@ int util_trusted_parent(const char *path, int *dir_fd, char **name, char **full,
 	if (why_len)
 		why[0] = '\0';
 	if (name_refused(base)) {
-		say(why, why_len, "%s: name a file, not a directory", path);
+		(void)util_say(why, why_len, "%s: name a file, not a directory", path);
 		return -EINVAL;
 	}
 	dir = !slash          ? strdup(".")
@@ -344,7 +339,7 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 	int fd, rc;
 
 	if (name_refused(name)) {
-		say(why, why_len, "%s: name a file, not a directory", name);
+		(void)util_say(why, why_len, "%s: name a file, not a directory", name);
 		return -EINVAL;
 	}
 	flags |= how == UTIL_TRUSTED_APPEND ? O_WRONLY | O_APPEND | O_CREAT : O_RDONLY;
@@ -352,8 +347,9 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 	 * is looked at first. The fstat after the open still decides (it may have changed). */
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
 	    !S_ISLNK(st.st_mode)) {
-		say(why, why_len, "%s is not a regular file (uid %u, mode %04o): refused", name,
-		    (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		(void)util_say(why, why_len,
+		               "%s is not a regular file (uid %u, mode %04o): refused", name,
+		               (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 		return -EINVAL;
 	}
 	fd = openat(dir_fd, name, flags, 0600);
@@ -361,10 +357,10 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 		rc = -errno;
 		/* O_NOFOLLOW's answer for a final symlink. */
 		if (rc == -ELOOP)
-			say(why, why_len, "%s is a symbolic link (name the file it leads to)",
-			    name);
+			(void)util_say(why, why_len,
+			               "%s is a symbolic link (name the file it leads to)", name);
 		else
-			say(why, why_len, "%s: %s", name, strerror(-rc));
+			(void)util_say(why, why_len, "%s: %s", name, strerror(-rc));
 		return rc;
 	}
 	if (fstat(fd, &st) != 0) {
@@ -373,8 +369,8 @@ int util_trusted_openat(int dir_fd, const char *name, enum util_trusted_how how,
 	}
 	fault = file_refused(&st, how, &rc);
 	if (fault) {
-		say(why, why_len, "%s %s (uid %u, mode %04o): refused", name, fault,
-		    (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		(void)util_say(why, why_len, "%s %s (uid %u, mode %04o): refused", name, fault,
+		               (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 		goto fail;
 	}
 	/* O_NONBLOCK was for the open only (a FIFO would have waited for a writer). */
@@ -399,8 +395,9 @@ static int follow_last(int dir_fd, const char *name, const char *full, char **ne
 	if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode))
 		return -ELOOP;
 	if (!owner_trusted(st.st_uid)) {
-		say(why, why_len, "%s is a symbolic link owned by uid %u, not root or uid %u", full,
-		    (unsigned)st.st_uid, (unsigned)geteuid());
+		(void)util_say(why, why_len,
+		               "%s is a symbolic link owned by uid %u, not root or uid %u", full,
+		               (unsigned)st.st_uid, (unsigned)geteuid());
 		return -EACCES;
 	}
 	n = readlinkat(dir_fd, name, target, sizeof(target) - 1);
@@ -428,7 +425,7 @@ int util_trusted_open(const char *path, enum util_trusted_how how, char *why, si
 		if (fd < 0 && why_len) {
 			char *said = strdup(why);
 			if (said && strncmp(said, name, strlen(name)) == 0)
-				say(why, why_len, "%s%s", full, said + strlen(name));
+				(void)util_say(why, why_len, "%s%s", full, said + strlen(name));
 			free(said);
 		}
 		free(next);

@@ -1,20 +1,21 @@
 /*
  * object.c: from an inode to its object's flight (object.h). One index query gives the file
  * and where its bytes are; the key names the object; a running flight is joined at once,
- * and only a new one is given its name, its --mirror URLs and a kick of the engine.
+ * and only a new one is given its name, its --mirror URLs, its frame table (a second
+ * query, whose cost grows with the table) and a kick of the engine.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zstd.h>
 
 #include "fetch/engine/engine.h"
 #include "fetch/engine/flight_key.h"
 #include "fetch/engine/object.h"
 #include "fetch/engine/object_i.h"
 #include "fetch/http/beneath.h"
+#include "fetch/source/frame_table.h"
 #include "index/records.h"
 #include "util/log.h"
 #include "util/ranges.h"
@@ -174,11 +175,14 @@ struct target {
 	const char *sha256;
 	uint64_t size;
 	uint64_t chunk_size; /* the object's own chunk hashes; 0: none */
-	/* How it is stored (flight_spec's): frame_size 0, stored as it is. A chunked object's
-	 * frame_stored is NULL here: its hash list has the lengths (req->list). */
+	/* How it is stored (flight_spec's): frame_size 0, stored as it is. frame_stored is a
+	 * chunked object's from its hash list (req->list); else NULL here, and for a new
+	 * flight read from the index (frames_in_index, n_frames of them: index_frames). */
 	uint64_t frame_size;
 	const uint32_t *frame_stored;
 	uint64_t stored_size;
+	uint64_t n_frames;
+	bool frames_in_index;
 	const char *suffix; /* after the path in its flight's name */
 };
 
@@ -186,7 +190,7 @@ struct target {
  * chunk's frame's stored length too (doc/manifest.md, version 3). */
 static uint64_t hash_list_record(const struct index_object_ref *ref)
 {
-	return FLIGHT_DIGEST_BYTES + (ref->stored.frame ? sizeof(uint32_t) : 0);
+	return FLIGHT_DIGEST_BYTES + (ref->stored.frame ? FRAME_TABLE_LE_BYTES : 0);
 }
 
 static void target_of(const struct index_object_ref *ref, const struct fetch_object_req *req,
@@ -211,8 +215,9 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 		                     .sha256 = ref->pack.pack_sha256,
 		                     .size = ref->pack.pack_size,
 		                     .frame_size = ref->pack.stored.frame,
-		                     .frame_stored = ref->pack.stored.frames,
 		                     .stored_size = ref->pack.stored.size,
+		                     .n_frames = ref->pack.stored.n_frames,
+		                     .frames_in_index = ref->pack.stored.in_index,
 		                     .suffix = ""};
 	} else {
 		*t = (struct target){.url = ref->url,
@@ -221,12 +226,35 @@ static void target_of(const struct index_object_ref *ref, const struct fetch_obj
 		                     .size = n->size,
 		                     .chunk_size = ref->chunks.chunk_size,
 		                     .frame_size = ref->stored.frame,
-		                     .frame_stored = ref->stored.frames,
 		                     .stored_size = ref->stored.size,
+		                     .n_frames = ref->stored.n_frames,
+		                     .frames_in_index = ref->stored.in_index,
 		                     .suffix = ""};
 		if (ref->chunks.chunk_size && req->list)
 			t->frame_stored = req->list->frame_stored;
 	}
+}
+
+/* A new flight's frame table (n lengths) from the index, decoded into *lens (malloc'd):
+ * read only here, so that a join of a running flight costs nothing per frame. 0, -ENOMEM;
+ * -EIO when the index has no table of n lengths (not reached: the loader checked it). */
+static int index_frames(struct index *idx, uint64_t ino, uint64_t n, uint32_t **lens)
+{
+	unsigned char *le = NULL;
+	size_t len = 0;
+	int rc = index_get_stored_frames(idx, ino, &le, &len);
+
+	*lens = NULL;
+	if (rc == -ENOENT || (rc == 0 && len != n * FRAME_TABLE_LE_BYTES))
+		rc = -EIO;
+	if (rc == 0) {
+		*lens = malloc(n ? n * sizeof(**lens) : 1);
+		rc = *lens ? 0 : -ENOMEM;
+	}
+	if (rc == 0)
+		frame_table_decode_le(le, n, *lens);
+	free(le);
+	return rc;
 }
 
 int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *req,
@@ -237,6 +265,7 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 	struct flight_spec spec;
 	struct target t;
 	char *key = NULL, name[1024];
+	uint32_t *lens = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -281,9 +310,15 @@ int fetch_object_open(struct fetch_objects *o, const struct fetch_object_req *re
 		goto out;
 	}
 	/* A frame table the engine would read past (a caller's hash list of the wrong form). */
-	if (t.frame_size && !t.frame_stored) {
+	if (t.frame_size && !t.frame_stored && !t.frames_in_index) {
 		rc = -EIO;
 		goto out;
+	}
+	if (t.frame_size && !t.frame_stored) {
+		rc = index_frames(c->idx, req->ino, t.n_frames, &lens);
+		if (rc)
+			goto out;
+		t.frame_stored = lens;
 	}
 	/* A new flight (most likely): its name is the file's path, for its log lines. The path
 	 * keeps its tail when cut, and leaves room for the suffixes after it. */
@@ -328,6 +363,7 @@ out:
 		out->flight = NULL;
 	}
 	index_object_ref_free(&ref);
+	free(lens);
 	free(key);
 	return rc;
 }
@@ -449,8 +485,10 @@ int fetch_object_open_ahead(struct fetch_objects *o, uint64_t ino, struct fetch_
 		out->flight = list.flight;
 		return FETCH_OBJECT_PENDING;
 	}
-	rc = state == FLIGHT_COMPLETE ? fetch_hash_list_take(o, ino, list.flight, list.url, &hl)
-	                              : -EIO;
+	/* A failed one was logged by its flight; a spool that is gone is retried later. */
+	rc = state == FLIGHT_COMPLETE
+	         ? fetch_hash_list_take(o, ino, list.flight, 0, false, list.url, &hl)
+	         : -EIO;
 	fetch_object_clear(&list);
 	flight_unref(list.flight);
 	if (rc)
@@ -469,39 +507,12 @@ void fetch_hash_list_clear(struct fetch_hash_list *hl)
 	hl->frame_stored = NULL;
 }
 
-/* Why frame lengths len[0..n) cannot be object ref's frames (its chunks' share of its
- * size), into why; NULL when they can. */
-static const char *frames_wrong(const struct index_object_ref *ref, const uint32_t *len, uint64_t n,
-                                char *why, size_t why_len)
-{
-	uint64_t size = ref->node.size, frame = ref->stored.frame, sum = 0;
-
-	for (uint64_t k = 0; k < n; k++) {
-		uint64_t share = size - k * frame < frame ? size - k * frame : frame;
-		uint64_t bound = ZSTD_compressBound((size_t)share);
-		if (len[k] == 0 || len[k] > bound) {
-			snprintf(
-			    why, why_len,
-			    "chunk %llu's frame length %u is not from 1 to %llu (zstd's bound for "
-			    "its %llu bytes)",
-			    (unsigned long long)k, (unsigned)len[k], (unsigned long long)bound,
-			    (unsigned long long)share);
-			return why;
-		}
-		sum += len[k];
-	}
-	if (sum != ref->stored.size) {
-		snprintf(why, why_len, "its frame lengths add up to %llu, not stored.size %llu",
-		         (unsigned long long)sum, (unsigned long long)ref->stored.size);
-		return why;
-	}
-	return NULL;
-}
-
 /* Splits the hash list's bytes (n records of hash_list_record(ref)) into out. */
 static int split_hash_list(const struct index_object_ref *ref, unsigned char *bytes, uint64_t n,
                            struct fetch_hash_list *out, char *why, size_t why_len)
 {
+	char said[200];
+
 	if (!ref->stored.frame) { /* as it is: the digests are the whole list */
 		out->digests = bytes;
 		return 0;
@@ -513,18 +524,21 @@ static int split_hash_list(const struct index_object_ref *ref, unsigned char *by
 		return -ENOMEM;
 	}
 	for (uint64_t k = 0; k < n; k++) {
-		const unsigned char *r = bytes + k * (FLIGHT_DIGEST_BYTES + 4);
-		const unsigned char *b = r + FLIGHT_DIGEST_BYTES;
+		const unsigned char *r = bytes + k * (FLIGHT_DIGEST_BYTES + FRAME_TABLE_LE_BYTES);
 		memcpy(out->digests + k * FLIGHT_DIGEST_BYTES, r, FLIGHT_DIGEST_BYTES);
-		out->frame_stored[k] = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-		                       (uint32_t)b[3] << 24;
+		out->frame_stored[k] = frame_table_get_le(r + FLIGHT_DIGEST_BYTES);
 	}
 	free(bytes);
-	return frames_wrong(ref, out->frame_stored, n, why, why_len) ? -EIO : 0;
+	if (frame_table_check(ref->node.size, ref->stored.frame, out->frame_stored, n,
+	                      ref->stored.size, said, sizeof(said))) {
+		snprintf(why, why_len, "its hash list's %s", said);
+		return -EIO;
+	}
+	return 0;
 }
 
-int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
-                         const char *url, struct fetch_hash_list *out)
+int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list, int list_err,
+                         bool retried, const char *url, struct fetch_hash_list *out)
 {
 	struct index_object_ref ref;
 	unsigned char *bytes = NULL;
@@ -536,22 +550,36 @@ int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *l
 	if (rc)
 		return rc;
 	uint64_t n = flight_chunk_count(ref.node.size, ref.chunks.chunk_size);
-	rc = ref.chunks.chunk_size ? 0 : -EIO; /* the namespace does not change */
+	rc = list_err;
+	if (rc == 0 && !ref.chunks.chunk_size)
+		rc = -EIO; /* not reached: the namespace does not change */
 	if (rc == 0 && flight_size(list) != n * hash_list_record(&ref))
 		rc = -EIO; /* not reached: the flight's size is what target_of made it */
 	if (rc == 0)
 		rc = fetch_hash_list_read(list, &bytes);
 	if (rc == 0)
 		rc = split_hash_list(&ref, bytes, n, out, why, sizeof(why));
-	/* A spool that is gone is the caller's to retry (fetch_object_spool_gone). */
-	if (rc && rc != -ENOENT && rc != -ESTALE) {
+	bool gone = rc == -ENOENT || rc == -ESTALE;
+	/* A spool that is gone is the caller's to retry once (fetch_object_spool_gone). */
+	if (rc && !(gone && !retried)) {
 		index_node_path(o->cfg.idx, &ref.node, name, sizeof(name));
-		if (!why[0])
-			snprintf(why, sizeof(why), "it cannot be read: %s", strerror(-rc));
-		util_log(UTIL_LOG_ERROR,
-		         "%s: its hash list from %s does not describe its stored object (%s): the "
-		         "open fails with EIO",
-		         name, util_redact_url(url ? url : "?", shown, sizeof(shown)), why);
+		util_redact_url(url ? url : "?", shown, sizeof(shown));
+		if (list_err)
+			util_log(UTIL_LOG_ERROR,
+			         "%s: its hash list from %s could not be fetched or does not match "
+			         "its sha256 (%s): the open fails with EIO",
+			         name, shown, strerror(-rc));
+		else if (gone)
+			util_log(UTIL_LOG_ERROR,
+			         "%s: its hash list's spool file from %s went away again after it "
+			         "was fetched afresh (%s): the open fails with EIO",
+			         name, shown, strerror(-rc));
+		else
+			util_log(
+			    UTIL_LOG_ERROR,
+			    "%s: its hash list from %s does not describe its stored object (%s): "
+			    "the open fails with EIO",
+			    name, shown, why[0] ? why : strerror(-rc));
 	}
 	if (rc)
 		fetch_hash_list_clear(out);

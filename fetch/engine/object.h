@@ -8,7 +8,7 @@
  * own sha256 (fetch_member_verify, member.c). An object is found by its key (flight_key.h):
  * one index query per open gives everything (index_get_object); an open of a running
  * flight joins it without building anything more; only a new flight gets its name (the
- * file's path, for log lines) and its --mirror URLs.
+ * file's path, for log lines), its --mirror URLs and its frame table (read then only).
  *
  * Lock: struct fetch_objects' own verified_lock guards the set of verified members
  * (member.c), and is innermost: nothing is called while it is held. Everything else in it
@@ -140,14 +140,17 @@ int fetch_hash_list_read(struct flight *list, unsigned char **out);
 /*
  * File ino's hash list from its complete, verified flight list (fetch_hash_list_read), split
  * into *out: 32 bytes of digest per chunk, or for an object stored compressed 36, the digest
- * then the chunk's frame's stored length (u32, little-endian). 0 (fetch_hash_list_clear);
- * -EIO, logged with the file and url (the hash list's, as fetch_object_open gave it), for
- * frame lengths that are 0, over zstd's bound for their chunk, or do not add up to the
- * object's stored size: nothing of the object may be fetched by such a table; the spool's
- * -errno (fetch_object_spool_gone may tell to join it afresh), not logged; -ENOMEM.
+ * then the chunk's frame's stored length (u32, little-endian). list_err: what the wait on
+ * list said (0: it is complete and verified). 0 (fetch_hash_list_clear). Every failure is
+ * logged here, with the file and url (the hash list's, as fetch_object_open gave it), and
+ * the caller only replies: list_err itself; -EIO for frame lengths that are 0, over zstd's
+ * bound for their chunk, or do not add up to the object's stored size (nothing of the
+ * object may be fetched by such a table); the spool's -errno; -ENOMEM. Only -ENOENT or
+ * -ESTALE (the spool is gone: fetch_object_spool_gone may tell to join it afresh) when not
+ * retried yet is returned unlogged, the caller's to retry once.
  */
-int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list,
-                         const char *url, struct fetch_hash_list *out);
+int fetch_hash_list_take(struct fetch_objects *o, uint64_t ino, struct flight *list, int list_err,
+                         bool retried, const char *url, struct fetch_hash_list *out);
 
 /*
  * What the extended attributes show of node ino: the node; for a file, url, its object's

@@ -100,7 +100,7 @@ static struct queued *copy_entry(struct batch *b, int64_t i, const struct index_
 		                  : strlen(src[k]);
 		total += src[k] ? len[k] + 1 : 0;
 	}
-	total += be->stored_frames ? be->stored_frames_len : 0;
+	total += be->stored.le ? be->stored.le_len : 0;
 	size_t need =
 	    (sizeof(*q) + total + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
 	b->own[b->n] = need > PIPE_ROOM - b->used;
@@ -122,9 +122,9 @@ static struct queued *copy_entry(struct batch *b, int64_t i, const struct index_
 	for (size_t k = 0; k < N; k++)
 		if (src[k])
 			*dst[k] = put_text(&at, src[k], len[k]);
-	if (be->stored_frames) { /* bytes, not text: after the texts, no alignment needed */
-		memcpy(at, be->stored_frames, be->stored_frames_len);
-		q->be.stored_frames = (const unsigned char *)at;
+	if (be->stored.le) { /* bytes, not text: after the texts, no alignment needed */
+		memcpy(at, be->stored.le, be->stored.le_len);
+		q->be.stored.le = (const unsigned char *)at;
 	}
 	return q;
 }

@@ -344,10 +344,7 @@ static int read_stored(struct load *ld, const struct manifest_entry *e, const ch
 		return entry_error(ld, e->i, path, len, "%s", why);
 	if (rc)
 		return rc;
-	be->stored_size = st->size;
-	be->stored_frame = st->frame;
-	be->stored_frames = st->frames;
-	be->stored_frames_len = st->frames_len;
+	be->stored = manifest_stored_view(st);
 	return 0;
 }
 
@@ -639,10 +636,11 @@ static int load_packs(struct load *ld)
 		if (rc == 0)
 			rc = read_pack_stored(ld, (const char *)sqlite3_column_text(st, 9),
 			                      (uint64_t)size, &stored, why, sizeof(why));
-		if (rc == 0)
-			rc = index_build_add_pack_stored(ld->b, sha256, (uint64_t)size, url,
-			                                 stored.size, stored.frame, stored.frames,
-			                                 stored.frames_len, why, sizeof(why));
+		if (rc == 0) {
+			struct index_stored_view view = manifest_stored_view(&stored);
+			rc = index_build_add_pack(ld->b, sha256, (uint64_t)size, url, &view, why,
+			                          sizeof(why));
+		}
 		if (rc == -EINVAL && !(ld->err && ld->err[0]))
 			rc = load_error(ld, "packs[%" PRId64 "]: %s", i, why);
 		free(url);

@@ -10,13 +10,15 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yajl/yajl_parse.h>
 #include <zstd.h>
+
+#include "fetch/source/frame_table.h"
+#include "util/say.h"
 
 /* The keys of stored that mean something; others are ignored. */
 enum key { K_ENCODING, K_SIZE, K_SHA256, K_FRAME, K_FRAMES, K_COUNT };
@@ -40,9 +42,12 @@ struct parse {
 	bool in_frames; /* depth 2 values are frame lengths */
 	struct value v[K_COUNT];
 	/* The lengths read, at most keep of them (one more cannot be a right table); n counts
-	 * them all. bad: the first that is not an integer from 1 to UINT32_MAX (n_bad: none). */
+	 * them all. One that is not an integer from 1 to UINT32_MAX is kept as 0, which the
+	 * table's check refuses. keep is the most the smallest frame makes of size bytes, and
+	 * the object's own count once its frame is known (the publisher writes it first). */
 	uint32_t *len;
-	size_t n, cap, keep, bad;
+	size_t n, cap, keep;
+	uint64_t size;
 	int rc; /* -ENOMEM */
 };
 
@@ -62,8 +67,6 @@ static struct value *top_value(struct parse *p, enum kind kind)
 
 static int append_length(struct parse *p, bool ok, int64_t i)
 {
-	if (!ok && p->bad == SIZE_MAX)
-		p->bad = p->n;
 	if (p->n < p->keep) {
 		if (p->n == p->cap) {
 			size_t cap = p->cap ? p->cap * 2 : 64;
@@ -87,9 +90,15 @@ static int on_value(struct parse *p, enum kind kind, int64_t i)
 {
 	if (p->in_frames && p->depth == 2)
 		return append_length(p, kind == V_INT && i >= 1 && i <= UINT32_MAX, i);
+	bool frame = p->depth == 1 && p->key == K_FRAME;
 	struct value *v = top_value(p, kind);
 	if (v)
 		v->i = i;
+	if (frame && kind == V_INT && i >= MANIFEST_FRAME_MIN && i <= MANIFEST_FRAME_MAX) {
+		uint64_t count = frame_table_count(p->size, (uint64_t)i);
+		if (count < p->keep)
+			p->keep = (size_t)count;
+	}
 	return 1;
 }
 
@@ -190,19 +199,6 @@ static const yajl_callbacks callbacks = {
     .yajl_end_array = on_end,
 };
 
-__attribute__((format(printf, 3, 4))) static int why_is(char *why, size_t why_len, const char *fmt,
-                                                        ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
 /* Whether v is an integer from lo to hi; *out gets it. */
 static bool integer_in(const struct value *v, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -224,43 +220,19 @@ static bool is_hex64(const struct value *v)
 	return true;
 }
 
-/* Frame k's share of an object of size bytes in frames of `frame` bytes. */
-static uint64_t share(uint64_t size, uint64_t frame, uint64_t k)
-{
-	uint64_t at = k * frame;
-
-	return size - at < frame ? size - at : frame;
-}
-
-/* The frame lengths read (p->n of them, the count checked) into out's table. */
+/* The frame lengths read (p->n of them) checked against the object into out's table. */
 static int read_frames(const struct parse *p, uint64_t size, struct manifest_stored *out, char *why,
                        size_t why_len)
 {
-	uint64_t sum = 0;
+	char said[200];
 
-	out->frames_len = p->n * 4;
+	if (frame_table_check(size, out->frame, p->len, p->n, out->size, said, sizeof(said)))
+		return util_say(why, why_len, "stored.%s", said);
+	out->frames_len = p->n * FRAME_TABLE_LE_BYTES;
 	out->frames = malloc(out->frames_len ? out->frames_len : 1);
 	if (!out->frames)
 		return -ENOMEM;
-	for (size_t k = 0; k < p->n; k++) {
-		uint64_t bound = ZSTD_compressBound((size_t)share(size, out->frame, k));
-		uint32_t len = p->len[k];
-		if (k == p->bad || len == 0 || len > bound)
-			return why_is(why, why_len,
-			              "stored.frames[%zu] is not a length from 1 to %" PRIu64
-			              " (zstd's bound for its %" PRIu64 " bytes)",
-			              k, bound, share(size, out->frame, k));
-		unsigned char *b = out->frames + k * 4;
-		b[0] = (unsigned char)len;
-		b[1] = (unsigned char)(len >> 8);
-		b[2] = (unsigned char)(len >> 16);
-		b[3] = (unsigned char)(len >> 24);
-		sum += len;
-	}
-	if (sum != out->size)
-		return why_is(why, why_len,
-		              "stored.frames add up to %" PRIu64 ", not stored.size %" PRIu64, sum,
-		              out->size);
+	frame_table_encode_le(p->len, p->n, out->frames);
 	return 0;
 }
 
@@ -271,55 +243,58 @@ static int check(const struct parse *p, uint64_t size, uint64_t chunk_size,
 	int64_t n;
 
 	if (!enc->seen)
-		return why_is(why, why_len, "stored.encoding is missing");
+		return util_say(why, why_len, "stored.encoding is missing");
 	if (enc->kind != V_TEXT || !enc->text_ok || strcmp(enc->text, "zstd") != 0)
-		return why_is(why, why_len, "stored.encoding is not \"zstd\" (the only one known)");
+		return util_say(why, why_len,
+		                "stored.encoding is not \"zstd\" (the only one known)");
 	/* It names the stored bytes (their URL); reads are checked after decompression. */
 	if (p->v[K_SHA256].seen && !is_hex64(&p->v[K_SHA256]))
-		return why_is(why, why_len, "stored.sha256 is not 64 hex digits");
+		return util_say(why, why_len, "stored.sha256 is not 64 hex digits");
 	if (!p->v[K_FRAME].seen)
-		return why_is(why, why_len, "stored.frame is missing");
+		return util_say(why, why_len, "stored.frame is missing");
 	if (!integer_in(&p->v[K_FRAME], MANIFEST_FRAME_MIN, MANIFEST_FRAME_MAX, &n) ||
 	    (n & (n - 1)))
-		return why_is(why, why_len, "stored.frame is not a power of two from %d to %d",
-		              MANIFEST_FRAME_MIN, MANIFEST_FRAME_MAX);
+		return util_say(why, why_len, "stored.frame is not a power of two from %d to %d",
+		                MANIFEST_FRAME_MIN, MANIFEST_FRAME_MAX);
 	out->frame = (uint64_t)n;
-	uint64_t count = size / out->frame + (size % out->frame != 0);
+	uint64_t count = frame_table_count(size, out->frame);
 	if (!p->v[K_SIZE].seen)
-		return why_is(why, why_len, "stored.size is missing");
+		return util_say(why, why_len, "stored.size is missing");
 	/* At least a byte a frame, at most zstd's bound for the whole: a size beyond that
 	 * cannot be frames of these bytes. */
 	uint64_t bound = ZSTD_compressBound(out->frame);
-	uint64_t most = count - 1 > (UINT64_MAX / 2) / bound
-	                    ? UINT64_MAX / 2
-	                    : (count - 1) * bound +
-	                          ZSTD_compressBound((size_t)share(size, out->frame, count - 1));
+	uint64_t most =
+	    count - 1 > (UINT64_MAX / 2) / bound
+	        ? UINT64_MAX / 2
+	        : (count - 1) * bound +
+	              ZSTD_compressBound((size_t)frame_table_share(size, out->frame, count - 1));
 	if (!integer_in(&p->v[K_SIZE], (int64_t)count, INT64_MAX, &n) || (uint64_t)n > most)
-		return why_is(why, why_len,
-		              "stored.size is not an integer from %" PRIu64 " to %" PRIu64
-		              " (a byte a frame to zstd's bound)",
-		              count, most);
+		return util_say(why, why_len,
+		                "stored.size is not an integer from %" PRIu64 " to %" PRIu64
+		                " (a byte a frame to zstd's bound)",
+		                count, most);
 	out->size = (uint64_t)n;
 	if (chunk_size) {
 		if (out->frame != chunk_size)
-			return why_is(why, why_len,
-			              "stored.frame %" PRIu64 " is not chunks.size %" PRIu64,
-			              out->frame, chunk_size);
+			return util_say(why, why_len,
+			                "stored.frame %" PRIu64 " is not chunks.size %" PRIu64,
+			                out->frame, chunk_size);
 		if (frames->seen)
-			return why_is(why, why_len,
-			              "stored.frames is not allowed with chunks (its hash list has "
-			              "them)");
+			return util_say(
+			    why, why_len,
+			    "stored.frames is not allowed with chunks (its hash list has "
+			    "them)");
 		return 0;
 	}
 	if (!frames->seen)
-		return why_is(why, why_len, "stored.frames is missing");
+		return util_say(why, why_len, "stored.frames is missing");
 	if (frames->kind != V_ARRAY)
-		return why_is(why, why_len, "stored.frames is not an array");
-	if (p->n != count || p->n > p->keep)
-		return why_is(why, why_len,
-		              "stored.frames has %zu lengths, not the %" PRIu64
-		              " frames of %" PRIu64 " bytes that %" PRIu64 " bytes make",
-		              p->n, count, out->frame, size);
+		return util_say(why, why_len, "stored.frames is not an array");
+	if (p->n > p->keep) /* then not the count either: the check names both */
+		return util_say(why, why_len,
+		                "stored.frames has %zu lengths, not the %" PRIu64
+		                " frames of %" PRIu64 " bytes that %" PRIu64 " bytes make",
+		                p->n, count, out->frame, size);
 	return read_frames(p, size, out, why, why_len);
 }
 
@@ -329,15 +304,15 @@ int manifest_stored_read(const char *stored, uint64_t size, uint64_t chunk_size,
 	/* More lengths than the smallest frame would make cannot be a right table: kept no
 	 * further (counted all the same, for the message). */
 	uint64_t most = size / MANIFEST_FRAME_MIN + 1;
-	struct parse p = {.key = -1, .bad = SIZE_MAX, .keep = most < SIZE_MAX / 8 ? most : 0};
+	struct parse p = {.key = -1, .keep = most < SIZE_MAX / 8 ? most : 0, .size = size};
 	yajl_handle parser;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	if (size == 0)
-		return why_is(why, why_len, "stored is not allowed for an empty file");
+		return util_say(why, why_len, "stored is not allowed for an empty file");
 	if (stored[0] != '{')
-		return why_is(why, why_len, "stored is not an object");
+		return util_say(why, why_len, "stored is not an object");
 	parser = yajl_alloc(&callbacks, NULL, &p);
 	if (!parser)
 		return -ENOMEM;
@@ -349,7 +324,7 @@ int manifest_stored_read(const char *stored, uint64_t size, uint64_t chunk_size,
 	if (p.rc)
 		rc = p.rc;
 	else if (st != yajl_status_ok) /* not reached: the manifest's parsers took it */
-		rc = why_is(why, why_len, "stored is not JSON");
+		rc = util_say(why, why_len, "stored is not JSON");
 	else
 		rc = check(&p, size, chunk_size, out, why, why_len);
 	free(p.len);

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "index/index.h"
+
 /* Frame sizes a manifest may name: a power of two in this range (as chunks.size). */
 #define MANIFEST_FRAME_MIN 4096
 #define MANIFEST_FRAME_MAX (64 << 20)
@@ -31,5 +33,12 @@ struct manifest_stored {
 int manifest_stored_read(const char *stored, uint64_t size, uint64_t chunk_size,
                          struct manifest_stored *out, char *why, size_t why_len);
 void manifest_stored_free(struct manifest_stored *s);
+
+/* s as the index's builder takes it (pointing into s: valid while s is). */
+static inline struct index_stored_view manifest_stored_view(const struct manifest_stored *s)
+{
+	return (struct index_stored_view){
+	    .size = s->size, .frame = s->frame, .le = s->frames, .le_len = s->frames_len};
+}
 
 #endif

@@ -156,7 +156,8 @@ def test_a_hash_list_whose_frames_do_not_add_up_fails_the_open(store, mount, lie
         assert errno_of(lambda: open(m.p("d/c.bin"), "rb").close()) == errno.EIO
     log = m.stderr()
     list_url = store.up.url(e["chunks"]["url"])
-    want = {"sum": "its frame lengths add up to", "zero": "chunk 2's frame length 0 is not"}
+    want = {"sum": "its hash list's frames add up to",
+            "zero": "its hash list's frames[2] is not a length from 1 to"}
     assert "d/c.bin: its hash list from %s does not describe its stored object (" % list_url \
         in log and want[lie] in log, log
     # The hash list was fetched once; nothing of the object was.

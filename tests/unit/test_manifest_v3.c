@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fetch/source/frame_table.h"
 #include "fetch/source/manifest_load.h"
 #include "index/index.h"
 
@@ -97,15 +98,24 @@ static void expect_refusal(struct fixture *f, const char *json, const char *want
 	assert_int_equal(dirs, 1);
 }
 
-static void assert_good_table(const struct index_stored *s)
+/* s, and the table index_get_stored_frames gives for ino (its pack's for a member). */
+static void assert_good_table(struct fixture *f, uint64_t ino, const struct index_stored *s)
 {
+	unsigned char *le = NULL;
+	size_t len = 0;
+	uint32_t lens[3];
+
 	assert_int_equal(s->size, 600);
 	assert_int_equal(s->frame, 4096);
 	assert_int_equal(s->n_frames, 3);
-	assert_non_null(s->frames);
-	assert_int_equal(s->frames[0], 100);
-	assert_int_equal(s->frames[1], 200);
-	assert_int_equal(s->frames[2], 300);
+	assert_true(s->in_index);
+	assert_int_equal(index_get_stored_frames(f->idx, ino, &le, &len), 0);
+	assert_int_equal(len, 3 * FRAME_TABLE_LE_BYTES);
+	frame_table_decode_le(le, 3, lens);
+	free(le);
+	assert_int_equal(lens[0], 100);
+	assert_int_equal(lens[1], 200);
+	assert_int_equal(lens[2], 300);
 }
 
 static void test_file_pack_and_chunked(void **state)
@@ -128,14 +138,14 @@ static void test_file_pack_and_chunked(void **state)
 
 	assert_int_equal(index_get_object(f->idx, ino_of(f, "f"), &ref), 0);
 	assert_int_equal(ref.node.size, 10000);
-	assert_good_table(&ref.stored);
+	assert_good_table(f, ino_of(f, "f"), &ref.stored);
 	assert_null(ref.pack.url);
 	index_object_ref_free(&ref);
 
 	/* A member: its pack's table, none of its own. */
 	assert_int_equal(index_get_object(f->idx, ino_of(f, "m"), &ref), 0);
 	assert_non_null(ref.pack.url);
-	assert_good_table(&ref.pack.stored);
+	assert_good_table(f, ino_of(f, "m"), &ref.pack.stored);
 	assert_int_equal(ref.stored.frame, 0);
 	index_object_ref_free(&ref);
 
@@ -143,7 +153,7 @@ static void test_file_pack_and_chunked(void **state)
 	assert_int_equal(index_get_object(f->idx, ino_of(f, "raw"), &ref), 0);
 	assert_int_equal(ref.stored.frame, 0);
 	assert_int_equal(ref.stored.size, 0);
-	assert_null(ref.stored.frames);
+	assert_false(ref.stored.in_index);
 	index_object_ref_free(&ref);
 
 	/* Chunked: the frames are in its hash list, not in the index. */
@@ -152,7 +162,10 @@ static void test_file_pack_and_chunked(void **state)
 	assert_int_equal(ref.stored.frame, 4096);
 	assert_int_equal(ref.stored.size, 5000);
 	assert_int_equal(ref.stored.n_frames, 3);
-	assert_null(ref.stored.frames);
+	assert_false(ref.stored.in_index);
+	unsigned char *le = NULL;
+	size_t len = 0;
+	assert_int_equal(index_get_stored_frames(f->idx, ino_of(f, "c"), &le, &len), -ENOENT);
 	index_object_ref_free(&ref);
 }
 
@@ -208,7 +221,7 @@ static void test_nested_v2_and_v3_under_either(void **state)
 			if (b == 0)
 				continue;
 			assert_int_equal(index_get_object(f->idx, ino_of(f, "sub/f"), &ref), 0);
-			assert_good_table(&ref.stored);
+			assert_good_table(f, ino_of(f, "sub/f"), &ref.stored);
 			index_object_ref_free(&ref);
 		}
 	}

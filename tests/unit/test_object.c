@@ -31,6 +31,7 @@
 #include "helpers.h"
 #include "index/index.h"
 #include "util/hex.h"
+#include "util/log.h"
 
 #define PACK_URL "http://store.example/objects/pack"
 #define MEMBERS 8
@@ -83,6 +84,20 @@ int __wrap_flight_table_join(struct flight_table *table, const struct flight_spe
 	joined.spec.url = joined.url;
 	joined.spec.chunk_digests = NULL; /* the caller's, gone after the call */
 	return __real_flight_table_join(table, spec, out, created);
+}
+
+/* How often object.c read a frame table from the index: only a new flight does. */
+static unsigned frame_reads;
+
+int __real_index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le,
+                                   size_t *le_len);
+int __wrap_index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le,
+                                   size_t *le_len);
+int __wrap_index_get_stored_frames(struct index *idx, uint64_t ino, unsigned char **le,
+                                   size_t *le_len)
+{
+	frame_reads++;
+	return __real_index_get_stored_frames(idx, ino, le, le_len);
 }
 
 struct fixture {
@@ -160,8 +175,9 @@ static void build_compressed(struct fixture *fx, struct index_builder *b)
 	assert_int_equal(util_sha256_hex("z", 1, z_sha), 0);
 	assert_int_equal(util_sha256_hex("zpack", 5, zp_sha), 0);
 	assert_int_equal(util_sha256_hex("zmember", 7, zm_sha), 0);
-	assert_int_equal(index_build_add_pack_stored(b, zp_sha, Z_SIZE, ZPACK_URL, Z_STORED,
-	                                             Z_FRAME, le, sizeof(le), why, sizeof(why)),
+	const struct index_stored_view z = {
+	    .size = Z_STORED, .frame = Z_FRAME, .le = le, .le_len = sizeof(le)};
+	assert_int_equal(index_build_add_pack(b, zp_sha, Z_SIZE, ZPACK_URL, &z, why, sizeof(why)),
 	                 0);
 	add(b, &(struct index_build_entry){.path = "z",
 	                                   .path_len = 1,
@@ -169,10 +185,7 @@ static void build_compressed(struct fixture *fx, struct index_builder *b)
 	                                   .size = Z_SIZE,
 	                                   .sha256 = z_sha,
 	                                   .url = "http://store.example/objects/z",
-	                                   .stored_size = Z_STORED,
-	                                   .stored_frame = Z_FRAME,
-	                                   .stored_frames = le,
-	                                   .stored_frames_len = sizeof(le)});
+	                                   .stored = z});
 	add(b, &(struct index_build_entry){.path = "zd/m",
 	                                   .path_len = 4,
 	                                   .kind = INDEX_KIND_FILE,
@@ -196,8 +209,7 @@ static void build_compressed(struct fixture *fx, struct index_builder *b)
 		                                   .chunk_size = Z_FRAME,
 		                                   .chunk_sha256 = sha,
 		                                   .chunk_url = ZBIG_LIST_URL,
-		                                   .stored_size = Z_STORED,
-		                                   .stored_frame = Z_FRAME});
+		                                   .stored = {.size = Z_STORED, .frame = Z_FRAME}});
 	}
 }
 
@@ -226,9 +238,9 @@ static int build(struct fixture *fx, bool corrupt)
 		return -1;
 	if (index_open(&fx->idx) != 0 || index_build_begin(fx->idx, &b) != 0)
 		return -1;
-	assert_int_equal(
-	    index_build_add_pack(b, fx->pack_sha256, sizeof(fx->pack), PACK_URL, why, sizeof(why)),
-	    0);
+	assert_int_equal(index_build_add_pack(b, fx->pack_sha256, sizeof(fx->pack), PACK_URL, NULL,
+	                                      why, sizeof(why)),
+	                 0);
 	for (unsigned i = 0; i < MEMBERS; i++) {
 		snprintf(path, sizeof(path), "d/m%u", i);
 		add(b, &(struct index_build_entry){.path = path,
@@ -435,7 +447,8 @@ static void test_plain_dir_and_chunked(void **state)
 	free(got);
 	struct fetch_hash_list hl;
 	assert_int_equal(
-	    fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, obj.url, &hl), 0);
+	    fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, 0, false, obj.url, &hl),
+	    0);
 	assert_memory_equal(hl.digests, digests, sizeof(digests));
 	assert_null(hl.frame_stored); /* stored as it is */
 	flight_unref(obj.flight);
@@ -478,9 +491,21 @@ static void test_spec_frame_table_file_and_member(void **state)
 	flight_unref(obj.flight);
 
 	joined.seen = false;
+	frame_reads = 0;
 	obj = open_ok(fx, fx->z_ino);
 	assert_z_table();
 	assert_int_equal(joined.spec.size, Z_SIZE); /* what the spool holds: decompressed */
+	assert_int_equal(frame_reads, 1);
+	/* A join of the running flight, and what getxattr asks, read no table. */
+	joined.seen = false;
+	struct fetch_object again = open_ok(fx, fx->z_ino);
+	assert_false(again.created);
+	assert_false(joined.seen);
+	struct fetch_object_view view;
+	assert_int_equal(fetch_object_view(fx->objects, fx->z_ino, true, &view), 0);
+	fetch_object_view_clear(&view);
+	assert_int_equal(frame_reads, 1);
+	flight_unref(again.flight);
 	flight_unref(obj.flight);
 
 	/* A member's flight is its pack's, stored as the pack is. */
@@ -528,7 +553,8 @@ static void test_spec_frame_table_chunked(void **state)
 	zbig_list(list, z_frames);
 	obj = open_zbig_list(fx, 0);
 	assert_int_equal(
-	    fetch_hash_list_take(fx->objects, fx->zbig_ino[0], obj.flight, obj.url, &hl), 0);
+	    fetch_hash_list_take(fx->objects, fx->zbig_ino[0], obj.flight, 0, false, obj.url, &hl),
+	    0);
 	for (unsigned k = 0; k < 4; k++)
 		assert_memory_equal(hl.digests + k * FLIGHT_DIGEST_BYTES, list + k * Z_RECORD,
 		                    FLIGHT_DIGEST_BYTES);
@@ -588,15 +614,65 @@ static void test_hash_list_lengths_wrong(void **state)
 		struct fetch_hash_list hl = {0};
 		struct fetch_object obj = open_zbig_list(fx, i);
 		joined.seen = false;
-		assert_int_equal(
-		    fetch_hash_list_take(fx->objects, fx->zbig_ino[i], obj.flight, obj.url, &hl),
-		    -EIO);
+		assert_int_equal(fetch_hash_list_take(fx->objects, fx->zbig_ino[i], obj.flight, 0,
+		                                      false, obj.url, &hl),
+		                 -EIO);
 		assert_null(hl.digests);
 		assert_null(hl.frame_stored);
 		assert_false(joined.seen); /* nothing of the object was joined */
 		flight_unref(obj.flight);
 		fetch_object_clear(&obj);
 	}
+}
+
+/* The log file's text so far (the suite's lines go there from this test on). */
+static void log_text(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+}
+
+/* Every failure of a hash list that fetch_hash_list_take decides is logged there (fs/ only
+ * replies): a list that failed, and a spool gone after its one retry; a spool gone the
+ * first time is the caller's to retry, and says nothing. */
+static void test_hash_list_failures_logged(void **state)
+{
+	struct fixture *fx = *state;
+	struct fetch_hash_list hl = {0};
+	struct fetch_object obj;
+	char path[128], why[256], text[4096];
+
+	snprintf(path, sizeof(path), "%s/log", fx->dir);
+	assert_int_equal(util_log_use_file(path, why, sizeof(why)), 0);
+	assert_int_equal(
+	    fetch_object_open(fx->objects,
+	                      &(struct fetch_object_req){.ino = fx->chunked_ino, .hash_list = true},
+	                      &obj),
+	    0);
+	assert_int_equal(fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, -ENOENT,
+	                                      false, obj.url, &hl),
+	                 -ENOENT);
+	log_text(path, text, sizeof(text));
+	assert_string_equal(text, "");
+	assert_int_equal(fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, -EIO, false,
+	                                      obj.url, &hl),
+	                 -EIO);
+	assert_null(hl.digests);
+	log_text(path, text, sizeof(text));
+	assert_non_null(strstr(text,
+	                       "big: its hash list from http://store.example/objects/big.list "
+	                       "could not be fetched or does not match its sha256"));
+	assert_int_equal(fetch_hash_list_take(fx->objects, fx->chunked_ino, obj.flight, -ENOENT,
+	                                      true, obj.url, &hl),
+	                 -ENOENT);
+	log_text(path, text, sizeof(text));
+	assert_non_null(strstr(strstr(text, "\n") + 1, "big: its hash list from"));
+	flight_unref(obj.flight);
+	fetch_object_clear(&obj);
 }
 
 /* ---- members verified ------------------------------------------------------------- */
@@ -688,6 +764,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_member_match_is_its_own, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_member_mismatch_refetches, setup_corrupt,
 	                                    teardown),
+	    /* Last: its lines go to a file from then on. */
+	    cmocka_unit_test_setup_teardown(test_hash_list_failures_logged, setup, teardown),
 	};
 
 	if (index_init_process() != 0)
