@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "fetch/engine/flight_i.h"
+#include "fetch/source/frame_table.h"
 
 int flight_frames_init(struct flight *f, const struct flight_spec *spec)
 {
@@ -15,9 +16,13 @@ int flight_frames_init(struct flight *f, const struct flight_spec *spec)
 
 	if (!spec->frame_size)
 		return 0;
-	/* A frame is a chunk when there are chunk hashes: a bad one is a bad chunk. */
+	/* A frame is a chunk when there are chunk hashes: a bad one is a bad chunk. The loader
+	 * checked the table by the same rules (frame_table.h); a table that did not hold
+	 * would misplace every request, so it is checked again rather than trusted. */
 	if ((spec->frame_size & (spec->frame_size - 1)) || !spec->frame_stored || n == 0 ||
-	    (spec->chunk_size && spec->chunk_size != spec->frame_size))
+	    (spec->chunk_size && spec->chunk_size != spec->frame_size) ||
+	    frame_table_check(spec->size, spec->frame_size, spec->frame_stored, n,
+	                      spec->stored_size, NULL, 0) != 0)
 		return -EINVAL;
 	if (n >= SIZE_MAX / sizeof(uint64_t))
 		return -ENOMEM;
@@ -26,16 +31,11 @@ int flight_frames_init(struct flight *f, const struct flight_spec *spec)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n; i++) {
 		f->frames.stored_off[i] = sum;
-		if (spec->frame_stored[i] == 0)
-			return -EINVAL;
 		if (spec->frame_stored[i] > f->frames.max_stored)
 			f->frames.max_stored = spec->frame_stored[i];
 		sum += spec->frame_stored[i];
 	}
 	f->frames.stored_off[n] = sum;
-	/* The loader checked it; a table that does not add up would misplace every request. */
-	if (sum != spec->stored_size)
-		return -EINVAL;
 	f->frames.size = spec->frame_size;
 	f->frames.n = n;
 	return 0;
@@ -55,7 +55,7 @@ uint64_t flight_frame_of(const struct flight *f, uint64_t off)
 void flight_frame_bounds(const struct flight *f, uint64_t i, uint64_t *lo, uint64_t *hi)
 {
 	*lo = i * f->frames.size;
-	*hi = f->size - *lo < f->frames.size ? f->size : *lo + f->frames.size;
+	*hi = *lo + frame_table_share(f->size, f->frames.size, i);
 }
 
 void flight_frames_round(const struct flight *f, uint64_t *start, uint64_t *end)
