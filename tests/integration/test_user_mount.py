@@ -26,17 +26,6 @@ def as_user(cmd):
             "--clear-groups"] + cmd
 
 
-@pytest.fixture
-def fuse_device_for_users():
-    """/dev/fuse as Debian's udev rule makes it, 0666 (libfuse opens it before it asks
-    fusermount3 to mount), for the test's length: container runtimes often pass it 0600."""
-    mode = os.stat("/dev/fuse").st_mode & 0o777
-    if mode != 0o666:
-        os.chmod("/dev/fuse", 0o666)
-    yield
-    if mode != 0o666:
-        os.chmod("/dev/fuse", mode)
-
 
 @pytest.fixture
 def user_dir():

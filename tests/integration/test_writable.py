@@ -138,16 +138,6 @@ class Writable:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-@pytest.fixture
-def fuse_device_for_users():
-    """/dev/fuse 0666 as Debian's udev rule makes it (see test_user_mount.py)."""
-    mode = os.stat("/dev/fuse").st_mode & 0o777
-    if mode != 0o666:
-        os.chmod("/dev/fuse", 0o666)
-    yield
-    if mode != 0o666:
-        os.chmod("/dev/fuse", mode)
-
 
 @pytest.fixture
 def tree(upstream, tmp_path):

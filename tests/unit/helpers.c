@@ -102,3 +102,35 @@ uint64_t test_index_ino(struct index *idx, const char *path)
 			return 0;
 	return n.ino;
 }
+
+void test_log_begin(const char *path, int *saved)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	assert_true(fd >= 0);
+	fflush(stderr);
+	*saved = dup(STDERR_FILENO);
+	assert_true(*saved >= 0);
+	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	close(fd);
+}
+
+char *test_log_end(const char *path, int *saved)
+{
+	static char text[64 * 1024];
+	ssize_t n;
+	int fd;
+
+	if (*saved >= 0) {
+		fflush(stderr);
+		dup2(*saved, STDERR_FILENO);
+		close(*saved);
+		*saved = -1;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	text[n > 0 ? n : 0] = '\0';
+	return text;
+}

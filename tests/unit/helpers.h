@@ -56,6 +56,15 @@ void test_threads_run(unsigned n, void *(*fn)(void *arg), void *args, size_t str
 int test_dir_make(const char *name, char *path, size_t cap);
 int test_dir_remove(const char *path, int fd);
 
+/*
+ * stderr (the code's log) into the file at path until test_log_end, which restores it and
+ * returns what was logged (a static buffer of at most 64 KiB): a case checks the reason
+ * the code gave. cmocka reports failures on stderr too, so a teardown that finds *saved
+ * still >= 0 prints test_log_end's text. *saved is -1 when nothing is captured.
+ */
+void test_log_begin(const char *path, int *saved);
+char *test_log_end(const char *path, int *saved);
+
 /* The inode at path ("a/b", from the root) in idx, or 0 when there is none. */
 uint64_t test_index_ino(struct index *idx, const char *path);
 

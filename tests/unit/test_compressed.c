@@ -117,36 +117,17 @@ static int setup(void **state)
 	return 0;
 }
 
-/* stderr to a file until read_log: the cases check what the engine logged. */
+/* The engine's log, captured for the case to check (helpers.h: test_log_begin). */
 static void capture_log(struct fixture *fx)
 {
-	int fd;
-
 	snprintf(fx->log_path, sizeof(fx->log_path), "%s.log", fx->dir);
-	fd = open(fx->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	fflush(stderr);
-	fx->saved_stderr = dup(STDERR_FILENO);
-	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
-	close(fd);
+	test_log_begin(fx->log_path, &fx->saved_stderr);
 }
 
+/* What the engine logged since capture_log; stderr is stderr again. */
 static char *read_log(struct fixture *fx)
 {
-	static char text[64 * 1024];
-	ssize_t n;
-	int fd;
-
-	fflush(stderr);
-	dup2(fx->saved_stderr, STDERR_FILENO);
-	close(fx->saved_stderr);
-	fx->saved_stderr = -1;
-	fd = open(fx->log_path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	text[n > 0 ? n : 0] = '\0';
-	return text;
+	return test_log_end(fx->log_path, &fx->saved_stderr);
 }
 
 static int teardown(void **state)

@@ -98,33 +98,17 @@ static int setup(void **state)
 	return 0;
 }
 
-/*
- * Sends stderr (the engine's log) to a file until read_log: the case then checks the
- * reason the engine gave. cmocka reports failures on stderr too, so a case that fails
- * before read_log has its report in that file: teardown shows it.
- */
+/* The engine's log, captured for the case to check (helpers.h: test_log_begin). */
 static void capture_log(struct fixture *fx)
 {
-	int fd;
-
 	snprintf(fx->log_path, sizeof(fx->log_path), "%s.log", fx->dir);
-	fd = open(fx->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(fd >= 0);
-	fflush(stderr);
-	fx->saved_stderr = dup(STDERR_FILENO);
-	assert_true(fx->saved_stderr >= 0);
-	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
-	close(fd);
+	test_log_begin(fx->log_path, &fx->saved_stderr);
 }
 
-static void restore_stderr(struct fixture *fx)
+/* What the engine logged since capture_log; stderr is stderr again. */
+static char *read_log(struct fixture *fx)
 {
-	if (fx->saved_stderr < 0)
-		return;
-	fflush(stderr);
-	dup2(fx->saved_stderr, STDERR_FILENO);
-	close(fx->saved_stderr);
-	fx->saved_stderr = -1;
+	return test_log_end(fx->log_path, &fx->saved_stderr);
 }
 
 /* The object (size bytes of a pattern), its server and its engine, with cfg as set. */
@@ -220,22 +204,6 @@ static void check_spool(struct fixture *fx, struct flight *f, uint64_t off, uint
 	assert_int_equal(pread(flight_spool_fd(f), buf, len, (off_t)off), (ssize_t)len);
 	assert_memory_equal(buf, fx->body + off, len);
 	free(buf);
-}
-
-/* What the engine logged since capture_log; stderr is stderr again. */
-static char *read_log(struct fixture *fx)
-{
-	static char text[64 * 1024];
-	int fd;
-	ssize_t n;
-
-	restore_stderr(fx);
-	fd = open(fx->log_path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	n = read(fd, text, sizeof(text) - 1);
-	close(fd);
-	text[n > 0 ? n : 0] = '\0';
-	return text;
 }
 
 static void remove_dir(const char *dir)
