@@ -1349,6 +1349,7 @@ int main(int argc, char *argv[])
 	free(s.handover.init_req);
 	free(s.handover.init_reply);
 	pthread_mutex_destroy(&s.pt.lock);
+	free(s.pt.pushed);
 	pthread_mutex_destroy(&s.handles.lock);
 	pthread_mutex_destroy(&s.handover.lock);
 	pthread_cond_destroy(&s.handover.cond);

@@ -153,6 +153,10 @@ void daemon_metrics_write_stats(struct fs_session *s, FILE *out, const char *lab
 	    {"pack_member_hash_failures_total", "counter",
 	     "pack members whose bytes did not match their sha256 (their pack is fetched again)",
 	     atomic_load(&s->counters->member_hash_failures)},
+	    {"members_pushed_total", "counter",
+	     "pack members given to the kernel's page cache at their open (their reads send no "
+	     "request)",
+	     atomic_load(&s->counters->members_pushed)},
 	    {"virtual_snapshots_total", "counter",
 	     "contents of /.spoolfs files built, one per open",
 	     atomic_load(&s->counters->virtual_snapshots)},

@@ -19,7 +19,7 @@
 /* Raised whenever a field of the block moves or changes meaning: struct engine_stats,
  * fs_counters, prefetch_walk_counters, util_histogram(_set) and the histogram bounds say
  * so where they are defined. (Only the size is checked besides: a new field changes it.) */
-#define COUNTERS_FORMAT 1ULL
+#define COUNTERS_FORMAT 2ULL
 /* Processes share the block only through lock-free atomics: one that needs a lock would
  * take a lock of its own process's, which the others never see. */
 _Static_assert(ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2 &&

@@ -28,6 +28,8 @@ struct fs_counters {
 	struct util_histogram first_byte;
 	struct util_histogram read_wait;           /* a parked read: from parking to its answer */
 	atomic_uint_fast64_t member_hash_failures; /* pack members whose bytes did not match */
+	atomic_uint_fast64_t
+	    members_pushed; /* members given to the page cache at open (member.c) */
 	/* The most cache misses any reader was shown (metrics.c): never shown fewer after. */
 	atomic_uint_fast64_t misses_shown;
 };

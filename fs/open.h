@@ -76,6 +76,15 @@ int fs_member_verify(struct fs_session *s, struct flight *f, const struct fetch_
 void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int ready, uint64_t off,
                     uint64_t len, const struct fetch_member *member, uint64_t opened_ns);
 
+/*
+ * At the open of member h of inode ino, answered with keep_cache: when its bytes are here
+ * and match, gives them to the kernel's page cache (FUSE_NOTIFY_STORE), once per inode until
+ * the kernel forgets it (fs_member_forget), so that its reads send no request. Nothing
+ * changes when it cannot: the reads come to fs_member_read as before.
+ */
+void fs_member_push(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h);
+/* The kernel forgot inode ino, and its page cache with it: its next open pushes again. */
+void fs_member_forget(struct fs_session *s, fuse_ino_t ino);
 /* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
  * parked. Replies always. */
 void fs_member_read(fuse_req_t req, struct fs_session *s, struct fs_handle *h, uint64_t off,

@@ -113,6 +113,10 @@ struct fs_pt {
 	 * of it are open, for this and the serving processes after it (util/ledger.h); NULL
 	 * without a run directory. Its own lock. */
 	struct util_ledger *ledger;
+	/* A bit per inode whose member bytes the kernel was given at an open (member.c), cleared
+	 * when it forgets the inode; guarded by lock. */
+	uint64_t *pushed;
+	size_t pushed_words;
 };
 
 struct fs_session {

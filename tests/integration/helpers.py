@@ -40,6 +40,15 @@ def flight_records(m):
         return {d["name"]: d for d in (json.loads(line) for line in f if line.strip())}
 
 
+def metric(m, name):
+    """The value of spoolfs_NAME in the mount's /.spoolfs/stats."""
+    with open(m.p(".spoolfs/stats")) as f:
+        for line in f:
+            if line.startswith("spoolfs_" + name + " "):
+                return int(line.split()[1])
+    raise AssertionError("no metric " + name)
+
+
 def wait_until(pred, what, timeout=20, interval=0.01):
     """Polls pred every interval seconds until it holds; fails with what(), or what, when it
     never does within timeout seconds (times SPOOLFS_TEST_SLOWDOWN). The one wait of the

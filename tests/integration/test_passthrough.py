@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from conftest import SLOW, read_file
-from helpers import expected, flight_records, wait_until
+from helpers import expected, flight_records, metric, wait_until
 
 MiB = 1 << 20
 
@@ -41,14 +41,6 @@ def why_no_passthrough():
 
 pytestmark = pytest.mark.skipif(why_no_passthrough() is not None,
                                 reason=str(why_no_passthrough()))
-
-
-def metric(m, name):
-    with open(m.p(".spoolfs/stats")) as f:
-        for line in f:
-            if line.startswith("spoolfs_" + name + " "):
-                return int(line.split()[1])
-    raise AssertionError("no metric " + name)
 
 
 def kept_cache(store, mount, tmp_path, path):

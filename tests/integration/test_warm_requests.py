@@ -9,17 +9,27 @@ shows its files' latest sizes. SPOOLFS_TEST_NO_OPENDIR=1 makes the daemon treat 
 as one without the capability (before 5.1): every directory open is a round trip, as
 before. Requests are counted in the daemon's `-d` log.
 
+Pack members pushed at their open: a member whose pack is here (and whose bytes match) when
+it is opened goes into the kernel's page cache with the open, so its reads send no READ;
+once per inode while the kernel keeps it (again after it forgot the inode); never a member
+that does not match.
+
 Pack spools: a pack's spool file stays open while its members are opened one after
 another (it was closed at each member's release and opened again by name at the next
 open); the bound on such idle spools is the unit suite's (test_flight.c).
 """
 
+import errno
+import hashlib
+import json
 import os
 import re
 import stat
 
+import pytest
+
 from conftest import read_file
-from helpers import flight_records, readlink_or_empty, wait_until
+from helpers import flight_records, metric, readlink_or_empty, wait_until
 from test_manifest_v2 import nested_manifest, v2_store
 from test_s3 import BUCKET, aws_env, listings_of, mount_s3, s3_server  # noqa: F401 (fixtures)
 from test_survive import kill_serving
@@ -168,3 +178,69 @@ def test_a_pack_spool_stays_open_between_its_members_opens(upstream, mount):
         wait_until(released, "the member's RELEASE")
         assert spool_fds(pid, size) == held  # the same fd: not closed and opened again
     assert upstream.stats("objects/p1")["gets"] == 1
+
+
+def pack_mount(upstream, mount, members, lie=None):
+    """A mount (-d, no walk prefetch) of one pack p1 of members, whose member `lie` is
+    listed with the sha256 of other bytes."""
+    v2_store(upstream.root, [], packs={"p1": members})
+    if lie:
+        path = os.path.join(upstream.root, "manifest.json")
+        with open(path) as f:
+            doc = json.load(f)
+        for e in doc["entries"]:
+            if e["path"] == lie:
+                e["sha256"] = hashlib.sha256(b"other bytes").hexdigest()
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    return mount(upstream.url("manifest.json"), "-d", "--prefetch-requests", "0")
+
+
+def pack_complete(m):
+    wait_until(lambda: any(r["state"] == "complete" for r in flight_records(m).values()),
+               lambda: flight_records(m))
+
+
+def test_a_member_whose_pack_is_here_is_read_with_no_request(upstream, mount):
+    members = [("d/m%02d" % i, bytes([65 + i]) * (3000 + 4096 * i)) for i in range(6)]
+    m = pack_mount(upstream, mount, members)
+    # The first open fetches the pack (its own read is the daemon's unless the pack came
+    # before the open was answered).
+    assert read_file(m.p("d/m00")) == members[0][1]
+    pack_complete(m)
+    pushed = metric(m, "members_pushed_total")
+    reads = requests(m, "READ")  # reading /.spoolfs sends READs too: counted after
+    for path, data in members[1:]:
+        assert read_file(m.p(path)) == data
+    assert requests(m, "READ") == reads
+    # Pushed once per inode: the kernel still has the pages of an open again.
+    for path, data in members[1:]:
+        assert read_file(m.p(path)) == data
+    assert requests(m, "READ") == reads
+    assert metric(m, "members_pushed_total") == pushed + len(members) - 1
+    assert upstream.stats("objects/p1")["gets"] == 1
+    pushed += len(members) - 1
+
+    # The kernel forgets the inodes, and their pages with them: the next opens push again
+    # (a FORGET is handled after libfuse logs it: retried until one was).
+    def pushed_again():
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        for path, data in members[1:]:
+            assert read_file(m.p(path)) == data
+        return metric(m, "members_pushed_total") > pushed
+
+    wait_until(pushed_again, "no member was pushed again after the kernel forgot it", interval=0.1)
+
+
+def test_a_member_that_does_not_match_is_never_pushed(upstream, mount):
+    members = [("d/good", b"g" * 5000), ("d/bad", b"b" * 7000)]
+    m = pack_mount(upstream, mount, members, lie="d/bad")
+    assert read_file(m.p("d/good")) == members[0][1]
+    pack_complete(m)
+    pushed = metric(m, "members_pushed_total")
+    with pytest.raises(OSError) as e:
+        read_file(m.p("d/bad"))
+    assert e.value.errno == errno.EIO
+    assert metric(m, "members_pushed_total") == pushed
+    assert metric(m, "pack_member_hash_failures_total") == 1
