@@ -37,7 +37,7 @@ Variants, one after another within each run (interleaved, so load drifts hit all
   warm     a fresh mount of a --cache-dir --keep-cache that an earlier mount filled
   second   a fresh mount, empty cache, --prefetch-list of this run's `first` record
 Every spoolfs (and floor) figure counts from the daemon's start to the program's exit
-(mount time included; unmount not). Networks (NETS, default lat,cap):
+(mount time included, and logged after each run; unmount not). Networks (NETS, default lat,cap):
 tests/upstream/upstream.py on 127.0.0.1 with DELAY_MS (default 10) per request; "cap"
 also with --total-rate CAP_MIB (default 100) MiB/s for all responses together. Output:
 medians (min-max) of RUNS (default 7) runs, and ratios to local. Each program's output
@@ -334,6 +334,7 @@ class Bench:
         self.variants = variants()
         self.c = config()
         self.times = {}  # (net, program, variant) -> [seconds]
+        self.mount_s = None  # the last mount's seconds from start to mounted: logged per run
         self.upstream = {}  # (net, program, variant) -> [(GETs, body bytes)]
         self.problems = []  # something did not work: exit 1
         self.notes = []  # a program is not installed: said, exit 0
@@ -415,6 +416,7 @@ class Bench:
         peers.Mount lists the mount in work/mounts before it waits: cleanup() finds it."""
         t0 = time.monotonic()
         m = peers.Mount(system, self.work, tag, what, **kw)
+        self.mount_s = m.mount_s
         try:
             digest = prog.run(m.mnt, tag)
             t = time.monotonic() - t0
@@ -497,12 +499,14 @@ class Bench:
                         line = []
                         for v, _ in self.variants:
                             srv.reset()
+                            self.mount_s = None
                             t = self.with_build(v, net, prog, run)
                             st = srv.ctl("stats")
                             self.times.setdefault((net, prog.name, v), []).append(t)
                             self.upstream.setdefault((net, prog.name, v), []).append(
                                 (st["total_gets"], st["total_bytes"]))
-                            line.append("%s %.2f" % (v, t))
+                            line.append("%s %.2f" % (v, t) if self.mount_s is None else
+                                        "%s %.2f (mount %.2f)" % (v, t, self.mount_s))
                         log("run %d %s %s: %s" % (run, net, prog.name, ", ".join(line)))
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             self.problems.append(str(e))
