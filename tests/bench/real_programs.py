@@ -48,7 +48,9 @@ Env: RUNS, PROGRAMS, NETS, DELAY_MS, CAP_MIB, SPOOLFS_BIN (default build-bench/s
 built), SPOOLFS_BASE_BIN (another build, e.g. main before a change: each mounted variant
 runs with it too, right after, as "VARIANT, base"), KEEP=1 (keep the work dir), TMPDIR
 (where the work dir goes; default /var/tmp),
-ONLY (the variants to run, e.g. ONLY=local,floor,warm).
+ONLY (the variants to run, e.g. ONLY=local,floor,warm), PIN=one (each daemon and the
+program on CPU 0) or PIN=two (each daemon on CPU 1, the program on CPU 0): on a VM a
+FUSE round trip between two CPUs can cost ten times one on one CPU (--round-trip).
 --round-trip: stat()s of names that do not exist (one LOOKUP each) on a warm spoolfs
 mount, a fuse-overlayfs mount and local disk, with the daemon and the program unpinned,
 on one CPU and on two (real_programs_round_trip.py; RUNS default 3 there, RT_CALLS).
@@ -302,6 +304,30 @@ class Overlay(peers.System):
         return ["fuse-overlayfs", "-f", "-o", "lowerdir=" + what, mnt]
 
 
+class Pinned(peers.System):
+    """system, its daemon started under `taskset -c cpu` (cpu None: as it is): every
+    process and thread it starts inherits the CPU."""
+
+    def __init__(self, system, cpu):
+        super().__init__(system.b)
+        self.system, self.cpu = system, cpu
+        self.name, self.mount_timeout = system.name, system.mount_timeout
+
+    def argv(self, *args, **kw):
+        argv = self.system.argv(*args, **kw)
+        return argv if self.cpu is None else ["taskset", "-c", str(self.cpu)] + argv
+
+    def env(self, cache):
+        return self.system.env(cache)
+
+    def missing(self):
+        return self.system.missing()
+
+
+# PIN: the daemon's CPU, the program's
+PINS = {"": (None, None), "one": (0, 0), "two": (1, 0)}
+
+
 # --------------------------------------------------------------------------- the bench
 def config():
     """The settings from the environment; SystemExit with a message on a bad one."""
@@ -310,7 +336,8 @@ def config():
              "programs": os.environ.get("PROGRAMS", "aws,npm,cc").split(","),
              "nets": os.environ.get("NETS", "lat,cap").split(","),
              "delay_ms": float(os.environ.get("DELAY_MS", "10")),
-             "cap_mib": float(os.environ.get("CAP_MIB", "100"))}
+             "cap_mib": float(os.environ.get("CAP_MIB", "100")),
+             "pin": os.environ.get("PIN", "")}
     except ValueError as e:
         raise SystemExit("RUNS, DELAY_MS and CAP_MIB are numbers: %s" % e)
     if c["delay_ms"] < 0 or c["cap_mib"] <= 0:
@@ -325,6 +352,11 @@ def config():
             raise SystemExit("NETS: unknown network %r (have lat,cap)" % n)
     if c["runs"] < 1:
         raise SystemExit("RUNS must be at least 1")
+    if c["pin"] not in PINS:
+        raise SystemExit("PIN: one or two, not %r" % c["pin"])
+    if any(cpu is not None and cpu not in os.sched_getaffinity(0) for cpu in PINS[c["pin"]]):
+        raise SystemExit("PIN=%s: this process may run on CPUs %s only"
+                         % (c["pin"], sorted(os.sched_getaffinity(0))))
     return c
 
 
@@ -341,8 +373,10 @@ class Bench:
         self.progs = []
         self.servers = {}
         self.http = None  # peers.Spoolfs reads the upstream of a mount from here
-        self.system = peers.Spoolfs(self)
-        self.overlay = Overlay(self)
+        daemon_cpu, prog_cpu = PINS[self.c["pin"]]
+        self.system = Pinned(peers.Spoolfs(self), daemon_cpu)
+        self.overlay = Pinned(Overlay(self), daemon_cpu)
+        self.wrap = [] if prog_cpu is None else ["taskset", "-c", str(prog_cpu)]
         os.makedirs(os.path.join(work, "tmp"))
 
     def setup(self):
@@ -418,7 +452,7 @@ class Bench:
         m = peers.Mount(system, self.work, tag, what, **kw)
         self.mount_s = m.mount_s
         try:
-            digest = prog.run(m.mnt, tag)
+            digest = prog.run(m.mnt, tag, self.wrap)
             t = time.monotonic() - t0
         finally:
             rc = m.unmount()
@@ -434,7 +468,7 @@ class Bench:
         t0 = time.monotonic()
         sh(["bash", "-o", "pipefail", "-c", "curl -sf --noproxy '*' %s | zstd -d -q | tar -x -C %s"
             % (url, dst)])
-        digest = prog.run(dst, tag)
+        digest = prog.run(dst, tag, self.wrap)
         t = time.monotonic() - t0
         shutil.rmtree(dst)
         self.check(prog, digest, tag)
@@ -442,7 +476,7 @@ class Bench:
 
     def local(self, net, prog, tag):
         t0 = time.monotonic()
-        digest = prog.run(prog.tree, tag)
+        digest = prog.run(prog.tree, tag, self.wrap)
         t = time.monotonic() - t0
         self.check(prog, digest, tag)
         return t
@@ -528,6 +562,9 @@ class Bench:
         print("local disk: page cache warm; spoolfs and FUSE floor figures include the mount; "
               "upstream tests/upstream/upstream.py on 127.0.0.1, %g ms per request"
               % c["delay_ms"])
+        if c["pin"]:
+            print("PIN=%s: the daemons on CPU %d, the program (every variant) on CPU %d"
+                  % ((c["pin"],) + PINS[c["pin"]]))
         for prog in self.progs:
             print("  %s: %s; `%s`; published: %s; archive %.1f MiB" % (
                 prog.name, prog.about, prog.cmd, prog.published, prog.archive_bytes / MiB))

@@ -33,22 +33,6 @@ SYSTEMS = ("spoolfs", "fuse-overlayfs", "local disk")
 TREE_FILES = 20
 
 
-class Pinned(peers.System):
-    """system, its daemon started under `taskset -c cpu` (cpu None: as it is)."""
-
-    def __init__(self, system, cpu):
-        super().__init__(system.b)
-        self.system, self.cpu = system, cpu
-        self.name, self.mount_timeout = system.name, system.mount_timeout
-
-    def argv(self, *args, **kw):
-        argv = self.system.argv(*args, **kw)
-        return argv if self.cpu is None else ["taskset", "-c", str(self.cpu)] + argv
-
-    def env(self, cache):
-        return self.system.env(cache)
-
-
 def binary(spoolfs):
     """bench_fuse_round_trip beside spoolfs when that is a build tree's, else built in
     build-bench (as peers.sh finds bench_readers)."""
@@ -118,10 +102,11 @@ class RoundTrip:
 
     def mount(self, cpu, system, tag):
         if system == "spoolfs":
-            return peers.Mount(Pinned(self.b.system, cpu), self.b.work, tag, "rt/manifest",
-                               shared_cache=self.warm, durable=True,
+            # .system: the daemon unpinned by PIN, pinned here as the placement says
+            return peers.Mount(rp.Pinned(self.b.system.system, cpu), self.b.work, tag,
+                               "rt/manifest", shared_cache=self.warm, durable=True,
                                extra_args=["--keep-cache"], server=self.srv)
-        return peers.Mount(Pinned(self.b.overlay, cpu), self.b.work, tag, self.tree)
+        return peers.Mount(rp.Pinned(self.b.overlay.system, cpu), self.b.work, tag, self.tree)
 
     @staticmethod
     def unmounted(m, tag):
