@@ -27,8 +27,9 @@ import peers
 import real_programs as rp
 
 GAPS_US = (0, 200)
-# name, the daemon's CPU, the program's CPU (None: unpinned)
-PLACEMENTS = (("unpinned", None, None), ("one CPU", 0, 0), ("two CPUs", 1, 0))
+# name, the daemon's CPU, the program's CPU (None: unpinned): as PIN= places them
+PLACEMENTS = tuple((name,) + rp.PINS[pin] for name, pin in (
+    ("unpinned", ""), ("one CPU", "one"), ("two CPUs", "two")))
 SYSTEMS = ("spoolfs", "fuse-overlayfs", "local disk")
 TREE_FILES = 20
 
