@@ -140,6 +140,7 @@ for v in $variants; do
 		fi
 		# Keeps the real-programs benchmark working: npm alone (about 15 s), one run,
 		# loopback; it fails when a mount fails or npm prints other bytes than from disk.
+		# The FUSE floor (fuse-overlayfs over the tree, when installed) adds under a second.
 		step "$v: real programs benchmark smoke run"
 		if SPOOLFS_BIN="$PWD/$dir/spoolfs" RUNS=1 PROGRAMS=npm NETS=lat \
 			$python tests/bench/real_programs.py; then

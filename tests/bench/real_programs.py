@@ -7,6 +7,7 @@ tree, extract it, run).
   python3 tests/bench/real_programs.py [--install]        # RUNS=7, both networks
   RUNS=3 PROGRAMS=aws NETS=lat python3 tests/bench/real_programs.py   # a quick run
   python3 tests/bench/real_programs.py --analyze          # where the time goes (strace)
+  python3 tests/bench/real_programs.py --round-trip       # what one FUSE request costs
 
 Programs (PROGRAMS, default aws,npm,cc):
   aws  Debian's awscli (AWS CLI v2): the files `dpkg -L` lists under dist-packages for
@@ -23,6 +24,10 @@ Programs (PROGRAMS, default aws,npm,cc):
 Variants, one after another within each run (interleaved, so load drifts hit all alike):
   local    the tree on local disk, page cache warm (the setup ran the program once from
            it, and every run reads it again), as in the issue's figures
+  floor    the same tree through a FUSE filesystem with no network at all: a fresh
+           `fuse-overlayfs -o lowerdir=TREE` mount (lowerdir alone: read-only), the
+           figure from its start to the program's exit; what any FUSE mount costs this
+           program on this machine (left out with a note when fuse-overlayfs is missing)
   archive  curl the tree's .tar.zst from the same upstream | zstd -d | tar -x, then run
   order    first run with a read order in the manifest: a fresh mount, empty cache, of a
            second manifest of the same objects (`publish --manifest manifest-order
@@ -31,18 +36,24 @@ Variants, one after another within each run (interleaved, so load drifts hit all
   first    a fresh mount, empty session cache, --record-reads
   warm     a fresh mount of a --cache-dir --keep-cache that an earlier mount filled
   second   a fresh mount, empty cache, --prefetch-list of this run's `first` record
-Every spoolfs figure counts from the daemon's start to the program's exit (mount time
-included; unmount not). Networks (NETS, default lat,cap): tests/upstream/upstream.py on
-127.0.0.1 with DELAY_MS (default 10) per request; "cap" also with --total-rate CAP_MIB
-(default 100) MiB/s for all responses together. Output: medians (min-max) of RUNS
-(default 7) runs, and ratios to local. Each program's output is checked against the local
-run's (exit status and a hash of stdout; cc: the objects' bytes).
+Every spoolfs (and floor) figure counts from the daemon's start to the program's exit
+(mount time included, and logged after each run; unmount not). Networks (NETS, default lat,cap):
+tests/upstream/upstream.py on 127.0.0.1 with DELAY_MS (default 10) per request; "cap"
+also with --total-rate CAP_MIB (default 100) MiB/s for all responses together. Output:
+medians (min-max) of RUNS (default 7) runs, and ratios to local. Each program's output
+is checked against the local run's (exit status and a hash of stdout; cc: the objects'
+bytes).
 
 Env: RUNS, PROGRAMS, NETS, DELAY_MS, CAP_MIB, SPOOLFS_BIN (default build-bench/spoolfs,
 built), SPOOLFS_BASE_BIN (another build, e.g. main before a change: each mounted variant
 runs with it too, right after, as "VARIANT, base"), KEEP=1 (keep the work dir), TMPDIR
 (where the work dir goes; default /var/tmp),
-ONLY (the variants to run, e.g. ONLY=local,warm).
+ONLY (the variants to run, e.g. ONLY=local,floor,warm), PIN=one (each daemon and the
+program on CPU 0) or PIN=two (each daemon on CPU 1, the program on CPU 0): on a VM a
+FUSE round trip between two CPUs can cost ten times one on one CPU (--round-trip).
+--round-trip: stat()s of names that do not exist (one LOOKUP each) on a warm spoolfs
+mount, a fuse-overlayfs mount and local disk, with the daemon and the program unpinned,
+on one CPU and on two (real_programs_round_trip.py; RUNS default 3 there, RT_CALLS).
 A benchmark, not a test: timings are never asserted. A program not installed is left out
 with a note. Exit status 1 when something does not work (a mount fails, a program fails
 or prints other bytes than from local disk), 2 on a bad setting.
@@ -75,7 +86,8 @@ DIST = "/usr/lib/python3/dist-packages"
 NPM_DIRS = ("/usr/lib/node_modules/npm", "/usr/share/nodejs/npm")
 CC_DIRS = ("util", "index", "fetch", "publish", "fs")
 # name, column title
-VARIANTS = (("local", "local disk"), ("archive", "download + extract + run"),
+VARIANTS = (("local", "local disk"), ("floor", "FUSE floor: fuse-overlayfs over local disk"),
+            ("archive", "download + extract + run"),
             ("order", "first run, read order"), ("first", "spoolfs first run"),
             ("warm", "spoolfs warm"), ("second", "second run, --prefetch-list"))
 MOUNTED = ("order", "first", "warm", "second")
@@ -272,6 +284,50 @@ exec gcc -std=c11 -D_GNU_SOURCE -DFUSE_USE_VERSION=312 -DSPOOLFS_VERSION='"0"' \
 PROGRAMS = {c.name: c for c in (Aws, Npm, Cc)}
 
 
+class Overlay(peers.System):
+    """fuse-overlayfs over a tree on local disk: a FUSE filesystem with no network, whose
+    every answer is a syscall on local disk. With lowerdir alone it needs no upper or work
+    dir and mounts read-only. Its defaults keep entries and attributes in the kernel's
+    caches for 10^9 s (timeout=), as spoolfs keeps its snapshot's for a year, and serve
+    requests on one thread."""
+
+    name = "fuse-overlayfs"
+    mount_timeout = 30
+
+    def missing(self):
+        return None if shutil.which("fuse-overlayfs") else "fuse-overlayfs is not installed"
+
+    def argv(self, what, mnt, cache, durable=False, server=None):
+        # what: the tree's path, which lowerdir= would split at ':' (and -o at ',').
+        if ":" in what or "," in what:
+            raise RuntimeError("fuse-overlayfs cannot take %s as lowerdir" % what)
+        return ["fuse-overlayfs", "-f", "-o", "lowerdir=" + what, mnt]
+
+
+class Pinned(peers.System):
+    """system, its daemon started under `taskset -c cpu` (cpu None: as it is): every
+    process and thread it starts inherits the CPU."""
+
+    def __init__(self, system, cpu):
+        super().__init__(system.b)
+        self.system, self.cpu = system, cpu
+        self.name, self.mount_timeout = system.name, system.mount_timeout
+
+    def argv(self, *args, **kw):
+        argv = self.system.argv(*args, **kw)
+        return argv if self.cpu is None else ["taskset", "-c", str(self.cpu)] + argv
+
+    def env(self, cache):
+        return self.system.env(cache)
+
+    def missing(self):
+        return self.system.missing()
+
+
+# PIN: the daemon's CPU, the program's
+PINS = {"": (None, None), "one": (0, 0), "two": (1, 0)}
+
+
 # --------------------------------------------------------------------------- the bench
 def config():
     """The settings from the environment; SystemExit with a message on a bad one."""
@@ -280,7 +336,8 @@ def config():
              "programs": os.environ.get("PROGRAMS", "aws,npm,cc").split(","),
              "nets": os.environ.get("NETS", "lat,cap").split(","),
              "delay_ms": float(os.environ.get("DELAY_MS", "10")),
-             "cap_mib": float(os.environ.get("CAP_MIB", "100"))}
+             "cap_mib": float(os.environ.get("CAP_MIB", "100")),
+             "pin": os.environ.get("PIN", "")}
     except ValueError as e:
         raise SystemExit("RUNS, DELAY_MS and CAP_MIB are numbers: %s" % e)
     if c["delay_ms"] < 0 or c["cap_mib"] <= 0:
@@ -295,6 +352,11 @@ def config():
             raise SystemExit("NETS: unknown network %r (have lat,cap)" % n)
     if c["runs"] < 1:
         raise SystemExit("RUNS must be at least 1")
+    if c["pin"] not in PINS:
+        raise SystemExit("PIN: one or two, not %r" % c["pin"])
+    if any(cpu is not None and cpu not in os.sched_getaffinity(0) for cpu in PINS[c["pin"]]):
+        raise SystemExit("PIN=%s: this process may run on CPUs %s only"
+                         % (c["pin"], sorted(os.sched_getaffinity(0))))
     return c
 
 
@@ -304,16 +366,24 @@ class Bench:
         self.variants = variants()
         self.c = config()
         self.times = {}  # (net, program, variant) -> [seconds]
+        self.mount_s = None  # the last mount's seconds from start to mounted: logged per run
         self.upstream = {}  # (net, program, variant) -> [(GETs, body bytes)]
         self.problems = []  # something did not work: exit 1
         self.notes = []  # a program is not installed: said, exit 0
         self.progs = []
         self.servers = {}
         self.http = None  # peers.Spoolfs reads the upstream of a mount from here
-        self.system = peers.Spoolfs(self)
+        daemon_cpu, prog_cpu = PINS[self.c["pin"]]
+        self.system = Pinned(peers.Spoolfs(self), daemon_cpu)
+        self.overlay = Pinned(Overlay(self), daemon_cpu)
+        self.wrap = [] if prog_cpu is None else ["taskset", "-c", str(prog_cpu)]
         os.makedirs(os.path.join(work, "tmp"))
 
     def setup(self):
+        why = self.overlay.missing()
+        if why and any(v == "floor" for v, _ in self.variants):  # said, as a missing program
+            self.notes.append("floor not run: %s" % why)
+            self.variants = tuple(v for v in self.variants if v[0] != "floor")
         store = os.path.join(self.work, "store")
         os.makedirs(store)
         for name in self.c["programs"]:
@@ -367,17 +437,27 @@ class Bench:
     def mounted(self, net, prog, tag, extra=(), cache=None, manifest="manifest"):
         """A fresh mount of prog's manifest from net's upstream runs prog: returns the
         seconds from the daemon's start to the program's exit."""
+        return self.timed_mount(self.system, "%s/%s" % (prog.name, manifest), prog, tag,
+                                shared_cache=cache, durable=cache is not None,
+                                extra_args=extra, server=self.servers[net])
+
+    def floor(self, net, prog, tag):
+        """prog from a fresh fuse-overlayfs mount of its tree on local disk."""
+        return self.timed_mount(self.overlay, prog.tree, prog, tag)
+
+    def timed_mount(self, system, what, prog, tag, **kw):
+        """The seconds from system's start (mounting what) to prog's exit from the mount.
+        peers.Mount lists the mount in work/mounts before it waits: cleanup() finds it."""
         t0 = time.monotonic()
-        m = peers.Mount(self.system, self.work, tag, "%s/%s" % (prog.name, manifest),
-                        shared_cache=cache, durable=cache is not None, extra_args=extra,
-                        server=self.servers[net])
+        m = peers.Mount(system, self.work, tag, what, **kw)
+        self.mount_s = m.mount_s
         try:
-            digest = prog.run(m.mnt, tag)
+            digest = prog.run(m.mnt, tag, self.wrap)
             t = time.monotonic() - t0
         finally:
             rc = m.unmount()
         if rc != 0:
-            raise RuntimeError("%s: spoolfs exited %s: %s" % (tag, rc, m.log_tail()))
+            raise RuntimeError("%s: %s exited %s: %s" % (tag, system.name, rc, m.log_tail()))
         self.check(prog, digest, tag)
         return t
 
@@ -388,7 +468,7 @@ class Bench:
         t0 = time.monotonic()
         sh(["bash", "-o", "pipefail", "-c", "curl -sf --noproxy '*' %s | zstd -d -q | tar -x -C %s"
             % (url, dst)])
-        digest = prog.run(dst, tag)
+        digest = prog.run(dst, tag, self.wrap)
         t = time.monotonic() - t0
         shutil.rmtree(dst)
         self.check(prog, digest, tag)
@@ -396,7 +476,7 @@ class Bench:
 
     def local(self, net, prog, tag):
         t0 = time.monotonic()
-        digest = prog.run(prog.tree, tag)
+        digest = prog.run(prog.tree, tag, self.wrap)
         t = time.monotonic() - t0
         self.check(prog, digest, tag)
         return t
@@ -407,6 +487,8 @@ class Bench:
         record = os.path.join(self.work, "reads.%s.%s.%d%s" % (prog.name, net, run, build))
         if v == "local":
             return self.local(net, prog, tag)
+        if v == "floor":
+            return self.floor(net, prog, tag)
         if v == "archive":
             return self.archive(net, prog, tag)
         if v == "order":
@@ -451,12 +533,14 @@ class Bench:
                         line = []
                         for v, _ in self.variants:
                             srv.reset()
+                            self.mount_s = None
                             t = self.with_build(v, net, prog, run)
                             st = srv.ctl("stats")
                             self.times.setdefault((net, prog.name, v), []).append(t)
                             self.upstream.setdefault((net, prog.name, v), []).append(
                                 (st["total_gets"], st["total_bytes"]))
-                            line.append("%s %.2f" % (v, t))
+                            line.append("%s %.2f" % (v, t) if self.mount_s is None else
+                                        "%s %.2f (mount %.2f)" % (v, t, self.mount_s))
                         log("run %d %s %s: %s" % (run, net, prog.name, ", ".join(line)))
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             self.problems.append(str(e))
@@ -475,9 +559,12 @@ class Bench:
         c = self.c
         print("\nreal programs from spoolfs: medians of %d run(s) (min-max), wall seconds, and "
               "ratio to local disk" % c["runs"])
-        print("local disk: page cache warm; spoolfs figures include the mount; "
+        print("local disk: page cache warm; spoolfs and FUSE floor figures include the mount; "
               "upstream tests/upstream/upstream.py on 127.0.0.1, %g ms per request"
               % c["delay_ms"])
+        if c["pin"]:
+            print("PIN=%s: the daemons on CPU %d, the program (every variant) on CPU %d"
+                  % ((c["pin"],) + PINS[c["pin"]]))
         for prog in self.progs:
             print("  %s: %s; `%s`; published: %s; archive %.1f MiB" % (
                 prog.name, prog.about, prog.cmd, prog.published, prog.archive_bytes / MiB))
@@ -506,12 +593,17 @@ class Bench:
                     mb = statistics.median(b for _, b in self.upstream[(net, prog.name, v)])
                     up.append("%d GETs, %.1f MB" % (gets, mb / 1e6) if gets else "")
                 rows += [row, up]
-            w = [max(len(r[i]) for r in rows) for i in range(len(head))]
-            for i, r in enumerate(rows):
-                print("  ".join(x.ljust(w[j]) if j == 0 else x.rjust(w[j])
-                                for j, x in enumerate(r)).rstrip())
-                if i == 0:
-                    print("  ".join("-" * x for x in w))
+            print_table(rows)
+
+
+def print_table(rows):
+    """rows[0] the heads; the first column left-aligned, the others right-aligned."""
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, r in enumerate(rows):
+        print("  ".join(x.ljust(w[j]) if j == 0 else x.rjust(w[j])
+                        for j, x in enumerate(r)).rstrip())
+        if i == 0:
+            print("  ".join("-" * x for x in w))
 
 
 # --------------------------------------------------------------------------- main
@@ -567,13 +659,16 @@ def cleanup(work):
 def main(argv):
     args = argv[1:]
     for a in args:
-        if a not in ("--install", "--analyze"):
+        if a not in ("--install", "--analyze", "--round-trip"):
             sys.stderr.write(__doc__)
             return 2
     if "--install" in args:
         install()
     try:
         config()  # a bad setting fails here, before anything is built or made
+        if "--round-trip" in args:
+            import real_programs_round_trip
+            real_programs_round_trip.settings()
     except SystemExit as e:
         sys.stderr.write("real_programs.py: %s\n" % e)
         return 2
@@ -587,6 +682,9 @@ def main(argv):
         if "--analyze" in args:
             import real_programs_analyze
             return real_programs_analyze.analyze(Bench(work, spoolfs))
+        if "--round-trip" in args:
+            import real_programs_round_trip
+            return real_programs_round_trip.round_trip(Bench(work, spoolfs))
         return Bench(work, spoolfs).run()
     finally:
         cleanup(work)
