@@ -232,13 +232,15 @@ class Cc(Program):
         # The sources: this repository's daemon at HEAD, on local disk (not published).
         src = os.path.join(self.work, "cc-src")
         os.makedirs(src)
-        arch = subprocess.Popen(["git", "-C", ROOT, "archive", "HEAD"] + list(CC_DIRS),
-                                stdout=subprocess.PIPE)
+        # daemon/ for its headers only (fs/session.h includes daemon/options.h).
+        arch = subprocess.Popen(["git", "-C", ROOT, "archive", "HEAD"] + list(CC_DIRS)
+                                + ["daemon"], stdout=subprocess.PIPE)
         sh(["tar", "-C", src, "-xf", "-"], stdin=arch.stdout)
         if arch.wait() != 0:
             raise RuntimeError("git archive failed")
         self.sources = sorted(os.path.relpath(os.path.join(d, f), src)
-                              for d, _, fs in os.walk(src) for f in fs if f.endswith(".c"))
+                              for top in CC_DIRS for d, _, fs in os.walk(os.path.join(src, top))
+                              for f in fs if f.endswith(".c"))
         self.make_driver()
         head = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).decode().strip()
         gcc = sh(["gcc", "-dumpfullversion"]).decode().strip()
