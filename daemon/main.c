@@ -1248,6 +1248,8 @@ int main(int argc, char *argv[])
 	    s.daemon.shared_counters_fd = s.daemon.ledger_fd = -1;
 	s.daemon.metrics_out.dir_fd = s.reads_out.dir_fd = -1;
 	pthread_mutex_init(&s.pt.lock, NULL);
+	pthread_mutex_init(&s.pushes.lock, NULL);
+	pthread_cond_init(&s.pushes.push_ended, NULL);
 	pthread_mutex_init(&s.handles.lock, NULL);
 	pthread_mutex_init(&s.handover.lock, NULL);
 	pthread_cond_init(&s.handover.cond, NULL);
@@ -1349,7 +1351,9 @@ int main(int argc, char *argv[])
 	free(s.handover.init_req);
 	free(s.handover.init_reply);
 	pthread_mutex_destroy(&s.pt.lock);
-	free(s.pt.pushed);
+	fs_member_pushes_free(&s);
+	pthread_mutex_destroy(&s.pushes.lock);
+	pthread_cond_destroy(&s.pushes.push_ended);
 	pthread_mutex_destroy(&s.handles.lock);
 	pthread_mutex_destroy(&s.handover.lock);
 	pthread_cond_destroy(&s.handover.cond);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "fs/handles.h"
+#include "fs/open.h"
 #include "fs/passthrough.h"
 #include "fs/session.h"
 
@@ -120,6 +121,7 @@ void fs_handle_free(struct fs_session *s, struct fs_handle *h)
 	}
 	pthread_mutex_unlock(&s->handles.lock);
 	(void)atomic_load_explicit(&h->reads_done, memory_order_acquire);
+	fs_member_push_close(s, h);
 	if (h->flight) {
 		fs_passthrough_forget(s, h); /* released already, unless the loop ended first */
 		flight_release_spool(h->flight);

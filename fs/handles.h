@@ -35,6 +35,7 @@ struct fs_handle {
 	bool is_member;
 	struct fetch_member member;
 	atomic_bool member_verified; /* this handle saw the member's bytes match */
+	bool member_counted;         /* counted open in fs_session.pushes (member_push.c) */
 	/* Its flight's entry in fs_session.pt.objects, set by fs_passthrough_open; guarded by
 	 * pt.lock. NULL for a virtual file, or once released. */
 	struct fs_object *object;

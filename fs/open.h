@@ -77,14 +77,22 @@ void fs_answer_read(fuse_req_t req, struct fs_session *s, struct flight *f, int 
                     uint64_t len, const struct fetch_member *member, uint64_t opened_ns);
 
 /*
- * At the open of member h of inode ino, answered with keep_cache: when its bytes are here
- * and match, gives them to the kernel's page cache (FUSE_NOTIFY_STORE), once per inode until
- * the kernel forgets it (fs_member_forget), so that its reads send no request. Nothing
- * changes when it cannot: the reads come to fs_member_read as before.
+ * member_push.c. At the open of member h of inode ino, before it is answered: counts the
+ * handle open and, when keep_cache is set, its bytes are here and match, and no other
+ * handle of ino is open, gives them to the kernel's page cache, once until the kernel may
+ * have dropped them (fs_member_push_forget). Nothing changes when it does not: the reads
+ * come to fs_member_read.
  */
-void fs_member_push(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h);
-/* The kernel forgot inode ino, and its page cache with it: its next open pushes again. */
-void fs_member_forget(struct fs_session *s, fuse_ino_t ino);
+void fs_member_push_open(struct fs_session *s, fuse_ino_t ino, struct fs_handle *h,
+                         bool keep_cache);
+/* h is freed: no longer counted open (any member handle; a no-op for others). */
+void fs_member_push_close(struct fs_session *s, struct fs_handle *h);
+/* The kernel forgot these inodes, or dropped their pages: their next open pushes again. */
+void fs_member_push_forget(struct fs_session *s, const fuse_ino_t *inos, size_t n);
+void fs_member_push_forget_batch(struct fs_session *s, const struct fuse_forget_data *forgets,
+                                 size_t n);
+/* At the session's end. */
+void fs_member_pushes_free(struct fs_session *s);
 /* Reads [off, off+len) of member h (off within the member): verified, from the spool, or
  * parked. Replies always. */
 void fs_member_read(fuse_req_t req, struct fs_session *s, struct fs_handle *h, uint64_t off,

@@ -164,17 +164,16 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 }
 
 /* Inodes live as long as the session: nothing to free, but the kernel's page cache of the
- * inode went with it (member.c pushes a member's bytes again at its next open). */
+ * inode went with it (member_push.c gives a member's bytes again at its next open). */
 static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	fs_member_forget(session_of(req), ino);
+	fs_member_push_forget(session_of(req), &ino, 1);
 	fuse_reply_none(req);
 }
 
 static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-	for (size_t i = 0; i < count; i++)
-		fs_member_forget(session_of(req), forgets[i].ino);
+	fs_member_push_forget_batch(session_of(req), forgets, count);
 	fuse_reply_none(req);
 }
 
@@ -602,9 +601,8 @@ void fs_open_finish(fuse_req_t req, struct fs_session *s, fuse_ino_t ino, struct
 	}
 	if (backing_id > 0)
 		atomic_fetch_add(&s->counters->opens_passthrough, 1);
-	/* Without keep_cache the kernel drops the inode's pages once the open is answered. */
-	if (h->is_member && fi->keep_cache)
-		fs_member_push(s, ino, h);
+	if (h->is_member)
+		fs_member_push_open(s, ino, h, fi->keep_cache);
 	fi->fh = fs_handle_track(s, h);
 	if ((backing_id > 0 ? fs_passthrough_reply_open(req, fi, backing_id)
 	                    : fuse_reply_open(req, fi)) != 0) {

@@ -211,6 +211,7 @@ static void inval_run(void *ctx, struct util_worker_job *link)
 	 * wait forever on a page whose read will never be answered (daemon/abort.c). */
 	for (size_t i = 0; i < job->n && !atomic_load(&s->loop_ended); i++)
 		fuse_lowlevel_notify_inval_inode(s->se, job->inos[i], 0, 0);
+	fs_member_push_forget(s, job->inos, job->n); /* their next opens give them again */
 	atomic_fetch_sub(&s->workers.inval_jobs, 1);
 	free(job->inos);
 	free(job);

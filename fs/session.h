@@ -113,10 +113,22 @@ struct fs_pt {
 	 * of it are open, for this and the serving processes after it (util/ledger.h); NULL
 	 * without a run directory. Its own lock. */
 	struct util_ledger *ledger;
-	/* A bit per inode whose member bytes the kernel was given at an open (member.c), cleared
-	 * when it forgets the inode; guarded by lock. */
-	uint64_t *pushed;
-	size_t pushed_words;
+};
+
+/* Pack members given to the kernel's page cache at their open (member_push.c). */
+#define FS_MEMBER_OPEN_BUCKETS 256
+struct fs_member_open; /* member_push.c: one inode's open member handles */
+struct fs_member_pushes {
+	pthread_mutex_t lock;
+	pthread_cond_t push_ended; /* an inode's push ended; with lock */
+	/* A bit per inode whose pages the kernel was given and, as far as the daemon knows,
+	 * keeps; guarded by lock. */
+	uint64_t *bits;
+	size_t words;
+	/* The inodes with member handles open now, and whether one is being pushed; guarded by
+	 * lock. */
+	struct fs_member_open *open[FS_MEMBER_OPEN_BUCKETS];
+	bool off; /* an open could not be counted: no push is safe any more; guarded by lock */
 };
 
 struct fs_session {
@@ -157,6 +169,7 @@ struct fs_session {
 	atomic_int passthrough;
 	struct fs_handover handover;
 	struct fs_pt pt;
+	struct fs_member_pushes pushes;
 	/* Where --record-reads is written: its directory, resolved and held at start
 	 * (util_output_open), written only through it. */
 	struct util_output reads_out;

@@ -53,7 +53,7 @@ program on CPU 0) or PIN=two (each daemon on CPU 1, the program on CPU 0): on a 
 FUSE round trip between two CPUs can cost ten times one on one CPU (--round-trip).
 --round-trip: stat()s of names that do not exist (one LOOKUP each) on a warm spoolfs
 mount, a fuse-overlayfs mount and local disk, with the daemon and the program unpinned,
-on one CPU and on two (real_programs_round_trip.py; RUNS default 3 there, RT_CALLS).
+on one CPU and on two (real_programs_round_trip.py; RT_RUNS default 3, RT_CALLS).
 A benchmark, not a test: timings are never asserted. A program not installed is left out
 with a note. Exit status 1 when something does not work (a mount fails, a program fails
 or prints other bytes than from local disk), 2 on a bad setting.
@@ -668,6 +668,9 @@ def main(argv):
         install()
     try:
         config()  # a bad setting fails here, before anything is built or made
+        if os.environ.get("PIN") and ("--analyze" in args or "--round-trip" in args):
+            raise SystemExit("PIN is for the timed runs: --analyze runs unpinned, and "
+                             "--round-trip measures every placement itself")
         if "--round-trip" in args:
             import real_programs_round_trip
             real_programs_round_trip.settings()

@@ -13,7 +13,7 @@ busy work between two calls, on:
 in three placements: both unpinned; the daemon and the program on CPU 0 ("one CPU"); the
 daemon on CPU 1 and the program on CPU 0 ("two CPUs"). The daemon starts under taskset,
 so all its processes and threads inherit the CPU. Each run mounts afresh per system and
-placement, and the runs interleave (RUNS, default 3). Prints microseconds per stat() (the
+placement, and the runs interleave (RT_RUNS, default 3). Prints microseconds per stat() (the
 mean over a run's calls, gaps not counted): medians (min-max) of the runs. A benchmark:
 timings are never asserted; exit status 1 when a mount or a stat() does not work.
 """
@@ -48,14 +48,14 @@ def binary(spoolfs):
 
 
 def settings():
-    """RT_CALLS and RUNS; SystemExit with a message on a bad one."""
+    """RT_CALLS and RT_RUNS; SystemExit with a message on a bad one."""
     try:
         calls = int(os.environ.get("RT_CALLS", "5000"))
-        runs = int(os.environ.get("RUNS", "3"))
+        runs = int(os.environ.get("RT_RUNS", "3"))
     except ValueError as e:
-        raise SystemExit("RT_CALLS and RUNS are numbers: %s" % e)
+        raise SystemExit("RT_CALLS and RT_RUNS are numbers: %s" % e)
     if calls < 1 or runs < 1:
-        raise SystemExit("RT_CALLS and RUNS must be at least 1")
+        raise SystemExit("RT_CALLS and RT_RUNS must be at least 1")
     return calls, runs
 
 
