@@ -92,7 +92,10 @@ def kept(cache):
 
 
 def keep(mount, source, cache, *args, name="mnt"):
-    return mount(source, "--cache-dir", str(cache), "--keep-cache", *args, name=name)
+    m = mount(source, "--cache-dir", str(cache), "--keep-cache", *args, name=name)
+    # INIT answered: an unmount at once could find the mount busy (fusermount3: EBUSY).
+    os.listdir(m.p())
+    return m
 
 
 def used(m):
@@ -311,5 +314,6 @@ def test_at_most_four_are_kept_and_a_mount_without_keep_cache_removes_them(serve
     m.check_clean_exit()
 
     m = mount(url, "--cache-dir", str(cache), name="nokeep")
+    os.listdir(m.p())
     m.check_clean_exit()
     assert "namespaces" not in os.listdir(cache), os.listdir(cache)
