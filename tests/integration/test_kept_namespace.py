@@ -317,3 +317,29 @@ def test_at_most_four_are_kept_and_a_mount_without_keep_cache_removes_them(serve
     os.listdir(m.p())
     m.check_clean_exit()
     assert "namespaces" not in os.listdir(cache), os.listdir(cache)
+
+
+def test_a_link_planted_as_a_copy_is_not_followed(served, mount, tmp_path):
+    """namespaces/KEY.db replaced by a symbolic link to a file elsewhere: not opened, said,
+    and replaced by a copy of ours; the file it pointed to is untouched."""
+    src, out, up = served
+    url = up.url("manifest.json")
+    cache = tmp_path / "cache"
+    keep(mount, url, cache).check_clean_exit()
+    (name,) = kept(cache)
+    path = cache / "namespaces" / name
+    victim = tmp_path / "victim.db"
+    victim.write_bytes(path.read_bytes())
+    before = os.stat(victim)
+    path.unlink()
+    path.symlink_to(victim)
+    m = keep(mount, url, cache, name="mnt2")
+    assert not used(m), m.stderr()
+    assert "namespaces/%s is a symbolic link: not used (remove it)" % name in m.stderr()
+    assert os.listdir(m.p("bin"))
+    m.check_clean_exit()
+    assert not path.is_symlink() and stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    after = os.stat(victim)
+    assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
+    m3 = keep(mount, url, cache, name="mnt3")
+    assert used(m3), m3.stderr()
