@@ -34,6 +34,7 @@
 #include "fetch/source/source.h"
 #include "fetch/source/tag_pointer.h"
 #include "daemon/abort.h"
+#include "daemon/kept.h"
 #include "daemon/mountinfo.h"
 #include "daemon/options.h"
 #include "daemon/overlay.h"
@@ -261,10 +262,35 @@ static int restore_manifest(struct fs_session *s)
 	return rc;
 }
 
+/* Loads the manifest's text into the empty namespace, with the mount's options. */
+static int load_text(struct fs_session *s, const char *text, size_t len, const char *base_url,
+                     int64_t mtime, struct manifest_load_options *load_opts)
+{
+	char err[1024] = "";
+	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
+	int rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
+
+	if (rc)
+		return rc;
+	rc = source_manifest_load_text(s->idx, text, len, base_url, load_opts, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	if (load_opts->hidden_symlinks)
+		util_log(UTIL_LOG_INFO,
+		         "%u symlinks lead out of the mount: left out "
+		         "(--outside-symlinks=hide)",
+		         load_opts->hidden_symlinks);
+	return fs_read_order_keep(s, load_opts);
+}
+
 /*
- * Reads the manifest and loads it. In a private bucket (s->listing.s3 open, --manifest KEY) the
- * manifest is the object KEY under the source's prefix, fetched with a signed request,
- * and its objects must lie under its own prefix there (they are signed too).
+ * Reads the manifest and loads it, or, in a kept cache directory that holds the namespace
+ * this manifest loaded into before, takes that (daemon/kept.h). In a private bucket
+ * (s->listing.s3 open, --manifest KEY) the manifest is the object KEY under the source's
+ * prefix, fetched with a signed request, and its objects must lie under its own prefix there
+ * (they are signed too).
  */
 static int load_manifest(struct fs_session *s)
 {
@@ -273,10 +299,12 @@ static int load_manifest(struct fs_session *s)
 	struct manifest_load_options load_opts = {
 	    .outside_symlinks = (enum manifest_outside_symlinks)s->opts.outside_symlinks};
 	char *text = NULL, *base_url = NULL, *key_url = NULL, err[1024] = "";
+	struct daemon_kept kept;
 	struct source_tag tag;
 	size_t len = 0;
 	int64_t mtime = 0;
-	int rc;
+	bool from_copy;
+	int rc, followed;
 
 	if (s->listing.s3) {
 		rc = s3_source_key_url(s->listing.s3, s->opts.manifest, &key_url);
@@ -295,15 +323,7 @@ static int load_manifest(struct fs_session *s)
 		fprintf(stderr, "spoolfs: %s\n", err);
 		goto out;
 	}
-	rc = keep_release(s, rc == 1 ? &tag : NULL);
-	if (rc == 0)
-		rc = manifest_context(s, base_url, &load_opts);
-	if (rc)
-		goto out;
-	/* Entries without an mtime are as old as the manifest, else the mount: never 1970. */
-	rc = index_set_default_mtime(s->idx, mtime > 0 ? mtime : (int64_t)time(NULL));
-	if (rc)
-		goto out;
+	followed = rc;
 	if (s->opts.read_order_name &&
 	    !source_read_order_name_ok(s->opts.read_order_name, strlen(s->opts.read_order_name))) {
 		fprintf(stderr,
@@ -315,19 +335,25 @@ static int load_manifest(struct fs_session *s)
 	if (!s->opts.no_read_order)
 		load_opts.read_order_name =
 		    s->opts.read_order_name ? s->opts.read_order_name : READ_ORDER_DEFAULT;
-	rc = source_manifest_load_text(s->idx, text, len, base_url, &load_opts, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "spoolfs: bad manifest: %s\n", err[0] ? err : strerror(-rc));
+	rc = manifest_context(s, base_url, &load_opts);
+	if (rc)
 		goto out;
-	}
-	if (load_opts.hidden_symlinks)
-		util_log(UTIL_LOG_INFO,
-		         "%u symlinks lead out of the mount: left out "
-		         "(--outside-symlinks=hide)",
-		         load_opts.hidden_symlinks);
-	rc = fs_read_order_keep(s, &load_opts);
-	if (rc == 0)
-		rc = index_meta_put(s->idx, "manifest_url", base_url);
+	daemon_kept_prepare(
+	    s,
+	    &(struct source_kept_inputs){
+	        .text = text, .len = len, .base_url = base_url, .mtime = mtime, .opts = &load_opts},
+	    &kept);
+	/* Before the release is kept: the copy replaces the whole namespace. */
+	from_copy = daemon_kept_restore(s, &kept) == 1;
+	rc = keep_release(s, followed == 1 ? &tag : NULL);
+	if (rc == 0 && !from_copy)
+		rc = load_text(s, text, len, base_url, mtime, &load_opts);
+	if (rc)
+		goto out;
+	/* The copy leaves out the session's own meta: the release, and the URL put below. */
+	if (!from_copy)
+		daemon_kept_save(s, &kept);
+	rc = index_meta_put(s->idx, "manifest_url", base_url);
 	if (rc == 0)
 		rc = keep_nested_rules(s, &src, &load_opts, &base_url);
 out:

@@ -87,17 +87,11 @@ static int make_private(const char *path)
 	return rc;
 }
 
-int index_db_open(const char *path, int flags, sqlite3 **db)
+/* sqlite3_open_v2 with open_flags, then the settings every connection of ours has. */
+static int open_configured(const char *path, int open_flags, sqlite3 **db)
 {
-	/* "" and ":memory:" are sqlite's own, with no file (a file named ":memory:" was made). */
-	int rc = path[0] && strcmp(path, ":memory:") != 0 ? make_private(path) : 0;
+	int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_NOMUTEX | open_flags, NULL);
 
-	*db = NULL;
-	if (rc)
-		return rc;
-	rc = sqlite3_open_v2(
-	    path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | flags,
-	    NULL);
 	if (rc != SQLITE_OK)
 		return *db ? index_db_errno(rc) : -ENOMEM;
 	/* index.db outlives the session: what a schema found there says is not trusted to run
@@ -109,6 +103,23 @@ int index_db_open(const char *path, int flags, sqlite3 **db)
 		return index_db_errno(rc);
 	/* Another mount's writer holds the spool records only for one short transaction. */
 	return index_db_errno(sqlite3_busy_timeout(*db, INDEX_DB_BUSY_TIMEOUT_MS));
+}
+
+int index_db_open(const char *path, int flags, sqlite3 **db)
+{
+	/* "" and ":memory:" are sqlite's own, with no file (a file named ":memory:" was made). */
+	int rc = path[0] && strcmp(path, ":memory:") != 0 ? make_private(path) : 0;
+
+	*db = NULL;
+	if (rc)
+		return rc;
+	return open_configured(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | flags, db);
+}
+
+int index_db_open_readonly(const char *path, sqlite3 **db)
+{
+	*db = NULL;
+	return open_configured(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, db);
 }
 
 int index_db_exec_sql(sqlite3 *db, const char *sql)

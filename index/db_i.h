@@ -39,6 +39,9 @@ int index_db_step_errno(int sqlite_rc);
  * *db may be set and the caller closes it. 0 or -errno.
  */
 int index_db_open(const char *path, int flags, sqlite3 **db);
+/* index_db_open for reading an existing file only, never through a symbolic link: nothing
+ * is made or changed (a kept namespace, index/copy.c). 0 or -errno. */
+int index_db_open_readonly(const char *path, sqlite3 **db);
 
 /* Runs sql (one or more statements, no rows wanted) once: for schemas and one-off changes. */
 int index_db_exec_sql(sqlite3 *db, const char *sql);

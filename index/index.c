@@ -28,6 +28,7 @@
  * a BLOB of little-endian u32s, NULL when a chunked file's hash list holds them. The spool records
  * of the cache directory are another database: spool_records.c.
  */
+#include "index/copy.h"
 #include "index/index_i.h"
 
 #include <errno.h>
@@ -278,8 +279,12 @@ int index_open_file(const char *path, bool fresh, struct index **out)
 	return open_at(path, fresh, out);
 }
 
-/* A reopened namespace's default mtime, as index_set_default_mtime kept it. */
-static int load_default_mtime(struct index *idx)
+int index_namespace_version(void)
+{
+	return NAMESPACE_VERSION;
+}
+
+int index_load_default_mtime(struct index *idx)
 {
 	char *text = NULL;
 	int rc = index_meta_get(idx, "default_mtime", &text);
@@ -382,7 +387,7 @@ static int open_at(const char *path, bool fresh, struct index **out)
 	if (rc < 0)
 		goto err_close;
 	*out = idx;
-	if (!fresh && (rc = load_default_mtime(idx)) != 0) {
+	if (!fresh && (rc = index_load_default_mtime(idx)) != 0) {
 		index_close(idx);
 		*out = NULL;
 	}

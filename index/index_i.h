@@ -62,6 +62,11 @@ int index_namespace_indexes(struct index *idx);
  * is none, or -errno. The caller holds the index lock and resets st. */
 int index_step_ino(sqlite3_stmt *st, uint64_t ino);
 
+/* A namespace's default mtime as index_set_default_mtime kept it in its meta table, into
+ * idx->default_mtime (reopened, or filled from a copy): 0 (none kept: 0) or -errno. Takes the
+ * lock. */
+int index_load_default_mtime(struct index *idx);
+
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK on the namespace connection (idx->db). */
 int index_begin(struct index *idx);
 int index_commit(struct index *idx);

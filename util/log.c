@@ -212,3 +212,20 @@ bool util_url_has_secret(const char *url)
 
 	return memchr(authority, '@', strcspn(authority, "/?#")) || strchr(authority, '?');
 }
+
+int util_url_without_userinfo(const char *url, char **out)
+{
+	const char *scheme_end = strstr(url, "://");
+	const char *authority = scheme_end ? scheme_end + 3 : url;
+	const char *path = authority + strcspn(authority, "/?#"), *host = authority;
+
+	/* The last '@' ends the userinfo, as util_redact_url reads it. */
+	for (const char *c = authority; c < path; c++)
+		if (*c == '@')
+			host = c + 1;
+	if (asprintf(out, "%.*s%s", (int)(authority - url), url, host) < 0) {
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}

@@ -43,4 +43,12 @@ const char *util_redact_url(const char *url, char *buf, size_t len);
 /* Whether util_redact_url would hide something that matters: userinfo, or a query. */
 bool util_url_has_secret(const char *url);
 
+/*
+ * url without its userinfo (user:password@), its query kept, in *out (malloc'd, the
+ * caller's): what may be hashed into a file that outlives the mount (a signature cannot be
+ * guessed back from its hash, and two queries may name two objects; a weak password can).
+ * 0 or -ENOMEM.
+ */
+int util_url_without_userinfo(const char *url, char **out);
+
 #endif

@@ -27,8 +27,12 @@ struct cache_dir {
 	bool alone;      /* lock_fd holds DIR/lock exclusive (no other mount) */
 	int fd;          /* the directory, checked ours: all access goes by it */
 	int spool_fd;    /* its "spool" directory, also checked ours */
+	int kept_fd;     /* its "namespaces" directory (cache_dir_kept_fd), or -1 until used */
 	int lock_fd;     /* flock on DIR/lock for the process's life, or -1 */
 };
+
+/* The directory of kept namespaces (fetch/cache/kept.h). */
+#define KEPT_DIR "namespaces"
 
 /* Every file of ours in the directory besides lock and spool: checked, and deleted. */
 static const char *const cache_files[] = {"index.db", "index.db-wal", "index.db-shm",
@@ -195,25 +199,36 @@ static int lock_dir(struct cache_dir *cd, char *err, size_t err_len)
 	return rc;
 }
 
-static int open_spool(struct cache_dir *cd, char *err, size_t err_len)
+/*
+ * Opens the directory `name` in the cache directory into *fd, made 0700 first when make (else
+ * -ENOENT when it is not there), and checks it is ours. 0 or -errno, said in err.
+ */
+static int open_subdir(struct cache_dir *cd, const char *name, bool make, int *fd, char *err,
+                       size_t err_len)
 {
 	const char *why;
 	struct stat st;
 	int rc;
 
-	if (mkdirat(cd->fd, "spool", 0700) != 0 && errno != EEXIST)
-		return refuse(cd, "spool", strerror(errno), -errno, err, err_len);
-	cd->spool_fd = openat(cd->fd, "spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (cd->spool_fd < 0) {
+	if (make && mkdirat(cd->fd, name, 0700) != 0 && errno != EEXIST)
+		return refuse(cd, name, strerror(errno), -errno, err, err_len);
+	*fd = openat(cd->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (*fd < 0) {
 		rc = -errno;
-		why = index_records_file_unsafe_at(cd->fd, "spool", S_IFDIR);
-		return refuse(cd, "spool", why ? why : strerror(-rc), rc, err, err_len);
+		if (rc == -ENOENT && !make)
+			return rc;
+		why = index_records_file_unsafe_at(cd->fd, name, S_IFDIR);
+		return refuse(cd, name, why ? why : strerror(-rc), rc, err, err_len);
 	}
-	why = fstat(cd->spool_fd, &st) == 0 ? index_records_file_unsafe(&st, S_IFDIR)
-	                                    : strerror(errno);
+	why = fstat(*fd, &st) == 0 ? index_records_file_unsafe(&st, S_IFDIR) : strerror(errno);
 	if (why)
-		return refuse(cd, "spool", why, -EPERM, err, err_len);
+		return refuse(cd, name, why, -EPERM, err, err_len);
 	return 0;
+}
+
+static int open_spool(struct cache_dir *cd, char *err, size_t err_len)
+{
+	return open_subdir(cd, "spool", true, &cd->spool_fd, err, err_len);
 }
 
 int cache_dir_open(const char *path, bool named_by_user, struct cache_dir **out, char *err,
@@ -231,7 +246,7 @@ int cache_dir_open(const char *path, bool named_by_user, struct cache_dir **out,
 	}
 	cd->arg = path;
 	cd->named = named_by_user;
-	cd->fd = cd->spool_fd = cd->lock_fd = -1;
+	cd->fd = cd->spool_fd = cd->kept_fd = cd->lock_fd = -1;
 	rc = open_dir(cd, err, err_len);
 	if (rc == 0)
 		rc = lock_dir(cd, err, err_len);
@@ -245,6 +260,9 @@ int cache_dir_open(const char *path, bool named_by_user, struct cache_dir **out,
 		if (why)
 			rc = refuse(cd, cache_files[i], why, -EPERM, err, err_len);
 	}
+	why = rc == 0 ? index_records_file_unsafe_at(cd->fd, KEPT_DIR, S_IFDIR) : NULL;
+	if (why)
+		rc = refuse(cd, KEPT_DIR, why, -EPERM, err, err_len);
 	cd->arg = NULL;
 	if (rc) {
 		/* Only what this open made goes: a named directory that was there stays. */
@@ -263,6 +281,22 @@ int cache_dir_fd(const struct cache_dir *cd)
 int cache_dir_spool_fd(const struct cache_dir *cd)
 {
 	return cd->spool_fd;
+}
+
+int cache_dir_kept_fd(struct cache_dir *cd, bool make, char *err, size_t err_len)
+{
+	int fd = -1, rc;
+
+	if (cd->kept_fd >= 0)
+		return cd->kept_fd;
+	rc = open_subdir(cd, KEPT_DIR, make, &fd, err, err_len);
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	cd->kept_fd = fd;
+	return fd;
 }
 
 const char *cache_dir_path(const struct cache_dir *cd)
@@ -296,10 +330,11 @@ int cache_dir_share(struct cache_dir *cd, char *err, size_t err_len)
 }
 
 /*
- * Deletes what the spool directory holds, by name through its fd: a symbolic link found
- * there goes itself, never what it points to; a directory (never ours) stays.
+ * Deletes what a directory of ours (spool, namespaces) holds, by name through its fd: a
+ * symbolic link found there goes itself, never what it points to; a directory (never ours)
+ * stays.
  */
-static void empty_spool_dir(int dirfd)
+static void empty_dir(int dirfd)
 {
 	int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
@@ -335,8 +370,14 @@ static void remove_files(struct cache_dir *cd, bool keep)
 	for (size_t i = 0; i < sizeof(cache_files) / sizeof(cache_files[0]); i++)
 		unlinkat(cd->fd, cache_files[i], 0);
 	if (cd->spool_fd >= 0) {
-		empty_spool_dir(cd->spool_fd);
+		empty_dir(cd->spool_fd);
 		unlinkat(cd->fd, "spool", AT_REMOVEDIR);
+	}
+	/* Kept namespaces, which a --keep-cache mount left, go with the rest: opened here when
+	 * this mount did not use them. */
+	if (cd->kept_fd >= 0 || open_subdir(cd, KEPT_DIR, false, &cd->kept_fd, NULL, 0) == 0) {
+		empty_dir(cd->kept_fd);
+		unlinkat(cd->fd, KEPT_DIR, AT_REMOVEDIR);
 	}
 	unlinkat(cd->fd, "lock", 0);
 	/* Only an empty directory goes: anything we do not know stays with it. */
@@ -353,6 +394,8 @@ void cache_dir_close(struct cache_dir *cd, bool keep)
 		close(cd->lock_fd);
 	if (cd->spool_fd >= 0)
 		close(cd->spool_fd);
+	if (cd->kept_fd >= 0)
+		close(cd->kept_fd);
 	if (cd->fd >= 0)
 		close(cd->fd);
 	free(cd->path);

@@ -25,7 +25,8 @@ struct cache_dir;
 
 /*
  * Opens the cache directory and takes its lock, creates and opens its "spool" directory,
- * and checks every name it holds for us (lock, spool, leases, index.db and its sidecars).
+ * and checks every name it holds for us (lock, spool, leases, index.db and its sidecars,
+ * namespaces).
  *
  * named_by_user: path is the directory the user named (--cache-dir); one that does not
  * exist is made 0700 (the path above it is its user's own business). Otherwise a fresh
@@ -47,6 +48,12 @@ int cache_dir_open(const char *path, bool named_by_user, struct cache_dir **out,
 int cache_dir_fd(const struct cache_dir *cd);
 /* Its "spool" directory, likewise. */
 int cache_dir_spool_fd(const struct cache_dir *cd);
+/*
+ * Its "namespaces" directory, where kept namespaces are (fetch/cache/kept.h): opened at the
+ * first call and held until cache_dir_close, made 0700 when make and missing. The fd, or
+ * -ENOENT (not there, and not make) or -errno with a line in err, as cache_dir_open's.
+ */
+int cache_dir_kept_fd(struct cache_dir *cd, bool make, char *err, size_t err_len);
 /* Its canonical path (sqlite opens by name); owned by cd. */
 const char *cache_dir_path(const struct cache_dir *cd);
 /* Whether cache_dir_open made the directory (a named one that did not exist). */
@@ -65,7 +72,8 @@ int cache_dir_share(struct cache_dir *cd, char *err, size_t err_len);
  * Closes cd and frees it (NULL does nothing). Unless keep, the last open of the directory
  * (the one that gets the lock exclusive) deletes our own files in it by name: index.db and
  * its sidecars, leases, what the spool directory holds (a link goes itself, never what it
- * points to; a directory there stays), spool and lock. The directory goes too when
+ * points to; a directory there stays), spool, the kept namespaces and their directory, and
+ * lock. The directory goes too when
  * cache_dir_open made it and it is empty then. A session directory (not named_by_user)
  * always goes whole; keep is for a named one (--keep-cache, or a session that never came
  * up and may not delete what an earlier one kept).

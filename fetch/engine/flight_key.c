@@ -27,24 +27,6 @@ int flight_spool_name(const char *key, char **name)
 	return asprintf(name, "%s.spool", hex) < 0 ? -ENOMEM : 0;
 }
 
-/*
- * url without its userinfo, in *out: the query stays (a signature cannot be guessed, and two
- * queries may name two objects), but a password hashed into index.db could be guessed
- * offline from the hash.
- */
-static int url_without_userinfo(const char *url, char **out)
-{
-	const char *scheme_end = strstr(url, "://");
-	const char *authority = scheme_end ? scheme_end + 3 : url;
-	const char *path = authority + strcspn(authority, "/?#"), *host = authority;
-
-	/* The last '@' ends the userinfo, as util_redact_url reads it. */
-	for (const char *c = authority; c < path; c++)
-		if (*c == '@')
-			host = c + 1;
-	return asprintf(out, "%.*s%s", (int)(authority - url), url, host) < 0 ? -ENOMEM : 0;
-}
-
 int flight_key_url(const char *url, char **out)
 {
 	char hex[2 * EVP_MAX_MD_SIZE + 1], *shown = NULL, *hashed = NULL;
@@ -59,7 +41,7 @@ int flight_key_url(const char *url, char **out)
 	if (!shown)
 		return -ENOMEM;
 	util_redact_url(url, shown, strlen(url) + 1);
-	rc = url_without_userinfo(url, &hashed);
+	rc = util_url_without_userinfo(url, &hashed);
 	if (rc)
 		goto out;
 	if (util_sha256_hex(hashed, strlen(hashed), hex) != 0)
