@@ -87,6 +87,11 @@ int daemon_kept_restore(struct fs_session *s, const struct daemon_kept *k)
 	}
 	rc = index_copy_restore(s->idx, path, why, sizeof(why));
 	free(path);
+	if (rc == -ENOTRECOVERABLE) {
+		/* Filled already: the manifest cannot be loaded on top of it. */
+		util_log(UTIL_LOG_ERROR, "kept namespace %s: %s", k->key, why);
+		return -ENOMEM;
+	}
 	if (rc) {
 		/* A copy this build cannot use goes; one it could not read for want of memory
 		 * may serve the next mount. */

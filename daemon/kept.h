@@ -35,7 +35,9 @@ void daemon_kept_prepare(struct fs_session *s, const struct source_kept_inputs *
 
 /*
  * Fills s->idx (fresh, nothing loaded) from the kept copy: 1 when it did (one line says so),
- * 0 when there is none to use (a damaged one removed, said): load the manifest as usual.
+ * 0 when there is none to use (a damaged one removed, said): load the manifest as usual;
+ * -ENOMEM when it filled the namespace and then could not finish (the mount fails, as a
+ * load out of memory would).
  */
 int daemon_kept_restore(struct fs_session *s, const struct daemon_kept *k);
 

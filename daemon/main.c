@@ -344,8 +344,10 @@ static int load_manifest(struct fs_session *s)
 	        .text = text, .len = len, .base_url = base_url, .mtime = mtime, .opts = &load_opts},
 	    &kept);
 	/* Before the release is kept: the copy replaces the whole namespace. */
-	from_copy = daemon_kept_restore(s, &kept) == 1;
-	rc = keep_release(s, followed == 1 ? &tag : NULL);
+	rc = daemon_kept_restore(s, &kept);
+	from_copy = rc == 1;
+	if (rc >= 0)
+		rc = keep_release(s, followed == 1 ? &tag : NULL);
 	if (rc == 0 && !from_copy)
 		rc = load_text(s, text, len, base_url, mtime, &load_opts);
 	if (rc)

@@ -147,8 +147,12 @@ int index_copy_restore(struct index *idx, const char *path, char *why, size_t wh
 		if (rc < 0)
 			snprintf(why, why_len, "cannot be read back: %s", strerror(-rc));
 	}
-	if (rc == 0)
-		rc = index_load_default_mtime(idx);
+	/* The namespace is filled now: a failure from here on cannot fall back to a load on top
+	 * of it. */
+	if (rc == 0 && index_load_default_mtime(idx) != 0) {
+		snprintf(why, why_len, "its default mtime cannot be read back");
+		rc = -ENOTRECOVERABLE;
+	}
 	sqlite3_close(src);
 	return rc;
 }

@@ -41,7 +41,8 @@ int index_copy_save(struct index *idx, const char *path);
  * load that made the copy left it (its default mtime included), without manifest_url and
  * release, which the caller puts. When the copy fails its checks or cannot be read back, idx
  * is as it was (the backup is one transaction), and why (why_len bytes) says what was wrong
- * in a few words.
+ * in a few words; -ENOTRECOVERABLE when idx was filled but its default mtime could not be
+ * read back (no load may follow then).
  */
 int index_copy_restore(struct index *idx, const char *path, char *why, size_t why_len);
 

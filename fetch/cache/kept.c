@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sys/random.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,14 +126,14 @@ int cache_kept_begin(struct cache_dir *cd, const char *key, struct cache_kept_ne
 	dirfd = cache_dir_kept_fd(cd, true, err, err_len);
 	if (dirfd < 0)
 		return dirfd;
-	snprintf(n->name, sizeof(n->name), TMP_PREFIX "%s-%ld", key, (long)getpid());
-	/* One left by a dead process of the same pid is as good as gone. */
-	for (int tries = 0; tries < 2 && n->fd < 0; tries++) {
-		n->fd = openat(dirfd, n->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		               0600);
-		if (n->fd < 0 && (errno != EEXIST || unlinkat(dirfd, n->name, 0) != 0))
-			break;
-	}
+	/* Random: two mounts sharing the directory from two machines (or pid namespaces) may
+	 * have one pid, and each must write its own temporary. */
+	unsigned char r[8];
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return -errno;
+	snprintf(n->name, sizeof(n->name), TMP_PREFIX "%s-%02x%02x%02x%02x%02x%02x%02x%02x", key,
+	         r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+	n->fd = openat(dirfd, n->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (n->fd < 0) {
 		rc = -errno;
 		snprintf(err, err_len, "%s/namespaces/%s: %s", cache_dir_path(cd), n->name,
@@ -172,9 +173,9 @@ int cache_kept_commit(struct cache_dir *cd, const char *key, struct cache_kept_n
 
 	if (rc == 0 && dirfd < 0)
 		rc = dirfd;
-	/* Its bytes on disk before its name: a crash leaves the old copy or a whole new one. */
-	if (rc == 0 && fsync(n->fd) != 0)
-		rc = -errno;
+	/* Not synced first: a copy a crash left torn fails its checks at the next mount
+	 * (index_copy_restore), which then loads the manifest; a sync would be on every first
+	 * mount's path. */
 	if (rc == 0 && renameat(dirfd, n->name, dirfd, name) != 0)
 		rc = -errno;
 	if (rc)

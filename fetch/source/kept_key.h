@@ -28,10 +28,11 @@ struct source_kept_inputs {
 
 /*
  * The key, 64 hex digits, in key, and the sha256 of the manifest's bytes in manifest_sha256
- * (for the log). The base URL is hashed without its userinfo (its query kept), as the cache
- * directory's index.db hashes object URLs (fetch/engine/flight_key.h): a password hashed
- * into a file name could be guessed back from it. The schema version and SPOOLFS_VERSION
- * are this build's. 0, -ENOMEM, or -EIO (OpenSSL could not digest).
+ * (for the log). The base URL is hashed without its userinfo, query and fragment: a password
+ * hashed into a file name could be guessed back from it, and relative URLs never take the
+ * base's query. The schema version, SPOOLFS_VERSION, this build's ID and libcurl's version
+ * are in it. 0, -ENOENT (the program has no build ID), -ENOMEM, or -EIO (OpenSSL could not
+ * digest).
  */
 int source_kept_key(const struct source_kept_inputs *in, char manifest_sha256[UTIL_SHA256_HEX_LEN],
                     char key[UTIL_SHA256_HEX_LEN]);

@@ -20,7 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fetch/source/kept_key.h"
 #include "fetch/source/manifest_load.h"
+#include "util/build_id.h"
 #include "index/copy.h"
 #include "index/index.h"
 #include "tests/unit/helpers.h"
@@ -189,6 +191,32 @@ static void test_damaged_copies_are_refused(void **state)
 	index_close(idx);
 }
 
+/* The copy's name: this build's ID in it, a manifest URL's token not, every option. */
+static void test_the_key_names_the_build_and_the_options(void **state)
+{
+	struct manifest_load_options opts = {0};
+	struct source_kept_inputs in = {
+	    .text = "{}", .len = 2, .base_url = BASE, .mtime = 7, .opts = &opts};
+	char sha[UTIL_SHA256_HEX_LEN], key[UTIL_SHA256_HEX_LEN], other[UTIL_SHA256_HEX_LEN];
+	char build[129], small[8];
+
+	(void)state;
+	assert_int_equal(util_build_id_hex(build, sizeof(build)), 0);
+	assert_true(strlen(build) >= 16 && strspn(build, "0123456789abcdef") == strlen(build));
+	assert_int_equal(util_build_id_hex(small, sizeof(small)), -ENOSPC);
+	assert_int_equal(source_kept_key(&in, sha, key), 0);
+	in.base_url = "https://example.com/m/manifest.json?token=OTHER#x";
+	assert_int_equal(source_kept_key(&in, sha, other), 0);
+	assert_string_equal(key, other);
+	opts.outside_symlinks = 1;
+	assert_int_equal(source_kept_key(&in, sha, other), 0);
+	assert_string_not_equal(key, other);
+	opts.outside_symlinks = 0;
+	in.mtime = 8;
+	assert_int_equal(source_kept_key(&in, sha, other), 0);
+	assert_string_not_equal(key, other);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -196,6 +224,7 @@ int main(void)
 	    T(test_saved_and_restored),
 	    T(test_secret_urls_are_not_copied),
 	    T(test_damaged_copies_are_refused),
+	    cmocka_unit_test(test_the_key_names_the_build_and_the_options),
 	};
 #undef T
 	if (index_init_process() != 0)
