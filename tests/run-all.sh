@@ -150,8 +150,8 @@ for v in $variants; do
 			total_failed=$((total_failed + 1))
 		fi
 		# Regressions in the parsers of untrusted input surface here; longer runs: run.sh.
-		step "fuzz: ${FUZZ_SECONDS:-20} s per target"
-		if FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash tests/fuzz/run.sh; then
+		step "fuzz: ${FUZZ_SECONDS:-15} s per target"
+		if FUZZ_SECONDS=${FUZZ_SECONDS:-15} bash tests/fuzz/run.sh; then
 			total_passed=$((total_passed + 1))
 		else
 			failed_steps+=("fuzz")
