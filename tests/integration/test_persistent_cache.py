@@ -246,7 +246,9 @@ def test_reads_through_fuse_leave_the_spool_in_the_page_cache(store, mount, tmp_
         finally:
             os.close(fd)
         assert got == want
-    assert spool_cached_bytes(cache) == 32 * MiB
+    # Moved pages would leave little of the spool cached; the kernel's own reclaim of clean
+    # pages may take a few on a busy machine (one TSan run of the suite found 6 of 8,192 gone).
+    assert spool_cached_bytes(cache) >= 31 * MiB
 
 
 def pages_of(data, version):
