@@ -50,14 +50,14 @@ static struct fs_member_open **bucket_of(struct fs_member_pushes *p, uint64_t in
 	return &p->open[ino % FS_MEMBER_OPEN_BUCKETS];
 }
 
-/* Under lock. */
-static struct fs_member_open *find_open(struct fs_member_pushes *p, uint64_t ino)
+/* Under lock: the link to ino's entry in its bucket (*link is NULL when it has none). */
+static struct fs_member_open **find_open(struct fs_member_pushes *p, uint64_t ino)
 {
-	struct fs_member_open *o = *bucket_of(p, ino);
+	struct fs_member_open **link = bucket_of(p, ino);
 
-	while (o && o->ino != ino)
-		o = o->next;
-	return o;
+	while (*link && (*link)->ino != ino)
+		link = &(*link)->next;
+	return link;
 }
 
 /* Under lock: whether ino's bit is set. */
@@ -123,7 +123,7 @@ void fs_member_push_open(struct fs_session *s, fuse_ino_t ino, struct fs_handle 
 	bool want = false;
 
 	pthread_mutex_lock(&p->lock);
-	struct fs_member_open *o = find_open(p, ino);
+	struct fs_member_open *o = *find_open(p, ino);
 	if (!o && (o = calloc(1, sizeof(*o))) != NULL) {
 		o->ino = ino;
 		o->next = *bucket_of(p, ino);
@@ -164,9 +164,7 @@ void fs_member_push_close(struct fs_session *s, struct fs_handle *h)
 	if (!h->member_counted)
 		return;
 	pthread_mutex_lock(&p->lock);
-	struct fs_member_open **pp = bucket_of(p, h->ino);
-	while (*pp && (*pp)->ino != h->ino)
-		pp = &(*pp)->next;
+	struct fs_member_open **pp = find_open(p, h->ino);
 	struct fs_member_open *o = *pp;
 	if (o && --o->handles == 0 && !o->pushing) {
 		*pp = o->next;

@@ -68,20 +68,25 @@ static int check_no_secret(sqlite3 *db)
 int index_copy_save(struct index *idx, const char *path)
 {
 	sqlite3 *dst = NULL;
-	int rc = index_db_open(path, SQLITE_OPEN_NOFOLLOW, &dst);
+	int rc;
 
+	/*
+	 * idx->lock is held across the copy's writes: the copy is made before the mount answers
+	 * (daemon/kept.h), when no other thread uses the index. The namespace is checked first,
+	 * so a copy that would hold a secret is never written at all.
+	 */
+	pthread_mutex_lock(&idx->lock);
+	rc = check_no_secret(idx->db);
+	if (rc == 0)
+		rc = index_db_open(path, SQLITE_OPEN_NOFOLLOW, &dst);
 	if (rc == 0)
 		rc = index_db_pragmas(dst, copy_pragmas,
 		                      sizeof(copy_pragmas) / sizeof(copy_pragmas[0]));
-	if (rc == 0) {
-		pthread_mutex_lock(&idx->lock);
+	if (rc == 0)
 		rc = backup_all(dst, idx->db);
-		pthread_mutex_unlock(&idx->lock);
-	}
+	pthread_mutex_unlock(&idx->lock);
 	if (rc == 0)
 		rc = index_db_exec_sql(dst, session_meta_sql);
-	if (rc == 0)
-		rc = check_no_secret(dst);
 	sqlite3_close(dst);
 	return rc;
 }
@@ -139,6 +144,7 @@ int index_copy_restore(struct index *idx, const char *path, char *why, size_t wh
 	if (rc == 0)
 		rc = check_copy(src, why, why_len);
 	if (rc == 0) {
+		/* Held across the read of the copy: before the mount answers, nothing waits. */
 		pthread_mutex_lock(&idx->lock);
 		rc = backup_all(idx->db, src);
 		/* Computed from the rows that were there before. */

@@ -28,8 +28,8 @@ int index_namespace_version(void);
 /*
  * Writes a copy of idx, a loaded namespace, into the file at path (empty, or absent: it is
  * made the owner's alone, 0600; sqlite opens it by name, never through a symbolic link).
- * -EACCES when a URL in the namespace holds a secret (the file at path may then hold part of
- * a copy: the caller removes it); else 0 or -errno.
+ * -EACCES when a URL in the namespace holds a secret (checked first: nothing is written);
+ * else 0 or -errno (the caller removes a file a failure left).
  */
 int index_copy_save(struct index *idx, const char *path);
 

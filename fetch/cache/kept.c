@@ -1,6 +1,6 @@
 /*
  * The files of kept namespaces (kept.h), in the cache directory's "namespaces" directory:
- * KEY.db (64 hex digits), and .tmp-KEY-PID while one is written.
+ * KEY.db (64 hex digits), and .tmp-KEY-RANDOM while one is written.
  */
 #include "fetch/cache/kept.h"
 

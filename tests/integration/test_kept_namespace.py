@@ -98,6 +98,15 @@ def keep(mount, source, cache, *args, name="mnt"):
     return m
 
 
+def kept_once(served, mount, tmp_path):
+    """One --keep-cache mount of the served manifest, gone: (src, out, url, cache)."""
+    src, out, up = served
+    url = up.url("manifest.json")
+    cache = tmp_path / "cache"
+    keep(mount, url, cache).check_clean_exit()
+    return src, out, url, cache
+
+
 def used(m):
     return USED in m.stderr()
 
@@ -136,10 +145,7 @@ def test_a_second_mount_of_an_unchanged_manifest_uses_the_copy(served, mount, tm
 
 @pytest.mark.nosan  # which copy is chosen: no path a sanitizer sees anew
 def test_a_changed_manifest_does_not_use_the_old_copy(served, mount, tmp_path):
-    src, out, up = served
-    url = up.url("manifest.json")
-    cache = tmp_path / "cache"
-    keep(mount, url, cache).check_clean_exit()
+    src, out, url, cache = kept_once(served, mount, tmp_path)
     (src / "data" / "blob.bin").write_bytes(b"new bytes")
     publish(src, out)
     m2 = keep(mount, url, cache, name="mnt2")
@@ -152,10 +158,7 @@ def test_a_changed_manifest_does_not_use_the_old_copy(served, mount, tmp_path):
 
 @pytest.mark.nosan  # which copy is chosen: no path a sanitizer sees anew
 def test_other_load_options_do_not_use_it(served, mount, tmp_path):
-    src, out, up = served
-    url = up.url("manifest.json")
-    cache = tmp_path / "cache"
-    keep(mount, url, cache).check_clean_exit()
+    src, out, url, cache = kept_once(served, mount, tmp_path)
     m = keep(mount, url, cache, "--outside-symlinks", "hide", name="hide")
     assert not used(m), m.stderr()
     assert "outside" not in os.listdir(m.p("bin"))
@@ -328,10 +331,7 @@ def test_at_most_four_are_kept_and_a_mount_without_keep_cache_removes_them(serve
 def test_a_link_planted_as_a_copy_is_not_followed(served, mount, tmp_path):
     """namespaces/KEY.db replaced by a symbolic link to a file elsewhere: not opened, said,
     and replaced by a copy of ours; the file it pointed to is untouched."""
-    src, out, up = served
-    url = up.url("manifest.json")
-    cache = tmp_path / "cache"
-    keep(mount, url, cache).check_clean_exit()
+    src, out, url, cache = kept_once(served, mount, tmp_path)
     (name,) = kept(cache)
     path = cache / "namespaces" / name
     victim = tmp_path / "victim.db"
